@@ -1,0 +1,160 @@
+//! A JSON-RPC client for a spawned `sidechat serve`, framed as LSP editors frame it.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, anyhow};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::rpc::framing::{Decoded, FrameDecoder, Framing};
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Value>>>>;
+
+/// A connection to a daemon child process.
+pub struct Connection {
+    child: Child,
+    stdin: tokio::sync::Mutex<ChildStdin>,
+    framing: Framing,
+    pending: Pending,
+    next_id: AtomicU64,
+}
+
+/// An error answer from the daemon.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message} (error {code})")]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl Connection {
+    /// Spawns `program args…` and connects to its stdio; notifications arrive on the receiver.
+    pub fn spawn(
+        mut command: tokio::process::Command,
+        framing: Framing,
+    ) -> anyhow::Result<(Self, mpsc::UnboundedReceiver<Value>)> {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("cannot start sidechat serve")?;
+        let stdin = child.stdin.take().context("no stdin")?;
+        let mut stdout = child.stdout.take().context("no stdout")?;
+        let pending: Pending = Arc::default();
+        let (notes_tx, notes_rx) = mpsc::unbounded_channel();
+        let routing = pending.clone();
+        tokio::spawn(async move {
+            let mut decoder = FrameDecoder::default();
+            let mut chunk = vec![0u8; 64 * 1024];
+            let mut out = Vec::new();
+            while let Ok(n) = stdout.read(&mut chunk).await {
+                if n == 0 {
+                    break;
+                }
+                decoder.push(&chunk[..n], &mut out);
+                for item in out.drain(..) {
+                    let Decoded::Frame(bytes) = item else {
+                        continue;
+                    };
+                    let Ok(value) = serde_json::from_slice::<Value>(&bytes) else {
+                        continue;
+                    };
+                    route(value, &routing, &notes_tx);
+                }
+            }
+        });
+        Ok((
+            Self {
+                child,
+                stdin: tokio::sync::Mutex::new(stdin),
+                framing,
+                pending,
+                next_id: AtomicU64::new(1),
+            },
+            notes_rx,
+        ))
+    }
+
+    /// Writes raw bytes to the daemon, framing and all (for protocol tests).
+    pub async fn write_raw(&self, bytes: &[u8]) -> anyhow::Result<()> {
+        let mut stdin = self.stdin.lock().await;
+        stdin.write_all(bytes).await?;
+        stdin.flush().await?;
+        Ok(())
+    }
+
+    /// Sends one JSON value framed as this connection frames.
+    pub async fn send_value(&self, value: &Value) -> anyhow::Result<()> {
+        let mut wire = Vec::new();
+        self.framing.encode(&value.to_string(), &mut wire);
+        self.write_raw(&wire).await
+    }
+
+    /// Sends a request and waits for its response frame (result or error, whole).
+    pub async fn request_raw(&self, method: &str, params: Value) -> anyhow::Result<Value> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.pending
+            .lock()
+            .map_err(|_| anyhow!("poisoned"))?
+            .insert(id, tx);
+        self.send_value(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await?;
+        rx.await
+            .map_err(|_| anyhow!("the daemon closed the connection before answering {method}"))
+    }
+
+    /// Sends a request; its `result`, or its error.
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> anyhow::Result<Result<Value, RpcError>> {
+        let response = self.request_raw(method, params).await?;
+        Ok(match response.get("error") {
+            Some(error) => Err(RpcError {
+                code: error["code"].as_i64().unwrap_or(0),
+                message: error["message"].as_str().unwrap_or("").to_string(),
+                data: error.get("data").cloned(),
+            }),
+            None => Ok(response.get("result").cloned().unwrap_or(Value::Null)),
+        })
+    }
+
+    pub async fn notify(&self, method: &str, params: Value) -> anyhow::Result<()> {
+        self.send_value(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
+            .await
+    }
+
+    /// `shutdown`, `exit`, and the daemon's exit code.
+    pub async fn close(mut self) -> anyhow::Result<i32> {
+        let _ = self.request("shutdown", Value::Null).await?;
+        self.notify("exit", Value::Null).await?;
+        let status = self.child.wait().await?;
+        Ok(status.code().unwrap_or(-1))
+    }
+
+    pub fn child_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
+}
+
+/// Responses complete their request; everything else is a notification or a server request.
+fn route(value: Value, pending: &Pending, notes: &mpsc::UnboundedSender<Value>) {
+    let is_response = value.get("method").is_none() && value.get("id").is_some();
+    if is_response && let Some(id) = value["id"].as_u64() {
+        let waiter = pending.lock().ok().and_then(|mut p| p.remove(&id));
+        if let Some(waiter) = waiter {
+            let _ = waiter.send(value);
+            return;
+        }
+    }
+    let _ = notes.send(value);
+}

@@ -1,0 +1,124 @@
+//! The `sidechat` command line: `serve`, `chat`, `schema`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use sidechat::config::Config;
+use sidechat::protocol::generate_schema_files;
+use sidechat::rpc::ClientSink;
+use sidechat::runtime::Runtime;
+use sidechat::store::Store;
+
+#[derive(Parser)]
+#[command(name = "sidechat", version, about = "A chat-agent sidecar for editors")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Speak JSON-RPC 2.0 on stdin/stdout, as an editor extension spawns it.
+    Serve {
+        /// The SQLite database (default: $XDG_DATA_HOME/sidechat/sidechat.db).
+        #[arg(long, env = "SIDECHAT_DB")]
+        db: Option<PathBuf>,
+        /// Also write logs to this file.
+        #[arg(long)]
+        log_file: Option<PathBuf>,
+    },
+    /// Chat in the terminal; spawns `sidechat serve` the way an editor does.
+    Chat {
+        /// The SQLite database handed to the daemon.
+        #[arg(long, env = "SIDECHAT_DB")]
+        db: Option<PathBuf>,
+        /// Continue this session instead of starting a new one.
+        #[arg(long)]
+        session: Option<String>,
+        /// The folder tools may touch (default: the current folder).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+    },
+    /// Write the protocol's JSON Schema files.
+    Schema {
+        /// Folder to write into.
+        #[arg(long, default_value = "schema")]
+        out: PathBuf,
+    },
+}
+
+/// Where the database lives when `--db` and `SIDECHAT_DB` are absent.
+fn default_db() -> anyhow::Result<PathBuf> {
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .context("neither XDG_DATA_HOME nor HOME is set; pass --db")?;
+    Ok(data.join("sidechat").join("sidechat.db"))
+}
+
+fn serve(db: Option<PathBuf>, log_file: Option<PathBuf>) -> anyhow::Result<i32> {
+    sidechat::logging::init(log_file.as_deref())?;
+    let db = match db {
+        Some(db) => db,
+        None => default_db()?,
+    };
+    let store =
+        Store::open(&db).with_context(|| format!("cannot open the database {}", db.display()))?;
+    tracing::info!(db = %db.display(), "serving on stdio");
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let code = tokio.block_on(async move {
+        let sink = Arc::new(ClientSink::default());
+        let runtime = Runtime::new(store, Config::from_env(), sink.clone())?;
+        let code = sidechat::rpc::serve(std::io::stdin(), std::io::stdout(), move |peer| {
+            sink.connect(peer);
+            runtime
+        })
+        .await;
+        anyhow::Ok(code)
+    })?;
+    // The stdin thread may still be blocked in read; exiting the process ends it.
+    tokio.shutdown_background();
+    Ok(code)
+}
+
+fn write_schema(out: PathBuf) -> anyhow::Result<i32> {
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    for file in generate_schema_files() {
+        let path = out.join(&file.name);
+        std::fs::write(&path, &file.contents)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    eprintln!("wrote the protocol schema to {}", out.display());
+    Ok(0)
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Serve { db, log_file } => serve(db, log_file),
+        Command::Chat {
+            db,
+            session,
+            workspace,
+        } => sidechat::client::run(sidechat::client::ChatOptions {
+            db,
+            session,
+            workspace,
+        }),
+        Command::Schema { out } => write_schema(out),
+    };
+    match outcome {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("sidechat: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}

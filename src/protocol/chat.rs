@@ -1,0 +1,72 @@
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatSendParams {
+    pub session_id: String,
+    /// What the user typed.
+    pub text: String,
+    /// A client-chosen id that makes a retried send harmless.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_message_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatSendResult {
+    /// The run that answers the message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// The stored user message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatStopResult {
+    /// The run that was stopped; absent when none was running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    pub stopped: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatResumeResult {
+    pub run_id: String,
+}
+
+/// How the user answered an approval prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ApprovalDecision {
+    /// Run this call.
+    Allow,
+    /// Run this call and every later call of the same tool in this session.
+    AllowAlways,
+    /// Do not run it; the model is told it was denied.
+    Deny,
+    /// Resolved by `chat/stop` or by the run ending; never sent by a client.
+    Cancelled,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRespondParams {
+    pub approval_id: String,
+    pub decision: ApprovalDecision,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRespondResult {
+    /// The decision in force: this answer's, or the earlier one if it was already resolved.
+    pub decision: ApprovalDecision,
+    /// False when the approval had already been resolved; nothing changed.
+    pub applied: bool,
+    /// Why nothing changed, when it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}

@@ -1,0 +1,111 @@
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{ApprovalDecision, PendingApproval, Role, ToolCallStatus, TranscriptEntry};
+
+/// The `session/event` notification: one event of one session, numbered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionEventParams {
+    pub session_id: String,
+    /// Increases by one per event of this session; a gap means events were missed and
+    /// `session/transcript` fills it.
+    pub seq: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    pub event: Event,
+}
+
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    EndTurn,
+    Stopped,
+    MaxIterations,
+    BudgetSpent,
+    CutOff,
+    Error,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum NoticeLevel {
+    Info,
+    Warning,
+    Error,
+}
+
+/// What happened in a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(
+    tag = "kind",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
+pub enum Event {
+    RunStarted {
+        model: String,
+    },
+    MessageStarted {
+        message_id: String,
+        role: Role,
+    },
+    TextDelta {
+        message_id: String,
+        text: String,
+    },
+    ThinkingDelta {
+        message_id: String,
+        text: String,
+    },
+    /// The message is committed; `entry` is what `session/transcript` returns for it.
+    MessageCompleted {
+        entry: TranscriptEntry,
+    },
+    ToolCallStarted {
+        call_id: String,
+        tool: String,
+        input: serde_json::Value,
+        summary: String,
+    },
+    ToolCallUpdated {
+        call_id: String,
+        status: ToolCallStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<String>,
+    },
+    ApprovalRequested {
+        approval: PendingApproval,
+    },
+    ApprovalResolved {
+        approval_id: String,
+        decision: ApprovalDecision,
+    },
+    Notice {
+        level: NoticeLevel,
+        message: String,
+    },
+    RunFinished {
+        reason: FinishReason,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+}
+
+impl Event {
+    /// The wire name of the event kind, as listed in `initialize`'s capabilities.
+    pub const KINDS: &'static [&'static str] = &[
+        "runStarted",
+        "messageStarted",
+        "textDelta",
+        "thinkingDelta",
+        "messageCompleted",
+        "toolCallStarted",
+        "toolCallUpdated",
+        "approvalRequested",
+        "approvalResolved",
+        "notice",
+        "runFinished",
+    ];
+}

@@ -1,0 +1,64 @@
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Who is on the other end of the connection; logged, never required.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientInfo {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_info: Option<ClientInfo>,
+    /// The protocol version the client speaks; the server answers with its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<u32>,
+    /// Free-form client capabilities; unknown keys are ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerInfo {
+    pub name: String,
+    pub version: String,
+}
+
+/// What this server can do, so a client can hide what it cannot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerCapabilities {
+    /// Methods the server answers.
+    pub methods: Vec<String>,
+    /// Kinds of `session/event` the server emits.
+    pub events: Vec<String>,
+}
+
+/// A model source the daemon can talk to (the built-in demo model when none is configured).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AccountInfo {
+    pub name: String,
+    /// `demo`, `anthropic` or `openai` (also OpenAI-compatible servers).
+    pub kind: String,
+    pub default_model: String,
+    /// True for the offline demo model, so a client can label it.
+    pub is_demo: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeResult {
+    pub server_info: ServerInfo,
+    pub protocol_version: u32,
+    pub capabilities: ServerCapabilities,
+    pub accounts: Vec<AccountInfo>,
+    /// The account a new session uses when `session/create` names none.
+    pub default_account: String,
+}

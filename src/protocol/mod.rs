@@ -1,0 +1,21 @@
+//! Wire types of the native protocol: every `*Params`, `*Result` and event that crosses stdio.
+//!
+//! They live in one place so that the JSON Schema in `schema/` can be generated from them
+//! (`sidechat schema`) and a test can tell when the checked-in copy is stale.
+
+mod chat;
+mod events;
+mod lifecycle;
+mod schema;
+mod session;
+mod transcript;
+
+pub use chat::*;
+pub use events::*;
+pub use lifecycle::*;
+pub use schema::{SchemaFile, generate_schema_files};
+pub use session::*;
+pub use transcript::*;
+
+/// The version of the native protocol this build speaks; `initialize` reports it.
+pub const PROTOCOL_VERSION: u32 = 1;

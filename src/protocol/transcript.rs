@@ -1,0 +1,123 @@
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::SessionState;
+
+/// Who a transcript entry belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Role {
+    User,
+    Assistant,
+    /// Results of the tool calls of the assistant message before it.
+    Tool,
+    /// A local annotation (e.g. `/cost` output): stored and shown, never sent to a model.
+    Note,
+}
+
+/// Whether a message is whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum MessageStatus {
+    Complete,
+    /// Cut short because the run was stopped.
+    Stopped,
+    /// Cut short because the run failed.
+    Failed,
+}
+
+/// The state of one tool call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ToolCallStatus {
+    Pending,
+    AwaitingApproval,
+    Running,
+    Done,
+    Error,
+    Denied,
+    Cancelled,
+}
+
+/// One part of a message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(
+    tag = "type",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
+pub enum Block {
+    Text {
+        text: String,
+    },
+    Thinking {
+        text: String,
+        /// Provider signature that lets the thinking be replayed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        input: serde_json::Value,
+    },
+    ToolResult {
+        call_id: String,
+        output: String,
+        is_error: bool,
+        status: ToolCallStatus,
+    },
+}
+
+/// One committed message of a session's transcript.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TranscriptEntry {
+    pub id: String,
+    pub seq: u64,
+    pub role: Role,
+    pub blocks: Vec<Block>,
+    pub status: MessageStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionTranscriptParams {
+    pub session_id: String,
+    /// Entries with a greater `seq` are returned; 0 or absent for all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_seq: Option<u64>,
+    /// Most entries to return (default 500, at most 5000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// A tool call that waits for the user's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingApproval {
+    pub approval_id: String,
+    pub run_id: String,
+    pub call_id: String,
+    pub tool: String,
+    pub input: serde_json::Value,
+    /// One line a prompt can show, e.g. `write_file notes.md (+3 lines)`.
+    pub summary: String,
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionTranscriptResult {
+    pub session_id: String,
+    pub state: SessionState,
+    pub entries: Vec<TranscriptEntry>,
+    /// True when `limit` cut the list; ask again after the last entry's `seq`.
+    pub has_more: bool,
+    /// The session's highest committed `seq`.
+    pub last_seq: u64,
+    pub pending_approvals: Vec<PendingApproval>,
+}

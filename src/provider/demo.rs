@@ -1,0 +1,326 @@
+//! The built-in offline demo model: what a new user talks to before configuring a provider.
+//!
+//! Deterministic and local. It streams its reply word by word, says in every reply that it is
+//! a demo, and when asked to list, read, search, create or edit a file or to run a command it
+//! calls the real tool, so approvals and tool results show exactly as with a real model.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use super::{
+    ModelContent, ModelDriver, ModelEvent, ModelRequest, ModelRole, ModelStream, StopReason,
+    TokenUsage,
+};
+
+/// Every reply starts with this, so nobody mistakes the demo for a real model.
+pub const DEMO_LABEL: &str = "[demo model, offline]";
+
+pub struct DemoDriver {
+    word_delay: Duration,
+}
+
+impl DemoDriver {
+    /// `word_delay` paces the stream so it reads like a model typing.
+    pub fn new(word_delay: Duration) -> Self {
+        Self { word_delay }
+    }
+}
+
+/// What the demo decided to do for one request.
+#[derive(Debug, Clone, PartialEq)]
+struct Plan {
+    text: String,
+    call: Option<(String, Value)>,
+}
+
+fn plan(request: &ModelRequest) -> Plan {
+    let Some(last) = request.messages.last() else {
+        return say("Hello! Type something.");
+    };
+    let results: Vec<_> = last
+        .content
+        .iter()
+        .filter_map(|c| match c {
+            ModelContent::ToolResult {
+                output, is_error, ..
+            } => Some((output, *is_error)),
+            _ => None,
+        })
+        .collect();
+    if last.role == ModelRole::User && !results.is_empty() {
+        return after_tool(&results);
+    }
+    let text: String = last
+        .content
+        .iter()
+        .filter_map(|c| match c {
+            ModelContent::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    for line in text.lines().rev() {
+        if let Some(plan) = intent(line.trim()) {
+            return plan;
+        }
+    }
+    if text.to_lowercase().contains("story") {
+        return say(STORY);
+    }
+    say(&format!(
+        "You said: \"{}\". I am a scripted stand-in that runs without a network or an API key. \
+         Try: \"list files\", \"read README.md\", \"create notes.md with hello\", \
+         \"edit notes.md replace hello with goodbye\", \"search TODO\" or \"run ls -la\". \
+         To talk to a real model, set ANTHROPIC_API_KEY or OPENAI_API_KEY (see the README).",
+        text.trim()
+    ))
+}
+
+fn say(text: &str) -> Plan {
+    Plan {
+        text: text.to_string(),
+        call: None,
+    }
+}
+
+fn call(text: &str, tool: &str, input: Value) -> Option<Plan> {
+    Some(Plan {
+        text: text.to_string(),
+        call: Some((tool.to_string(), input)),
+    })
+}
+
+/// Recognises a request for a tool in one line of the user's message.
+fn intent(line: &str) -> Option<Plan> {
+    let lower = line.to_lowercase();
+    let (verb, rest) = match lower.split_once(' ') {
+        Some((verb, _)) => (verb.to_string(), line[verb.len()..].trim()),
+        None => (lower.clone(), ""),
+    };
+    let first_word = rest.split_whitespace().next().unwrap_or("");
+    match verb.as_str() {
+        "list" | "ls" => {
+            let path = match first_word {
+                "" | "files" | "the" => ".",
+                other => other,
+            };
+            call(
+                &format!("Listing {path}."),
+                "list_directory",
+                json!({"path": path}),
+            )
+        }
+        "read" | "show" | "cat" if !first_word.is_empty() => call(
+            &format!("Reading {first_word}."),
+            "read_file",
+            json!({"path": first_word}),
+        ),
+        "search" | "grep" | "find" if !rest.is_empty() => call(
+            &format!("Searching for {rest}."),
+            "search_text",
+            json!({"pattern": rest}),
+        ),
+        "create" | "write" if !first_word.is_empty() => {
+            let content = split_keyword(rest, " with ")
+                .map(|(_, content)| content.to_string())
+                .unwrap_or_else(|| "Written by the sidechat demo model.".to_string());
+            call(
+                &format!("Creating {first_word}."),
+                "write_file",
+                json!({"path": first_word, "content": format!("{content}\n")}),
+            )
+        }
+        "edit" if !first_word.is_empty() => {
+            let after_path = rest[first_word.len()..].trim();
+            let replace = after_path
+                .strip_prefix("replace ")
+                .or_else(|| after_path.strip_prefix("Replace "))?;
+            let (old, new) = split_keyword(replace, " with ")?;
+            call(
+                &format!("Editing {first_word}."),
+                "edit_file",
+                json!({"path": first_word, "old_string": old, "new_string": new}),
+            )
+        }
+        "run" if !rest.is_empty() => call(
+            &format!("Running `{rest}`."),
+            "run_command",
+            json!({"command": rest}),
+        ),
+        _ => None,
+    }
+}
+
+/// Splits at the first case-insensitive occurrence of `keyword`.
+fn split_keyword<'a>(text: &'a str, keyword: &str) -> Option<(&'a str, &'a str)> {
+    let at = text.to_lowercase().find(keyword)?;
+    Some((&text[..at], &text[at + keyword.len()..]))
+}
+
+fn after_tool(results: &[(&String, bool)]) -> Plan {
+    let mut text = String::new();
+    for (output, is_error) in results {
+        let shown: Vec<&str> = output.lines().take(12).collect();
+        let more = output.lines().count().saturating_sub(shown.len());
+        let lead = if *is_error {
+            "The tool reported a problem:"
+        } else {
+            "Done. The tool answered:"
+        };
+        text.push_str(&format!("{lead}\n{}", shown.join("\n")));
+        if more > 0 {
+            text.push_str(&format!("\n… ({more} more lines)"));
+        }
+        text.push('\n');
+    }
+    say(text.trim_end())
+}
+
+const STORY: &str = "Once upon a time a small daemon lived beside an editor. Every day the editor \
+    handed it messages, and every day the daemon wrote them down in a little SQLite book before \
+    saying a word, because it had promised never to forget anything it had been told. One evening \
+    the power flickered and the daemon was stopped in the middle of a sentence. When it woke up \
+    it opened its book, found every message where it had left it, and carried on as if nothing \
+    had happened. The editor never knew, and that was the whole point.";
+
+impl ModelDriver for DemoDriver {
+    fn stream(&self, request: ModelRequest) -> ModelStream {
+        let plan = plan(&request);
+        let delay = self.word_delay;
+        let text = format!("{DEMO_LABEL} {}", plan.text);
+        let input_words: usize = request
+            .messages
+            .iter()
+            .flat_map(|m| &m.content)
+            .map(|c| match c {
+                ModelContent::Text { text } => text.split_whitespace().count(),
+                ModelContent::ToolResult { output, .. } => output.split_whitespace().count(),
+                _ => 8,
+            })
+            .sum();
+        let mut events: Vec<ModelEvent> = split_words(&text)
+            .into_iter()
+            .map(ModelEvent::TextDelta)
+            .collect();
+        let stop = match plan.call {
+            Some((name, input)) => {
+                events.push(ModelEvent::ToolCall {
+                    id: crate::util::new_id("call"),
+                    name,
+                    input,
+                });
+                StopReason::ToolUse
+            }
+            None => StopReason::EndTurn,
+        };
+        // The demo has no tokenizer of its own; words stand in for tokens, honestly rough.
+        events.push(ModelEvent::Usage(TokenUsage {
+            input: input_words as u64,
+            output: text.split_whitespace().count() as u64,
+            ..TokenUsage::default()
+        }));
+        events.push(ModelEvent::Finished(stop));
+        futures::stream::iter(events)
+            .then(move |event| async move {
+                if matches!(event, ModelEvent::TextDelta(_)) && !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                Ok(event)
+            })
+            .boxed()
+    }
+}
+
+/// Splits text into words that keep their following whitespace, so deltas rejoin exactly.
+pub fn split_words(text: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut current = String::new();
+    let mut in_space = false;
+    for ch in text.chars() {
+        if ch.is_whitespace() {
+            in_space = true;
+        } else if in_space {
+            words.push(std::mem::take(&mut current));
+            in_space = false;
+        }
+        current.push(ch);
+    }
+    if !current.is_empty() {
+        words.push(current);
+    }
+    words
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::ModelMessage;
+    use pretty_assertions::assert_eq;
+
+    fn user(text: &str) -> ModelRequest {
+        ModelRequest {
+            model: "demo".into(),
+            system: None,
+            messages: vec![ModelMessage {
+                role: ModelRole::User,
+                content: vec![ModelContent::Text { text: text.into() }],
+            }],
+            tools: vec![],
+            max_output_tokens: 1000,
+        }
+    }
+
+    #[test]
+    fn recognises_tool_requests() {
+        assert_eq!(
+            plan(&user("please\ncreate notes.md with hello world")).call,
+            Some((
+                "write_file".into(),
+                json!({"path": "notes.md", "content": "hello world\n"})
+            ))
+        );
+        assert_eq!(
+            plan(&user("edit a.txt replace one with two")).call,
+            Some((
+                "edit_file".into(),
+                json!({"path": "a.txt", "old_string": "one", "new_string": "two"})
+            ))
+        );
+        assert_eq!(
+            plan(&user("list files")).call,
+            Some(("list_directory".into(), json!({"path": "."})))
+        );
+        assert_eq!(
+            plan(&user("run echo hi")).call,
+            Some(("run_command".into(), json!({"command": "echo hi"})))
+        );
+        assert_eq!(plan(&user("hello there")).call, None);
+    }
+
+    #[test]
+    fn words_rejoin_exactly() {
+        let text = "a  b\nc ";
+        assert_eq!(split_words(text).concat(), text);
+        assert_eq!(split_words(text), vec!["a  ", "b\n", "c "]);
+    }
+
+    #[tokio::test]
+    async fn every_reply_says_it_is_a_demo() {
+        let driver = DemoDriver::new(Duration::ZERO);
+        let events: Vec<_> = driver.stream(user("hi")).collect().await;
+        let text: String = events
+            .iter()
+            .filter_map(|e| match e {
+                Ok(ModelEvent::TextDelta(t)) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert!(text.starts_with(DEMO_LABEL), "{text}");
+        assert_eq!(
+            events.last(),
+            Some(&Ok(ModelEvent::Finished(StopReason::EndTurn)))
+        );
+    }
+}

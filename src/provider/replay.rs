@@ -1,0 +1,159 @@
+//! A scripted model that replays turns from a JSON file.
+//!
+//! It lets editor integrations and end-to-end tests drive real runs (tool calls, approvals,
+//! long streams, failures) without a network. The turn answered is chosen by how many assistant
+//! messages the request already holds, so a restarted daemon continues the script where the
+//! transcript stands.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{
+    ModelDriver, ModelEvent, ModelRequest, ModelRole, ModelStream, ProviderError, StopReason,
+    TokenUsage,
+};
+
+/// One scripted model turn.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReplayTurn {
+    pub thinking: Option<String>,
+    pub text: Option<String>,
+    pub tool_calls: Vec<ReplayToolCall>,
+    /// Pause before each streamed delta.
+    pub delay_ms: u64,
+    /// Fail after streaming the text, as a dropped connection would.
+    pub error: Option<String>,
+    pub usage: Option<TokenUsage>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ReplayToolCall {
+    pub name: String,
+    pub input: Value,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayScript {
+    pub turns: Vec<ReplayTurn>,
+    /// Answer used once the turns run out (default: a short closing text).
+    #[serde(default)]
+    pub fallback: Option<ReplayTurn>,
+}
+
+pub struct ReplayDriver {
+    script: ReplayScript,
+    /// Every request received is appended here as one JSON line, when set.
+    request_log: Option<PathBuf>,
+}
+
+impl ReplayDriver {
+    pub fn from_file(
+        path: &std::path::Path,
+        request_log: Option<PathBuf>,
+    ) -> Result<Self, ProviderError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ProviderError::Config(format!(
+                "cannot read the replay script {}: {e}",
+                path.display()
+            ))
+        })?;
+        let script = serde_json::from_str(&text).map_err(|e| {
+            ProviderError::Config(format!(
+                "the replay script {} is invalid: {e}",
+                path.display()
+            ))
+        })?;
+        Ok(Self {
+            script,
+            request_log,
+        })
+    }
+
+    fn log(&self, request: &ModelRequest) {
+        let Some(path) = &self.request_log else {
+            return;
+        };
+        let line = serde_json::to_string(request).unwrap_or_default();
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| writeln!(f, "{line}"));
+        if let Err(e) = written {
+            tracing::warn!(error = %e, "cannot append to the replay request log");
+        }
+    }
+}
+
+impl ModelDriver for ReplayDriver {
+    fn stream(&self, request: ModelRequest) -> ModelStream {
+        self.log(&request);
+        let index = request
+            .messages
+            .iter()
+            .filter(|m| m.role == ModelRole::Assistant)
+            .count();
+        let turn = self
+            .script
+            .turns
+            .get(index)
+            .or(self.script.fallback.as_ref())
+            .cloned()
+            .unwrap_or_else(|| ReplayTurn {
+                text: Some("(the replay script has no more turns)".into()),
+                ..ReplayTurn::default()
+            });
+        let delay = Duration::from_millis(turn.delay_ms);
+        let mut events: Vec<Result<ModelEvent, ProviderError>> = Vec::new();
+        if let Some(thinking) = &turn.thinking {
+            events.extend(
+                super::demo::split_words(thinking)
+                    .into_iter()
+                    .map(|w| Ok(ModelEvent::ThinkingDelta(w))),
+            );
+            events.push(Ok(ModelEvent::ThinkingSignature(format!(
+                "replay-signature-{index}"
+            ))));
+        }
+        if let Some(text) = &turn.text {
+            events.extend(
+                super::demo::split_words(text)
+                    .into_iter()
+                    .map(|w| Ok(ModelEvent::TextDelta(w))),
+            );
+        }
+        if let Some(error) = &turn.error {
+            events.push(Err(ProviderError::Stream(error.clone())));
+        } else {
+            for (position, call) in turn.tool_calls.iter().enumerate() {
+                events.push(Ok(ModelEvent::ToolCall {
+                    id: format!("call_{index}_{position}_{}", uuid::Uuid::now_v7().simple()),
+                    name: call.name.clone(),
+                    input: call.input.clone(),
+                }));
+            }
+            events.push(Ok(ModelEvent::Usage(turn.usage.unwrap_or_default())));
+            let stop = if turn.tool_calls.is_empty() {
+                StopReason::EndTurn
+            } else {
+                StopReason::ToolUse
+            };
+            events.push(Ok(ModelEvent::Finished(stop)));
+        }
+        futures::stream::iter(events)
+            .then(move |event| async move {
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                event
+            })
+            .boxed()
+    }
+}

@@ -1,0 +1,12 @@
+//! JSON-RPC 2.0 over stdio: framing, transport, the dispatcher and the method table.
+
+pub mod error;
+pub mod framing;
+mod methods;
+pub mod peer;
+mod server;
+pub mod transport;
+
+pub use methods::METHODS;
+pub use peer::{ClientSink, Peer, PeerError};
+pub use server::serve;

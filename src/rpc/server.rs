@@ -1,0 +1,472 @@
+//! The dispatcher: classifies every frame, enforces the lifecycle, routes requests through the
+//! method table, handles client notifications in arrival order and completes the server's own
+//! requests.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use futures::future::join_all;
+use jsonrpsee::RpcModule;
+use serde_json::Value;
+use tokio::task::AbortHandle;
+
+use super::error::*;
+use super::framing::{Decoded, MAX_FRAME_BYTES};
+use super::methods::method_table;
+use super::peer::Peer;
+use super::transport::{spawn_reader, spawn_writer};
+use crate::protocol::{InitializeParams, InitializeResult};
+use crate::runtime::Runtime;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lifecycle {
+    Uninitialized,
+    Running,
+    ShuttingDown,
+}
+
+/// What to do with one classified message.
+enum Outcome {
+    /// Nothing to answer (a notification, or a reply to our own request).
+    Silent,
+    /// A complete response frame.
+    Reply(String),
+    /// A request for the method table.
+    Call { id: Value, frame: String },
+    /// The client said `exit`.
+    Exit,
+}
+
+struct Dispatcher {
+    module: RpcModule<Runtime>,
+    runtime: Runtime,
+    peer: Peer,
+    state: Mutex<Lifecycle>,
+    /// In-flight requests by their id's JSON text, so `$/cancelRequest` can end them.
+    inflight: Mutex<HashMap<String, AbortHandle>>,
+    /// Signalled whenever an in-flight request ends, so `shutdown` can wait for them.
+    request_ended: tokio::sync::Notify,
+}
+
+/// Serves one client on `input`/`output` until `exit` or end of input; returns the exit code
+/// (0 after `shutdown`, 1 otherwise, as in LSP).
+pub async fn serve<R, W>(input: R, output: W, make_runtime: impl FnOnce(Peer) -> Runtime) -> i32
+where
+    R: Read + Send + 'static,
+    W: Write + Send + 'static,
+{
+    let framing = Arc::new(OnceLock::new());
+    let outbox = spawn_writer(output, framing.clone());
+    let peer = Peer::new(outbox.clone());
+    let runtime = make_runtime(peer.clone());
+    let dispatcher = Arc::new(Dispatcher {
+        module: method_table(runtime.clone()),
+        runtime,
+        peer: peer.clone(),
+        state: Mutex::new(Lifecycle::Uninitialized),
+        inflight: Mutex::default(),
+        request_ended: tokio::sync::Notify::new(),
+    });
+    let mut frames = spawn_reader(input, framing);
+    let mut exit_requested = false;
+    while let Some(item) = frames.recv().await {
+        match item {
+            Decoded::Frame(bytes) => {
+                if dispatcher.clone().handle_frame(&bytes).await {
+                    exit_requested = true;
+                    break;
+                }
+            }
+            Decoded::Garbage { skipped } => {
+                tracing::warn!(skipped, "skipped bytes that were not a frame");
+                outbox.send(error_response(
+                    &Value::Null,
+                    PARSE_ERROR,
+                    "Parse error: bytes that are not a frame were skipped",
+                    Some(serde_json::json!({"skipped": skipped})),
+                ));
+            }
+            Decoded::TooLarge { size } => {
+                tracing::warn!(size, "refused an oversized frame");
+                let message = format!(
+                    "Frame of {size} bytes exceeds the limit of {} bytes; it was skipped",
+                    MAX_FRAME_BYTES
+                );
+                outbox.send(error_response(
+                    &Value::Null,
+                    INVALID_REQUEST,
+                    &message,
+                    None,
+                ));
+            }
+            Decoded::Truncated { buffered } => {
+                tracing::warn!(buffered, "input ended inside a frame");
+            }
+        }
+    }
+    if !exit_requested {
+        tracing::info!("input closed without exit");
+    }
+    let clean = dispatcher.lifecycle() == Lifecycle::ShuttingDown;
+    dispatcher.runtime.shutdown().await;
+    peer.close();
+    outbox.flush().await;
+    if clean { 0 } else { 1 }
+}
+
+impl Dispatcher {
+    fn lifecycle(&self) -> Lifecycle {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_lifecycle(&self, state: Lifecycle) {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = state;
+    }
+
+    /// Handles one frame; true when the client asked to exit.
+    async fn handle_frame(self: Arc<Self>, bytes: &[u8]) -> bool {
+        let value: Value = match serde_json::from_slice(bytes) {
+            Ok(value) => value,
+            Err(e) => {
+                self.peer.outbox().send(error_response(
+                    &Value::Null,
+                    PARSE_ERROR,
+                    &format!("Parse error: {e}"),
+                    None,
+                ));
+                return false;
+            }
+        };
+        match value {
+            Value::Array(items) if items.is_empty() => {
+                self.peer.outbox().send(error_response(
+                    &Value::Null,
+                    INVALID_REQUEST,
+                    "Invalid Request: empty batch",
+                    None,
+                ));
+                false
+            }
+            Value::Array(items) => self.handle_batch(items).await,
+            message => match self.classify(message).await {
+                Outcome::Silent => false,
+                Outcome::Reply(text) => {
+                    self.peer.outbox().send(text);
+                    false
+                }
+                Outcome::Call { id, frame } => {
+                    self.spawn_call(id, frame);
+                    false
+                }
+                Outcome::Exit => true,
+            },
+        }
+    }
+
+    /// A batch: every element handled, the answers sent together as one array.
+    async fn handle_batch(self: Arc<Self>, items: Vec<Value>) -> bool {
+        let mut exit = false;
+        let mut replies = Vec::new();
+        let mut calls = Vec::new();
+        for item in items {
+            match self.classify(item).await {
+                Outcome::Silent => {}
+                Outcome::Reply(text) => replies.push(text),
+                Outcome::Call { frame, .. } => calls.push(frame),
+                Outcome::Exit => exit = true,
+            }
+        }
+        let answered = join_all(calls.iter().map(|frame| self.call(frame))).await;
+        replies.extend(answered);
+        if !replies.is_empty() {
+            self.peer.outbox().send(format!("[{}]", replies.join(",")));
+        }
+        exit
+    }
+
+    async fn classify(&self, message: Value) -> Outcome {
+        let Value::Object(object) = &message else {
+            return Outcome::Reply(error_response(
+                &Value::Null,
+                INVALID_REQUEST,
+                "Invalid Request: expected an object",
+                None,
+            ));
+        };
+        let id = object.get("id").cloned();
+        let method = object.get("method");
+        if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            return match id {
+                Some(id) if method.is_some() || !object.contains_key("result") => {
+                    Outcome::Reply(error_response(
+                        &id,
+                        INVALID_REQUEST,
+                        "Invalid Request: \"jsonrpc\" must be \"2.0\"",
+                        None,
+                    ))
+                }
+                _ => Outcome::Silent,
+            };
+        }
+        match (method, id) {
+            (Some(Value::String(method)), Some(id)) => {
+                if !(id.is_string() || id.is_number()) {
+                    return Outcome::Reply(error_response(
+                        &Value::Null,
+                        INVALID_REQUEST,
+                        "Invalid Request: id must be a string or a number",
+                        None,
+                    ));
+                }
+                let method = method.clone();
+                self.request(method, id, message).await
+            }
+            (Some(Value::String(method)), None) => {
+                let method = method.clone();
+                self.notification(&method, object.get("params")).await
+            }
+            (Some(_), id) => Outcome::Reply(error_response(
+                &id.unwrap_or(Value::Null),
+                INVALID_REQUEST,
+                "Invalid Request: method must be a string",
+                None,
+            )),
+            (None, Some(_)) if object.contains_key("result") || object.contains_key("error") => {
+                if !self.peer.complete(&message) {
+                    tracing::warn!(?message, "response to no pending request");
+                }
+                Outcome::Silent
+            }
+            (None, id) => Outcome::Reply(error_response(
+                &id.unwrap_or(Value::Null),
+                INVALID_REQUEST,
+                "Invalid Request: no method",
+                None,
+            )),
+        }
+    }
+
+    async fn request(&self, method: String, id: Value, message: Value) -> Outcome {
+        let state = self.lifecycle();
+        match (method.as_str(), state) {
+            ("initialize", Lifecycle::Uninitialized) => {
+                let params = match parse_params::<InitializeParams>(&message) {
+                    Ok(params) => params,
+                    Err(text) => {
+                        return Outcome::Reply(error_response(&id, INVALID_PARAMS, &text, None));
+                    }
+                };
+                if let Some(client) = &params.client_info {
+                    tracing::info!(client = %client.name, version = ?client.version, "initialize");
+                }
+                let result: InitializeResult = self.runtime.initialize_result();
+                self.set_lifecycle(Lifecycle::Running);
+                Outcome::Reply(result_response(&id, &result))
+            }
+            ("initialize", _) => Outcome::Reply(error_response(
+                &id,
+                INVALID_REQUEST,
+                "Invalid Request: initialize was already received",
+                None,
+            )),
+            (_, Lifecycle::Uninitialized) => Outcome::Reply(error_response(
+                &id,
+                SERVER_NOT_INITIALIZED,
+                &format!("Server not initialized: send initialize before {method}"),
+                None,
+            )),
+            (_, Lifecycle::ShuttingDown) => Outcome::Reply(error_response(
+                &id,
+                INVALID_REQUEST,
+                &format!("Invalid Request: the server is shutting down and refuses {method}"),
+                None,
+            )),
+            ("shutdown", Lifecycle::Running) => {
+                self.set_lifecycle(Lifecycle::ShuttingDown);
+                self.requests_drained().await;
+                self.runtime.shutdown().await;
+                Outcome::Reply(result_response(&id, &Value::Null))
+            }
+            (_, Lifecycle::Running) => Outcome::Call {
+                id,
+                frame: message.to_string(),
+            },
+        }
+    }
+
+    async fn notification(&self, method: &str, params: Option<&Value>) -> Outcome {
+        match method {
+            "exit" => return Outcome::Exit,
+            "initialized" => tracing::debug!("client initialized"),
+            "$/cancelRequest" => match params.and_then(|p| p.get("id")) {
+                Some(id) => self.cancel(id),
+                None => tracing::warn!("$/cancelRequest without an id"),
+            },
+            other => tracing::debug!(method = other, "ignored notification"),
+        }
+        Outcome::Silent
+    }
+
+    /// Runs a request on its own task so a slow method never blocks the connection.
+    fn spawn_call(self: Arc<Self>, id: Value, frame: String) {
+        let key = id.to_string();
+        let this = self.clone();
+        let task_key = key.clone();
+        // Hold the lock while spawning so the task cannot finish before it is registered.
+        let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        let task = tokio::spawn(async move {
+            let reply = this.call(&frame).await;
+            let still_wanted = this
+                .inflight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&task_key)
+                .is_some();
+            if still_wanted {
+                this.peer.outbox().send(reply);
+            }
+            this.request_ended.notify_waiters();
+        });
+        if inflight.insert(key, task.abort_handle()).is_some() {
+            tracing::warn!(%id, "a request reused the id of one still in flight");
+        }
+    }
+
+    /// Waits until every request accepted before `shutdown` has been answered.
+    async fn requests_drained(&self) {
+        loop {
+            let ended = self.request_ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self
+                .inflight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty()
+            {
+                return;
+            }
+            ended.await;
+        }
+    }
+
+    fn cancel(&self, id: &Value) {
+        let handle = self
+            .inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id.to_string());
+        if let Some(handle) = handle {
+            handle.abort();
+            self.peer.outbox().send(error_response(
+                id,
+                REQUEST_CANCELLED,
+                "Request cancelled",
+                None,
+            ));
+            self.request_ended.notify_waiters();
+        }
+    }
+
+    async fn call(&self, frame: &str) -> String {
+        match self.module.raw_json_request(frame, 1).await {
+            Ok((response, _)) => response.get().to_string(),
+            Err(e) => error_response(
+                &Value::Null,
+                INVALID_REQUEST,
+                &format!("Invalid Request: {e}"),
+                None,
+            ),
+        }
+    }
+}
+
+fn parse_params<T: serde::de::DeserializeOwned + Default>(message: &Value) -> Result<T, String> {
+    match message.get("params") {
+        None | Some(Value::Null) => Ok(T::default()),
+        Some(params) => {
+            serde_json::from_value(params.clone()).map_err(|e| format!("Invalid params: {e}"))
+        }
+    }
+}
+
+fn result_response<T: serde::Serialize>(id: &Value, result: &T) -> String {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rpc::framing::Framing;
+    use crate::runtime::NoClient;
+
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+    impl Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn dispatcher(sink: Sink) -> Arc<Dispatcher> {
+        let config = crate::config::Config::from_env();
+        let store = crate::store::Store::open_in_memory().unwrap();
+        let runtime = Runtime::new(store, config, Arc::new(NoClient)).unwrap();
+        let mut module = method_table(runtime.clone());
+        module
+            .register_async_method("test/sleep", |_, _, _| async {
+                tokio::time::sleep(std::time::Duration::from_secs(600)).await;
+                Ok::<_, jsonrpsee::types::ErrorObjectOwned>(())
+            })
+            .unwrap();
+        let framing = Arc::new(OnceLock::from(Framing::Line));
+        Arc::new(Dispatcher {
+            module,
+            runtime,
+            peer: Peer::new(spawn_writer(sink, framing)),
+            state: Mutex::new(Lifecycle::Running),
+            inflight: Mutex::default(),
+            request_ended: tokio::sync::Notify::new(),
+        })
+    }
+
+    fn frames(sink: &Sink) -> Vec<Value> {
+        String::from_utf8(sink.0.lock().unwrap().clone())
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn cancel_request_ends_an_in_flight_request_with_one_answer() {
+        let sink = Sink::default();
+        let dispatcher = dispatcher(sink.clone());
+        let slow = br#"{"jsonrpc":"2.0","id":7,"method":"test/sleep"}"#;
+        assert!(!dispatcher.clone().handle_frame(slow).await);
+        let cancel = br#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":7}}"#;
+        dispatcher.clone().handle_frame(cancel).await;
+        // Cancelling again, or an unknown id, is a no-op.
+        dispatcher.clone().handle_frame(cancel).await;
+        let quick = br#"{"jsonrpc":"2.0","id":8,"method":"session/list"}"#;
+        dispatcher.clone().handle_frame(quick).await;
+        dispatcher.requests_drained().await;
+        dispatcher.peer.outbox().flush().await;
+        let answers: Vec<(Value, Value)> = frames(&sink)
+            .into_iter()
+            .map(|f| (f["id"].clone(), f["error"]["code"].clone()))
+            .collect();
+        assert_eq!(
+            answers,
+            vec![
+                (serde_json::json!(7), serde_json::json!(-32800)),
+                (serde_json::json!(8), Value::Null)
+            ]
+        );
+    }
+}

@@ -1,0 +1,29 @@
+use crate::store::StoreError;
+
+/// Why a request to the runtime failed; the RPC layer maps each to a JSON-RPC error code.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("no session with id {0:?}")]
+    SessionNotFound(String),
+    #[error("invalid params: {0}")]
+    InvalidParams(String),
+    #[error(
+        "session {session_id} is busy with run {run_id}; wait for runFinished or send chat/stop"
+    )]
+    Busy { session_id: String, run_id: String },
+    #[error("no {what} with id {id:?}")]
+    NotFound { what: &'static str, id: String },
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Provider(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A run waiting for an approval was left suspended by a shutdown.
+    #[error("the run was suspended by a shutdown")]
+    Suspended,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+pub type RuntimeResult<T> = Result<T, RuntimeError>;

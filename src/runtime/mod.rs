@@ -1,0 +1,117 @@
+//! The only stateful orchestrator: sessions, runs, approvals.
+//!
+//! Every state change is committed to the store before a client hears of it. One run per
+//! session at a time; runs of different sessions proceed concurrently.
+
+mod chat;
+mod error;
+mod events;
+mod projection;
+mod recovery;
+mod registry;
+mod run;
+mod sessions;
+mod tool_phase;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+pub use error::{RuntimeError, RuntimeResult};
+pub use events::{EventSink, NoClient};
+pub use projection::project;
+
+use crate::config::{AccountKind, Config};
+use crate::protocol::*;
+use crate::provider::ModelDriver;
+use crate::provider::demo::DemoDriver;
+use crate::provider::replay::ReplayDriver;
+use crate::store::Store;
+use events::Events;
+use registry::Registry;
+
+/// A cheap handle to the shared runtime.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    config: Config,
+    events: Events,
+    runs: Registry,
+    drivers: Mutex<HashMap<String, Arc<dyn ModelDriver>>>,
+}
+
+impl Runtime {
+    /// Opens the runtime over `store`, first repairing what a crashed daemon left behind.
+    pub fn new(store: Store, config: Config, sink: Arc<dyn EventSink>) -> RuntimeResult<Self> {
+        let inner = Arc::new(Inner {
+            store,
+            config,
+            events: Events::new(sink),
+            runs: Registry::default(),
+            drivers: Mutex::default(),
+        });
+        recovery::recover(&inner)?;
+        Ok(Self { inner })
+    }
+
+    pub fn initialize_result(&self) -> InitializeResult {
+        let mut methods: Vec<String> = ["initialize", "shutdown"]
+            .into_iter()
+            .chain(crate::rpc::METHODS.iter().copied())
+            .map(str::to_string)
+            .collect();
+        methods.sort();
+        InitializeResult {
+            server_info: ServerInfo {
+                name: "sidechat".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+            },
+            protocol_version: PROTOCOL_VERSION,
+            capabilities: ServerCapabilities {
+                methods,
+                events: Event::KINDS.iter().map(|k| k.to_string()).collect(),
+            },
+            accounts: self.inner.config.account_infos(),
+            default_account: self.inner.config.default_account.clone(),
+        }
+    }
+
+    /// Stops every live run and waits until each has recorded how it ended. A run waiting for
+    /// an approval stays suspended, so the next daemon can still ask.
+    pub async fn shutdown(&self) {
+        for mut done in self.inner.runs.suspend_all() {
+            let _ = done.wait_for(|d| *d).await;
+        }
+    }
+}
+
+impl Inner {
+    /// The driver for an account, built on first use.
+    fn driver(&self, account: &str) -> RuntimeResult<Arc<dyn ModelDriver>> {
+        let mut drivers = self.drivers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(driver) = drivers.get(account) {
+            return Ok(driver.clone());
+        }
+        let configured = self.config.account(account).ok_or_else(|| {
+            RuntimeError::Provider(format!(
+                "the session uses account {account:?}, which is not configured; configure it or switch the session to one of: {}",
+                self.config.accounts.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(", ")
+            ))
+        })?;
+        let driver: Arc<dyn ModelDriver> = match &configured.kind {
+            AccountKind::Demo { word_delay } => Arc::new(DemoDriver::new(*word_delay)),
+            AccountKind::Replay {
+                script,
+                request_log,
+            } => Arc::new(
+                ReplayDriver::from_file(script, request_log.clone())
+                    .map_err(|e| RuntimeError::Provider(e.to_string()))?,
+            ),
+        };
+        drivers.insert(account.to_string(), driver.clone());
+        Ok(driver)
+    }
+}

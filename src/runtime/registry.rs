@@ -1,0 +1,111 @@
+//! The runs in flight, at most one per session.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::watch;
+
+/// Handles to one live run.
+pub struct ActiveRun {
+    pub run_id: String,
+    /// Set to true to stop the run.
+    pub stop: watch::Sender<bool>,
+    /// Bumped whenever one of the run's approvals is answered.
+    pub approvals: watch::Sender<u64>,
+    /// Becomes true once the run has left the registry.
+    pub done: watch::Receiver<bool>,
+    /// Set with `stop` when the daemon shuts down: a run waiting for an approval is left
+    /// suspended (still pending in the store) instead of being cancelled.
+    pub suspend: Arc<AtomicBool>,
+}
+
+/// Receivers the run task itself holds.
+pub struct RunSignals {
+    pub stop: watch::Receiver<bool>,
+    pub approvals: watch::Receiver<u64>,
+    pub done: watch::Sender<bool>,
+    pub suspend: Arc<AtomicBool>,
+}
+
+#[derive(Default)]
+pub struct Registry {
+    runs: Mutex<HashMap<String, ActiveRun>>,
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, ActiveRun>> {
+        self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Claims the session for a new run; `Err(run_id)` of the run already there.
+    pub fn claim(&self, session_id: &str, run_id: &str) -> Result<RunSignals, String> {
+        let mut runs = self.lock();
+        if let Some(active) = runs.get(session_id) {
+            return Err(active.run_id.clone());
+        }
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (approvals_tx, approvals_rx) = watch::channel(0);
+        let (done_tx, done_rx) = watch::channel(false);
+        let suspend = Arc::new(AtomicBool::new(false));
+        runs.insert(
+            session_id.to_string(),
+            ActiveRun {
+                run_id: run_id.to_string(),
+                stop: stop_tx,
+                approvals: approvals_tx,
+                done: done_rx,
+                suspend: suspend.clone(),
+            },
+        );
+        Ok(RunSignals {
+            stop: stop_rx,
+            approvals: approvals_rx,
+            done: done_tx,
+            suspend,
+        })
+    }
+
+    pub fn release(&self, session_id: &str, run_id: &str) {
+        let mut runs = self.lock();
+        if runs.get(session_id).is_some_and(|a| a.run_id == run_id) {
+            runs.remove(session_id);
+        }
+    }
+
+    pub fn active_run(&self, session_id: &str) -> Option<String> {
+        self.lock().get(session_id).map(|a| a.run_id.clone())
+    }
+
+    /// Asks a session's run to stop; the receiver tells when it has left the registry.
+    pub fn stop(&self, session_id: &str) -> Option<(String, watch::Receiver<bool>)> {
+        let runs = self.lock();
+        let active = runs.get(session_id)?;
+        let _ = active.stop.send(true);
+        Some((active.run_id.clone(), active.done.clone()))
+    }
+
+    /// Stops every run for a shutdown; runs waiting for an approval stay suspended.
+    pub fn suspend_all(&self) -> Vec<watch::Receiver<bool>> {
+        self.lock()
+            .values()
+            .map(|active| {
+                active.suspend.store(true, Ordering::SeqCst);
+                let _ = active.stop.send(true);
+                active.done.clone()
+            })
+            .collect()
+    }
+
+    /// Wakes a run waiting for an approval; false when the session has no live run.
+    pub fn poke_approvals(&self, session_id: &str) -> bool {
+        match self.lock().get(session_id) {
+            Some(active) => {
+                active.approvals.send_modify(|n| *n += 1);
+                true
+            }
+            None => false,
+        }
+    }
+}

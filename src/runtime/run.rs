@@ -1,0 +1,369 @@
+//! One agent run: model step → tool calls → approvals → results → next step, until the model
+//! ends its turn, the user stops it, the step limit is reached or something fails.
+//!
+//! The loop works from the stored transcript, so a run suspended on an approval by a restart
+//! continues exactly where it stood.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+
+use super::registry::RunSignals;
+use super::{Inner, RuntimeError, RuntimeResult, project};
+use crate::protocol::*;
+use crate::provider::{ModelEvent, ModelRequest, ProviderError, StopReason};
+use crate::store::{NewMessage, RunRow, SessionRow};
+use crate::util::new_id;
+
+/// Output budget asked of the model for one step.
+const MAX_OUTPUT_TOKENS: u32 = 8192;
+
+pub enum RunStart {
+    /// A fresh run answering the transcript's last user turn.
+    New { session: SessionRow, run_id: String },
+    /// A stored run that was suspended on an approval.
+    Resume { session: SessionRow, run: RunRow },
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finish {
+    pub reason: FinishReason,
+    pub error: Option<String>,
+}
+
+impl Finish {
+    fn of(reason: FinishReason) -> Self {
+        Self {
+            reason,
+            error: None,
+        }
+    }
+
+    pub fn error(message: impl Into<String>) -> Self {
+        Self {
+            reason: FinishReason::Error,
+            error: Some(message.into()),
+        }
+    }
+}
+
+pub(super) struct RunContext {
+    pub inner: Arc<Inner>,
+    pub session_id: String,
+    pub run_id: String,
+    pub signals: RunSignals,
+    pub steps: u32,
+}
+
+/// Starts the run's task. The claim in the registry is already held by `signals`.
+pub fn spawn_run(inner: Arc<Inner>, start: RunStart, signals: RunSignals) -> RuntimeResult<()> {
+    let (session, run_id, steps) = match start {
+        RunStart::New { session, run_id } => {
+            if let Err(e) = inner.store.insert_run(&run_id, &session.id, &session.model) {
+                inner.runs.release(&session.id, &run_id);
+                return Err(e.into());
+            }
+            (session, run_id, 0)
+        }
+        RunStart::Resume { session, run } => (session, run.id, run.steps),
+    };
+    inner.events.emit(
+        &inner.store,
+        &session.id,
+        Some(&run_id),
+        Event::RunStarted {
+            model: session.model.clone(),
+        },
+    );
+    let mut context = RunContext {
+        inner,
+        session_id: session.id,
+        run_id,
+        signals,
+        steps,
+    };
+    tokio::spawn(async move {
+        match context.drive().await {
+            Ok(finish) => context.finish(finish),
+            Err(RuntimeError::Suspended) => context.suspend(),
+            Err(e) => context.finish(Finish::error(e.to_string())),
+        }
+    });
+    Ok(())
+}
+
+impl RunContext {
+    pub fn stopped(&self) -> bool {
+        *self.signals.stop.borrow()
+    }
+
+    pub fn emit(&self, event: Event) {
+        self.inner.events.emit(
+            &self.inner.store,
+            &self.session_id,
+            Some(&self.run_id),
+            event,
+        );
+    }
+
+    pub fn commit(
+        &self,
+        id: Option<String>,
+        role: Role,
+        blocks: Vec<Block>,
+        status: MessageStatus,
+    ) -> RuntimeResult<TranscriptEntry> {
+        self.inner.events.commit(
+            &self.inner.store,
+            NewMessage {
+                id,
+                session_id: self.session_id.clone(),
+                seq: 0,
+                run_id: Some(self.run_id.clone()),
+                role,
+                blocks,
+                status,
+            },
+        )
+    }
+
+    async fn drive(&mut self) -> RuntimeResult<Finish> {
+        loop {
+            let last = self.inner.store.last_model_message(&self.session_id)?;
+            if let Some(assistant) = last.as_ref().filter(|m| m.role == Role::Assistant) {
+                let has_calls = assistant
+                    .blocks
+                    .iter()
+                    .any(|b| matches!(b, Block::ToolCall { .. }));
+                if !has_calls {
+                    // Resumed after the model already answered: nothing left to do.
+                    return Ok(Finish::of(FinishReason::EndTurn));
+                }
+                self.resolve_tool_calls(assistant).await?;
+            }
+            if self.stopped() {
+                return Ok(Finish::of(FinishReason::Stopped));
+            }
+            let session = self
+                .inner
+                .store
+                .session(&self.session_id)?
+                .ok_or_else(|| RuntimeError::SessionNotFound(self.session_id.clone()))?;
+            if self.steps >= session.max_steps {
+                return Ok(Finish::of(FinishReason::MaxIterations));
+            }
+            self.steps += 1;
+            self.inner.store.set_run_steps(&self.run_id, self.steps)?;
+            match self.model_step(&session).await? {
+                StepEnd::ToolCalls => continue,
+                StepEnd::Finished(finish) => return Ok(finish),
+            }
+        }
+    }
+
+    /// Streams one model response and commits it.
+    async fn model_step(&mut self, session: &SessionRow) -> RuntimeResult<StepEnd> {
+        let driver = match self.inner.driver(&session.account) {
+            Ok(driver) => driver,
+            Err(e) => return Ok(StepEnd::Finished(Finish::error(e.to_string()))),
+        };
+        let entries = self
+            .inner
+            .store
+            .messages_after(&self.session_id, 0, usize::MAX)?;
+        let request = ModelRequest {
+            model: session.model.clone(),
+            system: session.system_prompt.clone(),
+            messages: project(&entries),
+            tools: crate::tools::specs(),
+            max_output_tokens: MAX_OUTPUT_TOKENS,
+        };
+        let message_id = new_id("msg");
+        self.emit(Event::MessageStarted {
+            message_id: message_id.clone(),
+            role: Role::Assistant,
+        });
+        let mut reply = Reply::default();
+        let mut stream = driver.stream(request);
+        let mut stop = self.signals.stop.clone();
+        let ended = loop {
+            let next = tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => break Ended::Stopped,
+                next = stream.next() => next,
+            };
+            match next {
+                None => {
+                    break Ended::Failed(ProviderError::Stream(
+                        "the model's stream ended before it finished".into(),
+                    ));
+                }
+                Some(Err(e)) => break Ended::Failed(e),
+                Some(Ok(ModelEvent::Finished(reason))) => break Ended::Finished(reason),
+                Some(Ok(event)) => self.apply(&message_id, &mut reply, event),
+            }
+        };
+        drop(stream);
+        let status = match ended {
+            Ended::Finished(_) => MessageStatus::Complete,
+            Ended::Stopped => MessageStatus::Stopped,
+            Ended::Failed(_) => MessageStatus::Failed,
+        };
+        // A call that never completed must not run: keep calls only from a whole response.
+        let keep_calls = status == MessageStatus::Complete;
+        let cut_ids: Vec<String> = reply.cut_calls.iter().map(|(id, _)| id.clone()).collect();
+        let has_calls = keep_calls && !(reply.calls.is_empty() && reply.cut_calls.is_empty());
+        self.commit(
+            Some(message_id),
+            Role::Assistant,
+            reply.into_blocks(keep_calls),
+            status,
+        )?;
+        for id in cut_ids {
+            let output = "This tool call was cut off by the output limit before its arguments were complete, so it was not run. Send less at once or split the work into smaller calls.";
+            self.inner.store.set_tool_call_result(
+                &self.session_id,
+                &id,
+                ToolCallStatus::Error,
+                output,
+                true,
+            )?;
+        }
+        Ok(match ended {
+            Ended::Stopped => StepEnd::Finished(Finish::of(FinishReason::Stopped)),
+            Ended::Failed(e) => StepEnd::Finished(Finish::error(e.to_string())),
+            Ended::Finished(_) if has_calls => StepEnd::ToolCalls,
+            Ended::Finished(StopReason::MaxTokens) => {
+                self.emit(Event::Notice {
+                    level: NoticeLevel::Warning,
+                    message: "The answer got too long and was cut off.".into(),
+                });
+                StepEnd::Finished(Finish::of(FinishReason::CutOff))
+            }
+            Ended::Finished(StopReason::Refusal) => {
+                self.emit(Event::Notice {
+                    level: NoticeLevel::Warning,
+                    message: "The model declined to answer.".into(),
+                });
+                StepEnd::Finished(Finish::of(FinishReason::EndTurn))
+            }
+            Ended::Finished(_) => StepEnd::Finished(Finish::of(FinishReason::EndTurn)),
+        })
+    }
+
+    /// Folds one streamed event into the reply and forwards what the client shows.
+    fn apply(&self, message_id: &str, reply: &mut Reply, event: ModelEvent) {
+        match event {
+            ModelEvent::TextDelta(text) => {
+                reply.text.push_str(&text);
+                self.emit(Event::TextDelta {
+                    message_id: message_id.to_string(),
+                    text,
+                });
+            }
+            ModelEvent::ThinkingDelta(text) => {
+                reply.thinking.push_str(&text);
+                self.emit(Event::ThinkingDelta {
+                    message_id: message_id.to_string(),
+                    text,
+                });
+            }
+            ModelEvent::ThinkingSignature(signature) => reply.signature = Some(signature),
+            ModelEvent::ToolCall { id, name, input } => reply.calls.push((id, name, input)),
+            ModelEvent::ToolCallCutOff { id, name } => reply.cut_calls.push((id, name)),
+            ModelEvent::Usage(usage) => tracing::debug!(?usage, "model usage"),
+            ModelEvent::Notice(message) => self.emit(Event::Notice {
+                level: NoticeLevel::Warning,
+                message,
+            }),
+            ModelEvent::Finished(_) => {}
+        }
+    }
+
+    /// Leaves the registry without ending the run: its approval stays pending in the store.
+    fn suspend(self) {
+        self.inner.runs.release(&self.session_id, &self.run_id);
+        let _ = self.signals.done.send(true);
+        tracing::info!(run_id = %self.run_id, "run suspended on a pending approval");
+    }
+
+    /// Records the end, resolves what is still open, leaves the registry, then says so.
+    fn finish(self, finish: Finish) {
+        let store = &self.inner.store;
+        if let Err(e) = store.finish_run(&self.run_id, finish.reason, finish.error.as_deref()) {
+            tracing::error!(run_id = %self.run_id, error = %e, "cannot record the end of a run");
+        }
+        match store.cancel_pending_approvals(&self.run_id) {
+            Ok(ids) => {
+                for approval_id in ids {
+                    self.emit(Event::ApprovalResolved {
+                        approval_id,
+                        decision: ApprovalDecision::Cancelled,
+                    });
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "cannot cancel pending approvals"),
+        }
+        self.inner.runs.release(&self.session_id, &self.run_id);
+        let _ = self.signals.done.send(true);
+        tracing::info!(run_id = %self.run_id, reason = ?finish.reason, error = ?finish.error, "run finished");
+        self.emit(Event::RunFinished {
+            reason: finish.reason,
+            error: finish.error,
+        });
+    }
+}
+
+enum StepEnd {
+    ToolCalls,
+    Finished(Finish),
+}
+
+enum Ended {
+    Finished(StopReason),
+    Stopped,
+    Failed(ProviderError),
+}
+
+/// The assistant message being streamed.
+#[derive(Default)]
+struct Reply {
+    thinking: String,
+    signature: Option<String>,
+    text: String,
+    calls: Vec<(String, String, serde_json::Value)>,
+    cut_calls: Vec<(String, String)>,
+}
+
+impl Reply {
+    fn into_blocks(self, with_calls: bool) -> Vec<Block> {
+        let mut blocks = Vec::new();
+        if !self.thinking.is_empty() || self.signature.is_some() {
+            blocks.push(Block::Thinking {
+                text: self.thinking,
+                signature: self.signature,
+            });
+        }
+        if !self.text.is_empty() {
+            blocks.push(Block::Text { text: self.text });
+        }
+        if with_calls {
+            blocks.extend(
+                self.calls
+                    .into_iter()
+                    .map(|(id, name, input)| Block::ToolCall { id, name, input }),
+            );
+            blocks.extend(
+                self.cut_calls
+                    .into_iter()
+                    .map(|(id, name)| Block::ToolCall {
+                        id,
+                        name,
+                        input: serde_json::json!({}),
+                    }),
+            );
+        }
+        blocks
+    }
+}

@@ -1,0 +1,203 @@
+//! Session methods: create, list, get, update, delete, transcript, and each session's state.
+
+use super::{Runtime, RuntimeError, RuntimeResult};
+use crate::config::DEFAULT_MAX_STEPS;
+use crate::protocol::*;
+use crate::store::{NewSession, SessionRow, SessionUpdate};
+use crate::util::rfc3339;
+
+const DEFAULT_PAGE: u32 = 50;
+const MAX_PAGE: u32 = 200;
+const DEFAULT_TRANSCRIPT: u32 = 500;
+const MAX_TRANSCRIPT: u32 = 5000;
+
+fn check_steps(max_steps: Option<u32>) -> RuntimeResult<()> {
+    match max_steps {
+        Some(0) => Err(RuntimeError::InvalidParams(
+            "maxSteps must be at least 1".into(),
+        )),
+        Some(n) if n > 1000 => Err(RuntimeError::InvalidParams(
+            "maxSteps must be at most 1000".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn encode_cursor(at: i64, id: &str) -> String {
+    format!("{at}:{id}")
+}
+
+fn decode_cursor(cursor: &str) -> RuntimeResult<(i64, String)> {
+    cursor
+        .split_once(':')
+        .and_then(|(at, id)| Some((at.parse().ok()?, id.to_string())))
+        .ok_or_else(|| {
+            RuntimeError::InvalidParams(format!(
+                "cursor {cursor:?} is not one this server returned"
+            ))
+        })
+}
+
+impl Runtime {
+    pub fn create_session(&self, params: SessionCreateParams) -> RuntimeResult<Session> {
+        let config = &self.inner.config;
+        let account_name = params
+            .account
+            .unwrap_or_else(|| config.default_account.clone());
+        let account = config.account(&account_name).ok_or_else(|| {
+            RuntimeError::InvalidParams(format!("no account named {account_name:?} is configured"))
+        })?;
+        check_steps(params.max_steps)?;
+        if let Some(root) = &params.workspace_root
+            && !std::path::Path::new(root).is_absolute()
+        {
+            return Err(RuntimeError::InvalidParams(format!(
+                "workspaceRoot must be an absolute path, got {root:?}"
+            )));
+        }
+        let row = self.inner.store.insert_session(&NewSession {
+            title: params.title.unwrap_or_else(|| "New chat".into()),
+            account: account.name.clone(),
+            model: params
+                .model
+                .unwrap_or_else(|| account.default_model.clone()),
+            system_prompt: params.system_prompt.filter(|p| !p.is_empty()),
+            workspace_root: params.workspace_root,
+            max_steps: params.max_steps.unwrap_or(DEFAULT_MAX_STEPS),
+        })?;
+        self.session_view(row)
+    }
+
+    pub fn list_sessions(&self, params: SessionListParams) -> RuntimeResult<SessionListResult> {
+        let limit = params.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE) as usize;
+        let after = params.cursor.as_deref().map(decode_cursor).transpose()?;
+        let page =
+            self.inner
+                .store
+                .list_sessions(after, limit, params.workspace_root.as_deref())?;
+        let sessions = page
+            .sessions
+            .into_iter()
+            .map(|row| {
+                Ok(SessionSummary {
+                    state: self.state(&row.id)?,
+                    id: row.id,
+                    title: row.title,
+                    account: row.account,
+                    model: row.model,
+                    workspace_root: row.workspace_root,
+                    updated_at: rfc3339(row.updated_at),
+                })
+            })
+            .collect::<RuntimeResult<Vec<_>>>()?;
+        Ok(SessionListResult {
+            sessions,
+            next_cursor: page.next.map(|(at, id)| encode_cursor(at, &id)),
+        })
+    }
+
+    pub fn get_session(&self, id: &str) -> RuntimeResult<Session> {
+        let row = self.session_row(id)?;
+        self.session_view(row)
+    }
+
+    pub fn update_session(&self, params: SessionUpdateParams) -> RuntimeResult<Session> {
+        check_steps(params.max_steps)?;
+        if params.title.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            return Err(RuntimeError::InvalidParams(
+                "title must not be empty".into(),
+            ));
+        }
+        let update = SessionUpdate {
+            title: params.title,
+            model: params.model,
+            system_prompt: params
+                .system_prompt
+                .map(|p| Some(p).filter(|p| !p.is_empty())),
+            max_steps: params.max_steps,
+        };
+        let row = self
+            .inner
+            .store
+            .update_session(&params.session_id, &update)?
+            .ok_or_else(|| RuntimeError::SessionNotFound(params.session_id.clone()))?;
+        self.session_view(row)
+    }
+
+    pub async fn delete_session(&self, id: &str) -> RuntimeResult<SessionDeleteResult> {
+        self.session_row(id)?;
+        if let Some((_, mut done)) = self.inner.runs.stop(id) {
+            let _ = done.wait_for(|d| *d).await;
+        }
+        let deleted = self.inner.store.delete_session(id)?;
+        self.inner.events.forget(id);
+        Ok(SessionDeleteResult { deleted })
+    }
+
+    pub fn transcript(
+        &self,
+        params: SessionTranscriptParams,
+    ) -> RuntimeResult<SessionTranscriptResult> {
+        let row = self.session_row(&params.session_id)?;
+        let limit = params
+            .limit
+            .unwrap_or(DEFAULT_TRANSCRIPT)
+            .clamp(1, MAX_TRANSCRIPT) as usize;
+        let mut entries =
+            self.inner
+                .store
+                .messages_after(&row.id, params.after_seq.unwrap_or(0), limit + 1)?;
+        let has_more = entries.len() > limit;
+        entries.truncate(limit);
+        Ok(SessionTranscriptResult {
+            state: self.state(&row.id)?,
+            pending_approvals: self.inner.store.pending_approvals(&row.id)?,
+            session_id: row.id,
+            entries,
+            has_more,
+            last_seq: row.last_seq,
+        })
+    }
+
+    pub(super) fn session_row(&self, id: &str) -> RuntimeResult<SessionRow> {
+        self.inner
+            .store
+            .session(id)?
+            .ok_or_else(|| RuntimeError::SessionNotFound(id.to_string()))
+    }
+
+    /// What a client should draw for the session now.
+    pub(super) fn state(&self, session_id: &str) -> RuntimeResult<SessionState> {
+        let store = &self.inner.store;
+        let live = self.inner.runs.active_run(session_id).is_some();
+        if !store.pending_approvals(session_id)?.is_empty() {
+            return Ok(SessionState::AwaitingApproval);
+        }
+        if live {
+            return Ok(SessionState::Running);
+        }
+        Ok(
+            match store.last_model_message(session_id)?.map(|m| m.role) {
+                Some(Role::User | Role::Tool) => SessionState::Unanswered,
+                _ => SessionState::Idle,
+            },
+        )
+    }
+
+    fn session_view(&self, row: SessionRow) -> RuntimeResult<Session> {
+        Ok(Session {
+            state: self.state(&row.id)?,
+            changed_files: self.inner.store.changed_files(&row.id)?,
+            id: row.id,
+            title: row.title,
+            account: row.account,
+            model: row.model,
+            system_prompt: row.system_prompt,
+            workspace_root: row.workspace_root,
+            max_steps: row.max_steps,
+            created_at: rfc3339(row.created_at),
+            updated_at: rfc3339(row.updated_at),
+            last_seq: row.last_seq,
+        })
+    }
+}

@@ -1,0 +1,192 @@
+//! Resolving the tool calls of an assistant message: approval policy, execution, results.
+//!
+//! Calls run one after another in the model's order. Each result is stored as soon as it is
+//! known; once every call has one, they are committed together as one tool message, so the
+//! transcript always pairs each call with exactly one result.
+
+use super::run::RunContext;
+use super::{RuntimeError, RuntimeResult};
+use crate::protocol::*;
+use crate::store::ToolCallRow;
+use crate::tools::{self, ToolOutcome, Workspace};
+use crate::util::new_id;
+
+const STOPPED_BEFORE: &str = "The user stopped the run before this tool ran.";
+const STOPPED_DURING: &str =
+    "The user stopped the run while this tool was running; it was interrupted.";
+const DENIED: &str =
+    "The user denied this tool call. Do not retry it; ask the user how to proceed if needed.";
+
+impl RunContext {
+    pub(super) async fn resolve_tool_calls(
+        &mut self,
+        assistant: &TranscriptEntry,
+    ) -> RuntimeResult<()> {
+        let store = &self.inner.store;
+        let calls = store.tool_calls_of_message(&assistant.id)?;
+        let session = store.session(&self.session_id)?;
+        let workspace = session
+            .as_ref()
+            .and_then(|s| s.workspace_root.as_deref())
+            .map(|root| Workspace::new(std::path::Path::new(root)));
+        for call in calls.iter().filter(|c| c.output.is_none()) {
+            self.emit(Event::ToolCallStarted {
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                input: call.input.clone(),
+                summary: tools::summary(&call.name, &call.input),
+            });
+        }
+        for call in calls.iter().filter(|c| c.output.is_none()) {
+            let (status, outcome) = self.resolve_one(call, workspace.as_ref()).await?;
+            if let Some(change) = outcome.changed.as_ref().filter(|_| !outcome.is_error) {
+                self.inner
+                    .store
+                    .record_changed_file(&self.session_id, change)?;
+            }
+            self.inner.store.set_tool_call_result(
+                &self.session_id,
+                &call.id,
+                status,
+                &outcome.output,
+                outcome.is_error,
+            )?;
+            self.emit(Event::ToolCallUpdated {
+                call_id: call.id.clone(),
+                status,
+                output: Some(outcome.output),
+            });
+        }
+        let resolved = self.inner.store.tool_calls_of_message(&assistant.id)?;
+        self.commit(
+            None,
+            Role::Tool,
+            result_blocks(&resolved),
+            MessageStatus::Complete,
+        )?;
+        Ok(())
+    }
+
+    async fn resolve_one(
+        &mut self,
+        call: &ToolCallRow,
+        workspace: Option<&Result<Workspace, tools::PathError>>,
+    ) -> RuntimeResult<(ToolCallStatus, ToolOutcome)> {
+        if self.stopped() {
+            return Ok((
+                ToolCallStatus::Cancelled,
+                ToolOutcome::error(STOPPED_BEFORE),
+            ));
+        }
+        match self.approval(call).await? {
+            Some(ApprovalDecision::Deny) => {
+                return Ok((ToolCallStatus::Denied, ToolOutcome::error(DENIED)));
+            }
+            Some(ApprovalDecision::Cancelled) | None => {
+                return Ok((
+                    ToolCallStatus::Cancelled,
+                    ToolOutcome::error(STOPPED_BEFORE),
+                ));
+            }
+            Some(ApprovalDecision::Allow | ApprovalDecision::AllowAlways) => {}
+        }
+        self.inner.store.set_tool_call_status(
+            &self.session_id,
+            &call.id,
+            ToolCallStatus::Running,
+        )?;
+        self.emit(Event::ToolCallUpdated {
+            call_id: call.id.clone(),
+            status: ToolCallStatus::Running,
+            output: None,
+        });
+        let workspace = match workspace {
+            Some(Ok(ws)) => Some(ws),
+            Some(Err(e)) => return Ok((ToolCallStatus::Error, ToolOutcome::error(e.to_string()))),
+            None => None,
+        };
+        let mut stop = self.signals.stop.clone();
+        let outcome = tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => return Ok((ToolCallStatus::Cancelled, ToolOutcome::error(STOPPED_DURING))),
+            outcome = tools::execute(workspace, &call.name, &call.input) => outcome,
+        };
+        let status = if outcome.is_error {
+            ToolCallStatus::Error
+        } else {
+            ToolCallStatus::Done
+        };
+        Ok((status, outcome))
+    }
+
+    /// The decision that lets a call run: asks the user unless the tool needs no approval or
+    /// was allowed for the session. `None` when the run was stopped while waiting.
+    async fn approval(&mut self, call: &ToolCallRow) -> RuntimeResult<Option<ApprovalDecision>> {
+        let store = &self.inner.store;
+        if !tools::needs_approval(&call.name)
+            || store.is_tool_allowed(&self.session_id, &call.name)?
+        {
+            return Ok(Some(ApprovalDecision::Allow));
+        }
+        if !store.has_approval(&self.session_id, &call.id)? {
+            let approval = PendingApproval {
+                approval_id: new_id("apr"),
+                run_id: self.run_id.clone(),
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                input: call.input.clone(),
+                summary: tools::summary(&call.name, &call.input),
+                created_at: crate::util::rfc3339(crate::util::now_ms()),
+            };
+            store.insert_approval(&approval, &self.session_id)?;
+            store.set_tool_call_status(
+                &self.session_id,
+                &call.id,
+                ToolCallStatus::AwaitingApproval,
+            )?;
+            self.emit(Event::ToolCallUpdated {
+                call_id: call.id.clone(),
+                status: ToolCallStatus::AwaitingApproval,
+                output: None,
+            });
+            self.emit(Event::ApprovalRequested { approval });
+        }
+        loop {
+            // Mark the current answer count seen before reading, so no answer slips between.
+            self.signals.approvals.borrow_and_update();
+            if let Some(decision) = self
+                .inner
+                .store
+                .approval_decision(&self.session_id, &call.id)?
+            {
+                return Ok(Some(decision));
+            }
+            let mut stop = self.signals.stop.clone();
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => {
+                    if self.signals.suspend.load(std::sync::atomic::Ordering::SeqCst) {
+                        return Err(RuntimeError::Suspended);
+                    }
+                    return Ok(None);
+                }
+                changed = self.signals.approvals.changed() => {
+                    if changed.is_err() {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn result_blocks(calls: &[ToolCallRow]) -> Vec<Block> {
+    calls
+        .iter()
+        .map(|call| Block::ToolResult {
+            call_id: call.id.clone(),
+            output: call.output.clone().unwrap_or_default(),
+            is_error: call.is_error,
+            status: call.status,
+        })
+        .collect()
+}

@@ -1,0 +1,215 @@
+//! The `messages` table: the canonical transcript, notes included.
+
+use rusqlite::{OptionalExtension, Row, params};
+
+use super::{Store, StoreError, StoreResult};
+use crate::protocol::{Block, MessageStatus, Role, TranscriptEntry};
+use crate::util::{new_id, now_ms, rfc3339};
+
+/// A message to append. The caller numbers it: the runtime owns each session's `seq` counter
+/// so that events and messages share one sequence without a write per streamed delta.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    /// The id announced while the message streamed; a fresh one when `None`.
+    pub id: Option<String>,
+    pub session_id: String,
+    pub seq: u64,
+    pub run_id: Option<String>,
+    pub role: Role,
+    pub blocks: Vec<Block>,
+    pub status: MessageStatus,
+}
+
+fn enum_to_text<T: serde::Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+fn text_to_enum<T: serde::de::DeserializeOwned>(text: String) -> Result<T, StoreError> {
+    serde_json::from_value(serde_json::Value::String(text.clone()))
+        .map_err(|_| StoreError::Corrupt(format!("unknown value {text:?}")))
+}
+
+struct RawMessage {
+    id: String,
+    seq: i64,
+    run_id: Option<String>,
+    role: String,
+    blocks: String,
+    status: String,
+    created_at: i64,
+}
+
+fn raw(row: &Row<'_>) -> rusqlite::Result<RawMessage> {
+    Ok(RawMessage {
+        id: row.get(0)?,
+        seq: row.get(1)?,
+        run_id: row.get(2)?,
+        role: row.get(3)?,
+        blocks: row.get(4)?,
+        status: row.get(5)?,
+        created_at: row.get(6)?,
+    })
+}
+
+impl RawMessage {
+    fn into_entry(self) -> StoreResult<TranscriptEntry> {
+        Ok(TranscriptEntry {
+            blocks: serde_json::from_str(&self.blocks)
+                .map_err(|e| StoreError::Corrupt(format!("message {}: {e}", self.id)))?,
+            id: self.id,
+            seq: self.seq as u64,
+            role: text_to_enum(self.role)?,
+            status: text_to_enum(self.status)?,
+            run_id: self.run_id,
+            created_at: rfc3339(self.created_at),
+        })
+    }
+}
+
+impl Store {
+    /// Appends a message and raises the session's `last_seq` to it, in one transaction.
+    pub fn append_message(&self, new: &NewMessage) -> StoreResult<TranscriptEntry> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let seq = new.seq;
+        record_seq(&tx, &new.session_id, seq)?;
+        let id = new.id.clone().unwrap_or_else(|| new_id("msg"));
+        let now = now_ms();
+        let blocks = serde_json::to_string(&new.blocks)
+            .map_err(|e| StoreError::Corrupt(format!("unserialisable blocks: {e}")))?;
+        tx.execute(
+            "INSERT INTO messages (id, session_id, seq, run_id, role, blocks, status, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                id,
+                new.session_id,
+                seq as i64,
+                new.run_id,
+                enum_to_text(&new.role),
+                blocks,
+                enum_to_text(&new.status),
+                now
+            ],
+        )?;
+        if let Some(run_id) = new.run_id.as_deref() {
+            let calls: Vec<_> = new
+                .blocks
+                .iter()
+                .filter_map(|block| match block {
+                    Block::ToolCall { id, name, input } => {
+                        Some((id.as_str(), name.as_str(), input))
+                    }
+                    _ => None,
+                })
+                .collect();
+            super::tool_calls::insert_calls(&tx, &new.session_id, run_id, &id, &calls)?;
+        }
+        tx.commit()?;
+        Ok(TranscriptEntry {
+            id,
+            seq,
+            role: new.role,
+            blocks: new.blocks.clone(),
+            status: new.status,
+            run_id: new.run_id.clone(),
+            created_at: rfc3339(now),
+        })
+    }
+
+    /// The newest message that is not a note: what the model would answer next.
+    pub fn last_model_message(&self, session_id: &str) -> StoreResult<Option<TranscriptEntry>> {
+        let row = self
+            .conn()
+            .query_row(
+                "SELECT id, seq, run_id, role, blocks, status, created_at FROM messages
+                 WHERE session_id = ?1 AND role <> 'note' ORDER BY seq DESC LIMIT 1",
+                [session_id],
+                raw,
+            )
+            .optional()?;
+        row.map(RawMessage::into_entry).transpose()
+    }
+
+    /// Entries with `seq` greater than `after_seq`, oldest first, at most `limit`.
+    pub fn messages_after(
+        &self,
+        session_id: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<TranscriptEntry>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT id, seq, run_id, role, blocks, status, created_at FROM messages
+             WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+        )?;
+        let rows = stmt
+            .query_map(params![session_id, after_seq as i64, limit as i64], raw)?
+            .collect::<Result<Vec<_>, _>>()?;
+        drop(stmt);
+        drop(conn);
+        rows.into_iter().map(RawMessage::into_entry).collect()
+    }
+}
+
+/// Raises the session's `last_seq` to `seq` and touches it, inside a transaction.
+pub(super) fn record_seq(
+    tx: &rusqlite::Transaction<'_>,
+    session_id: &str,
+    seq: u64,
+) -> StoreResult<()> {
+    tx.execute(
+        "UPDATE sessions SET last_seq = MAX(last_seq, ?2), updated_at = ?3 WHERE id = ?1",
+        params![session_id, seq as i64, now_ms()],
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::NewSession;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn appends_with_increasing_seq_and_reads_back_after_seq() {
+        let store = Store::open_in_memory().unwrap();
+        let session = store
+            .insert_session(&NewSession {
+                title: "t".into(),
+                account: "demo".into(),
+                model: "demo".into(),
+                system_prompt: None,
+                workspace_root: None,
+                max_steps: 25,
+            })
+            .unwrap();
+        let mut written = Vec::new();
+        for (seq, text) in [(1, "one"), (2, "two"), (5, "three")] {
+            written.push(
+                store
+                    .append_message(&NewMessage {
+                        id: None,
+                        session_id: session.id.clone(),
+                        seq,
+                        run_id: None,
+                        role: Role::User,
+                        blocks: vec![Block::Text { text: text.into() }],
+                        status: MessageStatus::Complete,
+                    })
+                    .unwrap(),
+            );
+        }
+        assert_eq!(
+            written.iter().map(|m| m.seq).collect::<Vec<_>>(),
+            vec![1, 2, 5]
+        );
+        assert_eq!(
+            store.messages_after(&session.id, 1, 10).unwrap(),
+            written[1..].to_vec()
+        );
+        assert_eq!(store.session(&session.id).unwrap().unwrap().last_seq, 5);
+    }
+}

@@ -1,0 +1,143 @@
+//! Versioned schema migrations, tracked in SQLite's `user_version`.
+//!
+//! Each entry runs once, in order, inside a transaction. Never edit a released entry: add one.
+
+use rusqlite::Connection;
+
+use super::{StoreError, StoreResult};
+
+const MIGRATIONS: &[&str] = &[
+    // 1: sessions and their transcript.
+    r#"
+    CREATE TABLE sessions (
+        id             TEXT PRIMARY KEY,
+        title          TEXT NOT NULL,
+        account        TEXT NOT NULL,
+        model          TEXT NOT NULL,
+        system_prompt  TEXT,
+        workspace_root TEXT,
+        max_steps      INTEGER NOT NULL,
+        created_at     INTEGER NOT NULL,
+        updated_at     INTEGER NOT NULL,
+        last_seq       INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX sessions_by_update ON sessions (updated_at DESC, id DESC);
+    CREATE INDEX sessions_by_root ON sessions (workspace_root, updated_at DESC, id DESC);
+
+    CREATE TABLE messages (
+        id          TEXT PRIMARY KEY,
+        session_id  TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        seq         INTEGER NOT NULL,
+        run_id      TEXT,
+        role        TEXT NOT NULL,
+        blocks      TEXT NOT NULL,
+        status      TEXT NOT NULL,
+        created_at  INTEGER NOT NULL
+    );
+    CREATE UNIQUE INDEX messages_by_seq ON messages (session_id, seq);
+    "#,
+    // 2: runs, their tool calls, approvals, permissions and changed files.
+    r#"
+    CREATE TABLE runs (
+        id          TEXT PRIMARY KEY,
+        session_id  TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        model       TEXT NOT NULL,
+        status      TEXT NOT NULL,          -- running | finished
+        reason      TEXT,
+        error       TEXT,
+        steps       INTEGER NOT NULL DEFAULT 0,
+        started_at  INTEGER NOT NULL,
+        finished_at INTEGER
+    );
+    CREATE INDEX runs_open ON runs (status) WHERE status <> 'finished';
+
+    CREATE TABLE tool_calls (
+        id          TEXT NOT NULL,          -- the model's call id
+        session_id  TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        run_id      TEXT NOT NULL,
+        message_id  TEXT NOT NULL,
+        position    INTEGER NOT NULL,
+        name        TEXT NOT NULL,
+        input       TEXT NOT NULL,
+        status      TEXT NOT NULL,
+        output      TEXT,
+        is_error    INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (session_id, id)
+    );
+    CREATE INDEX tool_calls_by_message ON tool_calls (message_id, position);
+
+    CREATE TABLE approvals (
+        id          TEXT PRIMARY KEY,
+        session_id  TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        run_id      TEXT NOT NULL,
+        call_id     TEXT NOT NULL,
+        tool        TEXT NOT NULL,
+        input       TEXT NOT NULL,
+        summary     TEXT NOT NULL,
+        status      TEXT NOT NULL,          -- pending | allow | allowAlways | deny | cancelled
+        created_at  INTEGER NOT NULL,
+        resolved_at INTEGER
+    );
+    CREATE INDEX approvals_pending ON approvals (session_id) WHERE status = 'pending';
+
+    CREATE TABLE allowed_tools (
+        session_id  TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        tool        TEXT NOT NULL,
+        PRIMARY KEY (session_id, tool)
+    );
+
+    CREATE TABLE changed_files (
+        session_id  TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        path        TEXT NOT NULL,
+        added       INTEGER NOT NULL,
+        removed     INTEGER NOT NULL,
+        PRIMARY KEY (session_id, path)
+    );
+    "#,
+];
+
+/// Brings the schema to the newest version this build knows.
+pub fn apply(conn: &mut Connection) -> StoreResult<()> {
+    let current: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let known = MIGRATIONS.len() as i64;
+    if current > known {
+        return Err(StoreError::TooNew {
+            found: current,
+            known,
+        });
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", index as i64 + 1)?;
+        tx.commit()?;
+        tracing::debug!(version = index + 1, "applied migration");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn applies_all_and_is_idempotent() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        apply(&mut conn).unwrap();
+        apply(&mut conn).unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, MIGRATIONS.len() as i64);
+    }
+
+    #[test]
+    fn refuses_a_newer_database() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "user_version", 999).unwrap();
+        assert!(matches!(
+            apply(&mut conn),
+            Err(StoreError::TooNew { found: 999, .. })
+        ));
+    }
+}

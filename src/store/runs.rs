@@ -1,0 +1,89 @@
+//! The `runs` table: one row per agent run, open until it finishes.
+
+use rusqlite::{OptionalExtension, params};
+
+use super::{Store, StoreResult};
+use crate::protocol::FinishReason;
+use crate::util::now_ms;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRow {
+    pub id: String,
+    pub session_id: String,
+    pub model: String,
+    pub finished: bool,
+    pub steps: u32,
+}
+
+impl Store {
+    pub fn insert_run(&self, id: &str, session_id: &str, model: &str) -> StoreResult<()> {
+        self.conn().execute(
+            "INSERT INTO runs (id, session_id, model, status, started_at) VALUES (?1, ?2, ?3, 'running', ?4)",
+            params![id, session_id, model, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    pub fn run(&self, id: &str) -> StoreResult<Option<RunRow>> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT id, session_id, model, status, steps FROM runs WHERE id = ?1",
+                [id],
+                |r| {
+                    Ok(RunRow {
+                        id: r.get(0)?,
+                        session_id: r.get(1)?,
+                        model: r.get(2)?,
+                        finished: r.get::<_, String>(3)? == "finished",
+                        steps: r.get(4)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    /// Runs that never finished (the daemon stopped under them).
+    pub fn open_runs(&self) -> StoreResult<Vec<RunRow>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT id, session_id, model, status, steps FROM runs WHERE status <> 'finished' ORDER BY started_at",
+        )?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(RunRow {
+                    id: r.get(0)?,
+                    session_id: r.get(1)?,
+                    model: r.get(2)?,
+                    finished: false,
+                    steps: r.get(4)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    pub fn set_run_steps(&self, id: &str, steps: u32) -> StoreResult<()> {
+        self.conn().execute(
+            "UPDATE runs SET steps = ?2 WHERE id = ?1",
+            params![id, steps],
+        )?;
+        Ok(())
+    }
+
+    pub fn finish_run(
+        &self,
+        id: &str,
+        reason: FinishReason,
+        error: Option<&str>,
+    ) -> StoreResult<()> {
+        let reason = serde_json::to_value(reason)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string));
+        self.conn().execute(
+            "UPDATE runs SET status = 'finished', reason = ?2, error = ?3, finished_at = ?4 WHERE id = ?1",
+            params![id, reason, error, now_ms()],
+        )?;
+        Ok(())
+    }
+}

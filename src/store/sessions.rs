@@ -1,0 +1,281 @@
+//! The `sessions` table.
+
+use rusqlite::{OptionalExtension, Row, params};
+
+use super::{Store, StoreResult};
+use crate::util::{new_id, now_ms};
+
+/// A session as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRow {
+    pub id: String,
+    pub title: String,
+    pub account: String,
+    pub model: String,
+    pub system_prompt: Option<String>,
+    pub workspace_root: Option<String>,
+    pub max_steps: u32,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub last_seq: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    pub title: String,
+    pub account: String,
+    pub model: String,
+    pub system_prompt: Option<String>,
+    pub workspace_root: Option<String>,
+    pub max_steps: u32,
+}
+
+/// Fields `session/update` may change; `None` leaves a field alone.
+#[derive(Debug, Clone, Default)]
+pub struct SessionUpdate {
+    pub title: Option<String>,
+    pub model: Option<String>,
+    /// `Some(None)` removes the system prompt.
+    pub system_prompt: Option<Option<String>>,
+    pub max_steps: Option<u32>,
+}
+
+/// One page of sessions, newest first.
+#[derive(Debug, Clone)]
+pub struct SessionPage {
+    pub sessions: Vec<SessionRow>,
+    /// Where the next page starts, when there is one.
+    pub next: Option<(i64, String)>,
+}
+
+const COLUMNS: &str = "id, title, account, model, system_prompt, workspace_root, max_steps, \
+                       created_at, updated_at, last_seq";
+
+fn from_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
+    Ok(SessionRow {
+        id: row.get(0)?,
+        title: row.get(1)?,
+        account: row.get(2)?,
+        model: row.get(3)?,
+        system_prompt: row.get(4)?,
+        workspace_root: row.get(5)?,
+        max_steps: row.get(6)?,
+        created_at: row.get(7)?,
+        updated_at: row.get(8)?,
+        last_seq: row.get::<_, i64>(9)? as u64,
+    })
+}
+
+impl Store {
+    pub fn insert_session(&self, new: &NewSession) -> StoreResult<SessionRow> {
+        let now = now_ms();
+        let row = SessionRow {
+            id: new_id("ses"),
+            title: new.title.clone(),
+            account: new.account.clone(),
+            model: new.model.clone(),
+            system_prompt: new.system_prompt.clone(),
+            workspace_root: new.workspace_root.clone(),
+            max_steps: new.max_steps,
+            created_at: now,
+            updated_at: now,
+            last_seq: 0,
+        };
+        self.conn().execute(
+            &format!(
+                "INSERT INTO sessions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0)"
+            ),
+            params![
+                row.id,
+                row.title,
+                row.account,
+                row.model,
+                row.system_prompt,
+                row.workspace_root,
+                row.max_steps,
+                row.created_at,
+                row.updated_at
+            ],
+        )?;
+        Ok(row)
+    }
+
+    pub fn session(&self, id: &str) -> StoreResult<Option<SessionRow>> {
+        Ok(self
+            .conn()
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM sessions WHERE id = ?1"),
+                [id],
+                from_row,
+            )
+            .optional()?)
+    }
+
+    /// Sessions newest first (by last update), starting after `after` (a previous page's end).
+    pub fn list_sessions(
+        &self,
+        after: Option<(i64, String)>,
+        limit: usize,
+        workspace_root: Option<&str>,
+    ) -> StoreResult<SessionPage> {
+        let (after_at, after_id) = after.unwrap_or((i64::MAX, String::new()));
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM sessions
+             WHERE (?1 IS NULL OR workspace_root = ?1)
+               AND (updated_at < ?2 OR (updated_at = ?2 AND (?3 = '' OR id < ?3)))
+             ORDER BY updated_at DESC, id DESC
+             LIMIT ?4"
+        ))?;
+        let mut sessions = stmt
+            .query_map(
+                params![workspace_root, after_at, after_id, limit as i64 + 1],
+                from_row,
+            )?
+            .collect::<Result<Vec<_>, _>>()?;
+        let next = if sessions.len() > limit {
+            sessions.truncate(limit);
+            sessions.last().map(|s| (s.updated_at, s.id.clone()))
+        } else {
+            None
+        };
+        Ok(SessionPage { sessions, next })
+    }
+
+    /// Applies an update; `None` when the session does not exist.
+    pub fn update_session(
+        &self,
+        id: &str,
+        update: &SessionUpdate,
+    ) -> StoreResult<Option<SessionRow>> {
+        let changed = self.conn().execute(
+            "UPDATE sessions SET
+                title = COALESCE(?2, title),
+                model = COALESCE(?3, model),
+                system_prompt = CASE WHEN ?4 THEN ?5 ELSE system_prompt END,
+                max_steps = COALESCE(?6, max_steps),
+                updated_at = ?7
+             WHERE id = ?1",
+            params![
+                id,
+                update.title,
+                update.model,
+                update.system_prompt.is_some(),
+                update.system_prompt.clone().flatten(),
+                update.max_steps,
+                now_ms()
+            ],
+        )?;
+        if changed == 0 {
+            return Ok(None);
+        }
+        self.session(id)
+    }
+
+    /// Deletes a session and, by cascade, everything that belongs to it.
+    pub fn delete_session(&self, id: &str) -> StoreResult<bool> {
+        Ok(self
+            .conn()
+            .execute("DELETE FROM sessions WHERE id = ?1", [id])?
+            > 0)
+    }
+
+    /// Every session id, for start-up recovery.
+    pub fn session_ids(&self) -> StoreResult<Vec<String>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT id FROM sessions")?;
+        let ids = stmt
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ids)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn new(title: &str, root: Option<&str>) -> NewSession {
+        NewSession {
+            title: title.into(),
+            account: "demo".into(),
+            model: "demo".into(),
+            system_prompt: None,
+            workspace_root: root.map(str::to_string),
+            max_steps: 25,
+        }
+    }
+
+    #[test]
+    fn pages_newest_first_without_gaps_or_repeats() {
+        let store = Store::open_in_memory().unwrap();
+        let mut made = Vec::new();
+        for i in 0..7 {
+            made.push(
+                store
+                    .insert_session(&new(&format!("s{i}"), None))
+                    .unwrap()
+                    .id,
+            );
+        }
+        let mut seen = Vec::new();
+        let mut after = None;
+        loop {
+            let page = store.list_sessions(after, 3, None).unwrap();
+            seen.extend(page.sessions.iter().map(|s| s.id.clone()));
+            match page.next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        made.reverse();
+        assert_eq!(seen, made);
+    }
+
+    #[test]
+    fn filters_by_workspace_root() {
+        let store = Store::open_in_memory().unwrap();
+        store.insert_session(&new("a", Some("/a"))).unwrap();
+        let b = store.insert_session(&new("b", Some("/b"))).unwrap();
+        let page = store.list_sessions(None, 10, Some("/b")).unwrap();
+        assert_eq!(page.sessions, vec![b]);
+    }
+
+    #[test]
+    fn update_changes_only_named_fields() {
+        let store = Store::open_in_memory().unwrap();
+        let mut s = new("a", None);
+        s.system_prompt = Some("be brief".into());
+        let row = store.insert_session(&s).unwrap();
+        let updated = store
+            .update_session(
+                &row.id,
+                &SessionUpdate {
+                    title: Some("renamed".into()),
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(updated.title, "renamed");
+        assert_eq!(updated.system_prompt.as_deref(), Some("be brief"));
+        let cleared = store
+            .update_session(
+                &row.id,
+                &SessionUpdate {
+                    system_prompt: Some(None),
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(cleared.system_prompt, None);
+        assert!(
+            store
+                .update_session("ses_missing", &SessionUpdate::default())
+                .unwrap()
+                .is_none()
+        );
+    }
+}

@@ -1,0 +1,339 @@
+//! Tool calls, approvals, per-session tool permissions and changed files.
+
+use rusqlite::{OptionalExtension, params};
+
+use super::{Store, StoreError, StoreResult};
+use crate::protocol::{ApprovalDecision, ChangedFile, PendingApproval, ToolCallStatus};
+use crate::util::{now_ms, rfc3339};
+
+/// A tool call as stored, with its result once it has one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCallRow {
+    pub id: String,
+    pub run_id: String,
+    pub message_id: String,
+    pub name: String,
+    pub input: serde_json::Value,
+    pub status: ToolCallStatus,
+    pub output: Option<String>,
+    pub is_error: bool,
+}
+
+/// What answering an approval did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApprovalOutcome {
+    Applied(ApprovalRow),
+    /// It was already resolved; nothing changed.
+    AlreadyResolved(ApprovalDecision),
+    NotFound,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalRow {
+    pub id: String,
+    pub session_id: String,
+    pub run_id: String,
+    pub call_id: String,
+    pub tool: String,
+}
+
+fn text<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn parse<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
+    serde_json::from_value(serde_json::Value::String(text.to_string()))
+        .map_err(|_| StoreError::Corrupt(format!("unknown value {text:?}")))
+}
+
+/// Inserts the tool calls of a freshly appended assistant message (same transaction).
+pub(super) fn insert_calls(
+    tx: &rusqlite::Transaction<'_>,
+    session_id: &str,
+    run_id: &str,
+    message_id: &str,
+    calls: &[(&str, &str, &serde_json::Value)],
+) -> StoreResult<()> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO tool_calls (id, session_id, run_id, message_id, position, name, input, status)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending')",
+    )?;
+    for (position, (id, name, input)) in calls.iter().enumerate() {
+        stmt.execute(params![
+            id,
+            session_id,
+            run_id,
+            message_id,
+            position as i64,
+            name,
+            input.to_string()
+        ])?;
+    }
+    Ok(())
+}
+
+impl Store {
+    /// The tool calls of one assistant message, in the order the model made them.
+    pub fn tool_calls_of_message(&self, message_id: &str) -> StoreResult<Vec<ToolCallRow>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT id, run_id, message_id, name, input, status, output, is_error FROM tool_calls
+             WHERE message_id = ?1 ORDER BY position",
+        )?;
+        let raw = stmt
+            .query_map([message_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, Option<String>>(6)?,
+                    r.get::<_, bool>(7)?,
+                ))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        raw.into_iter()
+            .map(
+                |(id, run_id, message_id, name, input, status, output, is_error)| {
+                    Ok(ToolCallRow {
+                        input: serde_json::from_str(&input)
+                            .map_err(|e| StoreError::Corrupt(format!("tool call {id}: {e}")))?,
+                        status: parse(&status)?,
+                        id,
+                        run_id,
+                        message_id,
+                        name,
+                        output,
+                        is_error,
+                    })
+                },
+            )
+            .collect()
+    }
+
+    pub fn set_tool_call_status(
+        &self,
+        session_id: &str,
+        call_id: &str,
+        status: ToolCallStatus,
+    ) -> StoreResult<()> {
+        self.conn().execute(
+            "UPDATE tool_calls SET status = ?3 WHERE session_id = ?1 AND id = ?2",
+            params![session_id, call_id, text(&status)],
+        )?;
+        Ok(())
+    }
+
+    /// Stores a call's result; a call that already has one keeps it (exactly one result).
+    pub fn set_tool_call_result(
+        &self,
+        session_id: &str,
+        call_id: &str,
+        status: ToolCallStatus,
+        output: &str,
+        is_error: bool,
+    ) -> StoreResult<()> {
+        self.conn().execute(
+            "UPDATE tool_calls SET status = ?3, output = ?4, is_error = ?5
+             WHERE session_id = ?1 AND id = ?2 AND output IS NULL",
+            params![session_id, call_id, text(&status), output, is_error],
+        )?;
+        Ok(())
+    }
+
+    pub fn insert_approval(&self, approval: &PendingApproval, session_id: &str) -> StoreResult<()> {
+        self.conn().execute(
+            "INSERT INTO approvals (id, session_id, run_id, call_id, tool, input, summary, status, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8)",
+            params![
+                approval.approval_id,
+                session_id,
+                approval.run_id,
+                approval.call_id,
+                approval.tool,
+                approval.input.to_string(),
+                approval.summary,
+                now_ms()
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// The decision on a call's approval: `None` while pending or when none was asked.
+    pub fn approval_decision(
+        &self,
+        session_id: &str,
+        call_id: &str,
+    ) -> StoreResult<Option<ApprovalDecision>> {
+        let status: Option<String> = self
+            .conn()
+            .query_row(
+                "SELECT status FROM approvals WHERE session_id = ?1 AND call_id = ?2
+                 ORDER BY created_at DESC LIMIT 1",
+                params![session_id, call_id],
+                |r| r.get(0),
+            )
+            .optional()?;
+        match status.as_deref() {
+            None | Some("pending") => Ok(None),
+            Some(other) => Ok(Some(parse(other)?)),
+        }
+    }
+
+    /// Whether the call already has an approval row (pending or answered).
+    pub fn has_approval(&self, session_id: &str, call_id: &str) -> StoreResult<bool> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT 1 FROM approvals WHERE session_id = ?1 AND call_id = ?2",
+                params![session_id, call_id],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some())
+    }
+
+    pub fn pending_approvals(&self, session_id: &str) -> StoreResult<Vec<PendingApproval>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT id, run_id, call_id, tool, input, summary, created_at FROM approvals
+             WHERE session_id = ?1 AND status = 'pending' ORDER BY created_at",
+        )?;
+        let raw = stmt
+            .query_map([session_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, i64>(6)?,
+                ))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        raw.into_iter()
+            .map(|(approval_id, run_id, call_id, tool, input, summary, at)| {
+                Ok(PendingApproval {
+                    input: serde_json::from_str(&input)
+                        .map_err(|e| StoreError::Corrupt(format!("approval {approval_id}: {e}")))?,
+                    approval_id,
+                    run_id,
+                    call_id,
+                    tool,
+                    summary,
+                    created_at: rfc3339(at),
+                })
+            })
+            .collect()
+    }
+
+    /// Records the user's answer once; `allowAlways` also allows the tool for the session.
+    pub fn resolve_approval(
+        &self,
+        id: &str,
+        decision: ApprovalDecision,
+    ) -> StoreResult<ApprovalOutcome> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let row = tx
+            .query_row(
+                "SELECT session_id, run_id, call_id, tool, status FROM approvals WHERE id = ?1",
+                [id],
+                |r| {
+                    Ok((
+                        ApprovalRow {
+                            id: id.to_string(),
+                            session_id: r.get(0)?,
+                            run_id: r.get(1)?,
+                            call_id: r.get(2)?,
+                            tool: r.get(3)?,
+                        },
+                        r.get::<_, String>(4)?,
+                    ))
+                },
+            )
+            .optional()?;
+        let Some((row, status)) = row else {
+            return Ok(ApprovalOutcome::NotFound);
+        };
+        if status != "pending" {
+            return Ok(ApprovalOutcome::AlreadyResolved(parse(&status)?));
+        }
+        tx.execute(
+            "UPDATE approvals SET status = ?2, resolved_at = ?3 WHERE id = ?1",
+            params![id, text(&decision), now_ms()],
+        )?;
+        if decision == ApprovalDecision::AllowAlways {
+            tx.execute(
+                "INSERT OR IGNORE INTO allowed_tools (session_id, tool) VALUES (?1, ?2)",
+                params![row.session_id, row.tool],
+            )?;
+        }
+        tx.commit()?;
+        Ok(ApprovalOutcome::Applied(row))
+    }
+
+    /// Cancels every approval of a run still pending; returns their ids.
+    pub fn cancel_pending_approvals(&self, run_id: &str) -> StoreResult<Vec<String>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "UPDATE approvals SET status = 'cancelled', resolved_at = ?2
+             WHERE run_id = ?1 AND status = 'pending' RETURNING id",
+        )?;
+        let ids = stmt
+            .query_map(params![run_id, now_ms()], |r| r.get(0))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ids)
+    }
+
+    pub fn is_tool_allowed(&self, session_id: &str, tool: &str) -> StoreResult<bool> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT 1 FROM allowed_tools WHERE session_id = ?1 AND tool = ?2",
+                params![session_id, tool],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some())
+    }
+
+    /// Adds a successful write's line counts to the session's changed files.
+    pub fn record_changed_file(&self, session_id: &str, change: &ChangedFile) -> StoreResult<()> {
+        self.conn().execute(
+            "INSERT INTO changed_files (session_id, path, added, removed) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (session_id, path) DO UPDATE SET
+                added = added + excluded.added, removed = removed + excluded.removed",
+            params![
+                session_id,
+                change.path,
+                change.added as i64,
+                change.removed as i64
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn changed_files(&self, session_id: &str) -> StoreResult<Vec<ChangedFile>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT path, added, removed FROM changed_files WHERE session_id = ?1 ORDER BY path",
+        )?;
+        let files = stmt
+            .query_map([session_id], |r| {
+                Ok(ChangedFile {
+                    path: r.get(0)?,
+                    added: r.get::<_, i64>(1)? as u64,
+                    removed: r.get::<_, i64>(2)? as u64,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(files)
+    }
+}

@@ -1,0 +1,172 @@
+//! Bad input against the running binary: each gets the right JSON-RPC error (or is ignored, for
+//! notifications), and the same process then still answers a valid request.
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use sidechat::rpc::framing::Framing;
+
+use crate::harness::{Daemon, Options, Scratch};
+
+/// The code and id of the next unsolicited frame (an error answer to a raw write).
+async fn next_error(daemon: &mut Daemon) -> (Value, i64) {
+    let note = daemon.next_note().await;
+    (
+        note["id"].clone(),
+        note["error"]["code"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("not an error: {note}")),
+    )
+}
+
+async fn still_answers(daemon: &Daemon) {
+    let listed = daemon.call("session/list", json!({"limit": 1})).await;
+    assert!(listed["sessions"].is_array());
+}
+
+#[tokio::test]
+async fn line_framing_bad_input() {
+    let scratch = Scratch::new();
+    let mut daemon = Daemon::spawn(&scratch.db(), Options::default());
+
+    // A request before initialize.
+    daemon
+        .conn
+        .write_raw(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"session/list\"}\n")
+        .await
+        .unwrap();
+    assert_eq!(next_error(&mut daemon).await, (json!(1), -32002));
+    daemon.call("initialize", json!({})).await;
+
+    let cases: &[(&[u8], Value, i64)] = &[
+        // Random bytes.
+        (b"\x00\xff\x13garbage\xfe\n", Value::Null, -32700),
+        // Invalid JSON.
+        (b"{\"jsonrpc\":\"2.0\",\"id\":5,\n", Value::Null, -32700),
+        // An empty batch.
+        (b"[]\n", Value::Null, -32600),
+        // Not JSON-RPC 2.0.
+        (b"{\"jsonrpc\":\"1.0\",\"id\":6,\"method\":\"session/list\"}\n", json!(6), -32600),
+        // Unknown method.
+        (b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"no/such\"}\n", json!(7), -32601),
+        // Wrong param types.
+        (b"{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"session/get\",\"params\":{\"sessionId\":5}}\n", json!(8), -32602),
+        // Missing params.
+        (b"{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"session/get\"}\n", json!(9), -32602),
+        // Unknown session id.
+        (b"{\"jsonrpc\":\"2.0\",\"id\":10,\"method\":\"session/get\",\"params\":{\"sessionId\":\"ses_nope\"}}\n", json!(10), -32001),
+        // A second initialize.
+        (b"{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"initialize\"}\n", json!(11), -32600),
+    ];
+    for (bytes, id, code) in cases {
+        daemon.conn.write_raw(bytes).await.unwrap();
+        assert_eq!(
+            next_error(&mut daemon).await,
+            (id.clone(), *code),
+            "{}",
+            String::from_utf8_lossy(bytes)
+        );
+        still_answers(&daemon).await;
+    }
+
+    // The unknown session's id is named in the error.
+    let error = daemon
+        .try_call("session/delete", json!({"sessionId": "ses_gone"}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (error.code, error.data),
+        (-32001, Some(json!({"sessionId": "ses_gone"})))
+    );
+    assert!(error.message.contains("ses_gone"), "{}", error.message);
+
+    // A notification with an unknown method is ignored: nothing comes back.
+    daemon
+        .conn
+        .write_raw(b"{\"jsonrpc\":\"2.0\",\"method\":\"no/such\"}\n")
+        .await
+        .unwrap();
+    // A batch: answers come back together, one per request, none for the notification.
+    daemon
+        .conn
+        .write_raw(b"[{\"jsonrpc\":\"2.0\",\"id\":20,\"method\":\"session/list\",\"params\":{\"limit\":1}},{\"jsonrpc\":\"2.0\",\"method\":\"x/y\"},{\"jsonrpc\":\"2.0\",\"id\":21,\"method\":\"nope\"}]\n")
+        .await
+        .unwrap();
+    let batch = daemon.next_note().await;
+    let answers: Vec<_> = batch
+        .as_array()
+        .unwrap_or_else(|| panic!("expected the batch answer first, got {batch}"))
+        .iter()
+        .map(|a| {
+            (
+                a["id"].clone(),
+                a.get("result").is_some(),
+                a["error"]["code"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        answers,
+        vec![
+            (json!(20), true, Value::Null),
+            (json!(21), false, json!(-32601))
+        ]
+    );
+    still_answers(&daemon).await;
+    assert!(daemon.notes.try_recv().is_err(), "nothing else was sent");
+    assert_eq!(daemon.close().await, 0);
+}
+
+fn frame(json: &str) -> Vec<u8> {
+    let mut wire = Vec::new();
+    Framing::ContentLength.encode(json, &mut wire);
+    wire
+}
+
+#[tokio::test]
+async fn content_length_framing_bad_input() {
+    let scratch = Scratch::new();
+    let mut daemon = Daemon::spawn(
+        &scratch.db(),
+        Options {
+            framing: Framing::ContentLength,
+            ..Options::default()
+        },
+    );
+    daemon.call("initialize", json!({})).await;
+
+    // A truncated header.
+    daemon.conn.write_raw(b"Content-Len\r\n\r\n").await.unwrap();
+    still_answers(&daemon).await;
+    assert_eq!(next_error(&mut daemon).await, (Value::Null, -32700));
+
+    // A Content-Length shorter than the body: the cut body does not parse, and the bytes
+    // left over are not a frame.
+    let body = r#"{"jsonrpc":"2.0","id":30,"method":"session/list"}"#;
+    let mut short = format!("Content-Length: {}\r\n\r\n", body.len() - 5).into_bytes();
+    short.extend_from_slice(body.as_bytes());
+    daemon.conn.write_raw(&short).await.unwrap();
+    still_answers(&daemon).await;
+    let errors = [next_error(&mut daemon).await, next_error(&mut daemon).await];
+    assert_eq!(errors, [(Value::Null, -32700), (Value::Null, -32700)]);
+
+    // A Content-Length longer than the body: it swallows the start of the next frame.
+    let mut long = format!("Content-Length: {}\r\n\r\n", body.len() + 10).into_bytes();
+    long.extend_from_slice(body.as_bytes());
+    long.extend(frame(
+        r#"{"jsonrpc":"2.0","id":31,"method":"session/list"}"#,
+    ));
+    daemon.conn.write_raw(&long).await.unwrap();
+    still_answers(&daemon).await;
+    let errors = [next_error(&mut daemon).await, next_error(&mut daemon).await];
+    assert_eq!(errors, [(Value::Null, -32700), (Value::Null, -32700)]);
+
+    // A frame over the 64 MiB limit is refused without being buffered.
+    let size = 64 * 1024 * 1024 + 1;
+    let mut huge = format!("Content-Length: {size}\r\n\r\n").into_bytes();
+    huge.resize(huge.len() + size, b' ');
+    daemon.conn.write_raw(&huge).await.unwrap();
+    assert_eq!(next_error(&mut daemon).await, (Value::Null, -32600));
+    still_answers(&daemon).await;
+    assert!(daemon.notes.try_recv().is_err(), "nothing else was sent");
+    assert_eq!(daemon.close().await, 0);
+}

@@ -1,0 +1,7 @@
+//! End-to-end tests: the real `sidechat serve` binary, spawned and driven over stdio.
+
+mod bad_input;
+mod harness;
+mod protocol;
+mod runs;
+mod terminal;

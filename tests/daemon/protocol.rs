@@ -1,0 +1,251 @@
+//! Handshake, session methods, paging and persistence, in both framings.
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use sidechat::rpc::framing::Framing;
+
+use crate::harness::{Daemon, Options, Scratch};
+
+async fn crud_round_trip(framing: Framing) {
+    let scratch = Scratch::new();
+    let daemon = Daemon::spawn(
+        &scratch.db(),
+        Options {
+            framing,
+            ..Options::default()
+        },
+    );
+    let init = daemon
+        .call(
+            "initialize",
+            json!({"clientInfo": {"name": "t", "version": "1"}, "protocolVersion": 1}),
+        )
+        .await;
+    assert_eq!(init["serverInfo"]["name"], "sidechat");
+    assert_eq!(init["protocolVersion"], 1);
+    assert_eq!(init["defaultAccount"], "demo");
+    assert_eq!(
+        init["accounts"],
+        json!([{"name": "demo", "kind": "demo", "defaultModel": "demo", "isDemo": true}])
+    );
+    daemon.conn.notify("initialized", json!({})).await.unwrap();
+
+    let root = scratch.workspace().display().to_string();
+    let created = daemon
+        .call(
+            "session/create",
+            json!({"title": "First", "workspaceRoot": root, "systemPrompt": "Be brief."}),
+        )
+        .await;
+    let id = created["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        json!({
+            "title": created["title"], "account": created["account"], "model": created["model"],
+            "systemPrompt": created["systemPrompt"], "workspaceRoot": created["workspaceRoot"],
+            "maxSteps": created["maxSteps"], "state": created["state"], "lastSeq": created["lastSeq"],
+            "changedFiles": created["changedFiles"],
+        }),
+        json!({
+            "title": "First", "account": "demo", "model": "demo", "systemPrompt": "Be brief.",
+            "workspaceRoot": root, "maxSteps": 25, "state": "idle", "lastSeq": 0, "changedFiles": [],
+        })
+    );
+    assert_eq!(
+        daemon.call("session/get", json!({"sessionId": id})).await,
+        created
+    );
+
+    let updated = daemon
+        .call(
+            "session/update",
+            json!({"sessionId": id, "title": "Renamed", "systemPrompt": ""}),
+        )
+        .await;
+    assert_eq!(
+        (
+            updated["title"].clone(),
+            updated.get("systemPrompt").cloned()
+        ),
+        (json!("Renamed"), None)
+    );
+
+    let listed = daemon.call("session/list", json!({})).await;
+    assert_eq!(listed["sessions"][0]["id"], json!(id));
+    assert_eq!(listed["sessions"][0]["title"], "Renamed");
+    assert_eq!(listed.get("nextCursor"), None);
+
+    let transcript = daemon
+        .call("session/transcript", json!({"sessionId": id}))
+        .await;
+    assert_eq!(
+        transcript,
+        json!({"sessionId": id, "state": "idle", "entries": [], "hasMore": false, "lastSeq": 0, "pendingApprovals": []})
+    );
+
+    assert_eq!(
+        daemon
+            .call("session/delete", json!({"sessionId": id}))
+            .await,
+        json!({"deleted": true})
+    );
+    let gone = daemon
+        .try_call("session/get", json!({"sessionId": id}))
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code, -32001);
+    assert_eq!(daemon.close().await, 0);
+}
+
+#[tokio::test]
+async fn crud_over_line_framing() {
+    crud_round_trip(Framing::Line).await;
+}
+
+#[tokio::test]
+async fn crud_over_content_length_framing() {
+    crud_round_trip(Framing::ContentLength).await;
+}
+
+#[tokio::test]
+async fn list_pages_newest_first_and_filters_by_root() {
+    let scratch = Scratch::new();
+    let daemon = Daemon::start(&scratch.db(), Options::default()).await;
+    let mut made = Vec::new();
+    for i in 0..5 {
+        let root = if i % 2 == 0 {
+            "/projects/even"
+        } else {
+            "/projects/odd"
+        };
+        made.push(
+            daemon
+                .create_session(json!({"title": format!("s{i}"), "workspaceRoot": root}))
+                .await,
+        );
+    }
+    let mut seen = Vec::new();
+    let mut cursor = Value::Null;
+    let mut pages = 0;
+    loop {
+        let params = match &cursor {
+            Value::Null => json!({"limit": 2}),
+            c => json!({"limit": 2, "cursor": c}),
+        };
+        let page = daemon.call("session/list", params).await;
+        pages += 1;
+        seen.extend(
+            page["sessions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["id"].as_str().unwrap().to_string()),
+        );
+        match page.get("nextCursor") {
+            Some(next) => cursor = next.clone(),
+            None => break,
+        }
+    }
+    made.reverse();
+    assert_eq!((seen, pages), (made.clone(), 3));
+
+    let odd = daemon
+        .call("session/list", json!({"workspaceRoot": "/projects/odd"}))
+        .await;
+    let odd_ids: Vec<_> = odd["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].clone())
+        .collect();
+    assert_eq!(odd_ids, vec![json!(made[1]), json!(made[3])]);
+
+    let bad = daemon
+        .try_call("session/list", json!({"cursor": "nonsense"}))
+        .await
+        .unwrap_err();
+    assert_eq!(bad.code, -32602);
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn sessions_survive_a_restart_and_exit_codes_follow_lsp() {
+    let scratch = Scratch::new();
+    let daemon = Daemon::start(&scratch.db(), Options::default()).await;
+    let id = daemon.create_session(json!({"title": "Kept"})).await;
+    assert_eq!(daemon.close().await, 0);
+
+    let daemon = Daemon::start(
+        &scratch.db(),
+        Options {
+            framing: Framing::ContentLength,
+            ..Options::default()
+        },
+    )
+    .await;
+    let session = daemon.call("session/get", json!({"sessionId": id})).await;
+    assert_eq!(session["title"], "Kept");
+    // `exit` without `shutdown` is exit code 1.
+    daemon.conn.notify("exit", Value::Null).await.unwrap();
+    let mut daemon = daemon;
+    let status = daemon.conn.child_mut().wait().await.unwrap();
+    assert_eq!(status.code(), Some(1));
+}
+
+#[tokio::test]
+async fn default_database_location_follows_xdg_data_home() {
+    let scratch = Scratch::new();
+    let data_home = scratch.dir.path().join("xdg");
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_sidechat"));
+    command
+        .arg("serve")
+        .env("XDG_DATA_HOME", &data_home)
+        .env_remove("SIDECHAT_DB");
+    let (conn, _notes) = sidechat::client::Connection::spawn(command, Framing::Line).unwrap();
+    conn.request("initialize", json!({}))
+        .await
+        .unwrap()
+        .unwrap();
+    conn.request("session/create", json!({}))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(conn.close().await.unwrap(), 0);
+    assert!(data_home.join("sidechat/sidechat.db").exists());
+}
+
+#[tokio::test]
+async fn only_frames_reach_stdout_even_with_verbose_logs() {
+    let scratch = Scratch::new();
+    let log = scratch.dir.path().join("logs/daemon.log");
+    let mut command =
+        crate::harness::command(&scratch.db(), &[("SIDECHAT_LOG", "trace".to_string())]);
+    command.arg("--log-file").arg(&log);
+    let output_dir = scratch.dir.path().join("stdout.txt");
+    let stdout = std::fs::File::create(&output_dir).unwrap();
+    let mut child = command
+        .stdin(std::process::Stdio::piped())
+        .stdout(stdout)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    use tokio::io::AsyncWriteExt;
+    stdin
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}\n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"session/create\"}\n{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"shutdown\"}\n{\"jsonrpc\":\"2.0\",\"method\":\"exit\"}\n")
+        .await
+        .unwrap();
+    assert_eq!(child.wait().await.unwrap().code(), Some(0));
+    let written = std::fs::read_to_string(&output_dir).unwrap();
+    let ids: Vec<Value> = written
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).expect("every stdout line is a JSON frame")["id"]
+                .clone()
+        })
+        .collect();
+    assert_eq!(ids, vec![json!(1), json!(2), json!(3)]);
+    assert!(
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("serving on stdio")
+    );
+}
