@@ -1,12 +1,16 @@
-//! Which model accounts exist, read from the environment.
+//! Which model accounts exist, read from the config file and the environment.
 //!
 //! With nothing configured the built-in offline demo model is the only account, so a new user
 //! can try everything before adding a key.
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::Deserialize;
+
 use crate::protocol::AccountInfo;
+use crate::provider::HttpSettings;
 
 /// Default most model steps in one run.
 pub const DEFAULT_MAX_STEPS: u32 = 25;
@@ -20,6 +24,28 @@ pub enum AccountKind {
         script: PathBuf,
         request_log: Option<PathBuf>,
     },
+    /// Anthropic's Messages API.
+    Anthropic(Remote),
+    /// OpenAI's Chat Completions API, or any server that speaks it (Ollama, llama.cpp, vLLM).
+    OpenAi { remote: Remote, compat: bool },
+}
+
+/// Where a hosted or local model server is and how to authenticate.
+///
+/// The key itself is not kept here: only the name of the environment variable holding it, read
+/// when the driver is built, so configuration can be logged and compared without leaking it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Remote {
+    pub base_url: String,
+    pub key_env: Option<String>,
+}
+
+impl Remote {
+    /// The API key, read from its environment variable.
+    pub fn api_key(&self) -> Option<String> {
+        let name = self.key_env.as_deref()?;
+        std::env::var(name).ok().filter(|k| !k.is_empty())
+    }
 }
 
 impl AccountKind {
@@ -27,6 +53,8 @@ impl AccountKind {
         match self {
             AccountKind::Demo { .. } => "demo",
             AccountKind::Replay { .. } => "replay",
+            AccountKind::Anthropic(_) => "anthropic",
+            AccountKind::OpenAi { .. } => "openai",
         }
     }
 }
@@ -36,27 +64,111 @@ pub struct Account {
     pub name: String,
     pub kind: AccountKind,
     pub default_model: String,
+    /// The owner's statement of the model's context window; it beats any built-in figure.
+    pub context_window: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub accounts: Vec<Account>,
     pub default_account: String,
+    pub http: HttpSettings,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not valid configuration: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// The config file's shape.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    default_account: Option<String>,
+    #[serde(default)]
+    accounts: BTreeMap<String, FileAccount>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAccount {
+    kind: String,
+    base_url: Option<String>,
+    api_key_env: Option<String>,
+    default_model: String,
+    context_window: Option<u64>,
+    /// Send `max_tokens` instead of `max_completion_tokens` (local OpenAI-compatible servers).
+    compat: Option<bool>,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn number<T: std::str::FromStr>(name: &str) -> Option<T> {
+    let value = var(name)?;
+    match value.parse() {
+        Ok(n) => Some(n),
+        Err(_) => {
+            tracing::warn!(name, value, "ignored: not a number");
+            None
+        }
+    }
+}
+
+/// `$XDG_CONFIG_HOME/sidechat/config.toml`, or `~/.config/sidechat/config.toml`.
+pub fn default_config_path() -> Option<PathBuf> {
+    var("SIDECHAT_CONFIG").map(PathBuf::from).or_else(|| {
+        var("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".config")))
+            .map(|dir| dir.join("sidechat").join("config.toml"))
+    })
 }
 
 impl Config {
-    /// Reads accounts from `SIDECHAT_*` variables; the demo account is always present.
+    /// Reads the config file (if any) and the environment; the environment wins.
+    pub fn load() -> Result<Self, ConfigError> {
+        let file = match default_config_path() {
+            Some(path) if path.exists() => read_file(&path)?,
+            _ => FileConfig::default(),
+        };
+        Ok(Self::from_parts(file))
+    }
+
+    /// The environment alone, ignoring any config file.
     pub fn from_env() -> Self {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        let word_delay = var("SIDECHAT_DEMO_DELAY_MS")
-            .and_then(|v| v.parse().ok())
+        Self::from_parts(FileConfig::default())
+    }
+
+    fn from_parts(file: FileConfig) -> Self {
+        let word_delay = number("SIDECHAT_DEMO_DELAY_MS")
             .map(Duration::from_millis)
             .unwrap_or(Duration::from_millis(30));
         let mut accounts = vec![Account {
             name: "demo".into(),
             kind: AccountKind::Demo { word_delay },
             default_model: "demo".into(),
+            context_window: None,
         }];
+        let mut preferred = Vec::new();
+        for (name, account) in file.accounts {
+            match file_account(&name, account) {
+                Ok(account) => accounts.push(account),
+                Err(message) => tracing::warn!(account = name, message, "ignored account"),
+            }
+        }
+        for account in env_accounts() {
+            preferred.push(account.name.clone());
+            accounts.retain(|a| a.name != account.name);
+            accounts.push(account);
+        }
         if let Some(script) = var("SIDECHAT_REPLAY_SCRIPT") {
             accounts.push(Account {
                 name: "replay".into(),
@@ -65,15 +177,44 @@ impl Config {
                     request_log: var("SIDECHAT_REPLAY_LOG").map(PathBuf::from),
                 },
                 default_model: "replay".into(),
+                context_window: None,
             });
+            preferred.insert(0, "replay".into());
         }
+        let exists = |name: &String| accounts.iter().any(|a| &a.name == name);
         let default_account = var("SIDECHAT_ACCOUNT")
-            .filter(|name| accounts.iter().any(|a| &a.name == name))
-            .or_else(|| accounts.iter().rev().map(|a| a.name.clone()).next())
+            .filter(exists)
+            .or(file.default_account.filter(exists))
+            .or_else(|| preferred.into_iter().next())
+            .or_else(|| {
+                accounts
+                    .iter()
+                    .map(|a| a.name.clone())
+                    .find(|n| n != "demo")
+            })
             .unwrap_or_else(|| "demo".into());
+        if let Some(model) = var("SIDECHAT_MODEL")
+            && let Some(account) = accounts.iter_mut().find(|a| a.name == default_account)
+        {
+            account.default_model = model;
+        }
+        let mut http = HttpSettings::default();
+        if let Some(n) = number("SIDECHAT_MAX_RETRIES") {
+            http.retry.max_retries = n;
+        }
+        if let Some(secs) = number("SIDECHAT_CONNECT_TIMEOUT_SECS") {
+            http.connect_timeout = Duration::from_secs(secs);
+        }
+        if let Some(secs) = number("SIDECHAT_STALL_TIMEOUT_SECS") {
+            http.stall_timeout = Duration::from_secs(secs);
+        }
+        if let Some(ms) = number("SIDECHAT_RETRY_BASE_MS") {
+            http.retry.base_delay = Duration::from_millis(ms);
+        }
         Self {
             accounts,
             default_account,
+            http,
         }
     }
 
@@ -91,5 +232,129 @@ impl Config {
                 is_demo: matches!(a.kind, AccountKind::Demo { .. }),
             })
             .collect()
+    }
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Invalid {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+fn file_account(name: &str, account: FileAccount) -> Result<Account, String> {
+    let remote = |default_url: &str| Remote {
+        base_url: account
+            .base_url
+            .clone()
+            .unwrap_or_else(|| default_url.to_string()),
+        key_env: account.api_key_env.clone(),
+    };
+    let kind = match account.kind.as_str() {
+        "anthropic" => AccountKind::Anthropic(remote(crate::provider::anthropic::DEFAULT_BASE_URL)),
+        "openai" => AccountKind::OpenAi {
+            remote: remote(crate::provider::openai::DEFAULT_BASE_URL),
+            compat: account.compat.unwrap_or(account.base_url.is_some()),
+        },
+        other => return Err(format!("unknown kind {other:?}; use anthropic or openai")),
+    };
+    Ok(Account {
+        name: name.to_string(),
+        kind,
+        default_model: account.default_model,
+        context_window: account.context_window,
+    })
+}
+
+/// Accounts the standard provider variables describe.
+fn env_accounts() -> Vec<Account> {
+    let mut accounts = Vec::new();
+    if var("ANTHROPIC_API_KEY").is_some() || var("ANTHROPIC_BASE_URL").is_some() {
+        accounts.push(Account {
+            name: "anthropic".into(),
+            kind: AccountKind::Anthropic(Remote {
+                base_url: var("ANTHROPIC_BASE_URL")
+                    .unwrap_or_else(|| crate::provider::anthropic::DEFAULT_BASE_URL.into()),
+                key_env: Some("ANTHROPIC_API_KEY".into()),
+            }),
+            default_model: var("SIDECHAT_ANTHROPIC_MODEL")
+                .unwrap_or_else(|| "claude-sonnet-4-5".into()),
+            context_window: number("SIDECHAT_CONTEXT_WINDOW"),
+        });
+    }
+    if var("OPENAI_API_KEY").is_some() || var("OPENAI_BASE_URL").is_some() {
+        let base_url = var("OPENAI_BASE_URL");
+        let compat = base_url
+            .as_deref()
+            .is_some_and(|u| !u.contains("api.openai.com"));
+        accounts.push(Account {
+            name: "openai".into(),
+            kind: AccountKind::OpenAi {
+                remote: Remote {
+                    base_url: base_url
+                        .unwrap_or_else(|| crate::provider::openai::DEFAULT_BASE_URL.into()),
+                    key_env: Some("OPENAI_API_KEY".into()),
+                },
+                compat,
+            },
+            default_model: var("SIDECHAT_OPENAI_MODEL").unwrap_or_else(|| "gpt-5-mini".into()),
+            context_window: number("SIDECHAT_CONTEXT_WINDOW"),
+        });
+    }
+    accounts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn file_accounts_are_read_and_the_demo_stays() {
+        let file: FileConfig = toml::from_str(
+            r#"
+            default_account = "local"
+            [accounts.local]
+            kind = "openai"
+            base_url = "http://localhost:8080/v1"
+            default_model = "qwen2.5-coder"
+            context_window = 32768
+            [accounts.work]
+            kind = "anthropic"
+            api_key_env = "WORK_KEY"
+            default_model = "claude-opus-4-1"
+            [accounts.broken]
+            kind = "gemini"
+            default_model = "x"
+            "#,
+        )
+        .unwrap();
+        let config = Config::from_parts(file);
+        let names: Vec<_> = config.accounts.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["demo", "local", "work"]);
+        assert_eq!(config.default_account, "local");
+        assert_eq!(
+            config.accounts[1].kind,
+            AccountKind::OpenAi {
+                remote: Remote {
+                    base_url: "http://localhost:8080/v1".into(),
+                    key_env: None
+                },
+                compat: true
+            }
+        );
+        assert_eq!(config.accounts[1].context_window, Some(32768));
+    }
+
+    #[test]
+    fn unknown_fields_are_an_error_not_a_silent_default() {
+        let parsed: Result<FileConfig, _> = toml::from_str(
+            "[accounts.a]\nkind = \"openai\"\ndefault_model = \"m\"\nbase_ulr = \"typo\"\n",
+        );
+        assert!(parsed.is_err());
     }
 }

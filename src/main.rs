@@ -75,7 +75,7 @@ fn serve(db: Option<PathBuf>, log_file: Option<PathBuf>) -> anyhow::Result<i32> 
         .context("cannot start the async runtime")?;
     let code = tokio.block_on(async move {
         let sink = Arc::new(ClientSink::default());
-        let runtime = Runtime::new(store, Config::from_env(), sink.clone())?;
+        let runtime = Runtime::new(store, Config::load()?, sink.clone())?;
         let code = sidechat::rpc::serve(std::io::stdin(), std::io::stdout(), move |peer| {
             sink.connect(peer);
             runtime

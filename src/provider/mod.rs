@@ -3,8 +3,12 @@
 //! A driver turns a projected transcript ([`ModelRequest`]) into a stream of [`ModelEvent`]s.
 //! Nothing outside this module knows a provider's JSON.
 
+pub mod anthropic;
 pub mod demo;
+pub mod openai;
 pub mod replay;
+pub mod retry;
+pub mod sse;
 
 use std::pin::Pin;
 use std::time::Duration;

@@ -14,6 +14,7 @@ impl Runtime {
             return Err(RuntimeError::InvalidParams("the message is empty".into()));
         }
         self.refuse_if_suspended(&session.id)?;
+        self.inner.driver(&session.account)?;
         let run_id = new_id("run");
         let signals = self
             .inner

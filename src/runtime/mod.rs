@@ -23,7 +23,9 @@ pub use projection::project;
 use crate::config::{AccountKind, Config};
 use crate::protocol::*;
 use crate::provider::ModelDriver;
+use crate::provider::anthropic::AnthropicDriver;
 use crate::provider::demo::DemoDriver;
+use crate::provider::openai::OpenAiDriver;
 use crate::provider::replay::ReplayDriver;
 use crate::store::Store;
 use events::Events;
@@ -109,6 +111,15 @@ impl Inner {
             } => Arc::new(
                 ReplayDriver::from_file(script, request_log.clone())
                     .map_err(|e| RuntimeError::Provider(e.to_string()))?,
+            ),
+            AccountKind::Anthropic(remote) => Arc::new(
+                AnthropicDriver::new(&remote.base_url, remote.api_key(), self.config.http.clone())
+                    .map_err(|e| RuntimeError::Provider(e.to_string()))?,
+            ),
+            AccountKind::OpenAi { remote, compat } => Arc::new(
+                OpenAiDriver::new(&remote.base_url, remote.api_key(), self.config.http.clone())
+                    .map_err(|e| RuntimeError::Provider(e.to_string()))?
+                    .with_compat(*compat),
             ),
         };
         drivers.insert(account.to_string(), driver.clone());

@@ -3,5 +3,7 @@
 mod bad_input;
 mod harness;
 mod protocol;
+mod providers;
 mod runs;
 mod terminal;
+mod upstream;

@@ -1,0 +1,1279 @@
+//! The HTTP provider drivers against a fake upstream that replays the providers' exact SSE
+//! shapes, records what it was sent, and can fail, drop or stall on cue.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use futures::StreamExt;
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use sidechat::provider::anthropic::AnthropicDriver;
+use sidechat::provider::openai::OpenAiDriver;
+use sidechat::provider::retry::RetrySettings;
+use sidechat::provider::{
+    HttpSettings, ModelContent, ModelDriver, ModelEvent, ModelMessage, ModelRequest, ModelRole,
+    ProviderError, StopReason, TokenUsage, ToolSpec,
+};
+
+// ---------------------------------------------------------------------------------------------
+// The fake upstream
+// ---------------------------------------------------------------------------------------------
+
+/// One step of a streamed reply.
+#[derive(Debug, Clone)]
+enum Part {
+    /// Bytes written as one HTTP chunk and flushed.
+    Bytes(Vec<u8>),
+    Pause(Duration),
+    /// Close the connection without ending the chunked body.
+    Drop,
+    /// Send nothing more for a long time.
+    Hang,
+}
+
+#[derive(Debug, Clone)]
+enum Reply {
+    Error {
+        status: u16,
+        headers: Vec<(&'static str, &'static str)>,
+        body: String,
+    },
+    Stream(Vec<Part>),
+}
+
+/// A request as the fake upstream saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Value,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+struct Fake {
+    base: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Fake {
+    fn start(replies: Vec<Reply>) -> Fake {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let recorded = seen.clone();
+        thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let replies = replies.clone();
+                let recorded = recorded.clone();
+                thread::spawn(move || serve(conn, &replies, &recorded));
+            }
+        });
+        Fake { base, seen }
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().expect("lock").clone()
+    }
+}
+
+fn serve(mut conn: TcpStream, replies: &Mutex<VecDeque<Reply>>, seen: &Mutex<Vec<Seen>>) {
+    let Some(request) = read_request(&conn) else {
+        return;
+    };
+    seen.lock().expect("lock").push(request);
+    let reply = replies.lock().expect("lock").pop_front();
+    let reply = reply.unwrap_or_else(|| Reply::Error {
+        status: 500,
+        headers: vec![],
+        body: "no scripted reply left".into(),
+    });
+    // Write errors only mean the client went away, which some tests cause on purpose.
+    let _ = match reply {
+        Reply::Error {
+            status,
+            headers,
+            body,
+        } => write_error(&mut conn, status, &headers, &body),
+        Reply::Stream(parts) => write_stream(&mut conn, parts),
+    };
+}
+
+fn read_request(conn: &TcpStream) -> Option<Seen> {
+    let mut reader = BufReader::new(conn.try_clone().ok()?);
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let path = line.split_whitespace().nth(1)?.to_owned();
+    let mut headers = Vec::new();
+    let mut length = 0;
+    loop {
+        line.clear();
+        reader.read_line(&mut line).ok()?;
+        let header = line.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        let (name, value) = header.split_once(':')?;
+        let (name, value) = (name.trim().to_ascii_lowercase(), value.trim().to_owned());
+        if name == "content-length" {
+            length = value.parse().ok()?;
+        }
+        headers.push((name, value));
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some(Seen {
+        path,
+        headers,
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+    })
+}
+
+fn write_error(
+    conn: &mut TcpStream,
+    status: u16,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::io::Result<()> {
+    let mut head = format!(
+        "HTTP/1.1 {status} Scripted\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    conn.write_all(head.as_bytes())?;
+    conn.write_all(body.as_bytes())?;
+    conn.flush()
+}
+
+fn write_stream(conn: &mut TcpStream, parts: Vec<Part>) -> std::io::Result<()> {
+    conn.write_all(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n",
+    )?;
+    conn.flush()?;
+    for part in parts {
+        match part {
+            Part::Bytes(bytes) => {
+                conn.write_all(format!("{:x}\r\n", bytes.len()).as_bytes())?;
+                conn.write_all(&bytes)?;
+                conn.write_all(b"\r\n")?;
+                conn.flush()?;
+            }
+            Part::Pause(pause) => thread::sleep(pause),
+            Part::Drop => return Ok(()),
+            Part::Hang => {
+                thread::sleep(Duration::from_secs(30));
+                return Ok(());
+            }
+        }
+    }
+    conn.write_all(b"0\r\n\r\n")?;
+    conn.flush()
+}
+
+/// A streamed reply with one HTTP chunk per SSE event.
+fn stream(events: Vec<String>) -> Reply {
+    Reply::Stream(
+        events
+            .into_iter()
+            .map(|e| Part::Bytes(e.into_bytes()))
+            .collect(),
+    )
+}
+
+fn error(status: u16, body: Value) -> Reply {
+    Reply::Error {
+        status,
+        headers: vec![],
+        body: body.to_string(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Event shapes
+// ---------------------------------------------------------------------------------------------
+
+/// An Anthropic event: named by its type, like the real API.
+fn a(data: Value) -> String {
+    let name = data["type"].as_str().unwrap_or("message").to_owned();
+    format!("event: {name}\ndata: {data}\n\n")
+}
+
+fn a_start() -> String {
+    a(json!({"type": "message_start", "message": {
+        "id": "msg_01", "type": "message", "role": "assistant", "content": [],
+        "model": "claude-test", "stop_reason": null, "stop_sequence": null,
+        "usage": {"input_tokens": 25, "cache_creation_input_tokens": 7,
+                  "cache_read_input_tokens": 100, "output_tokens": 1}}}))
+}
+
+fn a_block(index: usize, block: Value) -> String {
+    a(json!({"type": "content_block_start", "index": index, "content_block": block}))
+}
+
+fn a_delta(index: usize, delta: Value) -> String {
+    a(json!({"type": "content_block_delta", "index": index, "delta": delta}))
+}
+
+fn a_text(index: usize, text: &str) -> String {
+    a_delta(index, json!({"type": "text_delta", "text": text}))
+}
+
+fn a_json(index: usize, partial: &str) -> String {
+    a_delta(
+        index,
+        json!({"type": "input_json_delta", "partial_json": partial}),
+    )
+}
+
+fn a_tool(index: usize, id: &str, name: &str) -> String {
+    a_block(
+        index,
+        json!({"type": "tool_use", "id": id, "name": name, "input": {}}),
+    )
+}
+
+fn a_stop_block(index: usize) -> String {
+    a(json!({"type": "content_block_stop", "index": index}))
+}
+
+fn a_end(stop_reason: &str, output_tokens: u64) -> Vec<String> {
+    vec![
+        a(
+            json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+                "usage": {"output_tokens": output_tokens}}),
+        ),
+        a(json!({"type": "message_stop"})),
+    ]
+}
+
+fn a_usage(output: u64) -> ModelEvent {
+    ModelEvent::Usage(TokenUsage {
+        input: 25,
+        output,
+        cache_read: 100,
+        cache_write: 7,
+        reasoning: 0,
+    })
+}
+
+/// "Hello world", the plain Anthropic answer.
+fn a_hello() -> Vec<String> {
+    let mut events = vec![
+        a_start(),
+        a_block(0, json!({"type": "text", "text": ""})),
+        a(json!({"type": "ping"})),
+        a_text(0, "Hello"),
+        a_text(0, " world"),
+        a_stop_block(0),
+    ];
+    events.extend(a_end("end_turn", 12));
+    events
+}
+
+fn a_hello_events() -> Vec<Item> {
+    vec![
+        Ok(ModelEvent::TextDelta("Hello".into())),
+        Ok(ModelEvent::TextDelta(" world".into())),
+        Ok(a_usage(12)),
+        Ok(ModelEvent::Finished(StopReason::EndTurn)),
+    ]
+}
+
+/// An OpenAI chunk with one choice.
+fn o(delta: Value, finish_reason: Option<&str>) -> String {
+    let chunk = json!({
+        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-test",
+        "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}],
+        "usage": null,
+    });
+    format!("data: {chunk}\n\n")
+}
+
+fn o_tool(index: usize, id: Option<&str>, name: Option<&str>, arguments: &str) -> String {
+    let mut call = json!({"index": index, "function": {"arguments": arguments}});
+    if let Some(id) = id {
+        call["id"] = json!(id);
+        call["type"] = json!("function");
+    }
+    if let Some(name) = name {
+        call["function"]["name"] = json!(name);
+    }
+    o(json!({"tool_calls": [call]}), None)
+}
+
+/// How the final usage chunk says it has no choices; servers differ.
+#[derive(Clone, Copy)]
+enum NoChoices {
+    Empty,
+    Null,
+    Missing,
+}
+
+fn o_usage(shape: NoChoices) -> String {
+    let mut chunk = json!({
+        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-test",
+        "usage": {"prompt_tokens": 130, "completion_tokens": 20, "total_tokens": 150,
+                  "prompt_tokens_details": {"cached_tokens": 100, "audio_tokens": 0},
+                  "completion_tokens_details": {"reasoning_tokens": 5, "audio_tokens": 0}},
+    });
+    match shape {
+        NoChoices::Empty => chunk["choices"] = json!([]),
+        NoChoices::Null => chunk["choices"] = Value::Null,
+        NoChoices::Missing => {}
+    }
+    format!("data: {chunk}\n\n")
+}
+
+fn o_done() -> String {
+    "data: [DONE]\n\n".to_owned()
+}
+
+fn o_usage_event() -> ModelEvent {
+    ModelEvent::Usage(TokenUsage {
+        input: 30,
+        output: 20,
+        cache_read: 100,
+        cache_write: 0,
+        reasoning: 5,
+    })
+}
+
+fn o_hello(shape: NoChoices) -> Vec<String> {
+    vec![
+        o(json!({"role": "assistant", "content": ""}), None),
+        o(json!({"content": "Hello"}), None),
+        o(json!({"content": " world"}), None),
+        o(json!({}), Some("stop")),
+        o_usage(shape),
+        o_done(),
+    ]
+}
+
+fn o_hello_events() -> Vec<Item> {
+    vec![
+        Ok(ModelEvent::TextDelta("Hello".into())),
+        Ok(ModelEvent::TextDelta(" world".into())),
+        Ok(o_usage_event()),
+        Ok(ModelEvent::Finished(StopReason::EndTurn)),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Drivers and requests
+// ---------------------------------------------------------------------------------------------
+
+type Item = Result<ModelEvent, ProviderError>;
+
+const KEY: &str = "sk-test-not-a-real-key";
+
+fn settings() -> HttpSettings {
+    HttpSettings {
+        connect_timeout: Duration::from_secs(2),
+        stall_timeout: Duration::from_secs(5),
+        retry: RetrySettings {
+            base_delay: Duration::from_millis(10),
+            max_delay: Duration::from_millis(40),
+            ..RetrySettings::default()
+        },
+    }
+}
+
+fn anthropic(fake: &Fake) -> AnthropicDriver {
+    AnthropicDriver::new(&fake.base, Some(KEY.into()), settings()).expect("driver")
+}
+
+fn openai(fake: &Fake) -> OpenAiDriver {
+    OpenAiDriver::new(&format!("{}/v1", fake.base), Some(KEY.into()), settings()).expect("driver")
+}
+
+fn user_text(text: &str) -> ModelMessage {
+    ModelMessage {
+        role: ModelRole::User,
+        content: vec![ModelContent::Text { text: text.into() }],
+    }
+}
+
+fn hello_request() -> ModelRequest {
+    ModelRequest {
+        model: "test-model".into(),
+        system: None,
+        messages: vec![user_text("Say hello")],
+        tools: vec![],
+        max_output_tokens: 256,
+    }
+}
+
+async fn run(driver: &dyn ModelDriver, request: ModelRequest) -> Vec<Item> {
+    let events = driver.stream(request).collect();
+    tokio::time::timeout(Duration::from_secs(30), events)
+        .await
+        .expect("the stream ended in time")
+}
+
+/// Replaces what legitimately varies between runs: backoff delays (they have jitter) and the
+/// HTTP stack's wording of a lost connection.
+fn normalized(events: Vec<Item>) -> Vec<Item> {
+    const LOST: &str = "the connection was lost: ";
+    events
+        .into_iter()
+        .map(|event| match event {
+            Ok(ModelEvent::Notice(text)) => Ok(ModelEvent::Notice(mask_delay(&text))),
+            Err(ProviderError::Stream(text)) if text.starts_with(LOST) => {
+                Err(ProviderError::Stream(format!("{LOST}…")))
+            }
+            other => other,
+        })
+        .collect()
+}
+
+fn mask_delay(text: &str) -> String {
+    const MARK: &str = "retrying in ";
+    let Some(start) = text.find(MARK).map(|i| i + MARK.len()) else {
+        return text.to_owned();
+    };
+    match text[start..].find("s (") {
+        Some(end) => format!("{}_{}", &text[..start], &text[start + end..]),
+        None => text.to_owned(),
+    }
+}
+
+fn notice(text: &str) -> Item {
+    Ok(ModelEvent::Notice(text.into()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Anthropic
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn anthropic_text() {
+    let fake = Fake::start(vec![stream(a_hello())]);
+    let events = run(&anthropic(&fake), hello_request()).await;
+    assert_eq!(events, a_hello_events());
+
+    let seen = fake.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].path, "/v1/messages");
+    assert_eq!(seen[0].header("x-api-key"), Some(KEY));
+    assert_eq!(seen[0].header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(seen[0].header("content-type"), Some("application/json"));
+    assert_eq!(seen[0].body["stream"], json!(true));
+}
+
+#[tokio::test]
+async fn anthropic_thinking_with_signature_is_replayed() {
+    let mut events = vec![
+        a_start(),
+        a_block(
+            0,
+            json!({"type": "thinking", "thinking": "", "signature": ""}),
+        ),
+        a_delta(0, json!({"type": "thinking_delta", "thinking": "Let me"})),
+        a_delta(0, json!({"type": "thinking_delta", "thinking": " think."})),
+        a_delta(
+            0,
+            json!({"type": "signature_delta", "signature": "EqQBCgIYAh=="}),
+        ),
+        a_stop_block(0),
+        a_block(1, json!({"type": "text", "text": ""})),
+        a_text(1, "Answer."),
+        a_stop_block(1),
+    ];
+    events.extend(a_end("end_turn", 40));
+    let fake = Fake::start(vec![stream(events), stream(a_hello())]);
+    let driver = anthropic(&fake);
+
+    let got = run(&driver, hello_request()).await;
+    assert_eq!(
+        got,
+        vec![
+            Ok(ModelEvent::ThinkingDelta("Let me".into())),
+            Ok(ModelEvent::ThinkingDelta(" think.".into())),
+            Ok(ModelEvent::ThinkingSignature("EqQBCgIYAh==".into())),
+            Ok(ModelEvent::TextDelta("Answer.".into())),
+            Ok(a_usage(40)),
+            Ok(ModelEvent::Finished(StopReason::EndTurn)),
+        ]
+    );
+
+    let mut next = hello_request();
+    next.messages.push(ModelMessage {
+        role: ModelRole::Assistant,
+        content: vec![
+            ModelContent::Thinking {
+                text: "Let me think.".into(),
+                signature: Some("EqQBCgIYAh==".into()),
+            },
+            ModelContent::Text {
+                text: "Answer.".into(),
+            },
+        ],
+    });
+    next.messages.push(user_text("And then?"));
+    assert_eq!(run(&driver, next).await, a_hello_events());
+    let seen = fake.seen();
+    assert_eq!(
+        seen[1].body["messages"][1],
+        json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "Let me think.", "signature": "EqQBCgIYAh=="},
+            {"type": "text", "text": "Answer."},
+        ]})
+    );
+}
+
+/// The arguments `{"path": "café/日本.txt", "note": "say \"hi\" \ud83d\ude00 \u00e9"}`, in
+/// fragments split mid-string, right after a backslash, between the halves of a surrogate pair
+/// and inside a `\u` escape.
+const SPLIT_ARGUMENTS: [&str; 7] = [
+    r#"{"pa"#,
+    r#"th": "caf"#,
+    r#"é/日本.txt", "note": "say \"#,
+    r#""hi\"#,
+    r#"" \ud83d"#,
+    r#"\ude00 \u00"#,
+    r#"e9"}"#,
+];
+
+fn split_arguments_input() -> Value {
+    json!({"path": "café/日本.txt", "note": "say \"hi\" 😀 é"})
+}
+
+/// Writes `event` as two HTTP chunks, split inside the UTF-8 encoding of `日`.
+fn split_inside_char(event: String) -> Vec<Part> {
+    let bytes = event.into_bytes();
+    let cut = bytes
+        .windows(3)
+        .position(|w| w == "日".as_bytes())
+        .expect("the event holds 日")
+        + 1;
+    vec![
+        Part::Bytes(bytes[..cut].to_vec()),
+        Part::Pause(Duration::from_millis(30)),
+        Part::Bytes(bytes[cut..].to_vec()),
+    ]
+}
+
+#[tokio::test]
+async fn anthropic_tool_call_with_awkwardly_split_arguments() {
+    let mut parts: Vec<Part> = Vec::new();
+    let mut push = |event: String| parts.push(Part::Bytes(event.into_bytes()));
+    push(a_start());
+    push(a_block(0, json!({"type": "text", "text": ""})));
+    push(a_text(0, "Let me look."));
+    push(a_stop_block(0));
+    push(a_tool(1, "toolu_01", "read_file"));
+    push(a_json(1, ""));
+    for fragment in &SPLIT_ARGUMENTS[..2] {
+        push(a_json(1, fragment));
+    }
+    parts.extend(split_inside_char(a_json(1, SPLIT_ARGUMENTS[2])));
+    for fragment in &SPLIT_ARGUMENTS[3..] {
+        parts.push(Part::Bytes(a_json(1, fragment).into_bytes()));
+    }
+    for event in [a_stop_block(1)].into_iter().chain(a_end("tool_use", 60)) {
+        parts.push(Part::Bytes(event.into_bytes()));
+    }
+    let fake = Fake::start(vec![Reply::Stream(parts)]);
+
+    let events = run(&anthropic(&fake), hello_request()).await;
+    assert_eq!(
+        events,
+        vec![
+            Ok(ModelEvent::TextDelta("Let me look.".into())),
+            Ok(ModelEvent::ToolCall {
+                id: "toolu_01".into(),
+                name: "read_file".into(),
+                input: split_arguments_input(),
+            }),
+            Ok(a_usage(60)),
+            Ok(ModelEvent::Finished(StopReason::ToolUse)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn anthropic_two_tool_calls_and_empty_arguments() {
+    let mut events = vec![
+        a_start(),
+        a_tool(0, "toolu_a", "list_dir"),
+        a_stop_block(0),
+        a_tool(1, "toolu_b", "read_file"),
+        a_json(1, r#"{"path":"#),
+        a_json(1, r#" "b.txt"}"#),
+        a_stop_block(1),
+    ];
+    events.extend(a_end("tool_use", 30));
+    let fake = Fake::start(vec![stream(events)]);
+    assert_eq!(
+        run(&anthropic(&fake), hello_request()).await,
+        vec![
+            Ok(ModelEvent::ToolCall {
+                id: "toolu_a".into(),
+                name: "list_dir".into(),
+                input: json!({}),
+            }),
+            Ok(ModelEvent::ToolCall {
+                id: "toolu_b".into(),
+                name: "read_file".into(),
+                input: json!({"path": "b.txt"}),
+            }),
+            Ok(a_usage(30)),
+            Ok(ModelEvent::Finished(StopReason::ToolUse)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn anthropic_text_cut_by_max_tokens() {
+    let mut events = vec![
+        a_start(),
+        a_block(0, json!({"type": "text", "text": ""})),
+        a_text(0, "Once upon a"),
+        a_stop_block(0),
+    ];
+    events.extend(a_end("max_tokens", 256));
+    let fake = Fake::start(vec![stream(events)]);
+    assert_eq!(
+        run(&anthropic(&fake), hello_request()).await,
+        vec![
+            Ok(ModelEvent::TextDelta("Once upon a".into())),
+            Ok(a_usage(256)),
+            Ok(ModelEvent::Finished(StopReason::MaxTokens)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn anthropic_tool_arguments_cut_by_max_tokens() {
+    let mut events = vec![
+        a_start(),
+        a_tool(0, "toolu_cut", "write_file"),
+        a_json(0, r#"{"path": "a.txt", "content": "lorem ip"#),
+        a_stop_block(0),
+    ];
+    events.extend(a_end("max_tokens", 256));
+    let fake = Fake::start(vec![stream(events)]);
+    assert_eq!(
+        run(&anthropic(&fake), hello_request()).await,
+        vec![
+            Ok(ModelEvent::ToolCallCutOff {
+                id: "toolu_cut".into(),
+                name: "write_file".into(),
+            }),
+            Ok(a_usage(256)),
+            Ok(ModelEvent::Finished(StopReason::MaxTokens)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn anthropic_refusal_and_pause_turn() {
+    let mut refusal = vec![a_start()];
+    refusal.extend(a_end("refusal", 2));
+    let mut pause = vec![a_start()];
+    pause.extend(a_end("pause_turn", 2));
+    let fake = Fake::start(vec![stream(refusal), stream(pause)]);
+    let driver = anthropic(&fake);
+    assert_eq!(
+        run(&driver, hello_request()).await,
+        vec![
+            Ok(a_usage(2)),
+            Ok(ModelEvent::Finished(StopReason::Refusal))
+        ]
+    );
+    assert_eq!(
+        run(&driver, hello_request()).await,
+        vec![
+            Ok(a_usage(2)),
+            Ok(ModelEvent::Finished(StopReason::Other("pause_turn".into())))
+        ]
+    );
+}
+
+fn overloaded() -> Value {
+    json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+}
+
+#[tokio::test]
+async fn anthropic_overloaded_529_then_success() {
+    let fake = Fake::start(vec![error(529, overloaded()), stream(a_hello())]);
+    let events = normalized(run(&anthropic(&fake), hello_request()).await);
+    let mut expected = vec![notice(
+        "Anthropic: retrying in _s (HTTP 529: overloaded), retry 1 of 2",
+    )];
+    expected.extend(a_hello_events());
+    assert_eq!(events, expected);
+    assert_eq!(fake.seen().len(), 2);
+}
+
+#[tokio::test]
+async fn anthropic_gives_up_after_three_500s() {
+    let api_error = json!({"type": "error", "error": {"type": "api_error", "message": "Internal server error"}});
+    let fake = Fake::start(vec![
+        error(500, api_error.clone()),
+        error(500, api_error.clone()),
+        error(500, api_error),
+        stream(a_hello()),
+    ]);
+    let events = normalized(run(&anthropic(&fake), hello_request()).await);
+    assert_eq!(
+        events,
+        vec![
+            notice("Anthropic: retrying in _s (HTTP 500: server error), retry 1 of 2"),
+            notice("Anthropic: retrying in _s (HTTP 500: server error), retry 2 of 2"),
+            Err(ProviderError::Http {
+                status: 500,
+                message: "api_error: Internal server error (gave up after 3 attempts)".into(),
+            }),
+        ]
+    );
+    assert_eq!(fake.seen().len(), 3);
+}
+
+#[tokio::test]
+async fn anthropic_client_errors_are_not_retried() {
+    let invalid_key = json!({"type": "error",
+        "error": {"type": "authentication_error", "message": "invalid x-api-key"}});
+    let fake = Fake::start(vec![error(401, invalid_key), stream(a_hello())]);
+    assert_eq!(
+        run(&anthropic(&fake), hello_request()).await,
+        vec![Err(ProviderError::Http {
+            status: 401,
+            message: "authentication_error: invalid x-api-key".into(),
+        })]
+    );
+    assert_eq!(fake.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn anthropic_error_event_after_200_and_some_text() {
+    let events = vec![
+        a_start(),
+        a_block(0, json!({"type": "text", "text": ""})),
+        a_text(0, "Hel"),
+        a(overloaded()),
+    ];
+    let fake = Fake::start(vec![stream(events), stream(a_hello())]);
+    assert_eq!(
+        run(&anthropic(&fake), hello_request()).await,
+        vec![
+            Ok(ModelEvent::TextDelta("Hel".into())),
+            Err(ProviderError::Http {
+                status: 529,
+                message: "overloaded_error: Overloaded".into(),
+            }),
+        ]
+    );
+    assert_eq!(fake.seen().len(), 1, "no retry after text was streamed");
+}
+
+#[tokio::test]
+async fn anthropic_error_event_before_any_output_is_retried() {
+    let events = vec![a_start(), a(json!({"type": "ping"})), a(overloaded())];
+    let fake = Fake::start(vec![stream(events), stream(a_hello())]);
+    let mut expected = vec![notice(
+        "Anthropic: retrying in _s (HTTP 529: overloaded), retry 1 of 2",
+    )];
+    expected.extend(a_hello_events());
+    assert_eq!(
+        normalized(run(&anthropic(&fake), hello_request()).await),
+        expected
+    );
+    assert_eq!(fake.seen().len(), 2);
+}
+
+#[tokio::test]
+async fn anthropic_connection_dropped_mid_stream() {
+    let mut parts: Vec<Part> = [
+        a_start(),
+        a_block(0, json!({"type": "text", "text": ""})),
+        a_text(0, "Hel"),
+        a_text(0, "lo"),
+    ]
+    .into_iter()
+    .map(|e| Part::Bytes(e.into_bytes()))
+    .collect();
+    parts.push(Part::Pause(Duration::from_millis(50)));
+    parts.push(Part::Drop);
+    let fake = Fake::start(vec![Reply::Stream(parts), stream(a_hello())]);
+    assert_eq!(
+        normalized(run(&anthropic(&fake), hello_request()).await),
+        vec![
+            Ok(ModelEvent::TextDelta("Hel".into())),
+            Ok(ModelEvent::TextDelta("lo".into())),
+            Err(ProviderError::Stream("the connection was lost: …".into())),
+        ]
+    );
+    assert_eq!(fake.seen().len(), 1, "no retry, so no duplicate text");
+}
+
+#[tokio::test]
+async fn anthropic_request_body() {
+    let fake = Fake::start(vec![stream(a_hello())]);
+    let events = run(&anthropic(&fake), full_request()).await;
+    assert_eq!(events, a_hello_events());
+    let ephemeral = json!({"type": "ephemeral"});
+    assert_eq!(
+        fake.seen()[0].body,
+        json!({
+            "model": "test-model",
+            "max_tokens": 1024,
+            "stream": true,
+            "system": [{"type": "text", "text": "You are a careful assistant.",
+                        "cache_control": ephemeral}],
+            "tools": [
+                {"name": "read_file", "description": "Read a file in the workspace.",
+                 "input_schema": read_file_schema()},
+                {"name": "list_dir", "description": "List a directory.",
+                 "input_schema": {"type": "object", "properties": {}},
+                 "cache_control": ephemeral},
+            ],
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "What is in a.txt?"}]},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "Let me look."},
+                    {"type": "tool_use", "id": "call_1", "name": "read_file",
+                     "input": {"path": "a.txt"}},
+                    {"type": "tool_use", "id": "call_2", "name": "list_dir", "input": {}},
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "call_1", "content": "hello",
+                     "is_error": false},
+                    {"type": "tool_result", "tool_use_id": "call_2",
+                     "content": "permission denied", "is_error": true},
+                    {"type": "text", "text": "Thanks, summarise it.", "cache_control": ephemeral},
+                ]},
+            ],
+        })
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// OpenAI
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn openai_text_with_empty_choices_in_the_usage_chunk() {
+    let fake = Fake::start(vec![stream(o_hello(NoChoices::Empty))]);
+    assert_eq!(run(&openai(&fake), hello_request()).await, o_hello_events());
+    let seen = fake.seen();
+    assert_eq!(seen[0].path, "/v1/chat/completions");
+    assert_eq!(
+        seen[0].header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    assert_eq!(seen[0].header("content-type"), Some("application/json"));
+}
+
+#[tokio::test]
+async fn openai_usage_chunk_without_or_with_null_choices() {
+    let fake = Fake::start(vec![
+        stream(o_hello(NoChoices::Missing)),
+        stream(o_hello(NoChoices::Null)),
+    ]);
+    let driver = openai(&fake);
+    assert_eq!(run(&driver, hello_request()).await, o_hello_events());
+    assert_eq!(run(&driver, hello_request()).await, o_hello_events());
+}
+
+#[tokio::test]
+async fn openai_without_a_key_sends_no_authorization() {
+    let fake = Fake::start(vec![stream(o_hello(NoChoices::Empty))]);
+    let driver = OpenAiDriver::new(&format!("{}/v1", fake.base), None, settings())
+        .expect("driver")
+        .with_compat(true);
+    assert_eq!(run(&driver, hello_request()).await, o_hello_events());
+    let seen = fake.seen();
+    assert_eq!(seen[0].header("authorization"), None);
+    assert_eq!(seen[0].body["max_tokens"], json!(256));
+    assert_eq!(seen[0].body.get("max_completion_tokens"), None);
+}
+
+#[tokio::test]
+async fn openai_tool_call_with_awkwardly_split_arguments() {
+    let mut parts: Vec<Part> = Vec::new();
+    let bytes = |event: String| Part::Bytes(event.into_bytes());
+    parts.push(bytes(o(
+        json!({"role": "assistant", "content": null}),
+        None,
+    )));
+    parts.push(bytes(o_tool(0, Some("call_x"), Some("read_file"), "")));
+    for fragment in &SPLIT_ARGUMENTS[..2] {
+        parts.push(bytes(o_tool(0, None, None, fragment)));
+    }
+    parts.extend(split_inside_char(o_tool(0, None, None, SPLIT_ARGUMENTS[2])));
+    for fragment in &SPLIT_ARGUMENTS[3..] {
+        parts.push(bytes(o_tool(0, None, None, fragment)));
+    }
+    parts.push(bytes(o(json!({}), Some("tool_calls"))));
+    parts.push(bytes(o_usage(NoChoices::Empty)));
+    parts.push(bytes(o_done()));
+    let fake = Fake::start(vec![Reply::Stream(parts)]);
+    assert_eq!(
+        run(&openai(&fake), hello_request()).await,
+        vec![
+            Ok(ModelEvent::ToolCall {
+                id: "call_x".into(),
+                name: "read_file".into(),
+                input: split_arguments_input(),
+            }),
+            Ok(o_usage_event()),
+            Ok(ModelEvent::Finished(StopReason::ToolUse)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn openai_two_parallel_tool_calls_interleaved() {
+    let events = vec![
+        o(
+            json!({"role": "assistant", "content": "Checking both."}),
+            None,
+        ),
+        o_tool(0, Some("call_a"), Some("read_file"), ""),
+        o_tool(1, Some("call_b"), Some("list_dir"), ""),
+        o_tool(0, None, None, r#"{"path":"#),
+        o_tool(1, None, None, r#"{"dir": "#),
+        o_tool(0, None, None, r#" "a.txt"}"#),
+        o_tool(1, None, None, r#"".", "depth": 2}"#),
+        o(json!({}), Some("tool_calls")),
+        o_usage(NoChoices::Empty),
+        o_done(),
+    ];
+    let fake = Fake::start(vec![stream(events)]);
+    assert_eq!(
+        run(&openai(&fake), hello_request()).await,
+        vec![
+            Ok(ModelEvent::TextDelta("Checking both.".into())),
+            Ok(ModelEvent::ToolCall {
+                id: "call_a".into(),
+                name: "read_file".into(),
+                input: json!({"path": "a.txt"}),
+            }),
+            Ok(ModelEvent::ToolCall {
+                id: "call_b".into(),
+                name: "list_dir".into(),
+                input: json!({"dir": ".", "depth": 2}),
+            }),
+            Ok(o_usage_event()),
+            Ok(ModelEvent::Finished(StopReason::ToolUse)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn openai_text_cut_by_length() {
+    let events = vec![
+        o(json!({"content": "Once upon a"}), None),
+        o(json!({}), Some("length")),
+        o_usage(NoChoices::Empty),
+        o_done(),
+    ];
+    let fake = Fake::start(vec![stream(events)]);
+    assert_eq!(
+        run(&openai(&fake), hello_request()).await,
+        vec![
+            Ok(ModelEvent::TextDelta("Once upon a".into())),
+            Ok(o_usage_event()),
+            Ok(ModelEvent::Finished(StopReason::MaxTokens)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn openai_tool_arguments_cut_by_length() {
+    let events = vec![
+        o_tool(
+            0,
+            Some("call_cut"),
+            Some("write_file"),
+            r#"{"path": "a.txt", "#,
+        ),
+        o_tool(0, None, None, r#""content": "lorem ip"#),
+        o(json!({}), Some("length")),
+        o_usage(NoChoices::Empty),
+        o_done(),
+    ];
+    let fake = Fake::start(vec![stream(events)]);
+    assert_eq!(
+        run(&openai(&fake), hello_request()).await,
+        vec![
+            Ok(ModelEvent::ToolCallCutOff {
+                id: "call_cut".into(),
+                name: "write_file".into(),
+            }),
+            Ok(o_usage_event()),
+            Ok(ModelEvent::Finished(StopReason::MaxTokens)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn openai_content_filter_is_a_refusal() {
+    let events = vec![o(json!({}), Some("content_filter")), o_done()];
+    let fake = Fake::start(vec![stream(events)]);
+    assert_eq!(
+        run(&openai(&fake), hello_request()).await,
+        vec![Ok(ModelEvent::Finished(StopReason::Refusal))]
+    );
+}
+
+#[tokio::test]
+async fn openai_429_with_retry_after_then_success() {
+    let rate_limited = Reply::Error {
+        status: 429,
+        headers: vec![("retry-after", "1")],
+        body: json!({"error": {"message": "Rate limit reached for requests",
+                               "type": "requests", "param": null, "code": "rate_limit_exceeded"}})
+        .to_string(),
+    };
+    let fake = Fake::start(vec![rate_limited, stream(o_hello(NoChoices::Empty))]);
+    let mut expected = vec![notice(
+        "OpenAI: retrying in 1s (HTTP 429: rate limited), retry 1 of 2",
+    )];
+    expected.extend(o_hello_events());
+    assert_eq!(run(&openai(&fake), hello_request()).await, expected);
+    assert_eq!(fake.seen().len(), 2);
+}
+
+#[tokio::test]
+async fn openai_retry_after_beyond_the_limit_fails_at_once() {
+    let rate_limited = Reply::Error {
+        status: 429,
+        headers: vec![("retry-after", "3600")],
+        body: json!({"error": {"message": "Daily quota exceeded", "type": "insufficient_quota"}})
+            .to_string(),
+    };
+    let fake = Fake::start(vec![rate_limited, stream(o_hello(NoChoices::Empty))]);
+    assert_eq!(
+        run(&openai(&fake), hello_request()).await,
+        vec![Err(ProviderError::Http {
+            status: 429,
+            message: "insufficient_quota: Daily quota exceeded \
+                      (the provider asked to retry in 3600s)"
+                .into(),
+        })]
+    );
+    assert_eq!(fake.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn openai_gives_up_after_three_503s_with_a_plain_body() {
+    let unavailable = || Reply::Error {
+        status: 503,
+        headers: vec![],
+        body: "upstream connect error".into(),
+    };
+    let fake = Fake::start(vec![unavailable(), unavailable(), unavailable()]);
+    assert_eq!(
+        normalized(run(&openai(&fake), hello_request()).await),
+        vec![
+            notice("OpenAI: retrying in _s (HTTP 503: service unavailable), retry 1 of 2"),
+            notice("OpenAI: retrying in _s (HTTP 503: service unavailable), retry 2 of 2"),
+            Err(ProviderError::Http {
+                status: 503,
+                message: "upstream connect error (gave up after 3 attempts)".into(),
+            }),
+        ]
+    );
+    assert_eq!(fake.seen().len(), 3);
+}
+
+#[tokio::test]
+async fn openai_connection_dropped_mid_stream() {
+    let parts = vec![
+        Part::Bytes(o(json!({"content": "Hel"}), None).into_bytes()),
+        Part::Bytes(o(json!({"content": "lo"}), None).into_bytes()),
+        Part::Pause(Duration::from_millis(50)),
+        Part::Drop,
+    ];
+    let fake = Fake::start(vec![
+        Reply::Stream(parts),
+        stream(o_hello(NoChoices::Empty)),
+    ]);
+    assert_eq!(
+        normalized(run(&openai(&fake), hello_request()).await),
+        vec![
+            Ok(ModelEvent::TextDelta("Hel".into())),
+            Ok(ModelEvent::TextDelta("lo".into())),
+            Err(ProviderError::Stream("the connection was lost: …".into())),
+        ]
+    );
+    assert_eq!(fake.seen().len(), 1, "no retry, so no duplicate text");
+}
+
+#[tokio::test]
+async fn openai_stall_timeout() {
+    let parts = vec![
+        Part::Bytes(o(json!({"content": "Hel"}), None).into_bytes()),
+        Part::Hang,
+    ];
+    let fake = Fake::start(vec![
+        Reply::Stream(parts),
+        stream(o_hello(NoChoices::Empty)),
+    ]);
+    let mut quick = settings();
+    quick.stall_timeout = Duration::from_secs(1);
+    let driver =
+        OpenAiDriver::new(&format!("{}/v1", fake.base), Some(KEY.into()), quick).expect("driver");
+    assert_eq!(
+        run(&driver, hello_request()).await,
+        vec![
+            Ok(ModelEvent::TextDelta("Hel".into())),
+            Err(ProviderError::Stalled(1)),
+        ]
+    );
+    assert_eq!(fake.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn openai_request_body() {
+    let fake = Fake::start(vec![stream(o_hello(NoChoices::Empty))]);
+    assert_eq!(run(&openai(&fake), full_request()).await, o_hello_events());
+    assert_eq!(
+        fake.seen()[0].body,
+        json!({
+            "model": "test-model",
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "max_completion_tokens": 1024,
+            "tools": [
+                {"type": "function", "function": {"name": "read_file",
+                 "description": "Read a file in the workspace.",
+                 "parameters": read_file_schema()}},
+                {"type": "function", "function": {"name": "list_dir",
+                 "description": "List a directory.",
+                 "parameters": {"type": "object", "properties": {}}}},
+            ],
+            "messages": [
+                {"role": "system", "content": "You are a careful assistant."},
+                {"role": "user", "content": "What is in a.txt?"},
+                {"role": "assistant", "content": "Let me look.", "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "read_file", "arguments": r#"{"path":"a.txt"}"#}},
+                    {"id": "call_2", "type": "function",
+                     "function": {"name": "list_dir", "arguments": "{}"}},
+                ]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "hello"},
+                {"role": "tool", "tool_call_id": "call_2",
+                 "content": "Error: permission denied"},
+                {"role": "user", "content": "Thanks, summarise it."},
+            ],
+        })
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Both
+// ---------------------------------------------------------------------------------------------
+
+fn read_file_schema() -> Value {
+    json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]})
+}
+
+/// System prompt, a user text, an assistant text with two tool calls (thinking included, which
+/// only Anthropic keeps), their results (one failed) and another user text.
+fn full_request() -> ModelRequest {
+    ModelRequest {
+        model: "test-model".into(),
+        system: Some("You are a careful assistant.".into()),
+        messages: vec![
+            user_text("What is in a.txt?"),
+            ModelMessage {
+                role: ModelRole::Assistant,
+                content: vec![
+                    ModelContent::Text {
+                        text: "Let me look.".into(),
+                    },
+                    ModelContent::ToolCall {
+                        id: "call_1".into(),
+                        name: "read_file".into(),
+                        input: json!({"path": "a.txt"}),
+                    },
+                    ModelContent::ToolCall {
+                        id: "call_2".into(),
+                        name: "list_dir".into(),
+                        input: json!({}),
+                    },
+                ],
+            },
+            ModelMessage {
+                role: ModelRole::User,
+                content: vec![
+                    ModelContent::ToolResult {
+                        call_id: "call_1".into(),
+                        output: "hello".into(),
+                        is_error: false,
+                    },
+                    ModelContent::ToolResult {
+                        call_id: "call_2".into(),
+                        output: "permission denied".into(),
+                        is_error: true,
+                    },
+                    ModelContent::Text {
+                        text: "Thanks, summarise it.".into(),
+                    },
+                ],
+            },
+        ],
+        tools: vec![
+            ToolSpec {
+                name: "read_file".into(),
+                description: "Read a file in the workspace.".into(),
+                input_schema: read_file_schema(),
+            },
+            ToolSpec {
+                name: "list_dir".into(),
+                description: "List a directory.".into(),
+                input_schema: json!({"type": "object", "properties": {}}),
+            },
+        ],
+        max_output_tokens: 1024,
+    }
+}
+
+#[tokio::test]
+async fn connection_errors_name_neither_key_nor_query() {
+    let port = {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+    let base = format!("http://127.0.0.1:{port}/v1?api-key=sekrit-query");
+    let driver = OpenAiDriver::new(&base, Some(KEY.into()), settings()).expect("driver");
+    let events = normalized(run(&driver, hello_request()).await);
+    let (notices, last) = events.split_at(2);
+    assert_eq!(
+        notices,
+        [
+            notice("OpenAI: retrying in _s (connection failed), retry 1 of 2"),
+            notice("OpenAI: retrying in _s (connection failed), retry 2 of 2"),
+        ]
+    );
+    let [Err(ProviderError::Connection(message))] = last else {
+        panic!("expected a connection error, got {last:?}");
+    };
+    assert!(message.ends_with("(gave up after 3 attempts)"), "{message}");
+    for secret in [KEY, "sekrit-query", "?"] {
+        assert!(!message.contains(secret), "{message}");
+    }
+    let debug = format!("{driver:?}");
+    assert!(
+        !debug.contains(KEY) && !debug.contains("sekrit-query"),
+        "{debug}"
+    );
+}
