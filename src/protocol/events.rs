@@ -86,6 +86,17 @@ pub enum Event {
         level: NoticeLevel,
         message: String,
     },
+    /// Token counts the provider reported for one model request (facts, no prices).
+    Usage {
+        provider: String,
+        model: String,
+        input: u64,
+        output: u64,
+        cache_read: u64,
+        cache_write: u64,
+        reasoning: u64,
+        duration_ms: u64,
+    },
     RunFinished {
         reason: FinishReason,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -106,6 +117,7 @@ impl Event {
         "approvalRequested",
         "approvalResolved",
         "notice",
+        "usage",
         "runFinished",
     ];
 }

@@ -139,7 +139,9 @@ impl ModelDriver for ReplayDriver {
                     input: call.input.clone(),
                 }));
             }
-            events.push(Ok(ModelEvent::Usage(turn.usage.unwrap_or_default())));
+            if let Some(usage) = turn.usage {
+                events.push(Ok(ModelEvent::Usage(usage)));
+            }
             let stop = if turn.tool_calls.is_empty() {
                 StopReason::EndTurn
             } else {

@@ -11,8 +11,8 @@ use futures::StreamExt;
 use super::registry::RunSignals;
 use super::{Inner, RuntimeError, RuntimeResult, project};
 use crate::protocol::*;
-use crate::provider::{ModelEvent, ModelRequest, ProviderError, StopReason};
-use crate::store::{NewMessage, RunRow, SessionRow};
+use crate::provider::{ModelEvent, ModelRequest, ProviderError, StopReason, TokenUsage};
+use crate::store::{NewMessage, RunRow, SessionRow, UsageRow, elapsed_ms};
 use crate::util::new_id;
 
 /// Output budget asked of the model for one step.
@@ -185,6 +185,7 @@ impl RunContext {
             role: Role::Assistant,
         });
         let mut reply = Reply::default();
+        let started = std::time::Instant::now();
         let mut stream = driver.stream(request);
         let mut stop = self.signals.stop.clone();
         let ended = loop {
@@ -205,6 +206,9 @@ impl RunContext {
             }
         };
         drop(stream);
+        if let Some(usage) = reply.usage.take() {
+            self.record_usage(session, usage, started)?;
+        }
         let status = match ended {
             Ended::Finished(_) => MessageStatus::Complete,
             Ended::Stopped => MessageStatus::Stopped,
@@ -272,13 +276,48 @@ impl RunContext {
             ModelEvent::ThinkingSignature(signature) => reply.signature = Some(signature),
             ModelEvent::ToolCall { id, name, input } => reply.calls.push((id, name, input)),
             ModelEvent::ToolCallCutOff { id, name } => reply.cut_calls.push((id, name)),
-            ModelEvent::Usage(usage) => tracing::debug!(?usage, "model usage"),
+            ModelEvent::Usage(usage) => reply.usage = Some(usage),
             ModelEvent::Notice(message) => self.emit(Event::Notice {
                 level: NoticeLevel::Warning,
                 message,
             }),
             ModelEvent::Finished(_) => {}
         }
+    }
+
+    /// Stores the request's usage line, then tells the client.
+    fn record_usage(
+        &self,
+        session: &SessionRow,
+        tokens: TokenUsage,
+        started: std::time::Instant,
+    ) -> RuntimeResult<()> {
+        let provider = self
+            .inner
+            .config
+            .account(&session.account)
+            .map_or("unknown", |a| a.kind.name())
+            .to_string();
+        let row = UsageRow {
+            run_id: self.run_id.clone(),
+            provider: provider.clone(),
+            model: session.model.clone(),
+            tokens,
+            at: crate::util::now_ms(),
+            duration_ms: elapsed_ms(started),
+        };
+        self.inner.store.insert_usage(&self.session_id, &row)?;
+        self.emit(Event::Usage {
+            provider,
+            model: row.model,
+            input: tokens.input,
+            output: tokens.output,
+            cache_read: tokens.cache_read,
+            cache_write: tokens.cache_write,
+            reasoning: tokens.reasoning,
+            duration_ms: row.duration_ms,
+        });
+        Ok(())
     }
 
     /// Leaves the registry without ending the run: its approval stays pending in the store.
@@ -334,6 +373,7 @@ struct Reply {
     text: String,
     calls: Vec<(String, String, serde_json::Value)>,
     cut_calls: Vec<(String, String)>,
+    usage: Option<TokenUsage>,
 }
 
 impl Reply {

@@ -94,6 +94,24 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (session_id, path)
     );
     "#,
+    // 3: usage lines: facts of each model request; prices are applied when read.
+    r#"
+    CREATE TABLE usage_lines (
+        id           INTEGER PRIMARY KEY,
+        session_id   TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        run_id       TEXT NOT NULL,
+        provider     TEXT NOT NULL,
+        model        TEXT NOT NULL,
+        input        INTEGER NOT NULL,
+        output       INTEGER NOT NULL,
+        cache_read   INTEGER NOT NULL,
+        cache_write  INTEGER NOT NULL,
+        reasoning    INTEGER NOT NULL,
+        at           INTEGER NOT NULL,
+        duration_ms  INTEGER NOT NULL
+    );
+    CREATE INDEX usage_by_session ON usage_lines (session_id, at);
+    "#,
 ];
 
 /// Brings the schema to the newest version this build knows.

@@ -8,6 +8,7 @@ mod migrations;
 mod runs;
 mod sessions;
 mod tool_calls;
+mod usage;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -19,6 +20,7 @@ pub use messages::NewMessage;
 pub use runs::RunRow;
 pub use sessions::{NewSession, SessionPage, SessionRow, SessionUpdate};
 pub use tool_calls::{ApprovalOutcome, ApprovalRow, ToolCallRow};
+pub use usage::{UsageRow, elapsed_ms};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

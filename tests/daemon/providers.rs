@@ -56,6 +56,23 @@ async fn openai_compatible_server_with_a_retry_then_a_streamed_answer() {
         })
         .collect();
     assert_eq!(notices.len(), 1, "{notices:?}");
+    let usage: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Usage {
+                provider,
+                model,
+                input,
+                output,
+                ..
+            } => Some((provider.clone(), model.clone(), *input, *output)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        usage,
+        vec![("openai".to_string(), "gpt-test".to_string(), 12, 4)]
+    );
     assert!(notices[0].contains("HTTP 503"), "{}", notices[0]);
     assert!(matches!(
         events.last().map(|e| &e.event),

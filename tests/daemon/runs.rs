@@ -95,6 +95,7 @@ async fn plain_turn_with_the_demo_model() {
             "messageCompleted",
             "runStarted",
             "messageStarted",
+            "usage",
             "messageCompleted",
             "runFinished"
         ]

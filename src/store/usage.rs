@@ -1,0 +1,75 @@
+//! The `usage_lines` table: one row of facts per model request.
+
+use rusqlite::params;
+
+use super::{Store, StoreResult};
+use crate::provider::TokenUsage;
+
+/// One model request's usage as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageRow {
+    pub run_id: String,
+    pub provider: String,
+    pub model: String,
+    pub tokens: TokenUsage,
+    pub at: i64,
+    pub duration_ms: u64,
+}
+
+impl Store {
+    pub fn insert_usage(&self, session_id: &str, row: &UsageRow) -> StoreResult<()> {
+        let t = &row.tokens;
+        self.conn().execute(
+            "INSERT INTO usage_lines (session_id, run_id, provider, model, input, output, cache_read,
+                                      cache_write, reasoning, at, duration_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            params![
+                session_id,
+                row.run_id,
+                row.provider,
+                row.model,
+                t.input as i64,
+                t.output as i64,
+                t.cache_read as i64,
+                t.cache_write as i64,
+                t.reasoning as i64,
+                row.at,
+                row.duration_ms as i64
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn usage_lines(&self, session_id: &str) -> StoreResult<Vec<UsageRow>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT run_id, provider, model, input, output, cache_read, cache_write, reasoning, at,
+                    duration_ms
+             FROM usage_lines WHERE session_id = ?1 ORDER BY at, id",
+        )?;
+        let rows = stmt
+            .query_map([session_id], |r| {
+                Ok(UsageRow {
+                    run_id: r.get(0)?,
+                    provider: r.get(1)?,
+                    model: r.get(2)?,
+                    tokens: TokenUsage {
+                        input: r.get::<_, i64>(3)? as u64,
+                        output: r.get::<_, i64>(4)? as u64,
+                        cache_read: r.get::<_, i64>(5)? as u64,
+                        cache_write: r.get::<_, i64>(6)? as u64,
+                        reasoning: r.get::<_, i64>(7)? as u64,
+                    },
+                    at: r.get(8)?,
+                    duration_ms: r.get::<_, i64>(9)? as u64,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+}
+
+/// Milliseconds since `start`, for a usage line's duration.
+pub fn elapsed_ms(start: std::time::Instant) -> u64 {
+    start.elapsed().as_millis() as u64
+}
