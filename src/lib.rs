@@ -5,6 +5,8 @@
 
 pub mod client;
 pub mod config;
+pub mod context;
+pub mod cost;
 pub mod logging;
 pub mod protocol;
 pub mod provider;

@@ -1,0 +1,607 @@
+//! Token counting with tiktoken's BPEs, exact for OpenAI models and an estimate for the rest.
+//!
+//! OpenAI publishes its tokenizers, so for its models the count is the one the API bills.
+//! Anthropic, Google, DeepSeek and the local model families use tokenizers of their own that we
+//! do not ship; for them o200k_base is a close enough stand-in (its 200K vocabulary splits text
+//! much like theirs) and every count says it is an estimate. The budget then scales estimates by
+//! a factor learned from the providers' reported usage (see `budget::CorrectionTable`).
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::ops::{Add, AddAssign};
+use std::sync::{Mutex, OnceLock};
+use std::thread::JoinHandle;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tiktoken_rs::CoreBPE;
+
+/// Framing tokens OpenAI's chat format spends on every message (`<|start|>{role}<|message|>` …
+/// `<|end|>`), as in OpenAI's cookbook and tiktoken-rs's `num_tokens_from_messages`. Other
+/// providers frame messages too, with similar costs, so the same figure is used for them.
+pub const TOKENS_PER_MESSAGE: u64 = 3;
+
+/// Tokens that prime the reply (`<|start|>assistant<|message|>`), spent once per request.
+pub const REPLY_PRIMING_TOKENS: u64 = 3;
+
+/// Extra framing per tool call in an assistant message, as tiktoken-rs counts it.
+pub const TOOL_CALL_OVERHEAD_TOKENS: u64 = 1;
+
+/// Charge for one image. Providers bill images by size: Anthropic about width×height/750 after
+/// scaling to at most ~1.15 megapixels (so at most ~1,600 tokens), OpenAI 85 + 170 per 512px
+/// tile (765 for a 1024² image at high detail), Gemini 258 per tile. We do not decode images to
+/// measure them, so we charge the largest common case: overestimating keeps the budget safe,
+/// and the learned correction factor absorbs the rest.
+pub const IMAGE_TOKENS: u64 = 1_600;
+
+/// Charge for one attached document (e.g. a PDF) whose text we have not extracted. Anthropic
+/// bills a PDF page at roughly 1,500–3,000 tokens (its text plus an image of the page); short
+/// attachments of a page or two are the common case in an editor. A caller that has the text or
+/// the page count should count that instead.
+pub const DOCUMENT_TOKENS: u64 = 3_000;
+
+/// Bytes per token assumed if a BPE could not be built (it is compiled in, so this should not
+/// happen); about right for English prose and code.
+const FALLBACK_BYTES_PER_TOKEN: u64 = 4;
+
+/// The BPE a count uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Encoding {
+    /// GPT-4o, GPT-4.1, GPT-4.5, GPT-5 and later, the o-series; the stand-in for other vendors.
+    O200kBase,
+    /// GPT-4 and GPT-3.5.
+    Cl100kBase,
+}
+
+/// A token count, and whether it is what the provider will bill (`exact`) or an estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Counted {
+    pub tokens: u64,
+    pub exact: bool,
+}
+
+impl Counted {
+    /// Nothing, exactly: the neutral element of `+`.
+    pub const ZERO: Counted = Counted {
+        tokens: 0,
+        exact: true,
+    };
+
+    pub fn exact(tokens: u64) -> Self {
+        Counted {
+            tokens,
+            exact: true,
+        }
+    }
+
+    pub fn estimated(tokens: u64) -> Self {
+        Counted {
+            tokens,
+            exact: false,
+        }
+    }
+}
+
+impl Default for Counted {
+    fn default() -> Self {
+        Counted::ZERO
+    }
+}
+
+impl Add for Counted {
+    type Output = Counted;
+
+    /// A sum is exact only if every part of it is.
+    fn add(self, other: Counted) -> Counted {
+        Counted {
+            tokens: self.tokens.saturating_add(other.tokens),
+            exact: self.exact && other.exact,
+        }
+    }
+}
+
+impl AddAssign for Counted {
+    fn add_assign(&mut self, other: Counted) {
+        *self = *self + other;
+    }
+}
+
+/// One part of a message, as far as counting is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part<'a> {
+    /// Text, thinking, or a tool result's output.
+    Text(&'a str),
+    /// A tool call: its name and its arguments serialised as JSON.
+    ToolCall { name: &'a str, arguments: &'a str },
+    /// An image, charged [`IMAGE_TOKENS`].
+    Image,
+    /// A document whose text is not given, charged [`DOCUMENT_TOKENS`].
+    Document,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    #[error("could not start the tokenizer warm-up thread: {0}")]
+    Spawn(#[from] std::io::Error),
+}
+
+static O200K: OnceLock<Option<CoreBPE>> = OnceLock::new();
+static CL100K: OnceLock<Option<CoreBPE>> = OnceLock::new();
+
+/// The process-wide BPEs, built on first use.
+///
+/// Building one parses a 200K-entry vocabulary and takes a noticeable fraction of a second,
+/// which should not land on the first keystroke's budget update: call
+/// [`Tokenizers::warm_in_background`] at startup. A count that arrives before the warm-up is
+/// done waits for it (`OnceLock` blocks concurrent initialisers) instead of building twice.
+pub struct Tokenizers;
+
+impl Tokenizers {
+    /// Starts a thread that builds both BPEs. Joining it is optional.
+    pub fn warm_in_background() -> Result<JoinHandle<()>, TokenizerError> {
+        let handle = std::thread::Builder::new()
+            .name("tokenizer-warm-up".to_owned())
+            .spawn(|| {
+                Self::bpe(Encoding::O200kBase);
+                Self::bpe(Encoding::Cl100kBase);
+            })?;
+        Ok(handle)
+    }
+
+    /// Whether both BPEs are built, so counting will not wait.
+    pub fn is_warm() -> bool {
+        O200K.get().is_some() && CL100K.get().is_some()
+    }
+
+    /// The BPE for `encoding`, building it if needed; `None` only if it could not be built.
+    fn bpe(encoding: Encoding) -> Option<&'static CoreBPE> {
+        let cell = match encoding {
+            Encoding::O200kBase => &O200K,
+            Encoding::Cl100kBase => &CL100K,
+        };
+        cell.get_or_init(|| build_bpe(encoding)).as_ref()
+    }
+}
+
+fn build_bpe(encoding: Encoding) -> Option<CoreBPE> {
+    let built = match encoding {
+        Encoding::O200kBase => tiktoken_rs::o200k_base(),
+        Encoding::Cl100kBase => tiktoken_rs::cl100k_base(),
+    };
+    built
+        .map_err(|e| {
+            tracing::error!(
+                ?encoding,
+                "cannot build tokenizer, estimating instead: {e:#}"
+            )
+        })
+        .ok()
+}
+
+/// How to count for one model: which BPE, and whether its counts are the provider's own.
+/// Cheap to copy; make one per model with [`TokenCounter::for_model`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TokenCounter {
+    encoding: Encoding,
+    exact: bool,
+}
+
+impl TokenCounter {
+    /// The counter for a model name, decorated or not (`openai/gpt-4o`, `ft:gpt-4.1-…`).
+    ///
+    /// OpenAI names that we do not know yet (a future `gpt-7`, `o5`) get o200k_base and count
+    /// as exact: OpenAI has kept o200k_base for every model since GPT-4o.
+    pub fn for_model(model: &str) -> Self {
+        let openai = super::name_candidates(model, true)
+            .iter()
+            .find_map(|name| openai_encoding(name));
+        match openai {
+            Some(encoding) => TokenCounter {
+                encoding,
+                exact: true,
+            },
+            None => TokenCounter {
+                encoding: Encoding::O200kBase,
+                exact: false,
+            },
+        }
+    }
+
+    pub fn encoding(&self) -> Encoding {
+        self.encoding
+    }
+
+    /// Whether counts are the model's own tokenizer's (false: o200k_base as an estimate).
+    pub fn is_exact(&self) -> bool {
+        self.exact
+    }
+
+    /// Tokens of a piece of text.
+    pub fn count_text(&self, text: &str) -> Counted {
+        Counted {
+            tokens: self.raw_count(text),
+            exact: self.exact,
+        }
+    }
+
+    /// Tokens of one message as the model sees it: framing, role and parts.
+    ///
+    /// For an OpenAI model this equals what tiktoken-rs's `num_tokens_from_messages` gives for
+    /// the message, less the once-per-request [`REPLY_PRIMING_TOKENS`]; store this per message
+    /// and let the budget add the priming.
+    pub fn count_message(&self, role: &str, parts: &[Part<'_>]) -> Counted {
+        let framing = Counted {
+            tokens: TOKENS_PER_MESSAGE + self.raw_count(role),
+            exact: self.exact,
+        };
+        parts
+            .iter()
+            .fold(framing, |sum, part| sum + self.count_part(part))
+    }
+
+    fn count_part(&self, part: &Part<'_>) -> Counted {
+        match *part {
+            Part::Text(text) => self.count_text(text),
+            Part::ToolCall { name, arguments } => Counted {
+                tokens: self.raw_count(name)
+                    + self.raw_count(arguments)
+                    + TOOL_CALL_OVERHEAD_TOKENS,
+                exact: self.exact,
+            },
+            Part::Image => Counted::estimated(IMAGE_TOKENS),
+            Part::Document => Counted::estimated(DOCUMENT_TOKENS),
+        }
+    }
+
+    fn raw_count(&self, text: &str) -> u64 {
+        if text.is_empty() {
+            return 0;
+        }
+        match Tokenizers::bpe(self.encoding) {
+            // With special tokens, as tiktoken-rs's chat counting does, so counts agree with it.
+            Some(bpe) => bpe.encode_with_special_tokens(text).len() as u64,
+            None => (text.len() as u64).div_ceil(FALLBACK_BYTES_PER_TOKEN),
+        }
+    }
+}
+
+/// The BPE of an OpenAI model name, or `None` if the name is not OpenAI's.
+fn openai_encoding(name: &str) -> Option<Encoding> {
+    const O200K_BEFORE_GPT4: [&str; 4] = ["gpt-4o", "gpt-4.1", "gpt-4.5", "chatgpt-4o"];
+    const CL100K: [&str; 3] = ["gpt-4", "gpt-3.5", "gpt-35"];
+    if O200K_BEFORE_GPT4.iter().any(|p| name.starts_with(p)) {
+        return Some(Encoding::O200kBase);
+    }
+    if CL100K.iter().any(|p| name.starts_with(p)) {
+        return Some(Encoding::Cl100kBase);
+    }
+    is_openai_name(name).then_some(Encoding::O200kBase)
+}
+
+/// `gpt-…`, `chatgpt-…`, `codex-…` and the o-series (`o1`, `o3-mini`, a future `o5`).
+///
+/// gpt-oss is excluded: it is an open-weights model served by local runtimes with their own
+/// chat templates, so its counts are estimates even though its vocabulary is o200k's.
+fn is_openai_name(name: &str) -> bool {
+    let o_series = matches!(name.as_bytes(), [b'o', digit, ..] if digit.is_ascii_digit());
+    let gpt = name.starts_with("gpt-") && !name.starts_with("gpt-oss");
+    gpt || o_series || name.starts_with("chatgpt") || name.starts_with("codex")
+}
+
+/// Most entries [`CountCache`] keeps before it starts over.
+const COUNT_CACHE_CAPACITY: usize = 256;
+
+/// Counts of the system prompt and the tool definitions, by content hash.
+///
+/// Both are resent with every request and rarely change, yet are often the largest texts in
+/// a short session (tool schemas run to thousands of tokens), so they are counted once per
+/// distinct content. Keys hash the kind, the encoding and the text with std's `DefaultHasher`,
+/// which is stable within a process; nothing is persisted. Shared behind `&self` so one cache
+/// can serve every session.
+#[derive(Debug)]
+pub struct CountCache {
+    entries: Mutex<HashMap<u64, Counted>>,
+    capacity: usize,
+}
+
+impl Default for CountCache {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[derive(Hash)]
+enum CachedKind {
+    SystemPrompt,
+    ToolDefinitions,
+}
+
+impl CountCache {
+    pub fn new() -> Self {
+        Self::with_capacity(COUNT_CACHE_CAPACITY)
+    }
+
+    /// A cache that forgets everything when it would hold more than `capacity` entries: prompts
+    /// and tool sets are few, so a full cache means churn, and starting over is the simplest
+    /// bound.
+    pub fn with_capacity(capacity: usize) -> Self {
+        CountCache {
+            entries: Mutex::new(HashMap::new()),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// The system prompt counted as a `system` message (framing included).
+    pub fn system_prompt(&self, counter: TokenCounter, prompt: &str) -> Counted {
+        self.get_or_count(CachedKind::SystemPrompt, counter, prompt, || {
+            counter.count_message("system", &[Part::Text(prompt)])
+        })
+    }
+
+    /// Tool definitions, given as the JSON text sent to the provider.
+    ///
+    /// Always an estimate: providers render definitions into a format of their own (OpenAI's is
+    /// TypeScript-like and terser than JSON) and add a preamble we cannot see.
+    pub fn tool_definitions(&self, counter: TokenCounter, definitions_json: &str) -> Counted {
+        self.get_or_count(
+            CachedKind::ToolDefinitions,
+            counter,
+            definitions_json,
+            || Counted::estimated(counter.count_text(definitions_json).tokens),
+        )
+    }
+
+    /// Number of cached counts.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn get_or_count(
+        &self,
+        kind: CachedKind,
+        counter: TokenCounter,
+        text: &str,
+        count: impl FnOnce() -> Counted,
+    ) -> Counted {
+        let key = cache_key(&kind, counter, text);
+        if let Some(hit) = self.lock().get(&key) {
+            return *hit;
+        }
+        // Counted without the lock held: a long prompt must not stall other sessions.
+        let counted = count();
+        let mut entries = self.lock();
+        if entries.len() >= self.capacity {
+            entries.clear();
+        }
+        entries.insert(key, counted);
+        counted
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Counted>> {
+        // A panic elsewhere cannot leave a count half-written; the map stays usable.
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn cache_key(kind: &CachedKind, counter: TokenCounter, text: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    kind.hash(&mut hasher);
+    counter.hash(&mut hasher);
+    text.hash(&mut hasher);
+    hasher.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use tiktoken_rs::{ChatCompletionRequestMessage, FunctionCall, num_tokens_from_messages};
+
+    const SAMPLES: [&str; 5] = [
+        "Hello, world!",
+        "fn main() {\n    println!(\"héllo {}\", 42);\n}\n",
+        "Ünïcödé text — with dashes, emoji 🦀 and 中文字符.",
+        "   leading spaces and\ttabs\n\n\nand blank lines   ",
+        "<|endoftext|> is a special token string",
+    ];
+
+    fn tiktoken_message(role: &str, content: &str) -> ChatCompletionRequestMessage {
+        ChatCompletionRequestMessage {
+            role: role.to_owned(),
+            content: Some(content.to_owned()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn models_get_the_right_encoding_and_exactness() {
+        let cases = [
+            ("gpt-4o", Encoding::O200kBase, true),
+            ("gpt-4o-mini-2024-07-18", Encoding::O200kBase, true),
+            ("gpt-4.1-nano", Encoding::O200kBase, true),
+            ("gpt-5.4-pro", Encoding::O200kBase, true),
+            ("o3-mini", Encoding::O200kBase, true),
+            ("o1", Encoding::O200kBase, true),
+            ("gpt-7-preview", Encoding::O200kBase, true),
+            ("openai/gpt-4o", Encoding::O200kBase, true),
+            ("ft:gpt-4o-mini:acme::abc", Encoding::O200kBase, true),
+            ("gpt-4", Encoding::Cl100kBase, true),
+            ("gpt-4-turbo", Encoding::Cl100kBase, true),
+            ("gpt-3.5-turbo-0125", Encoding::Cl100kBase, true),
+            ("GPT-35-Turbo", Encoding::Cl100kBase, true),
+            ("claude-sonnet-4-5", Encoding::O200kBase, false),
+            ("gemini-2.5-pro", Encoding::O200kBase, false),
+            ("deepseek-chat", Encoding::O200kBase, false),
+            ("llama3.1:8b", Encoding::O200kBase, false),
+            ("qwen3:32b", Encoding::O200kBase, false),
+            ("gpt-oss:20b", Encoding::O200kBase, false),
+            ("omni-moderation", Encoding::O200kBase, false),
+        ];
+        let got: Vec<_> = cases
+            .iter()
+            .map(|(model, _, _)| {
+                let counter = TokenCounter::for_model(model);
+                (*model, counter.encoding(), counter.is_exact())
+            })
+            .collect();
+        assert_eq!(got, cases.to_vec());
+    }
+
+    #[test]
+    fn text_counts_equal_tiktokens_own() {
+        for (model, bpe) in [
+            ("gpt-4o", tiktoken_rs::o200k_base_singleton()),
+            ("gpt-4", tiktoken_rs::cl100k_base_singleton()),
+        ] {
+            let counter = TokenCounter::for_model(model);
+            let ours: Vec<Counted> = SAMPLES.iter().map(|s| counter.count_text(s)).collect();
+            let theirs: Vec<Counted> = SAMPLES
+                .iter()
+                .map(|s| Counted::exact(bpe.encode_with_special_tokens(s).len() as u64))
+                .collect();
+            assert_eq!(ours, theirs, "{model}");
+        }
+    }
+
+    #[test]
+    fn message_counts_equal_tiktokens_chat_count() {
+        for model in [
+            "gpt-4o",
+            "gpt-4.1-mini",
+            "gpt-5",
+            "o3",
+            "gpt-4",
+            "gpt-3.5-turbo",
+        ] {
+            let counter = TokenCounter::for_model(model);
+            let roles = ["system", "user", "assistant", "user", "assistant"];
+            let ours = roles
+                .iter()
+                .zip(SAMPLES)
+                .fold(Counted::ZERO, |sum, (role, text)| {
+                    sum + counter.count_message(role, &[Part::Text(text)])
+                });
+            let messages: Vec<_> = roles
+                .iter()
+                .zip(SAMPLES)
+                .map(|(role, text)| tiktoken_message(role, text))
+                .collect();
+            let theirs = num_tokens_from_messages(model, &messages).map(|n| n as u64);
+            assert_eq!(
+                Ok(ours.tokens + REPLY_PRIMING_TOKENS),
+                theirs.map_err(|e| e.to_string()),
+                "{model}"
+            );
+            assert!(ours.exact, "{model}");
+        }
+    }
+
+    #[test]
+    fn tool_calls_count_like_tiktoken() {
+        let counter = TokenCounter::for_model("gpt-4o");
+        let arguments = r#"{"path":"src/main.rs","start":1}"#;
+        let ours = counter.count_message(
+            "assistant",
+            &[Part::ToolCall {
+                name: "read_file",
+                arguments,
+            }],
+        );
+        let message = ChatCompletionRequestMessage {
+            role: "assistant".to_owned(),
+            function_call: Some(FunctionCall {
+                name: "read_file".to_owned(),
+                arguments: arguments.to_owned(),
+            }),
+            ..Default::default()
+        };
+        let theirs = num_tokens_from_messages("gpt-4o", &[message]).map_err(|e| e.to_string());
+        assert_eq!(
+            Ok(ours.tokens + REPLY_PRIMING_TOKENS),
+            theirs.map(|n| n as u64)
+        );
+    }
+
+    #[test]
+    fn images_and_documents_are_fixed_estimates() {
+        let counter = TokenCounter::for_model("gpt-4o");
+        let text = counter.count_message("user", &[Part::Text("What is this?")]);
+        let with_media = counter.count_message(
+            "user",
+            &[Part::Text("What is this?"), Part::Image, Part::Document],
+        );
+        assert_eq!(
+            with_media,
+            Counted::estimated(text.tokens + IMAGE_TOKENS + DOCUMENT_TOKENS)
+        );
+    }
+
+    #[test]
+    fn other_vendors_are_counted_with_o200k_and_labelled_estimated() {
+        let claude = TokenCounter::for_model("anthropic/claude-opus-4-6");
+        let gpt = TokenCounter::for_model("gpt-4o");
+        let text = SAMPLES[1];
+        assert_eq!(
+            claude.count_text(text),
+            Counted::estimated(gpt.count_text(text).tokens)
+        );
+    }
+
+    #[test]
+    fn empty_text_is_zero_tokens() {
+        let counter = TokenCounter::for_model("gpt-4o");
+        assert_eq!(counter.count_text(""), Counted::exact(0));
+        assert_eq!(
+            counter.count_message("user", &[]),
+            Counted::exact(TOKENS_PER_MESSAGE + 1)
+        );
+    }
+
+    #[test]
+    fn counting_before_the_warm_up_finishes_waits_for_it() {
+        let handle = Tokenizers::warm_in_background();
+        // Counting at once must neither panic nor build a second BPE; it waits for the first.
+        let counted = TokenCounter::for_model("gpt-4").count_text("hello world");
+        assert_eq!(counted, Counted::exact(2));
+        assert!(handle.map(|h| h.join().is_ok()).unwrap_or(false));
+        assert!(Tokenizers::is_warm());
+    }
+
+    #[test]
+    fn cache_counts_each_content_once_per_encoding() {
+        let cache = CountCache::new();
+        let gpt = TokenCounter::for_model("gpt-4o");
+        let old = TokenCounter::for_model("gpt-4");
+        let prompt = "You are a careful coding assistant.";
+        let first = cache.system_prompt(gpt, prompt);
+        let again = cache.system_prompt(gpt, prompt);
+        assert_eq!(first, gpt.count_message("system", &[Part::Text(prompt)]));
+        assert_eq!(again, first);
+        assert_eq!(cache.len(), 1);
+
+        cache.system_prompt(old, prompt);
+        let tools = r#"[{"name":"read_file","parameters":{"type":"object"}}]"#;
+        let counted_tools = cache.tool_definitions(gpt, tools);
+        assert_eq!(
+            counted_tools,
+            Counted::estimated(gpt.count_text(tools).tokens)
+        );
+        assert_eq!(cache.len(), 3);
+    }
+
+    #[test]
+    fn a_full_cache_starts_over() {
+        let cache = CountCache::with_capacity(2);
+        let gpt = TokenCounter::for_model("gpt-4o");
+        cache.system_prompt(gpt, "a");
+        cache.system_prompt(gpt, "b");
+        cache.system_prompt(gpt, "c");
+        assert_eq!(cache.len(), 1);
+    }
+}

@@ -1,0 +1,530 @@
+//! Usage lines (what each model request consumed) and what they cost.
+//!
+//! A line holds facts only; the price book is applied when lines are read. A line whose model
+//! has no price is counted as unpriced and the summary says it is partial: reporting such usage
+//! as $0 would tell the user something false.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::AddAssign;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::prices::{PriceBook, PriceMatch, PriceSource, Rates, usd};
+
+/// Tokens of one request by kind. The kinds are disjoint except `reasoning`.
+///
+/// - `input`: prompt tokens billed at the plain input price (for OpenAI, `prompt_tokens` minus
+///   the cached ones; for Anthropic, `input_tokens` as reported).
+/// - `cache_read`, `cache_write`: prompt tokens read from or written to a prompt cache.
+/// - `output`: every generated token, reasoning included (Gemini reports thoughts apart; add
+///   them in), since all are billed at the output price.
+/// - `reasoning`: the part of `output` that was reasoning, for display only.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenUsage {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+    pub reasoning: u64,
+}
+
+impl TokenUsage {
+    /// Every prompt token, cached or not: what long-context tiers are judged by.
+    pub fn prompt_tokens(&self) -> u64 {
+        self.input
+            .saturating_add(self.cache_read)
+            .saturating_add(self.cache_write)
+    }
+
+    /// Prompt and output tokens.
+    pub fn total(&self) -> u64 {
+        self.prompt_tokens().saturating_add(self.output)
+    }
+}
+
+impl AddAssign for TokenUsage {
+    fn add_assign(&mut self, other: TokenUsage) {
+        self.input = self.input.saturating_add(other.input);
+        self.output = self.output.saturating_add(other.output);
+        self.cache_read = self.cache_read.saturating_add(other.cache_read);
+        self.cache_write = self.cache_write.saturating_add(other.cache_write);
+        self.reasoning = self.reasoning.saturating_add(other.reasoning);
+    }
+}
+
+/// What one model request consumed. No prices: they are applied when read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageLine {
+    pub provider: String,
+    pub model: String,
+    pub tokens: TokenUsage,
+    /// When the request finished, in milliseconds since the Unix epoch.
+    pub at: i64,
+    pub duration_ms: u64,
+}
+
+/// USD by token kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KindCosts {
+    pub input: f64,
+    pub output: f64,
+    pub cache_read: f64,
+    pub cache_write: f64,
+}
+
+/// The cost of one model's priced lines.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelCost {
+    pub provider: String,
+    pub model: String,
+    pub lines: u64,
+    pub tokens: TokenUsage,
+    pub by_kind: KindCosts,
+    pub total_usd: f64,
+    /// Whether the price came from the user's configuration or the built-in table.
+    pub price_source: PriceSource,
+}
+
+/// Usage that no price applies to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnpricedUsage {
+    pub lines: u64,
+    pub tokens: TokenUsage,
+    /// The models without a price, sorted.
+    pub models: Vec<String>,
+}
+
+/// The cost of a set of usage lines.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CostSummary {
+    /// USD of the priced lines; with `partial`, a lower bound.
+    pub total_usd: f64,
+    pub by_kind: KindCosts,
+    /// One entry per provider and model, sorted.
+    pub by_model: Vec<ModelCost>,
+    pub priced_lines: u64,
+    pub unpriced: UnpricedUsage,
+    /// Some lines have no price, so `total_usd` leaves them out.
+    pub partial: bool,
+    /// The date of the built-in prices.
+    pub prices_as_of: String,
+}
+
+/// Exact costs in picodollars until the summary is read out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct PicoCosts {
+    input: u128,
+    output: u128,
+    cache_read: u128,
+    cache_write: u128,
+}
+
+impl PicoCosts {
+    fn of(tokens: &TokenUsage, rates: Rates) -> Self {
+        let times = |tokens: u64, rate: u64| u128::from(tokens) * u128::from(rate);
+        PicoCosts {
+            input: times(tokens.input, rates.input),
+            output: times(tokens.output, rates.output),
+            cache_read: times(tokens.cache_read, rates.cache_read),
+            cache_write: times(tokens.cache_write, rates.cache_write),
+        }
+    }
+
+    fn total(&self) -> u128 {
+        self.input + self.output + self.cache_read + self.cache_write
+    }
+
+    fn in_usd(&self) -> KindCosts {
+        KindCosts {
+            input: usd(self.input),
+            output: usd(self.output),
+            cache_read: usd(self.cache_read),
+            cache_write: usd(self.cache_write),
+        }
+    }
+}
+
+impl AddAssign for PicoCosts {
+    fn add_assign(&mut self, other: PicoCosts) {
+        self.input += other.input;
+        self.output += other.output;
+        self.cache_read += other.cache_read;
+        self.cache_write += other.cache_write;
+    }
+}
+
+/// The cost of one request, or `None` if its model is unpriced.
+///
+/// The tier is chosen by the request's own prompt tokens, as providers bill it.
+pub fn line_cost(line: &UsageLine, book: &PriceBook) -> Option<KindCosts> {
+    book.lookup(&line.model)
+        .map(|found| price_line(&line.tokens, &found).in_usd())
+}
+
+fn price_line(tokens: &TokenUsage, found: &PriceMatch<'_>) -> PicoCosts {
+    PicoCosts::of(tokens, found.rates_for(tokens.prompt_tokens()))
+}
+
+#[derive(Default)]
+struct ModelAcc {
+    lines: u64,
+    tokens: TokenUsage,
+    costs: PicoCosts,
+    source: Option<PriceSource>,
+}
+
+/// Totals, per-model and per-kind costs of `lines`, and what could not be priced.
+pub fn cost_summary<'a>(
+    lines: impl IntoIterator<Item = &'a UsageLine>,
+    book: &PriceBook,
+) -> CostSummary {
+    let mut prices: HashMap<&str, Option<PriceMatch<'_>>> = HashMap::new();
+    let mut models: BTreeMap<(&str, &str), ModelAcc> = BTreeMap::new();
+    let mut unpriced = UnpricedUsage::default();
+    let mut unpriced_models = BTreeSet::new();
+    for line in lines {
+        let found = *prices
+            .entry(line.model.as_str())
+            .or_insert_with(|| book.lookup(&line.model));
+        let Some(found) = found else {
+            unpriced.lines += 1;
+            unpriced.tokens += line.tokens;
+            unpriced_models.insert(line.model.clone());
+            continue;
+        };
+        let acc = models
+            .entry((line.provider.as_str(), line.model.as_str()))
+            .or_default();
+        acc.lines += 1;
+        acc.tokens += line.tokens;
+        acc.costs += price_line(&line.tokens, &found);
+        acc.source = Some(found.source);
+    }
+    unpriced.models = unpriced_models.into_iter().collect();
+    summarise(models, unpriced, book)
+}
+
+fn summarise(
+    models: BTreeMap<(&str, &str), ModelAcc>,
+    unpriced: UnpricedUsage,
+    book: &PriceBook,
+) -> CostSummary {
+    let mut all = PicoCosts::default();
+    let mut priced_lines = 0;
+    let by_model = models
+        .into_iter()
+        .map(|((provider, model), acc)| {
+            all += acc.costs;
+            priced_lines += acc.lines;
+            ModelCost {
+                provider: provider.to_owned(),
+                model: model.to_owned(),
+                lines: acc.lines,
+                tokens: acc.tokens,
+                by_kind: acc.costs.in_usd(),
+                total_usd: usd(acc.costs.total()),
+                price_source: acc.source.unwrap_or(PriceSource::Builtin),
+            }
+        })
+        .collect();
+    CostSummary {
+        total_usd: usd(all.total()),
+        by_kind: all.in_usd(),
+        by_model,
+        priced_lines,
+        partial: unpriced.lines > 0,
+        unpriced,
+        prices_as_of: book.as_of().to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::prices::ModelPrice;
+    use pretty_assertions::assert_eq;
+
+    fn line(provider: &str, model: &str, tokens: TokenUsage) -> UsageLine {
+        UsageLine {
+            provider: provider.to_owned(),
+            model: model.to_owned(),
+            tokens,
+            at: 1_764_400_000_000,
+            duration_ms: 1_200,
+        }
+    }
+
+    fn tokens(input: u64, cache_read: u64, cache_write: u64, output: u64) -> TokenUsage {
+        TokenUsage {
+            input,
+            output,
+            cache_read,
+            cache_write,
+            reasoning: 0,
+        }
+    }
+
+    /// Claude Sonnet 4.5 below and above its 200K tier, GPT-4o mini with a cache read, Gemini
+    /// 2.5 Pro above its tier with reasoning, and a local model nobody priced.
+    fn session() -> Vec<UsageLine> {
+        vec![
+            line(
+                "anthropic",
+                "claude-sonnet-4-5",
+                tokens(100_000, 50_000, 20_000, 10_000),
+            ),
+            line(
+                "anthropic",
+                "claude-sonnet-4-5",
+                tokens(150_000, 40_000, 20_000, 10_000),
+            ),
+            line(
+                "openai",
+                "gpt-4o-mini",
+                tokens(1_000_000, 200_000, 0, 100_000),
+            ),
+            line(
+                "google",
+                "gemini-2.5-pro",
+                TokenUsage {
+                    reasoning: 1_000,
+                    ..tokens(250_000, 0, 0, 4_000)
+                },
+            ),
+            line("ollama", "llama3.1:8b", tokens(5_000, 0, 0, 500)),
+        ]
+    }
+
+    #[test]
+    fn summary_matches_hand_worked_totals() {
+        // Prices per million tokens (data/prices.json):
+        //   claude-sonnet-4-5  in 3, cache read 0.30, cache write 3.75, out 15;
+        //                      above 200K prompt tokens: 6, 0.60, 7.50, 22.50
+        //   gpt-4o-mini        in 0.15, cache read 0.075, out 0.60
+        //   gemini-2.5-pro     above 200K: in 2.50, out 15
+        // Line 1 (prompt 170,000 → base):
+        //   100,000 × 3 = 0.30; 50,000 × 0.30 = 0.015; 20,000 × 3.75 = 0.075; 10,000 × 15 = 0.15
+        //   = 0.54
+        // Line 2 (prompt 150,000 + 40,000 + 20,000 = 210,000 > 200,000 → tier):
+        //   150,000 × 6 = 0.90; 40,000 × 0.60 = 0.024; 20,000 × 7.50 = 0.15;
+        //   10,000 × 22.50 = 0.225 = 1.299
+        // Line 3: 1,000,000 × 0.15 = 0.15; 200,000 × 0.075 = 0.015; 100,000 × 0.60 = 0.06
+        //   = 0.225
+        // Line 4 (prompt 250,000 → tier): 250,000 × 2.50 = 0.625; 4,000 × 15 = 0.06 = 0.685
+        // Line 5: unpriced.
+        // By kind: input 0.30 + 0.90 + 0.15 + 0.625 = 1.975; cache read 0.015 + 0.024 + 0.015
+        //   = 0.054; cache write 0.075 + 0.15 = 0.225; output 0.15 + 0.225 + 0.06 + 0.06 = 0.495
+        // Total 0.54 + 1.299 + 0.225 + 0.685 = 2.749.
+        let summary = cost_summary(&session(), &PriceBook::builtin());
+        assert_eq!(
+            summary,
+            CostSummary {
+                total_usd: 2.749,
+                by_kind: KindCosts {
+                    input: 1.975,
+                    output: 0.495,
+                    cache_read: 0.054,
+                    cache_write: 0.225,
+                },
+                by_model: vec![
+                    ModelCost {
+                        provider: "anthropic".to_owned(),
+                        model: "claude-sonnet-4-5".to_owned(),
+                        lines: 2,
+                        tokens: tokens(250_000, 90_000, 40_000, 20_000),
+                        by_kind: KindCosts {
+                            input: 1.2,
+                            output: 0.375,
+                            cache_read: 0.039,
+                            cache_write: 0.225,
+                        },
+                        total_usd: 1.839,
+                        price_source: PriceSource::Builtin,
+                    },
+                    ModelCost {
+                        provider: "google".to_owned(),
+                        model: "gemini-2.5-pro".to_owned(),
+                        lines: 1,
+                        tokens: TokenUsage {
+                            reasoning: 1_000,
+                            ..tokens(250_000, 0, 0, 4_000)
+                        },
+                        by_kind: KindCosts {
+                            input: 0.625,
+                            output: 0.06,
+                            cache_read: 0.0,
+                            cache_write: 0.0,
+                        },
+                        total_usd: 0.685,
+                        price_source: PriceSource::Builtin,
+                    },
+                    ModelCost {
+                        provider: "openai".to_owned(),
+                        model: "gpt-4o-mini".to_owned(),
+                        lines: 1,
+                        tokens: tokens(1_000_000, 200_000, 0, 100_000),
+                        by_kind: KindCosts {
+                            input: 0.15,
+                            output: 0.06,
+                            cache_read: 0.015,
+                            cache_write: 0.0,
+                        },
+                        total_usd: 0.225,
+                        price_source: PriceSource::Builtin,
+                    },
+                ],
+                priced_lines: 4,
+                unpriced: UnpricedUsage {
+                    lines: 1,
+                    tokens: tokens(5_000, 0, 0, 500),
+                    models: vec!["llama3.1:8b".to_owned()],
+                },
+                partial: true,
+                prices_as_of: "2026-11-29".to_owned(),
+            }
+        );
+    }
+
+    #[test]
+    fn the_tier_starts_strictly_above_its_threshold() {
+        let book = PriceBook::builtin();
+        // Prompt 150,000 + 30,000 + 20,000 = exactly 200,000 → base prices:
+        //   150,000 × 3 = 0.45; 30,000 × 0.30 = 0.009; 20,000 × 3.75 = 0.075; 1,000 × 15 = 0.015
+        //   → 0.549
+        let at = line(
+            "anthropic",
+            "claude-sonnet-4-5",
+            tokens(150_000, 30_000, 20_000, 1_000),
+        );
+        // One more input token → 200,001 > 200,000 → tier:
+        //   150,001 × 6 = 0.900006; 30,000 × 0.60 = 0.018; 20,000 × 7.50 = 0.15;
+        //   1,000 × 22.50 = 0.0225 → 1.090506
+        let above = line(
+            "anthropic",
+            "claude-sonnet-4-5",
+            tokens(150_001, 30_000, 20_000, 1_000),
+        );
+        let total = |l: &UsageLine| cost_summary([l], &book).total_usd;
+        assert_eq!((total(&at), total(&above)), (0.549, 1.090_506));
+    }
+
+    #[test]
+    fn gpt_5_4_long_context_keeps_the_base_cache_read_price() {
+        // gpt-5.4 above 272K: in 5, out 22.50; cache read keeps 0.25.
+        //   200,000 × 5 = 1.00; 100,000 × 0.25 = 0.025; 2,000 × 22.50 = 0.045 → 1.07
+        let l = line("openai", "gpt-5.4", tokens(200_000, 100_000, 0, 2_000));
+        assert_eq!(
+            line_cost(&l, &PriceBook::builtin()),
+            Some(KindCosts {
+                input: 1.0,
+                output: 0.045,
+                cache_read: 0.025,
+                cache_write: 0.0,
+            })
+        );
+    }
+
+    #[test]
+    fn cache_writes_without_a_price_cost_plain_input() {
+        // gpt-4o has no cache-write price: 10,000 × 2.50 = 0.025, like input.
+        let l = line("openai", "gpt-4o", tokens(0, 0, 10_000, 0));
+        assert_eq!(
+            line_cost(&l, &PriceBook::builtin()).map(|c| c.cache_write),
+            Some(0.025)
+        );
+    }
+
+    #[test]
+    fn overrides_price_what_the_table_does_not_and_beat_what_it_does() {
+        let overrides = HashMap::from([
+            (
+                "llama3.1".to_owned(),
+                ModelPrice {
+                    input: 0.0,
+                    cached_input: None,
+                    cache_write: None,
+                    output: 0.0,
+                    tiers: Vec::new(),
+                },
+            ),
+            (
+                "gpt-4o-mini".to_owned(),
+                ModelPrice {
+                    input: 1.0,
+                    cached_input: Some(0.5),
+                    cache_write: None,
+                    output: 2.0,
+                    tiers: Vec::new(),
+                },
+            ),
+        ]);
+        let Ok(book) = PriceBook::with_overrides(&overrides) else {
+            panic!("valid overrides");
+        };
+        let lines = &session()[2..];
+        let summary = cost_summary(lines, &book);
+        // gpt-4o-mini at the override: 1,000,000 × 1 = 1.00; 200,000 × 0.50 = 0.10;
+        //   100,000 × 2 = 0.20 → 1.30. Gemini as before: 0.685. llama3.1: $0 by choice.
+        // Total 1.30 + 0.685 + 0 = 1.985; nothing unpriced.
+        // Sorted by provider, then model: google, ollama, openai.
+        let per_model: Vec<_> = summary
+            .by_model
+            .iter()
+            .map(|m| (m.model.as_str(), m.total_usd, m.price_source))
+            .collect();
+        assert_eq!(
+            per_model,
+            vec![
+                ("gemini-2.5-pro", 0.685, PriceSource::Builtin),
+                ("llama3.1:8b", 0.0, PriceSource::Override),
+                ("gpt-4o-mini", 1.3, PriceSource::Override),
+            ]
+        );
+        assert_eq!(
+            (summary.total_usd, summary.partial, summary.unpriced),
+            (1.985, false, UnpricedUsage::default())
+        );
+    }
+
+    #[test]
+    fn unpriced_usage_is_never_reported_as_zero_dollars() {
+        let lines = [
+            line("ollama", "qwen3:8b", tokens(1_000, 0, 0, 100)),
+            line("acme", "mystery-1", tokens(2_000, 0, 0, 200)),
+            line("ollama", "qwen3:8b", tokens(3_000, 0, 0, 300)),
+        ];
+        let summary = cost_summary(&lines, &PriceBook::builtin());
+        assert_eq!(
+            summary,
+            CostSummary {
+                total_usd: 0.0,
+                by_kind: KindCosts::default(),
+                by_model: Vec::new(),
+                priced_lines: 0,
+                unpriced: UnpricedUsage {
+                    lines: 3,
+                    tokens: tokens(6_000, 0, 0, 600),
+                    models: vec!["mystery-1".to_owned(), "qwen3:8b".to_owned()],
+                },
+                partial: true,
+                prices_as_of: "2026-11-29".to_owned(),
+            }
+        );
+        assert_eq!(line_cost(&lines[0], &PriceBook::builtin()), None);
+    }
+
+    #[test]
+    fn usage_lines_serialise_in_camel_case() {
+        let json =
+            serde_json::to_value(line("openai", "gpt-4o", tokens(1, 2, 3, 4))).unwrap_or_default();
+        assert_eq!(json["tokens"]["cacheRead"], 2);
+        assert_eq!(json["durationMs"], 1_200);
+    }
+}
