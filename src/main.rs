@@ -69,7 +69,10 @@ fn serve(db: Option<PathBuf>, log_file: Option<PathBuf>) -> anyhow::Result<i32> 
     let store =
         Store::open(&db).with_context(|| format!("cannot open the database {}", db.display()))?;
     tracing::info!(db = %db.display(), "serving on stdio");
+    // Two workers are plenty for one editor connection, and a fixed count skips sizing the
+    // pool from the machine's cgroup at start-up.
     let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
