@@ -121,6 +121,9 @@ async fn chat(options: ChatOptions) -> anyhow::Result<i32> {
                     continue;
                 }
                 match connection.request("chat/send", json!({"sessionId": session_id, "text": line})).await? {
+                    Ok(sent) if sent["queued"] == true => {
+                        screen.line("  ↳ queued: the model reads it after the current step");
+                    }
                     Ok(_) => {}
                     Err(e) => {
                         screen.line(&format!("! not sent: {}", e.message));

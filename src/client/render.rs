@@ -100,6 +100,10 @@ impl<W: Write> Screen<W> {
                 let _ = write!(self.out, "approve> ");
                 self.mid_line = true;
             }
+            Event::InterjectionDelivered { .. } => self.line("  ↳ your message reached the model"),
+            Event::InterjectionPromoted { .. } => {
+                self.line("  ↳ your queued message starts the next turn")
+            }
             Event::ApprovalResolved { decision, .. } => {
                 self.line(&format!("    answered: {decision:?}"))
             }

@@ -7,9 +7,21 @@ pub struct ChatSendParams {
     pub session_id: String,
     /// What the user typed.
     pub text: String,
-    /// A client-chosen id that makes a retried send harmless.
+    /// A client-chosen id that makes a retried send harmless: the first answer is returned
+    /// again and nothing is stored twice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_message_id: Option<String>,
+    /// Texts to attach to the message (e.g. files the user picked). Only for a new turn: while
+    /// a run works they wait for the next turn.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Attachment {
+    pub name: String,
+    pub text: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -21,6 +33,25 @@ pub struct ChatSendResult {
     /// The stored user message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_id: Option<String>,
+    /// True when a run was working: the text was queued as an interjection.
+    pub queued: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InterjectionCancelParams {
+    pub pending_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InterjectionCancelResult {
+    /// False when it was too late: the interjection was already on its way or settled.
+    pub cancelled: bool,
+    /// Its state after the call: `cancelled`, `leased`, `delivered` or `promoted`.
+    pub status: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

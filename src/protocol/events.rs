@@ -82,6 +82,25 @@ pub enum Event {
         approval_id: String,
         decision: ApprovalDecision,
     },
+    /// A message typed while the run works was stored and waits for the next delivery point.
+    InterjectionQueued {
+        pending_id: String,
+        text: String,
+    },
+    /// Queued messages went to the model with the tool results of the step before `step`.
+    InterjectionDelivered {
+        pending_ids: Vec<String>,
+        step: u32,
+        message_id: String,
+    },
+    /// Queued messages became the next user turn (the run ended before delivering them).
+    InterjectionPromoted {
+        pending_ids: Vec<String>,
+        message_id: String,
+    },
+    InterjectionCancelled {
+        pending_id: String,
+    },
     Notice {
         level: NoticeLevel,
         message: String,
@@ -116,6 +135,10 @@ impl Event {
         "toolCallUpdated",
         "approvalRequested",
         "approvalResolved",
+        "interjectionQueued",
+        "interjectionDelivered",
+        "interjectionPromoted",
+        "interjectionCancelled",
         "notice",
         "usage",
         "runFinished",

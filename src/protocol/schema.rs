@@ -54,6 +54,7 @@ fn entries() -> Vec<(String, Value)> {
         method::<SessionIdParams, ChatStopResult>("chat/stop", C2S),
         method::<SessionIdParams, ChatResumeResult>("chat/resume", C2S),
         method::<ApprovalRespondParams, ApprovalRespondResult>("approval/respond", C2S),
+        method::<InterjectionCancelParams, InterjectionCancelResult>("interjection/cancel", C2S),
         notification::<SessionEventParams>("session/event", S2C),
     ]
 }

@@ -67,6 +67,17 @@ pub enum Block {
         is_error: bool,
         status: ToolCallStatus,
     },
+    /// What the user typed while the run worked, delivered to the model after tool results.
+    /// Stored in the user's own words; the model reads it as "The user adds: …".
+    Interjection {
+        pending_id: String,
+        text: String,
+    },
+    /// A text attached to a user message (e.g. a file the user picked).
+    Attachment {
+        name: String,
+        text: String,
+    },
 }
 
 /// One committed message of a session's transcript.
@@ -109,6 +120,17 @@ pub struct PendingApproval {
     pub created_at: String,
 }
 
+/// Input typed while a run works, not yet delivered to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingInterjection {
+    pub pending_id: String,
+    pub text: String,
+    /// `pending`, or `leased` while a model request carrying it is being sent.
+    pub status: String,
+    pub created_at: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionTranscriptResult {
@@ -120,4 +142,6 @@ pub struct SessionTranscriptResult {
     /// The session's highest committed `seq`.
     pub last_seq: u64,
     pub pending_approvals: Vec<PendingApproval>,
+    /// Interjections waiting for the next delivery point, oldest first.
+    pub pending_interjections: Vec<PendingInterjection>,
 }

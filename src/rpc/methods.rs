@@ -19,6 +19,7 @@ pub const METHODS: &[&str] = &[
     "chat/stop",
     "chat/resume",
     "approval/respond",
+    "interjection/cancel",
 ];
 
 /// Params that must be present and well-formed.
@@ -74,6 +75,10 @@ pub fn method_table(runtime: Runtime) -> RpcModule<Runtime> {
         method!(module, "chat/resume", |rt, p| Ok(rt
             .resume(&required::<SessionIdParams>(&p)?.session_id)
             .await?)),
+        method!(module, "interjection/cancel", |rt, p| Ok(rt
+            .cancel_interjection(
+                &required::<InterjectionCancelParams>(&p)?.pending_id
+            )?)),
         method!(module, "approval/respond", |rt, p| Ok(rt
             .respond_approval(required::<ApprovalRespondParams>(&p)?)
             .await?)),

@@ -1,42 +1,77 @@
 //! The composer's methods: send, stop, resume, and answering approvals.
 
+use super::registry::claim_locked;
 use super::run::{RunStart, spawn_run};
 use super::{Runtime, RuntimeError, RuntimeResult};
 use crate::protocol::*;
-use crate::store::{ApprovalOutcome, NewMessage};
+use crate::store::{ApprovalOutcome, CancelOutcome, EarlierSend, NewMessage};
 use crate::util::new_id;
 
 impl Runtime {
-    /// Stores the user's message and starts a run that answers it.
+    /// The composer always sends: a new turn that starts a run, or, while a run works, an
+    /// interjection queued for the run's next delivery point.
     pub async fn send(&self, params: ChatSendParams) -> RuntimeResult<ChatSendResult> {
         let session = self.session_row(&params.session_id)?;
         if params.text.trim().is_empty() {
             return Err(RuntimeError::InvalidParams("the message is empty".into()));
         }
-        self.refuse_if_suspended(&session.id)?;
+        let client_id = params.client_message_id.as_deref();
+        if let Some(earlier) = self.earlier_answer(&session.id, client_id)? {
+            return Ok(earlier);
+        }
+        let store = &self.inner.store;
+        let mut runs = self.inner.runs.lock();
+        // Decided under the registry lock: a run ending promotes the queue under the same lock,
+        // so a row is either queued before that promotion or finds no run and starts one.
+        if runs.contains_key(&session.id) || self.open_suspended_run(&session.id)?.is_some() {
+            if !params.attachments.is_empty() {
+                return Err(RuntimeError::InvalidParams(
+                    "attachments wait for the next turn: a run is working, so send the text alone now \
+                     and attach the files once the run has finished"
+                        .into(),
+                ));
+            }
+            let row = match store.insert_pending(&session.id, client_id, &params.text) {
+                Ok(row) => row,
+                Err(e) => {
+                    drop(runs);
+                    // A concurrent retry with the same client id got there first.
+                    return self.earlier_answer(&session.id, client_id)?.ok_or(e.into());
+                }
+            };
+            drop(runs);
+            self.inner.events.emit(
+                store,
+                &session.id,
+                None,
+                Event::InterjectionQueued {
+                    pending_id: row.id.clone(),
+                    text: row.text,
+                },
+            );
+            return Ok(ChatSendResult {
+                run_id: None,
+                message_id: None,
+                queued: true,
+                pending_id: Some(row.id),
+            });
+        }
         self.inner.driver(&session.account)?;
         let run_id = new_id("run");
-        let signals = self
-            .inner
-            .runs
-            .claim(&session.id, &run_id)
-            .map_err(|run_id| RuntimeError::Busy {
+        let signals =
+            claim_locked(&mut runs, &session.id, &run_id).map_err(|run_id| RuntimeError::Busy {
                 session_id: session.id.clone(),
                 run_id,
             })?;
-        let committed = self.inner.events.commit(
-            &self.inner.store,
-            NewMessage {
-                id: None,
-                session_id: session.id.clone(),
-                seq: 0,
-                run_id: Some(run_id.clone()),
-                role: Role::User,
-                blocks: vec![Block::Text { text: params.text }],
-                status: MessageStatus::Complete,
-            },
-        );
-        let message = match committed {
+        drop(runs);
+        let mut blocks = vec![Block::Text { text: params.text }];
+        blocks.extend(params.attachments.into_iter().map(|a| Block::Attachment {
+            name: a.name,
+            text: a.text,
+        }));
+        let mut message = NewMessage::new(&session.id, Some(&run_id), Role::User, blocks);
+        message.client_message_id = params.client_message_id;
+        let message = match self.inner.events.commit(store, message) {
             Ok(message) => message,
             Err(e) => {
                 self.inner.runs.release(&session.id, &run_id);
@@ -54,7 +89,64 @@ impl Runtime {
         Ok(ChatSendResult {
             run_id: Some(run_id),
             message_id: Some(message.id),
+            queued: false,
+            pending_id: None,
         })
+    }
+
+    /// The first answer to a send with this client id, if there was one.
+    fn earlier_answer(
+        &self,
+        session_id: &str,
+        client_id: Option<&str>,
+    ) -> RuntimeResult<Option<ChatSendResult>> {
+        let Some(client_id) = client_id else {
+            return Ok(None);
+        };
+        Ok(self
+            .inner
+            .store
+            .earlier_send(session_id, client_id)?
+            .map(|earlier| match earlier {
+                EarlierSend::Queued { pending_id } => ChatSendResult {
+                    run_id: None,
+                    message_id: None,
+                    queued: true,
+                    pending_id: Some(pending_id),
+                },
+                EarlierSend::Sent { message_id, run_id } => ChatSendResult {
+                    run_id,
+                    message_id: Some(message_id),
+                    queued: false,
+                    pending_id: None,
+                },
+            }))
+    }
+
+    /// Withdraws an interjection that has not yet been taken into a model request.
+    pub fn cancel_interjection(&self, pending_id: &str) -> RuntimeResult<InterjectionCancelResult> {
+        match self.inner.store.cancel_pending(pending_id)? {
+            CancelOutcome::NotFound => Err(RuntimeError::NotFound {
+                what: "interjection",
+                id: pending_id.to_string(),
+            }),
+            CancelOutcome::Settled(status) => Ok(InterjectionCancelResult {
+                cancelled: status == "cancelled",
+                status,
+            }),
+            CancelOutcome::Cancelled(row) => {
+                self.inner.events.emit(
+                    &self.inner.store,
+                    &row.session_id,
+                    None,
+                    Event::InterjectionCancelled { pending_id: row.id },
+                );
+                Ok(InterjectionCancelResult {
+                    cancelled: true,
+                    status: "cancelled".into(),
+                })
+            }
+        }
     }
 
     /// Ends the session's run (live, or suspended on an approval after a restart).
@@ -163,6 +255,11 @@ impl Runtime {
         if self.inner.runs.active_run(session_id).is_some() {
             return Ok(None);
         }
+        self.open_suspended_run(session_id)
+    }
+
+    /// An unfinished run with a pending approval, whether or not a task drives it.
+    fn open_suspended_run(&self, session_id: &str) -> RuntimeResult<Option<crate::store::RunRow>> {
         let pending = self.inner.store.pending_approvals(session_id)?;
         match pending.first() {
             Some(approval) => Ok(self

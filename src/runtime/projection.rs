@@ -7,6 +7,11 @@
 use crate::protocol::{Block, Role, TranscriptEntry};
 use crate::provider::{ModelContent, ModelMessage, ModelRole};
 
+/// How the model reads a message the user typed while it worked.
+pub fn interjection_text(text: &str) -> String {
+    format!("The user adds: {text}")
+}
+
 pub fn project(entries: &[TranscriptEntry]) -> Vec<ModelMessage> {
     let mut messages: Vec<ModelMessage> = Vec::new();
     for entry in entries {
@@ -51,6 +56,12 @@ fn content(block: &Block) -> Option<ModelContent> {
             call_id: call_id.clone(),
             output: output.clone(),
             is_error: *is_error,
+        }),
+        Block::Interjection { text, .. } => Some(ModelContent::Text {
+            text: interjection_text(text),
+        }),
+        Block::Attachment { name, text } => Some(ModelContent::Text {
+            text: format!("Attached {name}:\n{text}"),
         }),
     }
 }

@@ -6,8 +6,8 @@
 
 use super::tool_phase::result_blocks;
 use super::{Inner, RuntimeResult};
-use crate::protocol::{Block, FinishReason, MessageStatus, Role};
-use crate::store::NewMessage;
+use crate::protocol::{Block, FinishReason, Role};
+use crate::store::{NewMessage, Settle, Store};
 
 const INTERRUPTED: &str =
     "Interrupted: sidechat stopped before this tool call finished, so its outcome is unknown.";
@@ -42,18 +42,13 @@ pub fn recover(inner: &Inner) -> RuntimeResult<()> {
                 }
             }
             let calls = store.tool_calls_of_message(&last.id)?;
-            let session = store.session(&run.session_id)?;
-            let seq = session.map(|s| s.last_seq).unwrap_or(0) + 1;
-            // No client is connected yet: commit quietly; the transcript tells it later.
-            store.append_message(&NewMessage {
-                id: None,
-                session_id: run.session_id.clone(),
-                seq,
-                run_id: Some(run.id.clone()),
-                role: Role::Tool,
-                blocks: result_blocks(&calls),
-                status: MessageStatus::Complete,
-            })?;
+            let message = NewMessage::new(
+                &run.session_id,
+                Some(&run.id),
+                Role::Tool,
+                result_blocks(&calls),
+            );
+            append_quietly(store, message)?;
         }
         store.finish_run(
             &run.id,
@@ -62,5 +57,48 @@ pub fn recover(inner: &Inner) -> RuntimeResult<()> {
         )?;
         tracing::info!(run_id = %run.id, "closed a run interrupted by a stop of the daemon");
     }
+    promote_stranded_input(store)
+}
+
+/// Input queued for a run that will never deliver it becomes the session's next user turn,
+/// not run automatically: the session reports `unanswered` and `chat/resume` answers it. A run
+/// still suspended on an approval keeps its queue for its own next delivery point.
+fn promote_stranded_input(store: &Store) -> RuntimeResult<()> {
+    for session_id in store.sessions_with_open_pending()? {
+        let suspended = store.pending_approvals(&session_id)?.iter().any(|a| {
+            store
+                .run(&a.run_id)
+                .ok()
+                .flatten()
+                .is_some_and(|r| !r.finished)
+        });
+        if suspended {
+            store.unlease_all(&session_id)?;
+            continue;
+        }
+        let rows = store.open_pending(&session_id)?;
+        let pending_ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+        let blocks = rows
+            .into_iter()
+            .map(|r| Block::Text { text: r.text })
+            .collect();
+        let mut message = NewMessage::new(&session_id, None, Role::User, blocks);
+        message.settles = Some(Settle {
+            pending_ids,
+            status: "promoted",
+        });
+        append_quietly(store, message)?;
+        tracing::info!(session_id, "promoted input a stopped daemon left queued");
+    }
+    Ok(())
+}
+
+/// Commits without an event: no client is connected yet; the transcript tells it later.
+fn append_quietly(store: &Store, mut message: NewMessage) -> RuntimeResult<()> {
+    let last_seq = store
+        .session(&message.session_id)?
+        .map_or(0, |s| s.last_seq);
+    message.seq = last_seq + 1;
+    store.append_message(&message)?;
     Ok(())
 }

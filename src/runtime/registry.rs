@@ -29,42 +29,23 @@ pub struct RunSignals {
     pub suspend: Arc<AtomicBool>,
 }
 
+pub type Runs<'a> = std::sync::MutexGuard<'a, HashMap<String, ActiveRun>>;
+
 #[derive(Default)]
 pub struct Registry {
     runs: Mutex<HashMap<String, ActiveRun>>,
 }
 
 impl Registry {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, ActiveRun>> {
+    /// The table itself, for decisions that must not interleave with a run starting or ending
+    /// (queueing an interjection versus promoting the queue when a run ends).
+    pub fn lock(&self) -> Runs<'_> {
         self.runs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Claims the session for a new run; `Err(run_id)` of the run already there.
     pub fn claim(&self, session_id: &str, run_id: &str) -> Result<RunSignals, String> {
-        let mut runs = self.lock();
-        if let Some(active) = runs.get(session_id) {
-            return Err(active.run_id.clone());
-        }
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let (approvals_tx, approvals_rx) = watch::channel(0);
-        let (done_tx, done_rx) = watch::channel(false);
-        let suspend = Arc::new(AtomicBool::new(false));
-        runs.insert(
-            session_id.to_string(),
-            ActiveRun {
-                run_id: run_id.to_string(),
-                stop: stop_tx,
-                approvals: approvals_tx,
-                done: done_rx,
-                suspend: suspend.clone(),
-            },
-        );
-        Ok(RunSignals {
-            stop: stop_rx,
-            approvals: approvals_rx,
-            done: done_tx,
-            suspend,
-        })
+        claim_locked(&mut self.lock(), session_id, run_id)
     }
 
     pub fn release(&self, session_id: &str, run_id: &str) {
@@ -108,4 +89,35 @@ impl Registry {
             None => false,
         }
     }
+}
+
+/// [`Registry::claim`] with the table already locked.
+pub fn claim_locked(
+    runs: &mut Runs<'_>,
+    session_id: &str,
+    run_id: &str,
+) -> Result<RunSignals, String> {
+    if let Some(active) = runs.get(session_id) {
+        return Err(active.run_id.clone());
+    }
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (approvals_tx, approvals_rx) = watch::channel(0);
+    let (done_tx, done_rx) = watch::channel(false);
+    let suspend = Arc::new(AtomicBool::new(false));
+    runs.insert(
+        session_id.to_string(),
+        ActiveRun {
+            run_id: run_id.to_string(),
+            stop: stop_tx,
+            approvals: approvals_tx,
+            done: done_rx,
+            suspend: suspend.clone(),
+        },
+    );
+    Ok(RunSignals {
+        stop: stop_rx,
+        approvals: approvals_rx,
+        done: done_tx,
+        suspend,
+    })
 }

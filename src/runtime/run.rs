@@ -9,10 +9,11 @@ use std::sync::Arc;
 use futures::StreamExt;
 
 use super::registry::RunSignals;
+use super::registry::claim_locked;
 use super::{Inner, RuntimeError, RuntimeResult, project};
 use crate::protocol::*;
 use crate::provider::{ModelEvent, ModelRequest, ProviderError, StopReason, TokenUsage};
-use crate::store::{NewMessage, RunRow, SessionRow, UsageRow, elapsed_ms};
+use crate::store::{NewMessage, PendingRow, RunRow, SessionRow, Settle, UsageRow, elapsed_ms};
 use crate::util::new_id;
 
 /// Output budget asked of the model for one step.
@@ -114,18 +115,10 @@ impl RunContext {
         blocks: Vec<Block>,
         status: MessageStatus,
     ) -> RuntimeResult<TranscriptEntry> {
-        self.inner.events.commit(
-            &self.inner.store,
-            NewMessage {
-                id,
-                session_id: self.session_id.clone(),
-                seq: 0,
-                run_id: Some(self.run_id.clone()),
-                role,
-                blocks,
-                status,
-            },
-        )
+        let mut message = NewMessage::new(&self.session_id, Some(&self.run_id), role, blocks);
+        message.id = id;
+        message.status = status;
+        self.inner.events.commit(&self.inner.store, message)
     }
 
     async fn drive(&mut self) -> RuntimeResult<Finish> {
@@ -155,7 +148,20 @@ impl RunContext {
             }
             self.steps += 1;
             self.inner.store.set_run_steps(&self.run_id, self.steps)?;
-            match self.model_step(&session).await? {
+            // The delivery point: tool results are in and another model request follows.
+            let continuing = self
+                .inner
+                .store
+                .last_model_message(&self.session_id)?
+                .is_some_and(|m| m.role == Role::Tool);
+            let leased = match continuing {
+                true => self
+                    .inner
+                    .store
+                    .lease_pending(&self.session_id, &self.run_id)?,
+                false => Vec::new(),
+            };
+            match self.model_step(&session, leased).await? {
                 StepEnd::ToolCalls => continue,
                 StepEnd::Finished(finish) => return Ok(finish),
             }
@@ -163,7 +169,11 @@ impl RunContext {
     }
 
     /// Streams one model response and commits it.
-    async fn model_step(&mut self, session: &SessionRow) -> RuntimeResult<StepEnd> {
+    async fn model_step(
+        &mut self,
+        session: &SessionRow,
+        mut leased: Vec<PendingRow>,
+    ) -> RuntimeResult<StepEnd> {
         let driver = match self.inner.driver(&session.account) {
             Ok(driver) => driver,
             Err(e) => return Ok(StepEnd::Finished(Finish::error(e.to_string()))),
@@ -175,7 +185,7 @@ impl RunContext {
         let request = ModelRequest {
             model: session.model.clone(),
             system: session.system_prompt.clone(),
-            messages: project(&entries),
+            messages: with_interjections(project(&entries), &leased),
             tools: crate::tools::specs(),
             max_output_tokens: MAX_OUTPUT_TOKENS,
         };
@@ -201,8 +211,16 @@ impl RunContext {
                     ));
                 }
                 Some(Err(e)) => break Ended::Failed(e),
-                Some(Ok(ModelEvent::Finished(reason))) => break Ended::Finished(reason),
-                Some(Ok(event)) => self.apply(&message_id, &mut reply, event),
+                Some(Ok(event)) => {
+                    // A retry notice means the request has not gone through yet.
+                    if !leased.is_empty() && !matches!(event, ModelEvent::Notice(_)) {
+                        self.deliver(std::mem::take(&mut leased))?;
+                    }
+                    match event {
+                        ModelEvent::Finished(reason) => break Ended::Finished(reason),
+                        event => self.apply(&message_id, &mut reply, event),
+                    }
+                }
             }
         };
         drop(stream);
@@ -254,6 +272,55 @@ impl RunContext {
             }
             Ended::Finished(_) => StepEnd::Finished(Finish::of(FinishReason::EndTurn)),
         })
+    }
+
+    /// The request carrying these interjections was sent: they join the transcript, in the
+    /// user's own words, in the same transaction that marks them delivered.
+    fn deliver(&self, rows: Vec<PendingRow>) -> RuntimeResult<()> {
+        let pending_ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+        let blocks = rows
+            .into_iter()
+            .map(|r| Block::Interjection {
+                pending_id: r.id,
+                text: r.text,
+            })
+            .collect();
+        let mut message = NewMessage::new(&self.session_id, Some(&self.run_id), Role::User, blocks);
+        message.settles = Some(Settle {
+            pending_ids: pending_ids.clone(),
+            status: "delivered",
+        });
+        let entry = self.inner.events.commit(&self.inner.store, message)?;
+        self.emit(Event::InterjectionDelivered {
+            pending_ids,
+            step: self.steps,
+            message_id: entry.id,
+        });
+        Ok(())
+    }
+
+    /// Turns everything still queued into one new user turn; the next run answers it.
+    fn promote_queue(&self) -> RuntimeResult<bool> {
+        let rows = self.inner.store.open_pending(&self.session_id)?;
+        if rows.is_empty() {
+            return Ok(false);
+        }
+        let pending_ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+        let blocks = rows
+            .into_iter()
+            .map(|r| Block::Text { text: r.text })
+            .collect();
+        let mut message = NewMessage::new(&self.session_id, None, Role::User, blocks);
+        message.settles = Some(Settle {
+            pending_ids: pending_ids.clone(),
+            status: "promoted",
+        });
+        let entry = self.inner.events.commit(&self.inner.store, message)?;
+        self.emit(Event::InterjectionPromoted {
+            pending_ids,
+            message_id: entry.id,
+        });
+        Ok(true)
     }
 
     /// Folds one streamed event into the reply and forwards what the client shows.
@@ -344,13 +411,55 @@ impl RunContext {
             }
             Err(e) => tracing::error!(error = %e, "cannot cancel pending approvals"),
         }
-        self.inner.runs.release(&self.session_id, &self.run_id);
+        // A shutdown leaves the queue for the next daemon, which promotes it on start.
+        let shutting_down = self
+            .signals
+            .suspend
+            .load(std::sync::atomic::Ordering::SeqCst);
+        let next = {
+            // Under the registry lock, so no send can queue between the promotion and release.
+            let mut runs = self.inner.runs.lock();
+            let promoted = !shutting_down
+                && self.promote_queue().unwrap_or_else(|e| {
+                    tracing::error!(error = %e, "cannot promote queued input");
+                    false
+                });
+            if runs
+                .get(&self.session_id)
+                .is_some_and(|a| a.run_id == self.run_id)
+            {
+                runs.remove(&self.session_id);
+            }
+            let run_id = new_id("run");
+            promoted
+                .then(|| claim_locked(&mut runs, &self.session_id, &run_id).ok())
+                .flatten()
+                .map(|signals| (run_id, signals))
+        };
         let _ = self.signals.done.send(true);
         tracing::info!(run_id = %self.run_id, reason = ?finish.reason, error = ?finish.error, "run finished");
         self.emit(Event::RunFinished {
             reason: finish.reason,
             error: finish.error,
         });
+        if let Some((run_id, signals)) = next {
+            let started = match self.inner.store.session(&self.session_id) {
+                Ok(Some(session)) => spawn_run(
+                    self.inner.clone(),
+                    RunStart::New {
+                        session,
+                        run_id: run_id.clone(),
+                    },
+                    signals,
+                ),
+                Ok(None) => Err(RuntimeError::SessionNotFound(self.session_id.clone())),
+                Err(e) => Err(e.into()),
+            };
+            if let Err(e) = started {
+                self.inner.runs.release(&self.session_id, &run_id);
+                tracing::error!(error = %e, "cannot start the run for promoted input");
+            }
+        }
     }
 }
 
@@ -406,4 +515,25 @@ impl Reply {
         }
         blocks
     }
+}
+
+/// Adds leased interjections to the request's last user turn, after the tool results.
+fn with_interjections(
+    mut messages: Vec<crate::provider::ModelMessage>,
+    leased: &[PendingRow],
+) -> Vec<crate::provider::ModelMessage> {
+    if leased.is_empty() {
+        return messages;
+    }
+    let texts = leased.iter().map(|r| crate::provider::ModelContent::Text {
+        text: super::projection::interjection_text(&r.text),
+    });
+    match messages.last_mut() {
+        Some(last) if last.role == crate::provider::ModelRole::User => last.content.extend(texts),
+        _ => messages.push(crate::provider::ModelMessage {
+            role: crate::provider::ModelRole::User,
+            content: texts.collect(),
+        }),
+    }
+    messages
 }

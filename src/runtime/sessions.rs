@@ -152,6 +152,18 @@ impl Runtime {
         Ok(SessionTranscriptResult {
             state: self.state(&row.id)?,
             pending_approvals: self.inner.store.pending_approvals(&row.id)?,
+            pending_interjections: self
+                .inner
+                .store
+                .open_pending(&row.id)?
+                .into_iter()
+                .map(|p| PendingInterjection {
+                    pending_id: p.id,
+                    text: p.text,
+                    status: p.status,
+                    created_at: p.created_at,
+                })
+                .collect(),
             session_id: row.id,
             entries,
             has_more,

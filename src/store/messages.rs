@@ -18,6 +18,35 @@ pub struct NewMessage {
     pub role: Role,
     pub blocks: Vec<Block>,
     pub status: MessageStatus,
+    /// The client's id for the send this message answers, remembered for retries.
+    pub client_message_id: Option<String>,
+    /// Interjections this message carries, settled in the same transaction.
+    pub settles: Option<Settle>,
+}
+
+/// What becomes of the interjections a message carries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settle {
+    pub pending_ids: Vec<String>,
+    /// `delivered` (sent to the model inside a tool-results turn) or `promoted` (a user turn).
+    pub status: &'static str,
+}
+
+impl NewMessage {
+    /// A complete message with nothing extra; `seq` is assigned when it is committed.
+    pub fn new(session_id: &str, run_id: Option<&str>, role: Role, blocks: Vec<Block>) -> Self {
+        Self {
+            id: None,
+            session_id: session_id.to_string(),
+            seq: 0,
+            run_id: run_id.map(str::to_string),
+            role,
+            blocks,
+            status: MessageStatus::Complete,
+            client_message_id: None,
+            settles: None,
+        }
+    }
 }
 
 fn enum_to_text<T: serde::Serialize>(value: &T) -> String {
@@ -107,6 +136,15 @@ impl Store {
                 .collect();
             super::tool_calls::insert_calls(&tx, &new.session_id, run_id, &id, &calls)?;
         }
+        if let Some(client_id) = &new.client_message_id {
+            tx.execute(
+                "INSERT INTO sends (session_id, client_message_id, message_id, run_id) VALUES (?1, ?2, ?3, ?4)",
+                params![new.session_id, client_id, id, new.run_id],
+            )?;
+        }
+        if let Some(settle) = &new.settles {
+            super::pending::settle(&tx, settle, &id)?;
+        }
         tx.commit()?;
         Ok(TranscriptEntry {
             id,
@@ -191,13 +229,13 @@ mod tests {
             written.push(
                 store
                     .append_message(&NewMessage {
-                        id: None,
-                        session_id: session.id.clone(),
                         seq,
-                        run_id: None,
-                        role: Role::User,
-                        blocks: vec![Block::Text { text: text.into() }],
-                        status: MessageStatus::Complete,
+                        ..NewMessage::new(
+                            &session.id,
+                            None,
+                            Role::User,
+                            vec![Block::Text { text: text.into() }],
+                        )
                     })
                     .unwrap(),
             );

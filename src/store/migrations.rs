@@ -112,6 +112,31 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX usage_by_session ON usage_lines (session_id, at);
     "#,
+    // 4: input typed while a run works, and the answers to sends, for idempotency.
+    r#"
+    CREATE TABLE pending_input (
+        id                TEXT PRIMARY KEY,
+        session_id        TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        client_message_id TEXT,
+        text              TEXT NOT NULL,
+        status            TEXT NOT NULL,    -- pending | leased | delivered | promoted | cancelled
+        run_id            TEXT,
+        message_id        TEXT,
+        created_at        INTEGER NOT NULL,
+        updated_at        INTEGER NOT NULL
+    );
+    CREATE INDEX pending_open ON pending_input (session_id) WHERE status IN ('pending', 'leased');
+    CREATE UNIQUE INDEX pending_by_client ON pending_input (session_id, client_message_id)
+        WHERE client_message_id IS NOT NULL;
+
+    CREATE TABLE sends (
+        session_id        TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        client_message_id TEXT NOT NULL,
+        message_id        TEXT NOT NULL,
+        run_id            TEXT,
+        PRIMARY KEY (session_id, client_message_id)
+    );
+    "#,
 ];
 
 /// Brings the schema to the newest version this build knows.

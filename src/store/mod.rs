@@ -5,6 +5,7 @@
 
 mod messages;
 mod migrations;
+mod pending;
 mod runs;
 mod sessions;
 mod tool_calls;
@@ -16,7 +17,8 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
-pub use messages::NewMessage;
+pub use messages::{NewMessage, Settle};
+pub use pending::{CancelOutcome, EarlierSend, PendingRow};
 pub use runs::RunRow;
 pub use sessions::{NewSession, SessionPage, SessionRow, SessionUpdate};
 pub use tool_calls::{ApprovalOutcome, ApprovalRow, ToolCallRow};

@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod harness;
+mod interjections;
 mod protocol;
 mod providers;
 mod runs;

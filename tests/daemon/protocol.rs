@@ -79,7 +79,7 @@ async fn crud_round_trip(framing: Framing) {
         .await;
     assert_eq!(
         transcript,
-        json!({"sessionId": id, "state": "idle", "entries": [], "hasMore": false, "lastSeq": 0, "pendingApprovals": []})
+        json!({"sessionId": id, "state": "idle", "entries": [], "hasMore": false, "lastSeq": 0, "pendingApprovals": [], "pendingInterjections": []})
     );
 
     assert_eq!(

@@ -1,0 +1,198 @@
+//! `pending_input`: what the user typed while a run was working, and `sends`, the answers to
+//! earlier sends, so a retried `chat/send` stores nothing twice.
+//!
+//! A row moves pending → leased (taken into a model request) → delivered (that request was
+//! sent, and the text is in the transcript), or → promoted (it became a user turn of its own),
+//! or → cancelled. Each move that puts the text into the transcript happens in the same
+//! transaction as the message that carries it, so a row is in the transcript exactly once.
+
+use rusqlite::{OptionalExtension, Row, params};
+
+use super::messages::Settle;
+use super::{Store, StoreResult};
+use crate::util::{new_id, now_ms, rfc3339};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingRow {
+    pub id: String,
+    pub session_id: String,
+    pub text: String,
+    pub status: String,
+    pub created_at: String,
+}
+
+/// What `interjection/cancel` found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CancelOutcome {
+    Cancelled(PendingRow),
+    /// Too late: it was already leased, delivered, promoted or cancelled.
+    Settled(String),
+    NotFound,
+}
+
+const COLUMNS: &str = "id, session_id, text, status, created_at";
+
+fn from_row(row: &Row<'_>) -> rusqlite::Result<PendingRow> {
+    Ok(PendingRow {
+        id: row.get(0)?,
+        session_id: row.get(1)?,
+        text: row.get(2)?,
+        status: row.get(3)?,
+        created_at: rfc3339(row.get(4)?),
+    })
+}
+
+/// Marks the rows a committed message carries (inside that message's transaction).
+pub(super) fn settle(
+    tx: &rusqlite::Transaction<'_>,
+    settle: &Settle,
+    message_id: &str,
+) -> StoreResult<()> {
+    let mut stmt = tx.prepare_cached(
+        "UPDATE pending_input SET status = ?2, message_id = ?3, updated_at = ?4
+         WHERE id = ?1 AND status IN ('pending', 'leased')",
+    )?;
+    for id in &settle.pending_ids {
+        stmt.execute(params![id, settle.status, message_id, now_ms()])?;
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Queues an interjection; committed before the client is told.
+    pub fn insert_pending(
+        &self,
+        session_id: &str,
+        client_message_id: Option<&str>,
+        text: &str,
+    ) -> StoreResult<PendingRow> {
+        let id = new_id("inj");
+        let now = now_ms();
+        self.conn().execute(
+            "INSERT INTO pending_input (id, session_id, client_message_id, text, status, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?5)",
+            params![id, session_id, client_message_id, text, now],
+        )?;
+        Ok(PendingRow {
+            id,
+            session_id: session_id.to_string(),
+            text: text.to_string(),
+            status: "pending".into(),
+            created_at: rfc3339(now),
+        })
+    }
+
+    /// Rows still waiting (pending or leased), oldest first.
+    pub fn open_pending(&self, session_id: &str) -> StoreResult<Vec<PendingRow>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM pending_input
+             WHERE session_id = ?1 AND status IN ('pending', 'leased') ORDER BY rowid"
+        ))?;
+        let rows = stmt
+            .query_map([session_id], from_row)?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    /// Sessions that have rows still waiting, for start-up recovery.
+    pub fn sessions_with_open_pending(&self) -> StoreResult<Vec<String>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT DISTINCT session_id FROM pending_input WHERE status IN ('pending', 'leased')",
+        )?;
+        let ids = stmt
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ids)
+    }
+
+    /// Takes every pending row of the session for the run's next model request, in order.
+    pub fn lease_pending(&self, session_id: &str, run_id: &str) -> StoreResult<Vec<PendingRow>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(&format!(
+            "UPDATE pending_input SET status = 'leased', run_id = ?2, updated_at = ?3
+             WHERE session_id = ?1 AND status = 'pending' RETURNING {COLUMNS}"
+        ))?;
+        let mut rows = stmt
+            .query_map(params![session_id, run_id, now_ms()], from_row)?
+            .collect::<Result<Vec<_>, _>>()?;
+        // RETURNING has no order of its own; ids are time-ordered.
+        rows.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(rows)
+    }
+
+    /// Puts leased rows back to pending (their request was never sent).
+    pub fn unlease_all(&self, session_id: &str) -> StoreResult<()> {
+        self.conn().execute(
+            "UPDATE pending_input SET status = 'pending', run_id = NULL, updated_at = ?2
+             WHERE session_id = ?1 AND status = 'leased'",
+            params![session_id, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    pub fn cancel_pending(&self, pending_id: &str) -> StoreResult<CancelOutcome> {
+        let conn = self.conn();
+        let cancelled = conn
+            .query_row(
+                &format!(
+                    "UPDATE pending_input SET status = 'cancelled', updated_at = ?2
+                     WHERE id = ?1 AND status = 'pending' RETURNING {COLUMNS}"
+                ),
+                params![pending_id, now_ms()],
+                from_row,
+            )
+            .optional()?;
+        if let Some(row) = cancelled {
+            return Ok(CancelOutcome::Cancelled(row));
+        }
+        let status: Option<String> = conn
+            .query_row(
+                "SELECT status FROM pending_input WHERE id = ?1",
+                [pending_id],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(status.map_or(CancelOutcome::NotFound, CancelOutcome::Settled))
+    }
+
+    /// The earlier answer to a send with this client id: a queued row or a stored message.
+    pub fn earlier_send(
+        &self,
+        session_id: &str,
+        client_message_id: &str,
+    ) -> StoreResult<Option<EarlierSend>> {
+        let conn = self.conn();
+        let queued: Option<String> = conn
+            .query_row(
+                "SELECT id FROM pending_input WHERE session_id = ?1 AND client_message_id = ?2",
+                params![session_id, client_message_id],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if let Some(pending_id) = queued {
+            return Ok(Some(EarlierSend::Queued { pending_id }));
+        }
+        let sent = conn
+            .query_row(
+                "SELECT message_id, run_id FROM sends WHERE session_id = ?1 AND client_message_id = ?2",
+                params![session_id, client_message_id],
+                |r| Ok(EarlierSend::Sent { message_id: r.get(0)?, run_id: r.get(1)? }),
+            )
+            .optional()?;
+        Ok(sent)
+    }
+}
+
+/// How an earlier send with the same client id was answered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EarlierSend {
+    Queued {
+        pending_id: String,
+    },
+    Sent {
+        message_id: String,
+        run_id: Option<String>,
+    },
+}

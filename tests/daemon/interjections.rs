@@ -1,0 +1,521 @@
+//! Interjections: what the user types while a run works reaches the model exactly once.
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use sidechat::protocol::{Event, FinishReason};
+
+use crate::harness::{Daemon, Options, Scratch, kinds};
+
+async fn replay(scratch: &Scratch, script: Value, session: Value) -> (Daemon, String) {
+    let daemon = Daemon::start(
+        &scratch.db(),
+        Options {
+            env: scratch.replay(script),
+            ..Options::default()
+        },
+    )
+    .await;
+    let mut params =
+        json!({"account": "replay", "workspaceRoot": scratch.workspace().display().to_string()});
+    params
+        .as_object_mut()
+        .unwrap()
+        .extend(session.as_object().unwrap().clone());
+    let id = daemon.create_session(params).await;
+    (daemon, id)
+}
+
+async fn send(daemon: &Daemon, session: &str, text: &str) -> Value {
+    daemon
+        .call("chat/send", json!({"sessionId": session, "text": text}))
+        .await
+}
+
+/// A step that streams slowly (so input can arrive mid-step) and then lists the workspace.
+fn slow_tool_step() -> Value {
+    json!({"text": "Looking around the workspace now.", "delayMs": 40,
+           "toolCalls": [{"name": "list_directory", "input": {"path": "."}}]})
+}
+
+/// Every text block the request sent to the model, in order.
+fn texts(request: &Value) -> Vec<String> {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().unwrap().clone())
+        .filter(|c| c["type"] == "text")
+        .map(|c| c["text"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn delivered_after_the_tool_results_exactly_once_and_in_order() {
+    let scratch = Scratch::new();
+    let (mut daemon, session) = replay(
+        &scratch,
+        json!({"turns": [slow_tool_step(), {"text": "Noted both."}]}),
+        json!({}),
+    )
+    .await;
+    send(&daemon, &session, "look around").await;
+    daemon
+        .events_until(|e| matches!(e, Event::TextDelta { .. }))
+        .await;
+    let first = send(&daemon, &session, "also check the README").await;
+    let second = send(&daemon, &session, "and the licence").await;
+    assert_eq!(
+        (first["queued"].clone(), second["queued"].clone()),
+        (json!(true), json!(true))
+    );
+    let waiting = daemon
+        .call("session/transcript", json!({"sessionId": session}))
+        .await;
+    let waiting: Vec<_> = waiting["pendingInterjections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["text"].clone())
+        .collect();
+    assert_eq!(
+        waiting,
+        [json!("also check the README"), json!("and the licence")]
+    );
+
+    let events = daemon.until_finished().await;
+    let delivered: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::InterjectionDelivered {
+                pending_ids, step, ..
+            } => Some((pending_ids.clone(), *step)),
+            _ => None,
+        })
+        .collect();
+    let ids = vec![
+        first["pendingId"].as_str().unwrap().to_string(),
+        second["pendingId"].as_str().unwrap().to_string(),
+    ];
+    assert_eq!(delivered, vec![(ids, 2)]);
+
+    let requests = scratch.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(texts(&requests[0]), ["look around"]);
+    let last_turn = requests[1]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    let shapes: Vec<_> = last_turn["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["type"].clone(), c.get("text").cloned()))
+        .collect();
+    assert_eq!(
+        shapes,
+        [
+            (json!("toolResult"), None),
+            (
+                json!("text"),
+                Some(json!("The user adds: also check the README"))
+            ),
+            (json!("text"), Some(json!("The user adds: and the licence"))),
+        ]
+    );
+
+    let transcript = daemon
+        .call("session/transcript", json!({"sessionId": session}))
+        .await;
+    let stored = &transcript["entries"][3];
+    assert_eq!(stored["role"], "user");
+    let words: Vec<_> = stored["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["type"].clone(), b["text"].clone()))
+        .collect();
+    assert_eq!(
+        words,
+        [
+            (json!("interjection"), json!("also check the README")),
+            (json!("interjection"), json!("and the licence"))
+        ]
+    );
+    assert_eq!(transcript["pendingInterjections"], json!([]));
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn queued_during_the_last_allowed_step_is_promoted_into_the_next_run() {
+    let scratch = Scratch::new();
+    let (mut daemon, session) = replay(
+        &scratch,
+        json!({"turns": [slow_tool_step(), {"text": "Answering the follow-up."}]}),
+        json!({"maxSteps": 1}),
+    )
+    .await;
+    send(&daemon, &session, "look").await;
+    daemon
+        .events_until(|e| matches!(e, Event::TextDelta { .. }))
+        .await;
+    let queued = send(&daemon, &session, "then summarise").await;
+    let first_run = daemon.until_finished().await;
+    let tail = kinds(&first_run);
+    assert_eq!(
+        &tail[tail.len() - 3..],
+        ["messageCompleted", "interjectionPromoted", "runFinished"]
+    );
+    let Some(Event::RunFinished { reason, .. }) = first_run.last().map(|e| &e.event) else {
+        unreachable!()
+    };
+    assert_eq!(*reason, FinishReason::MaxIterations);
+    let Event::InterjectionPromoted { pending_ids, .. } = &first_run[first_run.len() - 2].event
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        pending_ids,
+        &vec![queued["pendingId"].as_str().unwrap().to_string()]
+    );
+
+    // The promoted turn starts the next run at once.
+    let second_run = daemon.until_finished().await;
+    assert_eq!(kinds(&second_run)[0], "runStarted");
+    let requests = scratch.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(!texts(&requests[0]).iter().any(|t| t.contains("summarise")));
+    assert_eq!(
+        texts(&requests[1]).last().unwrap(),
+        "then summarise",
+        "a plain user turn, not an aside"
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn stop_with_queued_input_ends_the_run_and_the_input_goes_out_next() {
+    let scratch = Scratch::new();
+    let long = json!({"text": "word ".repeat(100), "delayMs": 20});
+    let (mut daemon, session) = replay(
+        &scratch,
+        json!({"turns": [long, {"text": "On it."}]}),
+        json!({}),
+    )
+    .await;
+    send(&daemon, &session, "talk").await;
+    daemon
+        .events_until(|e| matches!(e, Event::TextDelta { .. }))
+        .await;
+    send(&daemon, &session, "stop that, do this instead").await;
+    daemon
+        .call("chat/stop", json!({"sessionId": session}))
+        .await;
+    let stopped = daemon.until_finished().await;
+    assert!(matches!(
+        stopped.last().map(|e| &e.event),
+        Some(Event::RunFinished {
+            reason: FinishReason::Stopped,
+            ..
+        })
+    ));
+    let next = daemon.until_finished().await;
+    assert!(matches!(
+        next.last().map(|e| &e.event),
+        Some(Event::RunFinished {
+            reason: FinishReason::EndTurn,
+            ..
+        })
+    ));
+    let requests = scratch.requests();
+    assert_eq!(
+        texts(&requests[1]).last().unwrap(),
+        "stop that, do this instead"
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn an_interjection_never_answers_a_pending_approval() {
+    let scratch = Scratch::new();
+    let write =
+        json!({"toolCalls": [{"name": "write_file", "input": {"path": "a.txt", "content": "a"}}]});
+    let (mut daemon, session) = replay(
+        &scratch,
+        json!({"turns": [write, {"text": "Written."}]}),
+        json!({}),
+    )
+    .await;
+    send(&daemon, &session, "write a.txt").await;
+    let (_, approval) = daemon.until_approval().await;
+    // Words that look like an answer are still just words for the model.
+    assert_eq!(send(&daemon, &session, "yes").await["queued"], true);
+    let transcript = daemon
+        .call("session/transcript", json!({"sessionId": session}))
+        .await;
+    assert_eq!(transcript["state"], "awaitingApproval");
+    assert_eq!(
+        transcript["pendingApprovals"][0]["approvalId"],
+        json!(approval)
+    );
+    daemon
+        .call(
+            "approval/respond",
+            json!({"approvalId": approval, "decision": "allow"}),
+        )
+        .await;
+    daemon.until_finished().await;
+    assert!(texts(&scratch.requests()[1]).contains(&"The user adds: yes".to_string()));
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn cancel_withdraws_a_waiting_interjection() {
+    let scratch = Scratch::new();
+    let (mut daemon, session) = replay(
+        &scratch,
+        json!({"turns": [slow_tool_step(), {"text": "Done."}]}),
+        json!({}),
+    )
+    .await;
+    send(&daemon, &session, "look").await;
+    daemon
+        .events_until(|e| matches!(e, Event::TextDelta { .. }))
+        .await;
+    let queued = send(&daemon, &session, "never mind").await;
+    let pending_id = queued["pendingId"].clone();
+    let cancelled = daemon
+        .call("interjection/cancel", json!({"pendingId": pending_id}))
+        .await;
+    assert_eq!(cancelled, json!({"cancelled": true, "status": "cancelled"}));
+    daemon.until_finished().await;
+    assert!(
+        !scratch
+            .requests()
+            .iter()
+            .any(|r| texts(r).iter().any(|t| t.contains("never mind")))
+    );
+    let again = daemon
+        .call("interjection/cancel", json!({"pendingId": pending_id}))
+        .await;
+    assert_eq!(again, json!({"cancelled": true, "status": "cancelled"}));
+    let unknown = daemon
+        .try_call("interjection/cancel", json!({"pendingId": "inj_nope"}))
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code, -32004);
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn attachments_wait_for_the_next_turn() {
+    let scratch = Scratch::new();
+    let (mut daemon, session) = replay(
+        &scratch,
+        json!({"turns": [slow_tool_step(), {"text": "Done."}, {"text": "Read it."}]}),
+        json!({}),
+    )
+    .await;
+    send(&daemon, &session, "look").await;
+    daemon
+        .events_until(|e| matches!(e, Event::TextDelta { .. }))
+        .await;
+    let attachment = json!([{"name": "notes.md", "text": "hello"}]);
+    let refused = daemon
+        .try_call(
+            "chat/send",
+            json!({"sessionId": session, "text": "see this", "attachments": attachment}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code, -32602);
+    assert!(
+        refused
+            .message
+            .contains("attachments wait for the next turn"),
+        "{}",
+        refused.message
+    );
+    daemon.until_finished().await;
+    daemon
+        .call(
+            "chat/send",
+            json!({"sessionId": session, "text": "see this", "attachments": attachment}),
+        )
+        .await;
+    daemon.until_finished().await;
+    assert!(
+        texts(scratch.requests().last().unwrap())
+            .contains(&"Attached notes.md:\nhello".to_string())
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn a_retried_send_stores_nothing_twice_even_across_a_restart() {
+    let scratch = Scratch::new();
+    let script = json!({"turns": [slow_tool_step(), {"text": "Done."}]});
+    let (mut daemon, session) = replay(&scratch, script.clone(), json!({})).await;
+    let params = json!({"sessionId": session, "text": "look", "clientMessageId": "c-1"});
+    let first = daemon.call("chat/send", params.clone()).await;
+    assert_eq!(daemon.call("chat/send", params.clone()).await, first);
+    daemon
+        .events_until(|e| matches!(e, Event::TextDelta { .. }))
+        .await;
+    let aside = json!({"sessionId": session, "text": "aside", "clientMessageId": "c-2"});
+    let queued = daemon.call("chat/send", aside.clone()).await;
+    assert_eq!(daemon.call("chat/send", aside.clone()).await, queued);
+    assert_eq!(daemon.call("chat/send", aside.clone()).await, queued);
+    daemon.until_finished().await;
+    daemon.close().await;
+
+    let daemon = Daemon::start(
+        &scratch.db(),
+        Options {
+            env: scratch.replay(script),
+            ..Options::default()
+        },
+    )
+    .await;
+    assert_eq!(daemon.call("chat/send", params).await, first);
+    assert_eq!(daemon.call("chat/send", aside).await, queued);
+    let transcript = daemon
+        .call("session/transcript", json!({"sessionId": session}))
+        .await;
+    let all = transcript.to_string();
+    assert_eq!(
+        (
+            all.matches("\"look\"").count(),
+            all.matches("\"aside\"").count()
+        ),
+        (1, 1)
+    );
+    daemon.close().await;
+}
+
+/// A small deterministic generator, so a failing round can be replayed.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_at_random_moments_no_acknowledged_interjection_is_lost_or_doubled() {
+    let scratch = Scratch::new();
+    let step = json!({"text": "step", "delayMs": 3, "toolCalls": [{"name": "list_directory", "input": {"path": "."}}]});
+    let script = json!({"turns": [], "fallback": step});
+    let db = scratch.db();
+    let env = scratch.replay(script);
+    let start = || {
+        Daemon::start(
+            &db,
+            Options {
+                env: env.clone(),
+                ..Options::default()
+            },
+        )
+    };
+    let mut daemon = start().await;
+    let session = daemon.create_session(json!({"account": "replay", "maxSteps": 8, "workspaceRoot": scratch.workspace().display().to_string()})).await;
+    let mut rng = Lcg(0x5eed);
+    let mut acknowledged: Vec<String> = Vec::new();
+    let mut sent_unconfirmed: Vec<String> = Vec::new();
+    let rounds = 50;
+    for round in 0..rounds {
+        let state = daemon
+            .call("session/get", json!({"sessionId": session}))
+            .await["state"]
+            .clone();
+        if state == "unanswered" {
+            daemon
+                .call("chat/resume", json!({"sessionId": session}))
+                .await;
+        } else {
+            let text = format!("turn-{round}");
+            send(&daemon, &session, &text).await;
+            acknowledged.push(text);
+        }
+        for i in 0..rng.below(5) {
+            tokio::time::sleep(std::time::Duration::from_millis(rng.below(25))).await;
+            let text = format!("aside-{round}-{i}");
+            // Whether or not the answer arrives before the kill decides if it was acknowledged.
+            let answered = tokio::time::timeout(
+                std::time::Duration::from_millis(rng.below(20) + 1),
+                send(&daemon, &session, &text),
+            )
+            .await;
+            match answered {
+                Ok(_) => acknowledged.push(text),
+                Err(_) => sent_unconfirmed.push(text),
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(rng.below(30))).await;
+        daemon.conn.child_mut().kill().await.unwrap();
+        daemon = start().await;
+        let transcript = daemon
+            .call(
+                "session/transcript",
+                json!({"sessionId": session, "limit": 5000}),
+            )
+            .await;
+        assert_eq!(
+            transcript["pendingInterjections"],
+            json!([]),
+            "round {round}: nothing is left waiting"
+        );
+        let user_texts: Vec<String> = transcript["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["role"] == "user")
+            .flat_map(|e| e["blocks"].as_array().unwrap().clone())
+            .filter_map(|b| b["text"].as_str().map(str::to_string))
+            .collect();
+        for text in &acknowledged {
+            let count = user_texts.iter().filter(|t| *t == text).count();
+            assert_eq!(count, 1, "round {round}: {text:?} appears {count} times");
+        }
+        for text in &sent_unconfirmed {
+            let count = user_texts.iter().filter(|t| *t == text).count();
+            assert!(
+                count <= 1,
+                "round {round}: unconfirmed {text:?} appears {count} times"
+            );
+        }
+    }
+    let transcript = daemon
+        .call(
+            "session/transcript",
+            json!({"sessionId": session, "limit": 5000}),
+        )
+        .await;
+    let blocks: Vec<Value> = transcript["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["role"] == "user")
+        .flat_map(|e| e["blocks"].as_array().unwrap().clone())
+        .collect();
+    let delivered = blocks
+        .iter()
+        .filter(|b| b["type"] == "interjection")
+        .count();
+    let asides = acknowledged
+        .iter()
+        .filter(|t| t.starts_with("aside"))
+        .count();
+    println!(
+        "crash test: {rounds} rounds, {} acknowledged sends checked exactly once ({asides} typed mid-run: {delivered} delivered between steps, the rest promoted or started a turn), {} unacknowledged checked at most once",
+        acknowledged.len(),
+        sent_unconfirmed.len()
+    );
+    daemon.close().await;
+}
