@@ -42,8 +42,14 @@ if (!existsSync(bin)) {
 const dir = mkdtempSync(join(tmpdir(), 'sidechat-interop-'));
 const db = join(dir, 'sidechat.db');
 
-// Only the demo account, whatever the caller's environment configures.
-const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('SIDECHAT_')));
+// A clean environment with a temporary home: no config file or provider key of this machine
+// adds accounts, so only the demo account is configured.
+const env = {
+  PATH: process.env.PATH ?? '/usr/bin:/bin',
+  HOME: dir,
+  XDG_CONFIG_HOME: join(dir, 'config'),
+  XDG_DATA_HOME: join(dir, 'data'),
+};
 const child = spawn(bin, ['serve', '--db', db], { env, stdio: ['pipe', 'pipe', 'pipe'] });
 
 let stderr = '';
@@ -108,7 +114,12 @@ const guard = setTimeout(() => {
 /** Runs one step, racing it against the server failing to start or stopping early. */
 async function step(number, name, body) {
   const started = performance.now();
-  await Promise.race([body(), stopped]);
+  try {
+    await Promise.race([body(), stopped]);
+  } catch (error) {
+    error.step = `${number} - ${name}`;
+    throw error;
+  }
   const ms = (performance.now() - started).toFixed(1);
   passed += 1;
   console.log(`ok ${number} - ${name} (${ms} ms)`);
@@ -189,7 +200,7 @@ try {
   });
 } catch (error) {
   failed += 1;
-  console.log(`not ok ${passed + 1} - ${error.message.split('\n')[0]}`);
+  console.log(`not ok ${error.step ?? passed + 1}: ${error.message.split('\n')[0]}`);
   report(error);
 }
 
