@@ -188,7 +188,7 @@ fn median_of_last(recorded: &Recorded, samples: usize) -> Option<Duration> {
     }
     last.sort_unstable();
     let mid = last.len() / 2;
-    Some(if last.len() % 2 == 0 {
+    Some(if last.len().is_multiple_of(2) {
         (last[mid - 1] + last[mid]) / 2
     } else {
         last[mid]

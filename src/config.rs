@@ -3,12 +3,14 @@
 //! With nothing configured the built-in offline demo model is the only account, so a new user
 //! can try everything before adding a key.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::context::{DEFAULT_RESPONSE_RESERVE, Thresholds};
+use crate::cost::ModelPrice;
 use crate::protocol::AccountInfo;
 use crate::provider::HttpSettings;
 
@@ -73,6 +75,32 @@ pub struct Config {
     pub accounts: Vec<Account>,
     pub default_account: String,
     pub http: HttpSettings,
+    pub budget: BudgetDefaults,
+    /// Prices that beat the built-in table for the same model, USD per million tokens.
+    pub prices: HashMap<String, ModelPrice>,
+}
+
+/// Limits and budget settings for new sessions and every snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetDefaults {
+    pub max_steps: u32,
+    pub cap_usd: Option<f64>,
+    pub max_seconds: Option<u64>,
+    /// Tokens kept free for the model's reply.
+    pub response_reserve: u64,
+    pub thresholds: Thresholds,
+}
+
+impl Default for BudgetDefaults {
+    fn default() -> Self {
+        Self {
+            max_steps: DEFAULT_MAX_STEPS,
+            cap_usd: None,
+            max_seconds: None,
+            response_reserve: DEFAULT_RESPONSE_RESERVE,
+            thresholds: Thresholds::DEFAULT,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +121,22 @@ struct FileConfig {
     default_account: Option<String>,
     #[serde(default)]
     accounts: BTreeMap<String, FileAccount>,
+    #[serde(default)]
+    defaults: FileDefaults,
+    /// Price overrides by model name.
+    #[serde(default)]
+    prices: HashMap<String, ModelPrice>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileDefaults {
+    max_steps: Option<u32>,
+    cap_usd: Option<f64>,
+    max_seconds: Option<u64>,
+    response_reserve: Option<u64>,
+    pressure_high: Option<f64>,
+    pressure_critical: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -105,6 +149,9 @@ struct FileAccount {
     context_window: Option<u64>,
     /// Send `max_tokens` instead of `max_completion_tokens` (local OpenAI-compatible servers).
     compat: Option<bool>,
+    /// Price overrides for the models this account serves.
+    #[serde(default)]
+    prices: HashMap<String, ModelPrice>,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -158,6 +205,11 @@ impl Config {
             context_window: None,
         }];
         let mut preferred = Vec::new();
+        let mut prices = file.prices;
+        for account in file.accounts.values() {
+            prices.extend(account.prices.clone());
+        }
+        let budget = budget_defaults(&file.defaults);
         for (name, account) in file.accounts {
             match file_account(&name, account) {
                 Ok(account) => accounts.push(account),
@@ -215,6 +267,8 @@ impl Config {
             accounts,
             default_account,
             http,
+            budget,
+            prices,
         }
     }
 
@@ -233,6 +287,32 @@ impl Config {
             })
             .collect()
     }
+}
+
+/// The file's defaults, then the environment's.
+fn budget_defaults(file: &FileDefaults) -> BudgetDefaults {
+    let mut budget = BudgetDefaults::default();
+    budget.max_steps = number("SIDECHAT_MAX_STEPS")
+        .or(file.max_steps)
+        .unwrap_or(budget.max_steps);
+    budget.cap_usd = number("SIDECHAT_CAP_USD").or(file.cap_usd);
+    budget.max_seconds = number("SIDECHAT_MAX_SECONDS").or(file.max_seconds);
+    budget.response_reserve = number("SIDECHAT_RESPONSE_RESERVE")
+        .or(file.response_reserve)
+        .unwrap_or(budget.response_reserve);
+    let high = number("SIDECHAT_PRESSURE_HIGH").or(file.pressure_high);
+    let critical = number("SIDECHAT_PRESSURE_CRITICAL").or(file.pressure_critical);
+    if high.is_some() || critical.is_some() {
+        let defaults = Thresholds::DEFAULT;
+        match Thresholds::new(
+            high.unwrap_or(defaults.high()),
+            critical.unwrap_or(defaults.critical()),
+        ) {
+            Ok(thresholds) => budget.thresholds = thresholds,
+            Err(e) => tracing::warn!(error = %e, "ignored pressure thresholds"),
+        }
+    }
+    budget
 }
 
 fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {

@@ -79,6 +79,10 @@ fn serve(db: Option<PathBuf>, log_file: Option<PathBuf>) -> anyhow::Result<i32> 
     let code = tokio.block_on(async move {
         let sink = Arc::new(ClientSink::default());
         let runtime = Runtime::new(store, Config::load()?, sink.clone())?;
+        // Loading the tokenizers takes longer than answering initialize: do it off the path.
+        if let Err(e) = sidechat::context::Tokenizers::warm_in_background() {
+            tracing::warn!(error = %e, "cannot warm the tokenizers; counts will load them on first use");
+        }
         let code = sidechat::rpc::serve(std::io::stdin(), std::io::stdout(), move |peer| {
             sink.connect(peer);
             runtime

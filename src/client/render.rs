@@ -5,6 +5,7 @@ use std::io::Write;
 use serde_json::Value;
 
 use super::flush;
+use crate::context::Pressure;
 use crate::protocol::{Event, FinishReason, InitializeResult, NoticeLevel, Role, ToolCallStatus};
 
 pub struct Screen<W: Write> {
@@ -99,6 +100,24 @@ impl<W: Write> Screen<W> {
                 ));
                 let _ = write!(self.out, "approve> ");
                 self.mid_line = true;
+            }
+            Event::MessageCompleted { entry } if entry.role == Role::Note => {
+                for block in &entry.blocks {
+                    if let crate::protocol::Block::Text { text } = block {
+                        self.line(text);
+                    }
+                }
+                self.prompt();
+            }
+            Event::Budget {
+                snapshot,
+                actual: None,
+            } if snapshot.pressure != Pressure::Normal => {
+                self.line(&format!(
+                    "! the context is {:.0}% full ({:?} pressure): consider /clear",
+                    snapshot.utilisation * 100.0,
+                    snapshot.pressure
+                ));
             }
             Event::InterjectionDelivered { .. } => self.line("  ↳ your message reached the model"),
             Event::InterjectionPromoted { .. } => {

@@ -105,6 +105,13 @@ pub enum Event {
         level: NoticeLevel,
         message: String,
     },
+    /// The context budget: before each model request, and again with the provider's actual
+    /// counts once it answered.
+    Budget {
+        snapshot: crate::context::BudgetSnapshot,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        actual: Option<crate::context::Reconciliation>,
+    },
     /// Token counts the provider reported for one model request (facts, no prices).
     Usage {
         provider: String,
@@ -141,6 +148,7 @@ impl Event {
         "interjectionCancelled",
         "notice",
         "usage",
+        "budget",
         "runFinished",
     ];
 }

@@ -50,6 +50,8 @@ fn entries() -> Vec<(String, Value)> {
         method::<SessionUpdateParams, Session>("session/update", C2S),
         method::<SessionIdParams, SessionDeleteResult>("session/delete", C2S),
         method::<SessionTranscriptParams, SessionTranscriptResult>("session/transcript", C2S),
+        method::<SessionIdParams, SessionBudgetResult>("session/budget", C2S),
+        method::<SessionIdParams, SessionCostResult>("session/cost", C2S),
         method::<ChatSendParams, ChatSendResult>("chat/send", C2S),
         method::<SessionIdParams, ChatStopResult>("chat/stop", C2S),
         method::<SessionIdParams, ChatResumeResult>("chat/resume", C2S),

@@ -34,6 +34,21 @@ pub struct SessionCreateParams {
     /// Most model steps one run may take (default 25).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_steps: Option<u32>,
+    /// Spend cap in USD for the session (default from the config: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cap_usd: Option<f64>,
+    /// Longest one run may take, in seconds (default from the config: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_seconds: Option<u64>,
+}
+
+/// Tells "absent" (leave alone) from `null` (remove) in update params.
+fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Some(Option::deserialize(deserializer)?))
 }
 
 /// A file that a successful write or edit changed in this session.
@@ -58,6 +73,10 @@ pub struct Session {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_root: Option<String>,
     pub max_steps: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cap_usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_seconds: Option<u64>,
     pub state: SessionState,
     /// RFC 3339 timestamps.
     pub created_at: String,
@@ -124,10 +143,44 @@ pub struct SessionUpdateParams {
     pub system_prompt: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_steps: Option<u32>,
+    /// A new spend cap in USD; `null` removes it.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cap_usd: Option<Option<f64>>,
+    /// A new run time limit in seconds; `null` removes it.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub max_seconds: Option<Option<u64>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionDeleteResult {
     pub deleted: bool,
+}
+
+/// `session/budget`: how full the model's context is before the next request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionBudgetResult {
+    pub session_id: String,
+    pub model: String,
+    pub snapshot: crate::context::BudgetSnapshot,
+}
+
+/// `session/cost`: what the session's model requests cost, priced now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionCostResult {
+    pub session_id: String,
+    pub cost: crate::cost::CostSummary,
+    /// The spend cap in force, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cap_usd: Option<f64>,
 }

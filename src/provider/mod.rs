@@ -80,18 +80,8 @@ pub struct ModelRequest {
     pub max_output_tokens: u32,
 }
 
-/// Token counts the provider reported for one request.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TokenUsage {
-    /// Input tokens not served from a cache.
-    pub input: u64,
-    pub output: u64,
-    pub cache_read: u64,
-    pub cache_write: u64,
-    /// Output tokens spent on reasoning (already included in `output`).
-    pub reasoning: u64,
-}
+/// Token counts the provider reported for one request: facts, priced only when read.
+pub use crate::cost::TokenUsage;
 
 /// Why the model stopped.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -57,6 +57,7 @@ impl From<RuntimeError> for ErrorObjectOwned {
             RuntimeError::NotFound { .. } => (NOT_FOUND, None),
             RuntimeError::Conflict(_) => (CONFLICT, None),
             RuntimeError::Provider(_) => (PROVIDER_UNAVAILABLE, None),
+            RuntimeError::BudgetExhausted(_) => (BUDGET_EXHAUSTED, None),
             RuntimeError::Store(_) | RuntimeError::Internal(_) | RuntimeError::Suspended => {
                 tracing::error!(%error, "internal error");
                 (INTERNAL_ERROR, None)

@@ -15,6 +15,8 @@ pub const METHODS: &[&str] = &[
     "session/update",
     "session/delete",
     "session/transcript",
+    "session/budget",
+    "session/cost",
     "chat/send",
     "chat/stop",
     "chat/resume",
@@ -65,6 +67,12 @@ pub fn method_table(runtime: Runtime) -> RpcModule<Runtime> {
             .await?)),
         method!(module, "session/transcript", |rt, p| Ok(
             rt.transcript(required::<SessionTranscriptParams>(&p)?)?
+        )),
+        method!(module, "session/budget", |rt, p| Ok(
+            rt.budget(&required::<SessionIdParams>(&p)?.session_id)?
+        )),
+        method!(module, "session/cost", |rt, p| Ok(
+            rt.cost(&required::<SessionIdParams>(&p)?.session_id)?
         )),
         method!(module, "chat/send", |rt, p| Ok(rt
             .send(required::<ChatSendParams>(&p)?)

@@ -15,6 +15,13 @@ impl Runtime {
         if params.text.trim().is_empty() {
             return Err(RuntimeError::InvalidParams("the message is empty".into()));
         }
+        if let Some((name, argument)) = super::commands::parse(&params.text) {
+            return self.command(&session, name, argument);
+        }
+        let mut params = params;
+        if params.text.trim_start().starts_with("//") {
+            params.text = params.text.trim_start()[1..].to_string();
+        }
         let client_id = params.client_message_id.as_deref();
         if let Some(earlier) = self.earlier_answer(&session.id, client_id)? {
             return Ok(earlier);
@@ -57,6 +64,7 @@ impl Runtime {
             });
         }
         self.inner.driver(&session.account)?;
+        self.refuse_if_cap_spent(&session)?;
         let run_id = new_id("run");
         let signals =
             claim_locked(&mut runs, &session.id, &run_id).map_err(|run_id| RuntimeError::Busy {
@@ -71,7 +79,7 @@ impl Runtime {
         }));
         let mut message = NewMessage::new(&session.id, Some(&run_id), Role::User, blocks);
         message.client_message_id = params.client_message_id;
-        let message = match self.inner.events.commit(store, message) {
+        let message = match self.inner.commit(message) {
             Ok(message) => message,
             Err(e) => {
                 self.inner.runs.release(&session.id, &run_id);
@@ -92,6 +100,20 @@ impl Runtime {
             queued: false,
             pending_id: None,
         })
+    }
+
+    /// A new turn on a session whose spend cap is used up waits until the cap is raised.
+    fn refuse_if_cap_spent(&self, session: &crate::store::SessionRow) -> RuntimeResult<()> {
+        let Some(cap) = session.cap_usd else {
+            return Ok(());
+        };
+        let spent = self.inner.cost_summary(&session.id)?.total_usd;
+        if spent >= cap {
+            return Err(RuntimeError::BudgetExhausted(format!(
+                "the session's spend cap of ${cap:.2} is used up (${spent:.4} spent); raise capUsd with session/update to continue"
+            )));
+        }
+        Ok(())
     }
 
     /// The first answer to a send with this client id, if there was one.

@@ -17,6 +17,8 @@ pub enum RuntimeError {
     Conflict(String),
     #[error("{0}")]
     Provider(String),
+    #[error("{0}")]
+    BudgetExhausted(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     /// A run waiting for an approval was left suspended by a shutdown.

@@ -3,7 +3,9 @@
 //! Every state change is committed to the store before a client hears of it. One run per
 //! session at a time; runs of different sessions proceed concurrently.
 
+mod accounting;
 mod chat;
+mod commands;
 mod error;
 mod events;
 mod projection;
@@ -16,6 +18,7 @@ mod tool_phase;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+pub use accounting::count_blocks;
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::{EventSink, NoClient};
 pub use projection::project;
@@ -41,6 +44,7 @@ struct Inner {
     store: Store,
     config: Config,
     events: Events,
+    accounting: accounting::Accounting,
     runs: Registry,
     drivers: Mutex<HashMap<String, Arc<dyn ModelDriver>>>,
 }
@@ -48,10 +52,15 @@ struct Inner {
 impl Runtime {
     /// Opens the runtime over `store`, first repairing what a crashed daemon left behind.
     pub fn new(store: Store, config: Config, sink: Arc<dyn EventSink>) -> RuntimeResult<Self> {
+        let prices = crate::cost::PriceBook::with_overrides(&config.prices).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "ignored the configured price overrides");
+            crate::cost::PriceBook::builtin()
+        });
         let inner = Arc::new(Inner {
             store,
             config,
             events: Events::new(sink),
+            accounting: accounting::Accounting::new(prices),
             runs: Registry::default(),
             drivers: Mutex::default(),
         });

@@ -11,6 +11,7 @@ use futures::StreamExt;
 use super::registry::RunSignals;
 use super::registry::claim_locked;
 use super::{Inner, RuntimeError, RuntimeResult, project};
+use crate::context::{Actuals, BudgetSnapshot};
 use crate::protocol::*;
 use crate::provider::{ModelEvent, ModelRequest, ProviderError, StopReason, TokenUsage};
 use crate::store::{NewMessage, PendingRow, RunRow, SessionRow, Settle, UsageRow, elapsed_ms};
@@ -51,6 +52,10 @@ impl Finish {
 
 pub(super) struct RunContext {
     pub inner: Arc<Inner>,
+    /// When this task began, for the session's `maxSeconds`.
+    pub started: std::time::Instant,
+    /// Whether the run already said its spend cap cannot be enforced.
+    pub warned_unpriced: bool,
     pub session_id: String,
     pub run_id: String,
     pub signals: RunSignals,
@@ -79,6 +84,8 @@ pub fn spawn_run(inner: Arc<Inner>, start: RunStart, signals: RunSignals) -> Run
     );
     let mut context = RunContext {
         inner,
+        started: std::time::Instant::now(),
+        warned_unpriced: false,
         session_id: session.id,
         run_id,
         signals,
@@ -118,7 +125,7 @@ impl RunContext {
         let mut message = NewMessage::new(&self.session_id, Some(&self.run_id), role, blocks);
         message.id = id;
         message.status = status;
-        self.inner.events.commit(&self.inner.store, message)
+        self.inner.commit(message)
     }
 
     async fn drive(&mut self) -> RuntimeResult<Finish> {
@@ -146,6 +153,17 @@ impl RunContext {
             if self.steps >= session.max_steps {
                 return Ok(Finish::of(FinishReason::MaxIterations));
             }
+            let snapshot = self.inner.budget_snapshot(&session)?;
+            if let Some(limit) = self.over_budget(&session, &snapshot)? {
+                self.emit(Event::Notice {
+                    level: NoticeLevel::Warning,
+                    message: limit.clone(),
+                });
+                return Ok(Finish {
+                    reason: FinishReason::BudgetSpent,
+                    error: Some(limit),
+                });
+            }
             self.steps += 1;
             self.inner.store.set_run_steps(&self.run_id, self.steps)?;
             // The delivery point: tool results are in and another model request follows.
@@ -161,7 +179,11 @@ impl RunContext {
                     .lease_pending(&self.session_id, &self.run_id)?,
                 false => Vec::new(),
             };
-            match self.model_step(&session, leased).await? {
+            self.emit(Event::Budget {
+                snapshot,
+                actual: None,
+            });
+            match self.model_step(&session, leased, snapshot).await? {
                 StepEnd::ToolCalls => continue,
                 StepEnd::Finished(finish) => return Ok(finish),
             }
@@ -173,15 +195,17 @@ impl RunContext {
         &mut self,
         session: &SessionRow,
         mut leased: Vec<PendingRow>,
+        snapshot: BudgetSnapshot,
     ) -> RuntimeResult<StepEnd> {
         let driver = match self.inner.driver(&session.account) {
             Ok(driver) => driver,
             Err(e) => return Ok(StepEnd::Finished(Finish::error(e.to_string()))),
         };
-        let entries = self
-            .inner
-            .store
-            .messages_after(&self.session_id, 0, usize::MAX)?;
+        let entries = self.inner.store.messages_after(
+            &self.session_id,
+            session.context_start_seq,
+            usize::MAX,
+        )?;
         let request = ModelRequest {
             model: session.model.clone(),
             system: session.system_prompt.clone(),
@@ -226,6 +250,15 @@ impl RunContext {
         drop(stream);
         if let Some(usage) = reply.usage.take() {
             self.record_usage(session, usage, started)?;
+            let actuals = Actuals {
+                input_tokens: usage.input + usage.cache_read + usage.cache_write,
+                output_tokens: usage.output,
+            };
+            let actual = self.inner.reconcile(&session.model, &snapshot, actuals);
+            self.emit(Event::Budget {
+                snapshot,
+                actual: Some(actual),
+            });
         }
         let status = match ended {
             Ended::Finished(_) => MessageStatus::Complete,
@@ -290,7 +323,7 @@ impl RunContext {
             pending_ids: pending_ids.clone(),
             status: "delivered",
         });
-        let entry = self.inner.events.commit(&self.inner.store, message)?;
+        let entry = self.inner.commit(message)?;
         self.emit(Event::InterjectionDelivered {
             pending_ids,
             step: self.steps,
@@ -315,7 +348,7 @@ impl RunContext {
             pending_ids: pending_ids.clone(),
             status: "promoted",
         });
-        let entry = self.inner.events.commit(&self.inner.store, message)?;
+        let entry = self.inner.commit(message)?;
         self.emit(Event::InterjectionPromoted {
             pending_ids,
             message_id: entry.id,
@@ -349,6 +382,44 @@ impl RunContext {
                 message,
             }),
             ModelEvent::Finished(_) => {}
+        }
+    }
+
+    /// The limit the next request would pass, named, if any: the run's time limit or the
+    /// session's spend cap (spent so far plus the next request's input).
+    fn over_budget(
+        &mut self,
+        session: &SessionRow,
+        snapshot: &BudgetSnapshot,
+    ) -> RuntimeResult<Option<String>> {
+        if let Some(max) = session.max_seconds
+            && self.started.elapsed().as_secs() >= max
+        {
+            return Ok(Some(format!(
+                "maxSeconds: the run reached its time limit of {max} s"
+            )));
+        }
+        let Some(cap) = session.cap_usd else {
+            return Ok(None);
+        };
+        let spent = self.inner.cost_summary(&self.session_id)?.total_usd;
+        match self.inner.input_cost(&session.model, snapshot.input_tokens) {
+            Some(next) if spent + next > cap => Ok(Some(format!(
+                "capUsd: the next request (about ${next:.4} of input) would pass the spend cap of ${cap:.2}; ${spent:.4} spent so far"
+            ))),
+            Some(_) => Ok(None),
+            None if self.warned_unpriced => Ok(None),
+            None => {
+                self.warned_unpriced = true;
+                self.emit(Event::Notice {
+                    level: NoticeLevel::Warning,
+                    message: format!(
+                        "The spend cap cannot be enforced: model {} has no price. Add one under [prices] in the config.",
+                        session.model
+                    ),
+                });
+                Ok(None)
+            }
         }
     }
 

@@ -1,7 +1,6 @@
 //! Session methods: create, list, get, update, delete, transcript, and each session's state.
 
 use super::{Runtime, RuntimeError, RuntimeResult};
-use crate::config::DEFAULT_MAX_STEPS;
 use crate::protocol::*;
 use crate::store::{NewSession, SessionRow, SessionUpdate};
 use crate::util::rfc3339;
@@ -21,6 +20,20 @@ fn check_steps(max_steps: Option<u32>) -> RuntimeResult<()> {
         )),
         _ => Ok(()),
     }
+}
+
+fn check_limits(cap_usd: Option<f64>, max_seconds: Option<u64>) -> RuntimeResult<()> {
+    if cap_usd.is_some_and(|c| !c.is_finite() || c < 0.0) {
+        return Err(RuntimeError::InvalidParams(
+            "capUsd must be a positive number of dollars".into(),
+        ));
+    }
+    if max_seconds == Some(0) {
+        return Err(RuntimeError::InvalidParams(
+            "maxSeconds must be at least 1".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn encode_cursor(at: i64, id: &str) -> String {
@@ -48,6 +61,7 @@ impl Runtime {
             RuntimeError::InvalidParams(format!("no account named {account_name:?} is configured"))
         })?;
         check_steps(params.max_steps)?;
+        check_limits(params.cap_usd, params.max_seconds)?;
         if let Some(root) = &params.workspace_root
             && !std::path::Path::new(root).is_absolute()
         {
@@ -63,7 +77,9 @@ impl Runtime {
                 .unwrap_or_else(|| account.default_model.clone()),
             system_prompt: params.system_prompt.filter(|p| !p.is_empty()),
             workspace_root: params.workspace_root,
-            max_steps: params.max_steps.unwrap_or(DEFAULT_MAX_STEPS),
+            max_steps: params.max_steps.unwrap_or(config.budget.max_steps),
+            cap_usd: params.cap_usd.or(config.budget.cap_usd),
+            max_seconds: params.max_seconds.or(config.budget.max_seconds),
         })?;
         self.session_view(row)
     }
@@ -103,6 +119,7 @@ impl Runtime {
 
     pub fn update_session(&self, params: SessionUpdateParams) -> RuntimeResult<Session> {
         check_steps(params.max_steps)?;
+        check_limits(params.cap_usd.flatten(), params.max_seconds.flatten())?;
         if params.title.as_deref().is_some_and(|t| t.trim().is_empty()) {
             return Err(RuntimeError::InvalidParams(
                 "title must not be empty".into(),
@@ -115,6 +132,8 @@ impl Runtime {
                 .system_prompt
                 .map(|p| Some(p).filter(|p| !p.is_empty())),
             max_steps: params.max_steps,
+            cap_usd: params.cap_usd,
+            max_seconds: params.max_seconds,
         };
         let row = self
             .inner
@@ -131,6 +150,7 @@ impl Runtime {
         }
         let deleted = self.inner.store.delete_session(id)?;
         self.inner.events.forget(id);
+        self.inner.forget_tally(id);
         Ok(SessionDeleteResult { deleted })
     }
 
@@ -171,6 +191,24 @@ impl Runtime {
         })
     }
 
+    pub fn budget(&self, session_id: &str) -> RuntimeResult<SessionBudgetResult> {
+        let row = self.session_row(session_id)?;
+        Ok(SessionBudgetResult {
+            snapshot: self.inner.budget_snapshot(&row)?,
+            session_id: row.id,
+            model: row.model,
+        })
+    }
+
+    pub fn cost(&self, session_id: &str) -> RuntimeResult<SessionCostResult> {
+        let row = self.session_row(session_id)?;
+        Ok(SessionCostResult {
+            cost: self.inner.cost_summary(&row.id)?,
+            session_id: row.id,
+            cap_usd: row.cap_usd,
+        })
+    }
+
     pub(super) fn session_row(&self, id: &str) -> RuntimeResult<SessionRow> {
         self.inner
             .store
@@ -207,6 +245,8 @@ impl Runtime {
             system_prompt: row.system_prompt,
             workspace_root: row.workspace_root,
             max_steps: row.max_steps,
+            cap_usd: row.cap_usd,
+            max_seconds: row.max_seconds,
             created_at: rfc3339(row.created_at),
             updated_at: rfc3339(row.updated_at),
             last_seq: row.last_seq,

@@ -3,6 +3,7 @@
 use rusqlite::{OptionalExtension, Row, params};
 
 use super::{Store, StoreError, StoreResult};
+use crate::context::Counted;
 use crate::protocol::{Block, MessageStatus, Role, TranscriptEntry};
 use crate::util::{new_id, now_ms, rfc3339};
 
@@ -22,6 +23,8 @@ pub struct NewMessage {
     pub client_message_id: Option<String>,
     /// Interjections this message carries, settled in the same transaction.
     pub settles: Option<Settle>,
+    /// The message's token count for the session's model, counted once when it is complete.
+    pub tokens: Option<Counted>,
 }
 
 /// What becomes of the interjections a message carries.
@@ -45,6 +48,7 @@ impl NewMessage {
             status: MessageStatus::Complete,
             client_message_id: None,
             settles: None,
+            tokens: None,
         }
     }
 }
@@ -110,8 +114,9 @@ impl Store {
         let blocks = serde_json::to_string(&new.blocks)
             .map_err(|e| StoreError::Corrupt(format!("unserialisable blocks: {e}")))?;
         tx.execute(
-            "INSERT INTO messages (id, session_id, seq, run_id, role, blocks, status, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            "INSERT INTO messages (id, session_id, seq, run_id, role, blocks, status, created_at,
+                                   tokens, tokens_exact)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             params![
                 id,
                 new.session_id,
@@ -120,7 +125,9 @@ impl Store {
                 enum_to_text(&new.role),
                 blocks,
                 enum_to_text(&new.status),
-                now
+                now,
+                new.tokens.map(|c| c.tokens as i64),
+                new.tokens.is_some_and(|c| c.exact)
             ],
         )?;
         if let Some(run_id) = new.run_id.as_deref() {
@@ -169,6 +176,38 @@ impl Store {
             )
             .optional()?;
         row.map(RawMessage::into_entry).transpose()
+    }
+
+    /// Stored token counts of the messages after `after_seq` that a model is sent, oldest
+    /// first: `(role, count)`, the count `None` where none was stored.
+    pub fn message_counts(
+        &self,
+        session_id: &str,
+        after_seq: u64,
+    ) -> StoreResult<Vec<(Role, Option<Counted>)>> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT role, tokens, tokens_exact FROM messages
+             WHERE session_id = ?1 AND seq > ?2 AND role <> 'note' ORDER BY seq",
+        )?;
+        let rows = stmt
+            .query_map(params![session_id, after_seq as i64], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, Option<i64>>(1)?,
+                    r.get::<_, bool>(2)?,
+                ))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.into_iter()
+            .map(|(role, tokens, exact)| {
+                let count = tokens.map(|t| Counted {
+                    tokens: t as u64,
+                    exact,
+                });
+                Ok((text_to_enum(role)?, count))
+            })
+            .collect()
     }
 
     /// Entries with `seq` greater than `after_seq`, oldest first, at most `limit`.
@@ -222,6 +261,8 @@ mod tests {
                 system_prompt: None,
                 workspace_root: None,
                 max_steps: 25,
+                cap_usd: None,
+                max_seconds: None,
             })
             .unwrap();
         let mut written = Vec::new();

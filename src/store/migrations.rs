@@ -137,6 +137,14 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (session_id, client_message_id)
     );
     "#,
+    // 5: token counts per message, run budgets, and where the model's context starts (/clear).
+    r#"
+    ALTER TABLE messages ADD COLUMN tokens INTEGER;
+    ALTER TABLE messages ADD COLUMN tokens_exact INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN cap_usd REAL;
+    ALTER TABLE sessions ADD COLUMN max_seconds INTEGER;
+    ALTER TABLE sessions ADD COLUMN context_start_seq INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// Brings the schema to the newest version this build knows.

@@ -115,6 +115,8 @@ mod tests {
                     system_prompt: None,
                     workspace_root: None,
                     max_steps: 25,
+                    cap_usd: None,
+                    max_seconds: None,
                 })
                 .unwrap()
                 .id

@@ -18,6 +18,12 @@ pub struct SessionRow {
     pub created_at: i64,
     pub updated_at: i64,
     pub last_seq: u64,
+    /// Spend cap in USD; runs stop before a request that would pass it.
+    pub cap_usd: Option<f64>,
+    /// Longest a run may take.
+    pub max_seconds: Option<u64>,
+    /// Messages with this `seq` or lower are not sent to the model (`/clear`).
+    pub context_start_seq: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -28,6 +34,8 @@ pub struct NewSession {
     pub system_prompt: Option<String>,
     pub workspace_root: Option<String>,
     pub max_steps: u32,
+    pub cap_usd: Option<f64>,
+    pub max_seconds: Option<u64>,
 }
 
 /// Fields `session/update` may change; `None` leaves a field alone.
@@ -38,6 +46,9 @@ pub struct SessionUpdate {
     /// `Some(None)` removes the system prompt.
     pub system_prompt: Option<Option<String>>,
     pub max_steps: Option<u32>,
+    /// `Some(None)` removes the cap.
+    pub cap_usd: Option<Option<f64>>,
+    pub max_seconds: Option<Option<u64>>,
 }
 
 /// One page of sessions, newest first.
@@ -49,7 +60,7 @@ pub struct SessionPage {
 }
 
 const COLUMNS: &str = "id, title, account, model, system_prompt, workspace_root, max_steps, \
-                       created_at, updated_at, last_seq";
+                       created_at, updated_at, last_seq, cap_usd, max_seconds, context_start_seq";
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
     Ok(SessionRow {
@@ -63,6 +74,9 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
         created_at: row.get(7)?,
         updated_at: row.get(8)?,
         last_seq: row.get::<_, i64>(9)? as u64,
+        cap_usd: row.get(10)?,
+        max_seconds: row.get::<_, Option<i64>>(11)?.map(|s| s as u64),
+        context_start_seq: row.get::<_, i64>(12)? as u64,
     })
 }
 
@@ -80,10 +94,13 @@ impl Store {
             created_at: now,
             updated_at: now,
             last_seq: 0,
+            cap_usd: new.cap_usd,
+            max_seconds: new.max_seconds,
+            context_start_seq: 0,
         };
         self.conn().execute(
             &format!(
-                "INSERT INTO sessions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0)"
+                "INSERT INTO sessions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, ?11, 0)"
             ),
             params![
                 row.id,
@@ -94,7 +111,9 @@ impl Store {
                 row.workspace_root,
                 row.max_steps,
                 row.created_at,
-                row.updated_at
+                row.updated_at,
+                row.cap_usd,
+                row.max_seconds.map(|s| s as i64)
             ],
         )?;
         Ok(row)
@@ -154,7 +173,9 @@ impl Store {
                 model = COALESCE(?3, model),
                 system_prompt = CASE WHEN ?4 THEN ?5 ELSE system_prompt END,
                 max_steps = COALESCE(?6, max_steps),
-                updated_at = ?7
+                updated_at = ?7,
+                cap_usd = CASE WHEN ?8 THEN ?9 ELSE cap_usd END,
+                max_seconds = CASE WHEN ?10 THEN ?11 ELSE max_seconds END
              WHERE id = ?1",
             params![
                 id,
@@ -163,7 +184,11 @@ impl Store {
                 update.system_prompt.is_some(),
                 update.system_prompt.clone().flatten(),
                 update.max_steps,
-                now_ms()
+                now_ms(),
+                update.cap_usd.is_some(),
+                update.cap_usd.flatten(),
+                update.max_seconds.is_some(),
+                update.max_seconds.flatten().map(|s| s as i64)
             ],
         )?;
         if changed == 0 {
@@ -178,6 +203,16 @@ impl Store {
             .conn()
             .execute("DELETE FROM sessions WHERE id = ?1", [id])?
             > 0)
+    }
+
+    /// Starts the model's context after the session's current last message (`/clear`).
+    pub fn clear_context(&self, id: &str) -> StoreResult<u64> {
+        Ok(self.conn().query_row(
+            "UPDATE sessions SET context_start_seq = last_seq, updated_at = ?2 WHERE id = ?1
+             RETURNING context_start_seq",
+            params![id, now_ms()],
+            |r| r.get::<_, i64>(0),
+        )? as u64)
     }
 
     /// Every session id, for start-up recovery.
@@ -204,6 +239,8 @@ mod tests {
             system_prompt: None,
             workspace_root: root.map(str::to_string),
             max_steps: 25,
+            cap_usd: None,
+            max_seconds: None,
         }
     }
 

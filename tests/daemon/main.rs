@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `sidechat serve` binary, spawned and driven over stdio.
 
 mod bad_input;
+mod budget;
 mod harness;
 mod interjections;
 mod protocol;

@@ -94,8 +94,10 @@ async fn plain_turn_with_the_demo_model() {
         [
             "messageCompleted",
             "runStarted",
+            "budget",
             "messageStarted",
             "usage",
+            "budget",
             "messageCompleted",
             "runFinished"
         ]

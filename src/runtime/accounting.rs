@@ -1,0 +1,260 @@
+//! Token budgets and cost of sessions.
+//!
+//! Each message is counted once, when it is committed, and its count stored; a session's
+//! running tally is then kept in memory, so a budget snapshot costs O(1) however long the
+//! session. Usage lines are facts; prices are applied when a summary is read, so a changed
+//! price re-prices history.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use super::{Inner, RuntimeResult};
+use crate::context::{
+    Actuals, BudgetInput, BudgetSnapshot, CorrectionTable, CountCache, Counted, HistoryTally, Part,
+    Reconciliation, TokenCounter, model_window,
+};
+use crate::cost::{CostSummary, PriceBook, UsageLine, cost_summary};
+use crate::protocol::{Block, Role, TranscriptEntry};
+use crate::store::{NewMessage, SessionRow};
+
+/// What the runtime remembers between snapshots.
+pub struct Accounting {
+    counts: CountCache,
+    tallies: Mutex<HashMap<String, Tally>>,
+    corrections: Mutex<CorrectionTable>,
+    prices: PriceBook,
+}
+
+/// The counted messages a model would be sent for one session.
+#[derive(Debug, Clone)]
+struct Tally {
+    /// `context_start_seq` the tally was built from; a `/clear` makes it stale.
+    start_seq: u64,
+    history: HistoryTally,
+    /// The newest message, when it is the user's (sent with the next request).
+    latest_user: Option<Counted>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Accounting {
+    pub fn new(prices: PriceBook) -> Self {
+        Self {
+            counts: CountCache::new(),
+            tallies: Mutex::default(),
+            corrections: Mutex::new(CorrectionTable::new()),
+            prices,
+        }
+    }
+}
+
+/// Counts one message as the model will see it.
+pub fn count_blocks(model: &str, role: Role, blocks: &[Block]) -> Counted {
+    let counter = TokenCounter::for_model(model);
+    let texts: Vec<String> = blocks
+        .iter()
+        .filter_map(|block| match block {
+            Block::Text { text } | Block::Thinking { text, .. } => Some(text.clone()),
+            Block::ToolResult { output, .. } => Some(output.clone()),
+            Block::Interjection { text, .. } => Some(super::projection::interjection_text(text)),
+            Block::Attachment { name, text } => Some(format!("Attached {name}:\n{text}")),
+            Block::ToolCall { .. } => None,
+        })
+        .collect();
+    let arguments: Vec<(String, String)> = blocks
+        .iter()
+        .filter_map(|block| match block {
+            Block::ToolCall { name, input, .. } => Some((name.clone(), input.to_string())),
+            _ => None,
+        })
+        .collect();
+    let mut parts: Vec<Part<'_>> = texts.iter().map(|t| Part::Text(t)).collect();
+    parts.extend(
+        arguments
+            .iter()
+            .map(|(name, arguments)| Part::ToolCall { name, arguments }),
+    );
+    let role = match role {
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+        Role::User | Role::Note => "user",
+    };
+    counter.count_message(role, &parts)
+}
+
+/// The tool definitions as sent, serialised once for counting.
+fn tool_definitions() -> &'static str {
+    static JSON: OnceLock<String> = OnceLock::new();
+    JSON.get_or_init(|| serde_json::to_string(&crate::tools::specs()).unwrap_or_default())
+}
+
+impl Inner {
+    /// Counts, commits and announces a message, and adds it to the session's tally.
+    pub(super) fn commit(&self, mut message: NewMessage) -> RuntimeResult<TranscriptEntry> {
+        let session_id = message.session_id.clone();
+        if message.role != Role::Note && message.tokens.is_none() {
+            let model = self
+                .store
+                .session(&session_id)?
+                .map(|s| s.model)
+                .unwrap_or_default();
+            message.tokens = Some(count_blocks(&model, message.role, &message.blocks));
+        }
+        let counted = message.tokens;
+        let role = message.role;
+        let entry = self.events.commit(&self.store, message)?;
+        if let (Some(counted), true) = (counted, role != Role::Note)
+            && let Some(tally) = lock(&self.accounting.tallies).get_mut(&session_id)
+        {
+            tally.history.add(counted);
+            tally.latest_user = (role == Role::User).then_some(counted);
+        }
+        Ok(entry)
+    }
+
+    /// Forgets a session's tally, e.g. after `/clear` or a deletion.
+    pub(super) fn forget_tally(&self, session_id: &str) {
+        lock(&self.accounting.tallies).remove(session_id);
+    }
+
+    fn tally(&self, session: &SessionRow) -> RuntimeResult<Tally> {
+        if let Some(tally) = lock(&self.accounting.tallies)
+            .get(&session.id)
+            .filter(|t| t.start_seq == session.context_start_seq)
+        {
+            return Ok(tally.clone());
+        }
+        let mut history = HistoryTally::new();
+        let mut latest_user = None;
+        let counts = self
+            .store
+            .message_counts(&session.id, session.context_start_seq)?;
+        let uncounted = counts.iter().any(|(_, c)| c.is_none());
+        let entries = match uncounted {
+            true => {
+                self.store
+                    .messages_after(&session.id, session.context_start_seq, usize::MAX)?
+            }
+            false => Vec::new(),
+        };
+        let mut entries = entries.iter().filter(|e| e.role != Role::Note);
+        for (role, count) in counts {
+            let entry = entries.next();
+            let counted = count
+                .or_else(|| entry.map(|e| count_blocks(&session.model, e.role, &e.blocks)))
+                .unwrap_or(Counted::ZERO);
+            history.add(counted);
+            latest_user = (role == Role::User).then_some(counted);
+        }
+        let tally = Tally {
+            start_seq: session.context_start_seq,
+            history,
+            latest_user,
+        };
+        lock(&self.accounting.tallies).insert(session.id.clone(), tally.clone());
+        Ok(tally)
+    }
+
+    /// How full the model's context is for the session's next request.
+    pub(super) fn budget_snapshot(&self, session: &SessionRow) -> RuntimeResult<BudgetSnapshot> {
+        let account_window = self
+            .config
+            .account(&session.account)
+            .and_then(|a| a.context_window);
+        let window = model_window(&session.model, account_window);
+        let counter = TokenCounter::for_model(&session.model);
+        let tally = self.tally(session)?;
+        let mut input = BudgetInput::new(&window, counter);
+        input.response_reserve = self.config.budget.response_reserve;
+        input.thresholds = self.config.budget.thresholds;
+        if let Some(prompt) = &session.system_prompt {
+            input.system = self.accounting.counts.system_prompt(counter, prompt);
+        }
+        input.tools = self
+            .accounting
+            .counts
+            .tool_definitions(counter, tool_definitions());
+        let mut history = tally.history;
+        if let Some(latest) = tally.latest_user {
+            history.remove(latest);
+            input.latest_user = latest;
+        }
+        input.history = history;
+        input.counted_by_estimate = !counter.is_exact();
+        input.correction_factor = lock(&self.accounting.corrections).factor(&session.model);
+        Ok(input.snapshot())
+    }
+
+    /// Compares the provider's counts with the snapshot sent, learning a correction for models
+    /// counted by estimate.
+    pub(super) fn reconcile(
+        &self,
+        model: &str,
+        snapshot: &BudgetSnapshot,
+        actuals: Actuals,
+    ) -> Reconciliation {
+        lock(&self.accounting.corrections).reconcile(model, snapshot, actuals)
+    }
+
+    /// The session's usage, priced now.
+    pub(super) fn cost_summary(&self, session_id: &str) -> RuntimeResult<CostSummary> {
+        let lines: Vec<UsageLine> = self
+            .store
+            .usage_lines(session_id)?
+            .into_iter()
+            .map(|row| UsageLine {
+                provider: row.provider,
+                model: row.model,
+                tokens: row.tokens,
+                at: row.at,
+                duration_ms: row.duration_ms,
+            })
+            .collect();
+        Ok(cost_summary(&lines, &self.accounting.prices))
+    }
+
+    /// What sending `input_tokens` to `model` would cost as plain input, if it has a price.
+    pub(super) fn input_cost(&self, model: &str, input_tokens: u64) -> Option<f64> {
+        let price = self.accounting.prices.lookup(model)?;
+        let rates = price.rates_for(input_tokens);
+        Some(rates.input as f64 * input_tokens as f64 / 1e12)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    #[test]
+    fn a_message_counts_its_text_and_tool_calls() {
+        let blocks = vec![
+            Block::Text {
+                text: "hello world".into(),
+            },
+            Block::ToolCall {
+                id: "c".into(),
+                name: "read_file".into(),
+                input: json!({"path": "a"}),
+            },
+        ];
+        let counted = count_blocks("gpt-4o", Role::Assistant, &blocks);
+        let counter = TokenCounter::for_model("gpt-4o");
+        let expected = counter.count_message(
+            "assistant",
+            &[
+                Part::Text("hello world"),
+                Part::ToolCall {
+                    name: "read_file",
+                    arguments: r#"{"path":"a"}"#,
+                },
+            ],
+        );
+        assert_eq!(counted, expected);
+        assert!(counted.exact);
+        assert!(!count_blocks("claude-sonnet-4-5", Role::User, &blocks[..1]).exact);
+    }
+}
