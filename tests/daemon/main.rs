@@ -7,5 +7,6 @@ mod interjections;
 mod protocol;
 mod providers;
 mod runs;
+mod secrets;
 mod terminal;
 mod upstream;
