@@ -33,7 +33,7 @@ async fn send(daemon: &Daemon, session: &str, text: &str) -> Value {
 
 /// A step that streams slowly (so input can arrive mid-step) and then lists the workspace.
 fn slow_tool_step() -> Value {
-    json!({"text": "Looking around the workspace now.", "delayMs": 40,
+    json!({"text": "Looking around the workspace now, one file at a time.", "delayMs": 150,
            "toolCalls": [{"name": "list_directory", "input": {"path": "."}}]})
 }
 
