@@ -83,6 +83,8 @@ pub struct Session {
     pub updated_at: String,
     /// The highest `seq` committed for this session.
     pub last_seq: u64,
+    #[serde(flatten)]
+    pub spend: SessionSpend,
     pub changed_files: Vec<ChangedFile>,
 }
 
@@ -98,6 +100,21 @@ pub struct SessionSummary {
     pub workspace_root: Option<String>,
     pub state: SessionState,
     pub updated_at: String,
+    #[serde(flatten)]
+    pub spend: SessionSpend,
+}
+
+/// What a session's model requests used and cost so far.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSpend {
+    /// Prompt and output tokens of every model request.
+    pub tokens: u64,
+    /// USD of the priced requests; absent when none has a price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// Requests whose model has no price (not in `costUsd`).
+    pub unpriced_requests: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

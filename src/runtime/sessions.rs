@@ -95,6 +95,7 @@ impl Runtime {
             .sessions
             .into_iter()
             .map(|row| {
+                let spend = self.spend(&row.id)?;
                 Ok(SessionSummary {
                     state: self.state(&row.id)?,
                     id: row.id,
@@ -103,6 +104,7 @@ impl Runtime {
                     model: row.model,
                     workspace_root: row.workspace_root,
                     updated_at: rfc3339(row.updated_at),
+                    spend,
                 })
             })
             .collect::<RuntimeResult<Vec<_>>>()?;
@@ -191,6 +193,16 @@ impl Runtime {
         })
     }
 
+    fn spend(&self, session_id: &str) -> RuntimeResult<SessionSpend> {
+        let cost = self.inner.cost_summary(session_id)?;
+        let priced: u64 = cost.by_model.iter().map(|m| m.tokens.total()).sum();
+        Ok(SessionSpend {
+            tokens: priced + cost.unpriced.tokens.total(),
+            cost_usd: (cost.priced_lines > 0).then_some(cost.total_usd),
+            unpriced_requests: cost.unpriced.lines,
+        })
+    }
+
     pub fn budget(&self, session_id: &str) -> RuntimeResult<SessionBudgetResult> {
         let row = self.session_row(session_id)?;
         Ok(SessionBudgetResult {
@@ -238,6 +250,7 @@ impl Runtime {
         Ok(Session {
             state: self.state(&row.id)?,
             changed_files: self.inner.store.changed_files(&row.id)?,
+            spend: self.spend(&row.id)?,
             id: row.id,
             title: row.title,
             account: row.account,

@@ -258,6 +258,19 @@ async fn actual_usage_is_reported_and_priced_when_read() {
         (json!(0.325), json!(false))
     );
     assert_eq!(cost["unpriced"]["lines"], json!(0));
+    let listed = daemon.call("session/list", json!({})).await["sessions"][0].clone();
+    let spend = |v: &Value| {
+        (
+            v["tokens"].clone(),
+            v["costUsd"].clone(),
+            v["unpricedRequests"].clone(),
+        )
+    };
+    assert_eq!(spend(&listed), (json!(125_000), json!(0.325), json!(0)));
+    let view = daemon
+        .call("session/get", json!({"sessionId": session}))
+        .await;
+    assert_eq!(spend(&view), spend(&listed));
     daemon.close().await;
 }
 
@@ -381,6 +394,17 @@ async fn configured_prices_beat_the_table_and_unpriced_models_say_so() {
             json!(true),
             json!({"lines": 1, "tokens": {"input": 1000, "output": 500, "cacheRead": 0, "cacheWrite": 0, "reasoning": 0}, "models": ["mystery-model"]})
         )
+    );
+    let view = daemon
+        .call("session/get", json!({"sessionId": unpriced}))
+        .await;
+    assert_eq!(
+        (
+            view["tokens"].clone(),
+            view.get("costUsd"),
+            view["unpricedRequests"].clone()
+        ),
+        (json!(1500), None, json!(1))
     );
     daemon
         .call("chat/send", json!({"sessionId": unpriced, "text": "/cost"}))

@@ -163,6 +163,8 @@ try {
       maxSteps: 25,
       state: 'idle',
       lastSeq: 0,
+      tokens: 0,
+      unpricedRequests: 0,
       changedFiles: [],
     });
     assert.match(id, /^ses_[0-9a-f]{32}$/);
@@ -183,6 +185,8 @@ try {
           workspaceRoot: dir,
           state: 'idle',
           updatedAt: session.updatedAt,
+          tokens: 0,
+          unpricedRequests: 0,
         },
       ],
     });
