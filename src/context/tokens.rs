@@ -139,20 +139,21 @@ static CL100K: OnceLock<Option<CoreBPE>> = OnceLock::new();
 pub struct Tokenizers;
 
 impl Tokenizers {
-    /// Starts a thread that builds both BPEs. Joining it is optional.
+    /// Starts a thread that builds o200k, the BPE of every current OpenAI model and of the
+    /// estimates for all others. cl100k (gpt-4, gpt-3.5) is built on first use instead: each
+    /// BPE holds tens of MiB, and most sessions never need the older one. Joining is optional.
     pub fn warm_in_background() -> Result<JoinHandle<()>, TokenizerError> {
         let handle = std::thread::Builder::new()
             .name("tokenizer-warm-up".to_owned())
             .spawn(|| {
                 Self::bpe(Encoding::O200kBase);
-                Self::bpe(Encoding::Cl100kBase);
             })?;
         Ok(handle)
     }
 
-    /// Whether both BPEs are built, so counting will not wait.
+    /// Whether o200k is built, so counting for current models will not wait.
     pub fn is_warm() -> bool {
-        O200K.get().is_some() && CL100K.get().is_some()
+        O200K.get().is_some()
     }
 
     /// The BPE for `encoding`, building it if needed; `None` only if it could not be built.
