@@ -175,3 +175,270 @@ async fn a_session_bound_to_a_missing_account_is_refused_clearly() {
         .await;
     daemon.close().await;
 }
+
+fn anthropic_env(url: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("ANTHROPIC_BASE_URL", url.to_string()),
+        ("ANTHROPIC_API_KEY", "x".into()),
+        ("SIDECHAT_ANTHROPIC_MODEL", "claude-test".into()),
+        ("SIDECHAT_RETRY_BASE_MS", "10".into()),
+    ]
+}
+
+/// An Anthropic reply: `message_start`, the given content events, then `message_delta` with
+/// `stop_reason` and `message_stop`.
+fn anthropic_reply(content: &[Value], stop_reason: &str) -> Reply {
+    let mut events = vec![json!({"type": "message_start", "message": {
+        "id": "msg_up", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [], "stop_reason": null,
+        "usage": {"input_tokens": 20, "output_tokens": 1}}})];
+    events.extend_from_slice(content);
+    events.push(json!({"type": "message_delta",
+        "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+        "usage": {"output_tokens": 30}}));
+    events.push(json!({"type": "message_stop"}));
+    Reply::anthropic(&events)
+}
+
+/// A whole text block at `index`.
+fn text_block(index: usize, text: &str) -> Vec<Value> {
+    vec![
+        json!({"type": "content_block_start", "index": index,
+               "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": index,
+               "delta": {"type": "text_delta", "text": text}}),
+        json!({"type": "content_block_stop", "index": index}),
+    ]
+}
+
+fn notices(events: &[sidechat::protocol::SessionEventParams]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Notice { message, .. } => Some(message.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn finish_reason(events: &[sidechat::protocol::SessionEventParams]) -> FinishReason {
+    match events.last().map(|e| &e.event) {
+        Some(Event::RunFinished { reason, .. }) => *reason,
+        other => panic!("the last event is not runFinished: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn openai_answer_cut_by_the_length_limit_is_kept_and_reported() {
+    let upstream = start(vec![Reply::sse(&[
+        chunk(
+            json!({"role": "assistant", "content": "The first half"}),
+            None,
+        ),
+        chunk(json!({"content": " of a long ans"}), None),
+        chunk(json!({}), Some("length")),
+    ])]);
+    let scratch = Scratch::new();
+    let mut daemon = Daemon::start(
+        &scratch.db(),
+        Options {
+            env: openai_env(&upstream.url),
+            ..Options::default()
+        },
+    )
+    .await;
+    let session = daemon.create_session(json!({})).await;
+    daemon
+        .call(
+            "chat/send",
+            json!({"sessionId": session, "text": "write a lot"}),
+        )
+        .await;
+    let events = daemon.until_finished().await;
+    assert_eq!(finish_reason(&events), FinishReason::CutOff);
+    assert_eq!(
+        notices(&events),
+        vec!["The answer got too long and was cut off.".to_string()]
+    );
+    let transcript = daemon
+        .call("session/transcript", json!({"sessionId": session}))
+        .await;
+    let entries = transcript["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert_eq!(entries[1]["role"], "assistant");
+    assert_eq!(
+        entries[1]["blocks"],
+        json!([{"type": "text", "text": "The first half of a long ans"}])
+    );
+    assert_eq!(upstream.requests.lock().unwrap().len(), 1);
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn anthropic_tool_call_cut_by_max_tokens_is_not_run_and_the_model_is_told() {
+    let mut cut = text_block(0, "I will write the file.");
+    cut.extend([
+        json!({"type": "content_block_start", "index": 1, "content_block":
+            {"type": "tool_use", "id": "toolu_cut", "name": "write_file", "input": {}}}),
+        json!({"type": "content_block_delta", "index": 1, "delta":
+            {"type": "input_json_delta", "partial_json": "{\"path\": \"big.txt\", \"con"}}),
+        json!({"type": "content_block_delta", "index": 1, "delta":
+            {"type": "input_json_delta", "partial_json": "tent\": \"aaaaaaaa"}}),
+        json!({"type": "content_block_stop", "index": 1}),
+    ]);
+    let upstream = start(vec![
+        anthropic_reply(&cut, "max_tokens"),
+        anthropic_reply(&text_block(0, "I will write it in parts."), "end_turn"),
+    ]);
+    let scratch = Scratch::new();
+    let mut daemon = Daemon::start(
+        &scratch.db(),
+        Options {
+            env: anthropic_env(&upstream.url),
+            ..Options::default()
+        },
+    )
+    .await;
+    let workspace = scratch.workspace();
+    let session = daemon
+        .create_session(json!({"systemPrompt": "Be brief.", "workspaceRoot": workspace}))
+        .await;
+    daemon
+        .call(
+            "chat/send",
+            json!({"sessionId": session, "text": "write big.txt"}),
+        )
+        .await;
+    let events = daemon.until_finished().await;
+    assert_eq!(finish_reason(&events), FinishReason::EndTurn);
+    let kinds = kinds(&events);
+    assert!(
+        !kinds.contains(&"approvalRequested".to_string()),
+        "{kinds:?}"
+    );
+    assert!(!workspace.join("big.txt").exists());
+
+    let transcript = daemon
+        .call("session/transcript", json!({"sessionId": session}))
+        .await;
+    let entries = transcript["entries"].as_array().unwrap();
+    let roles: Vec<&str> = entries
+        .iter()
+        .map(|e| e["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
+    let result = &entries[2]["blocks"][0];
+    assert_eq!(
+        (
+            &result["type"],
+            &result["callId"],
+            &result["isError"],
+            &result["status"]
+        ),
+        (
+            &json!("toolResult"),
+            &json!("toolu_cut"),
+            &json!(true),
+            &json!("error")
+        )
+    );
+
+    let requests = upstream.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2);
+    let second = &requests[1];
+    assert_eq!(second["model"], "claude-test");
+    assert_eq!(second["system"][0]["text"], "Be brief.");
+    let messages = second["messages"].as_array().unwrap();
+    assert!(
+        messages.iter().all(|m| m["role"] != "system"),
+        "{messages:?}"
+    );
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user"]);
+    assert_eq!(
+        messages[1]["content"],
+        json!([
+            {"type": "text", "text": "I will write the file."},
+            {"type": "tool_use", "id": "toolu_cut", "name": "write_file", "input": {}},
+        ])
+    );
+    let tool_result = &messages[2]["content"][0];
+    assert_eq!(tool_result["type"], "tool_result");
+    assert_eq!(tool_result["tool_use_id"], "toolu_cut");
+    assert_eq!(tool_result["is_error"], true);
+    let output = tool_result["content"].as_str().unwrap();
+    assert!(
+        output.contains("Send less at once or split the work"),
+        "{output}"
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn anthropic_thinking_is_sent_back_with_its_signature() {
+    let mut first = vec![
+        json!({"type": "content_block_start", "index": 0,
+               "content_block": {"type": "thinking", "thinking": ""}}),
+        json!({"type": "content_block_delta", "index": 0,
+               "delta": {"type": "thinking_delta", "thinking": "The user says hi. "}}),
+        json!({"type": "content_block_delta", "index": 0,
+               "delta": {"type": "thinking_delta", "thinking": "Greet back."}}),
+        json!({"type": "content_block_delta", "index": 0,
+               "delta": {"type": "signature_delta", "signature": "c2lnbmF0dXJl"}}),
+        json!({"type": "content_block_stop", "index": 0}),
+    ];
+    first.extend(text_block(1, "Hello!"));
+    let upstream = start(vec![
+        anthropic_reply(&first, "end_turn"),
+        anthropic_reply(&text_block(0, "Still here."), "end_turn"),
+    ]);
+    let scratch = Scratch::new();
+    let mut daemon = Daemon::start(
+        &scratch.db(),
+        Options {
+            env: anthropic_env(&upstream.url),
+            ..Options::default()
+        },
+    )
+    .await;
+    let session = daemon.create_session(json!({})).await;
+    daemon
+        .call("chat/send", json!({"sessionId": session, "text": "hi"}))
+        .await;
+    let events = daemon.until_finished().await;
+    assert_eq!(finish_reason(&events), FinishReason::EndTurn);
+    let thinking: String = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ThinkingDelta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(thinking, "The user says hi. Greet back.");
+
+    daemon
+        .call(
+            "chat/send",
+            json!({"sessionId": session, "text": "still there?"}),
+        )
+        .await;
+    let events = daemon.until_finished().await;
+    assert_eq!(finish_reason(&events), FinishReason::EndTurn);
+
+    let requests = upstream.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2);
+    let messages = requests[1]["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 3, "{messages:?}");
+    assert_eq!(
+        messages[1],
+        json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "The user says hi. Greet back.",
+             "signature": "c2lnbmF0dXJl"},
+            {"type": "text", "text": "Hello!"},
+        ]})
+    );
+    daemon.close().await;
+}

@@ -28,6 +28,23 @@ impl Reply {
         }
     }
 
+    /// An Anthropic Messages stream: each event named by its `type`, and no `[DONE]`.
+    pub fn anthropic(events: &[Value]) -> Self {
+        let body = events
+            .iter()
+            .map(|e| {
+                let kind = e["type"].as_str().unwrap_or("message");
+                format!("event: {kind}\ndata: {e}\n\n")
+            })
+            .collect();
+        Self {
+            status: 200,
+            headers: vec![("content-type", "text/event-stream".into())],
+            body,
+            drop: false,
+        }
+    }
+
     pub fn status(status: u16, body: &str) -> Self {
         Self {
             status,

@@ -1,0 +1,777 @@
+//! Streaming throughput of `sidechat serve`: how fast `textDelta` notifications reach the
+//! editor when a provider streams as fast as it can, and how much each delta's trip through the
+//! daemon adds.
+//!
+//! Run with `cargo bench --bench deltas` (a release build; `--bench` mode refuses a debug build).
+//! Without `--bench`, as under `cargo test --benches`, it makes one short run of each
+//! measurement to check that they work.
+//!
+//! Measured in the same run, interleaved:
+//! - end to end: a fake OpenAI-compatible server on 127.0.0.1 (a thread of this process) answers
+//!   the daemon's one request with 100,000 `delta.content` chunks (`"w<index> "`), each written
+//!   to the socket on its own as fast as the socket takes it, then `finish_reason: "stop"` and
+//!   `[DONE]`. `sidechat serve` is spawned with `OPENAI_BASE_URL` pointing at it; the bench sends
+//!   `initialize`, `session/create` and `chat/send`, and reads stdout (one JSON object per line)
+//!   until `runFinished`. Deltas per second count from writing `chat/send` to reading
+//!   `runFinished`. The added latency of a delta is the time from its chunk being written to
+//!   the socket to its `textDelta` line being read from the daemon's stdout; both instants are
+//!   taken in this process, and the delta's text carries its index.
+//! - paced: the same with 20,000 chunks sent one every 50 µs (20,000 a second), for the latency a
+//!   delta sees when the daemon is not behind. In the saturated run the provider outpaces the
+//!   daemon, so that run's latency is mostly the time chunks wait in socket buffers.
+//! - raw pipe: the same 100,000 notification lines, byte for byte as the daemon wrote them
+//!   (rebuilt from the first one; the last is checked against the daemon's), written by a child
+//!   process to its stdout one `write` per line, and read by a thread of this process doing the
+//!   same per-line work as the end-to-end reader. This is the ceiling for sending one frame at a
+//!   time through stdout.
+//! - the daemon's CPU time and context switches, summed over its threads from `/proc`, from
+//!   `chat/send` to the last delta, per delta; the time from the last delta to `runFinished`
+//!   (committing the answer); and its peak resident memory (`VmHWM`), read before shutdown.
+//!
+//! Before `chat/send` the bench waits until the daemon has been idle for 100 ms, so work it does
+//! in the background after starting (warming its tokenizer) is not measured as streaming; how
+//! long that took is shown.
+//!
+//! The daemon gets an empty environment apart from `PATH`, a temporary `HOME` and XDG folders
+//! (so no config file of the machine is read), the provider variables and `SIDECHAT_LOG=warn`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const SIDECHAT: &str = env!("CARGO_BIN_EXE_sidechat");
+
+const DELTAS: usize = 100_000;
+const RUNS: usize = 3;
+const SMOKE_DELTAS: usize = 1_000;
+
+/// The paced stream: this many deltas, one every `PACE` at most (sleeps overshoot, so the
+/// achieved rate is measured and shown).
+const PACED_DELTAS: usize = 20_000;
+const SMOKE_PACED_DELTAS: usize = 200;
+const PACE: Duration = Duration::from_micros(50);
+
+const GOAL_RATE: f64 = 100_000.0;
+const GOAL_SHARE: f64 = 0.30;
+const GOAL_P99: Duration = Duration::from_millis(1);
+
+/// Read buffer of both readers.
+const READ_BUFFER: usize = 256 * 1024;
+
+/// A fake provider answering one request with `deltas` chunks; the thread returns when each
+/// chunk was written.
+struct Upstream {
+    url: String,
+    thread: JoinHandle<Vec<Instant>>,
+}
+
+fn start_upstream(deltas: usize, pace: Option<Duration>) -> Upstream {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("cannot listen on 127.0.0.1");
+    let url = format!(
+        "http://{}",
+        listener.local_addr().expect("the listener has an address")
+    );
+    let thread = std::thread::Builder::new()
+        .name("fake-upstream".into())
+        .spawn(move || serve_stream(&listener, deltas, pace))
+        .expect("cannot start the fake upstream");
+    Upstream { url, thread }
+}
+
+fn serve_stream(listener: &TcpListener, deltas: usize, pace: Option<Duration>) -> Vec<Instant> {
+    let (mut socket, _) = listener.accept().expect("the daemon never connected");
+    socket
+        .set_nodelay(true)
+        .expect("cannot set TCP_NODELAY on the fake upstream");
+    read_request(&socket);
+    socket
+        .write_all(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n",
+        )
+        .expect("cannot answer the daemon");
+    let mut sent = Vec::with_capacity(deltas);
+    let mut chunk = Vec::with_capacity(256);
+    let started = Instant::now();
+    for index in 0..deltas {
+        if let Some(pace) = pace {
+            let due = started + pace * u32::try_from(index).expect("a small index");
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+        }
+        chunk.clear();
+        write!(
+            chunk,
+            "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"bench\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"w{index} \"}},\"finish_reason\":null}}]}}\n\n"
+        )
+        .expect("formatting into a Vec cannot fail");
+        socket
+            .write_all(&chunk)
+            .expect("the daemon stopped reading the stream");
+        sent.push(Instant::now());
+    }
+    socket
+        .write_all(
+            b"data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"bench\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+        )
+        .expect("the daemon stopped reading the stream");
+    let _ = socket.shutdown(std::net::Shutdown::Write);
+    sent
+}
+
+/// Reads one HTTP request: headers, then a body of `content-length` bytes.
+fn read_request(socket: &TcpStream) {
+    let mut reader = BufReader::new(socket);
+    let mut length = 0;
+    loop {
+        let mut line = String::new();
+        let n = reader
+            .read_line(&mut line)
+            .expect("cannot read the daemon's request");
+        assert!(n > 0, "the daemon closed the connection mid-request");
+        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = value.trim().parse().expect("a numeric content-length");
+        }
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut body = vec![0; length];
+    reader
+        .read_exact(&mut body)
+        .expect("cannot read the daemon's request body");
+}
+
+/// `sidechat serve` driven over its stdio, one JSON object per line.
+struct Daemon {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+}
+
+impl Daemon {
+    fn spawn(home: &Path, db: &Path, upstream: &str) -> Self {
+        let mut child = Command::new(SIDECHAT)
+            .arg("serve")
+            .arg("--db")
+            .arg(db)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", home)
+            .env("XDG_CONFIG_HOME", home.join("config"))
+            .env("XDG_DATA_HOME", home.join("data"))
+            .env("OPENAI_BASE_URL", format!("{upstream}/v1"))
+            .env("OPENAI_API_KEY", "x")
+            .env("SIDECHAT_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("cannot spawn `sidechat serve`");
+        let stdin = child.stdin.take().expect("the child's stdin is piped");
+        let stdout = child.stdout.take().expect("the child's stdout is piped");
+        Self {
+            child,
+            stdin,
+            stdout: BufReader::with_capacity(READ_BUFFER, stdout),
+            next_id: 1,
+        }
+    }
+
+    fn send(&mut self, message: &Value) {
+        let mut line = message.to_string();
+        line.push('\n');
+        self.stdin
+            .write_all(line.as_bytes())
+            .and_then(|()| self.stdin.flush())
+            .expect("cannot write to the daemon's stdin");
+    }
+
+    /// Sends a request and returns its id, without waiting for the answer.
+    fn start_call(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        id
+    }
+
+    /// Sends a request and waits for its result; notifications on the way are skipped.
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.start_call(method, params);
+        let mut line = Vec::new();
+        loop {
+            self.read_line(&mut line);
+            let message: Value =
+                serde_json::from_slice(&line).expect("a JSON line from the daemon");
+            if message["id"] == id && message.get("method").is_none() {
+                assert!(message.get("error").is_none(), "{method} failed: {message}");
+                return message["result"].clone();
+            }
+        }
+    }
+
+    fn read_line(&mut self, line: &mut Vec<u8>) {
+        line.clear();
+        let n = self
+            .stdout
+            .read_until(b'\n', line)
+            .expect("cannot read the daemon's stdout");
+        if n == 0 {
+            let status = self.child.wait().expect("cannot reap the daemon");
+            panic!("the daemon closed stdout ({status})");
+        }
+    }
+
+    /// The daemon's peak resident set so far, from `/proc/<pid>/status`.
+    fn peak_rss_kib(&self) -> u64 {
+        let pid = self.child.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .expect("cannot read /proc/<pid>/status of the daemon");
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|rest| rest.trim().strip_suffix("kB"))
+            .and_then(|kib| kib.trim().parse().ok())
+            .expect("no VmHWM line in /proc/<pid>/status")
+    }
+
+    /// CPU time and context switches of the daemon's live threads so far (an ended thread no
+    /// longer counts).
+    fn usage(&self) -> Usage {
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let mut usage = Usage::default();
+        for task in std::fs::read_dir(&tasks).expect("cannot list the daemon's threads") {
+            let dir = task.expect("a thread entry").path();
+            // A thread may end between listing and reading.
+            let Ok(schedstat) = std::fs::read_to_string(dir.join("schedstat")) else {
+                continue;
+            };
+            let Ok(status) = std::fs::read_to_string(dir.join("status")) else {
+                continue;
+            };
+            usage.cpu_ns += schedstat
+                .split_whitespace()
+                .next()
+                .and_then(|ns| ns.parse::<u64>().ok())
+                .expect("schedstat starts with the time on the CPU");
+            usage.switches += status
+                .lines()
+                .filter_map(|line| {
+                    line.strip_prefix("voluntary_ctxt_switches:")
+                        .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+                })
+                .filter_map(|n| n.trim().parse::<u64>().ok())
+                .sum::<u64>();
+        }
+        usage
+    }
+
+    /// Waits until the daemon has used no CPU for a while: work it does in the background
+    /// after starting would otherwise be measured as streaming. How long that took.
+    fn wait_until_idle(&self) -> Duration {
+        const QUIET: Duration = Duration::from_millis(100);
+        const QUIET_CPU_NS: u64 = 2_000_000;
+        let started = Instant::now();
+        let mut last = self.usage().cpu_ns;
+        loop {
+            std::thread::sleep(QUIET);
+            let now = self.usage().cpu_ns;
+            // A thread that ended takes its time out of the sum: not quiet either.
+            if now >= last && now - last < QUIET_CPU_NS {
+                return started.elapsed();
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the daemon stayed busy for a minute after starting"
+            );
+            last = now;
+        }
+    }
+
+    /// `shutdown` and `exit`; checks the daemon exits with 0.
+    fn stop(mut self) {
+        self.call("shutdown", Value::Null);
+        self.send(&json!({"jsonrpc": "2.0", "method": "exit"}));
+        drop(self.stdin);
+        let status = self.child.wait().expect("cannot reap the daemon");
+        assert!(status.success(), "the daemon exited with {status}");
+    }
+}
+
+/// Time on the CPU and context switches, summed over threads.
+#[derive(Debug, Default, Clone, Copy)]
+struct Usage {
+    cpu_ns: u64,
+    switches: u64,
+}
+
+/// What a reader makes of one output line.
+#[derive(Debug, PartialEq)]
+enum Line {
+    /// A `textDelta` whose text is `w<index> `.
+    Delta(usize),
+    RunFinished,
+    Other,
+}
+
+fn find(haystack: &str, needle: &str) -> Option<usize> {
+    haystack.find(needle).map(|at| at + needle.len())
+}
+
+/// The per-line work of both readers: the event kind and, for a delta, its index.
+fn classify(line: &[u8]) -> Line {
+    let Ok(text) = std::str::from_utf8(line) else {
+        return Line::Other;
+    };
+    let Some(kind) = find(text, "\"kind\":\"") else {
+        return Line::Other;
+    };
+    let kind = &text[kind..];
+    if kind.starts_with("textDelta\"") {
+        let at = find(text, "\"text\":\"w").expect("a delta of the bench's shape");
+        let digits = text[at..]
+            .find(|c: char| !c.is_ascii_digit())
+            .expect("the delta's index is followed by a space");
+        Line::Delta(text[at..at + digits].parse().expect("a delta index"))
+    } else if kind.starts_with("runFinished\"") {
+        Line::RunFinished
+    } else {
+        Line::Other
+    }
+}
+
+/// One end-to-end run.
+struct StreamRun {
+    elapsed: Duration,
+    /// Received minus sent, per delta.
+    latencies: Vec<Duration>,
+    /// How fast the fake upstream got its chunks out.
+    upstream_rate: f64,
+    peak_rss_kib: u64,
+    /// From the last delta to `runFinished`: committing the answer and closing the run.
+    wrap_up: Duration,
+    /// How long the daemon kept working after start-up before it went idle.
+    settled: Duration,
+    /// The daemon's CPU time and context switches per delta while it streamed, from `chat/send`
+    /// to the last delta.
+    cpu_per_delta: Duration,
+    switches_per_delta: f64,
+    /// The first and the last `textDelta` line, without the newline.
+    first_line: String,
+    last_line: String,
+}
+
+fn stream_run(home: &Path, db: &Path, deltas: usize, pace: Option<Duration>) -> StreamRun {
+    let upstream = start_upstream(deltas, pace);
+    let mut daemon = Daemon::spawn(home, db, &upstream.url);
+    daemon.call(
+        "initialize",
+        json!({"clientInfo": {"name": "deltas-bench", "version": "1"}, "protocolVersion": 1, "capabilities": {}}),
+    );
+    daemon.send(&json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}));
+    let session = daemon.call("session/create", json!({}));
+    let session_id = session["id"].as_str().expect("a session id").to_owned();
+    let settled = daemon.wait_until_idle();
+
+    let mut received: Vec<Option<Instant>> = vec![None; deltas];
+    let mut count = 0usize;
+    let mut first_line = String::new();
+    let mut last_line = Vec::new();
+    let mut last_delta = None;
+    let mut line = Vec::with_capacity(1024);
+    let before = daemon.usage();
+    let started = Instant::now();
+    let send_id = daemon.start_call("chat/send", json!({"sessionId": session_id, "text": "go"}));
+    let finished = loop {
+        daemon.read_line(&mut line);
+        let at = Instant::now();
+        match classify(&line) {
+            Line::Delta(index) => {
+                assert!(
+                    received[index].replace(at).is_none(),
+                    "delta {index} arrived twice"
+                );
+                if count == 0 {
+                    first_line = String::from_utf8_lossy(line.trim_ascii_end()).into_owned();
+                }
+                count += 1;
+                if count == deltas {
+                    last_line.clone_from(&line);
+                    last_delta = Some((at, daemon.usage()));
+                }
+            }
+            Line::RunFinished => {
+                let text = String::from_utf8_lossy(&line);
+                assert!(
+                    text.contains("\"reason\":\"end_turn\""),
+                    "the run did not end normally: {text}"
+                );
+                break at;
+            }
+            Line::Other => {
+                let text = String::from_utf8_lossy(&line);
+                assert!(
+                    !(text.contains(&format!("\"id\":{send_id},")) && text.contains("\"error\"")),
+                    "chat/send failed: {text}"
+                );
+            }
+        }
+    };
+    let elapsed = finished - started;
+    let (last_at, after) = last_delta.expect("the last delta arrived");
+    let peak_rss_kib = daemon.peak_rss_kib();
+    daemon.stop();
+    let sent = upstream.thread.join().expect("the fake upstream failed");
+    assert_eq!(count, deltas, "deltas lost on the way");
+    let latencies = sent
+        .iter()
+        .zip(&received)
+        .map(|(sent, received)| {
+            received
+                .expect("every delta arrived")
+                .saturating_duration_since(*sent)
+        })
+        .collect();
+    let upstream_rate = deltas as f64 / (sent[deltas - 1] - sent[0]).as_secs_f64();
+    StreamRun {
+        elapsed,
+        latencies,
+        upstream_rate,
+        peak_rss_kib,
+        settled,
+        wrap_up: finished - last_at,
+        cpu_per_delta: Duration::from_nanos(
+            after.cpu_ns.saturating_sub(before.cpu_ns) / deltas as u64,
+        ),
+        switches_per_delta: after.switches.saturating_sub(before.switches) as f64 / deltas as f64,
+        first_line,
+        last_line: String::from_utf8_lossy(last_line.trim_ascii_end()).into_owned(),
+    }
+}
+
+/// The daemon's notification lines for every delta, built from the first one it wrote: only
+/// `seq` and the text differ from one delta to the next.
+fn frames_like(first_line: &str, deltas: usize) -> Vec<Vec<u8>> {
+    let seq_at = find(first_line, "\"seq\":").expect("the notification has a seq");
+    let seq_len = first_line[seq_at..]
+        .find(|c: char| !c.is_ascii_digit())
+        .expect("something follows the seq");
+    let first_seq: usize = first_line[seq_at..seq_at + seq_len]
+        .parse()
+        .expect("a numeric seq");
+    let template = first_line
+        .replacen(&format!("\"seq\":{first_seq}"), "\"seq\":\u{1}", 1)
+        .replacen("\"text\":\"w0 \"", "\"text\":\"\u{2}\"", 1);
+    assert!(
+        template.contains('\u{1}') && template.contains('\u{2}'),
+        "unexpected delta line: {first_line}"
+    );
+    (0..deltas)
+        .map(|index| {
+            let mut frame = template
+                .replacen('\u{1}', &(first_seq + index).to_string(), 1)
+                .replacen('\u{2}', &format!("w{index} "), 1)
+                .into_bytes();
+            frame.push(b'\n');
+            frame
+        })
+        .collect()
+}
+
+/// Argument that makes this binary the raw pipe's writer process.
+const PIPE_WRITER: &str = "--pipe-writer";
+
+/// The raw pipe: a child process (this binary again) writes the frames to its stdout, one
+/// `write` each, and a thread of this process reads them, as the daemon's output is read. The
+/// time from the go signal until the reader has the last frame.
+fn pipe_run(first_line: &str, deltas: usize) -> Duration {
+    let exe = std::env::current_exe().expect("the bench knows its own path");
+    let mut child = Command::new(exe)
+        .arg(PIPE_WRITER)
+        .env("DELTAS_FIRST_LINE", first_line)
+        .env("DELTAS_COUNT", deltas.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("cannot spawn the pipe writer");
+    let mut go = child.stdin.take().expect("the writer's stdin is piped");
+    let mut reader = BufReader::with_capacity(
+        READ_BUFFER,
+        child.stdout.take().expect("the writer's stdout is piped"),
+    );
+    let mut ready = String::new();
+    reader
+        .read_line(&mut ready)
+        .expect("cannot read the pipe writer");
+    assert_eq!(ready, "ready\n", "the pipe writer did not start");
+    let reading = std::thread::Builder::new()
+        .name("pipe-reader".into())
+        .spawn(move || {
+            let mut received: Vec<Option<Instant>> = vec![None; deltas];
+            let mut line = Vec::with_capacity(1024);
+            let mut last = None;
+            loop {
+                line.clear();
+                let n = reader
+                    .read_until(b'\n', &mut line)
+                    .expect("cannot read the pipe");
+                if n == 0 {
+                    break;
+                }
+                let at = Instant::now();
+                if let Line::Delta(index) = classify(&line) {
+                    received[index] = Some(at);
+                    last = Some(at);
+                }
+            }
+            assert!(received.iter().all(Option::is_some), "frames lost");
+            last.expect("frames arrived")
+        })
+        .expect("cannot start the pipe reader");
+    let started = Instant::now();
+    go.write_all(b"g").expect("cannot start the pipe writer");
+    drop(go);
+    let last = reading.join().expect("the pipe reader failed");
+    let status = child.wait().expect("cannot reap the pipe writer");
+    assert!(status.success(), "the pipe writer exited with {status}");
+    last - started
+}
+
+/// The child side of [`pipe_run`]: builds the frames, says it is ready, waits for the go
+/// signal, then writes them.
+fn pipe_writer() {
+    let first_line = std::env::var("DELTAS_FIRST_LINE").expect("the first frame is given");
+    let deltas = std::env::var("DELTAS_COUNT")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .expect("the frame count is given");
+    let frames = frames_like(&first_line, deltas);
+    // A plain file on the same descriptor: every `write_all` is one `write`, unbuffered.
+    let mut out = std::fs::File::from(
+        std::io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .expect("cannot duplicate stdout"),
+    );
+    out.write_all(b"ready\n").expect("cannot write to stdout");
+    let mut go = [0u8; 1];
+    std::io::stdin()
+        .read_exact(&mut go)
+        .expect("no go signal arrived");
+    for frame in &frames {
+        out.write_all(frame).expect("cannot write to stdout");
+    }
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile<T: Copy>(sorted: &[T], p: f64) -> T {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn median(sorted: &[f64]) -> f64 {
+    percentile(sorted, 50.0)
+}
+
+fn per_second(count: usize, elapsed: Duration) -> f64 {
+    count as f64 / elapsed.as_secs_f64()
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "met" } else { "MISSED" }
+}
+
+fn sorted(mut values: Vec<f64>) -> Vec<f64> {
+    values.sort_by(f64::total_cmp);
+    values
+}
+
+fn main() {
+    if std::env::args().nth(1).as_deref() == Some(PIPE_WRITER) {
+        pipe_writer();
+        return;
+    }
+    let bench_mode = std::env::args().any(|a| a == "--bench");
+    if bench_mode && cfg!(debug_assertions) {
+        eprintln!(
+            "deltas: this is a debug build; run `cargo bench --bench deltas` for figures that mean something"
+        );
+        std::process::exit(2);
+    }
+    let (deltas, paced_deltas, runs) = if bench_mode {
+        (DELTAS, PACED_DELTAS, RUNS)
+    } else {
+        (SMOKE_DELTAS, SMOKE_PACED_DELTAS, 1)
+    };
+
+    let temp = tempfile::tempdir().expect("cannot create a temporary folder");
+    let home = temp.path();
+
+    let mut end_to_end = Vec::with_capacity(runs);
+    let mut pipe = Vec::with_capacity(runs);
+    let mut upstream = Vec::with_capacity(runs);
+    let mut latencies = Vec::with_capacity(runs * deltas);
+    let mut paced_latencies = Vec::with_capacity(runs * paced_deltas);
+    let mut paced_rate = Vec::with_capacity(runs);
+    let mut peak_rss_kib = 0;
+    let mut cpu_per_delta = Vec::with_capacity(runs);
+    let mut switches_per_delta = Vec::with_capacity(runs);
+    let mut settled = Vec::with_capacity(runs);
+    let mut wrap_up = Vec::with_capacity(runs);
+    for run in 0..runs {
+        let db = home.join(format!("run-{run}.db"));
+        let streamed = stream_run(home, &db, deltas, None);
+        end_to_end.push(per_second(deltas, streamed.elapsed));
+        upstream.push(streamed.upstream_rate);
+        latencies.extend(streamed.latencies);
+        peak_rss_kib = peak_rss_kib.max(streamed.peak_rss_kib);
+        cpu_per_delta.push(us(streamed.cpu_per_delta));
+        switches_per_delta.push(streamed.switches_per_delta);
+        settled.push(streamed.settled.as_secs_f64() * 1e3);
+        wrap_up.push(streamed.wrap_up.as_secs_f64() * 1e3);
+
+        let frames = frames_like(&streamed.first_line, deltas);
+        assert_eq!(
+            String::from_utf8_lossy(frames[deltas - 1].trim_ascii_end()),
+            streamed.last_line,
+            "the rebuilt frames differ from what the daemon wrote"
+        );
+        pipe.push(per_second(deltas, pipe_run(&streamed.first_line, deltas)));
+
+        let db = home.join(format!("paced-{run}.db"));
+        let paced = stream_run(home, &db, paced_deltas, Some(PACE));
+        paced_rate.push(paced.upstream_rate);
+        paced_latencies.extend(paced.latencies);
+        peak_rss_kib = peak_rss_kib.max(paced.peak_rss_kib);
+    }
+    let end_to_end = sorted(end_to_end);
+    let pipe = sorted(pipe);
+    let upstream = sorted(upstream);
+    let cpu_per_delta = sorted(cpu_per_delta);
+    let switches_per_delta = sorted(switches_per_delta);
+    let settled = sorted(settled);
+    let wrap_up = sorted(wrap_up);
+    latencies.sort();
+    paced_latencies.sort();
+    let paced_rate = sorted(paced_rate);
+
+    let profile = if cfg!(debug_assertions) {
+        "debug build"
+    } else {
+        "release build"
+    };
+    println!(
+        "sidechat delta streaming: {deltas} deltas per run, {runs} run(s), interleaved with the raw pipe ({profile})"
+    );
+    println!("binary: {SIDECHAT}");
+    println!();
+    println!("{:<52} {:>12} {:>12} {:>12}", "", "median", "min", "max");
+    let rate_row = |name: &str, sorted: &[f64], unit: &str| {
+        println!(
+            "{name:<52} {:>12.0} {:>12.0} {:>12.0}  {unit}",
+            median(sorted),
+            sorted[0],
+            sorted[sorted.len() - 1],
+        );
+    };
+    rate_row(
+        "end to end, chat/send -> runFinished",
+        &end_to_end,
+        "deltas/s",
+    );
+    rate_row("raw pipe, one write per frame", &pipe, "frames/s");
+    rate_row("fake upstream, chunks written", &upstream, "chunks/s");
+    let small_row = |name: &str, sorted: &[f64], unit: &str| {
+        println!(
+            "{name:<52} {:>12.2} {:>12.2} {:>12.2}  {unit}",
+            median(sorted),
+            sorted[0],
+            sorted[sorted.len() - 1],
+        );
+    };
+    small_row(
+        "daemon CPU per delta, chat/send -> last delta",
+        &cpu_per_delta,
+        "us",
+    );
+    small_row(
+        "daemon context switches per delta, same span",
+        &switches_per_delta,
+        "",
+    );
+    small_row(
+        "last delta -> runFinished (commit, end of run)",
+        &wrap_up,
+        "ms",
+    );
+    small_row(
+        "daemon busy after start-up (waited out first)",
+        &settled,
+        "ms",
+    );
+    let share = median(&end_to_end) / median(&pipe);
+    println!(
+        "{:<52} {:>11.1}%",
+        "end to end / raw pipe (medians)",
+        share * 100.0
+    );
+    let latency_row = |name: &str, sorted: &[Duration]| {
+        println!(
+            "{name:<52} {:>9.1} us p50 {:>9.1} us p99 {:>9.1} us max",
+            us(percentile(sorted, 50.0)),
+            us(percentile(sorted, 99.0)),
+            us(sorted[sorted.len() - 1]),
+        );
+    };
+    latency_row("added latency per delta, saturated stream", &latencies);
+    latency_row(
+        &format!(
+            "added latency per delta, paced at {:.0} deltas/s",
+            median(&paced_rate)
+        ),
+        &paced_latencies,
+    );
+    let p99 = percentile(&latencies, 99.0);
+    let paced_p99 = percentile(&paced_latencies, 99.0);
+    println!(
+        "{:<52} {:>8.1} MiB",
+        "daemon peak RSS (VmHWM, highest run)",
+        peak_rss_kib as f64 / 1024.0
+    );
+    if !bench_mode {
+        return;
+    }
+    println!();
+    println!(
+        "goal: >= {GOAL_RATE:.0} deltas/s end to end: {}",
+        verdict(median(&end_to_end) >= GOAL_RATE)
+    );
+    println!(
+        "goal: >= {:.0}% of the raw pipe: {}",
+        GOAL_SHARE * 100.0,
+        verdict(share >= GOAL_SHARE)
+    );
+    println!(
+        "goal: p99 added latency < {} ms, saturated stream: {}",
+        GOAL_P99.as_millis(),
+        verdict(p99 < GOAL_P99)
+    );
+    println!(
+        "goal: p99 added latency < {} ms, paced stream: {}",
+        GOAL_P99.as_millis(),
+        verdict(paced_p99 < GOAL_P99)
+    );
+}
