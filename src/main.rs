@@ -66,8 +66,8 @@ fn serve(db: Option<PathBuf>, log_file: Option<PathBuf>) -> anyhow::Result<i32> 
         Some(db) => db,
         None => default_db()?,
     };
-    let store =
-        Store::open(&db).with_context(|| format!("cannot open the database {}", db.display()))?;
+    let config = Config::load()?;
+    let init = sidechat::runtime::describe(&config);
     tracing::info!(db = %db.display(), "serving on stdio");
     // Two workers are plenty for one editor connection, and a fixed count skips sizing the
     // pool from the machine's cgroup at start-up.
@@ -78,21 +78,41 @@ fn serve(db: Option<PathBuf>, log_file: Option<PathBuf>) -> anyhow::Result<i32> 
         .context("cannot start the async runtime")?;
     let code = tokio.block_on(async move {
         let sink = Arc::new(ClientSink::default());
-        let runtime = Runtime::new(store, Config::load()?, sink.clone())?;
-        // Loading the tokenizers takes longer than answering initialize: do it off the path.
-        if let Err(e) = sidechat::context::Tokenizers::warm_in_background() {
-            tracing::warn!(error = %e, "cannot warm the tokenizers; counts will load them on first use");
-        }
-        let code = sidechat::rpc::serve(std::io::stdin(), std::io::stdout(), move |peer| {
+        sidechat::rpc::serve(std::io::stdin(), std::io::stdout(), init, move |peer| {
             sink.connect(peer);
-            runtime
+            // The store opens (and repairs what a crash left) while the handshake goes on.
+            tokio::task::spawn_blocking(move || open_runtime(&db, config, sink))
         })
-        .await;
-        anyhow::Ok(code)
-    })?;
+        .await
+    });
     // The stdin thread may still be blocked in read; exiting the process ends it.
     tokio.shutdown_background();
     Ok(code)
+}
+
+/// Opens the store and the runtime over it; the error is what every request is answered with.
+fn open_runtime(
+    db: &std::path::Path,
+    config: Config,
+    sink: Arc<ClientSink>,
+) -> Result<Runtime, String> {
+    let failed = |e: String| {
+        tracing::error!(error = %e, "cannot start");
+        e
+    };
+    let store = Store::open(db).map_err(|e| {
+        failed(format!(
+            "sidechat cannot open its database {}: {e}",
+            db.display()
+        ))
+    })?;
+    let runtime = Runtime::new(store, config, sink)
+        .map_err(|e| failed(format!("sidechat cannot start: {e}")))?;
+    // Loading the tokenizer takes longer than answering initialize: do it off the path.
+    if let Err(e) = sidechat::context::Tokenizers::warm_in_background() {
+        tracing::warn!(error = %e, "cannot warm the tokenizer; counts will load it on first use");
+    }
+    Ok(runtime)
 }
 
 fn write_schema(out: PathBuf) -> anyhow::Result<i32> {

@@ -9,4 +9,4 @@ pub mod transport;
 
 pub use methods::METHODS;
 pub use peer::{ClientSink, Peer, PeerError};
-pub use server::serve;
+pub use server::{Opening, serve};

@@ -38,9 +38,20 @@ enum Outcome {
     Exit,
 }
 
-struct Dispatcher {
-    module: RpcModule<Runtime>,
+/// The runtime once its store is open, with the method table over it.
+struct Ready {
     runtime: Runtime,
+    module: RpcModule<Runtime>,
+}
+
+/// The store being opened and repaired on a blocking thread while the handshake goes on.
+pub type Opening = tokio::task::JoinHandle<Result<Runtime, String>>;
+
+struct Dispatcher {
+    /// The `initialize` answer, ready before the store is.
+    init: InitializeResult,
+    opening: tokio::sync::Mutex<Option<Opening>>,
+    ready: tokio::sync::OnceCell<Result<Ready, String>>,
     peer: Peer,
     state: Mutex<Lifecycle>,
     /// In-flight requests by their id's JSON text, so `$/cancelRequest` can end them.
@@ -50,8 +61,14 @@ struct Dispatcher {
 }
 
 /// Serves one client on `input`/`output` until `exit` or end of input; returns the exit code
-/// (0 after `shutdown`, 1 otherwise, as in LSP).
-pub async fn serve<R, W>(input: R, output: W, make_runtime: impl FnOnce(Peer) -> Runtime) -> i32
+/// (0 after `shutdown`, 1 otherwise, as in LSP). `open` starts opening the runtime for the
+/// connected peer; requests other than `initialize` wait for it.
+pub async fn serve<R, W>(
+    input: R,
+    output: W,
+    init: InitializeResult,
+    open: impl FnOnce(Peer) -> Opening,
+) -> i32
 where
     R: Read + Send + 'static,
     W: Write + Send + 'static,
@@ -59,16 +76,17 @@ where
     let framing = Arc::new(OnceLock::new());
     let outbox = spawn_writer(output, framing.clone());
     let peer = Peer::new(outbox.clone());
-    let runtime = make_runtime(peer.clone());
+    let mut frames = spawn_reader(input, framing);
+    let opening = open(peer.clone());
     let dispatcher = Arc::new(Dispatcher {
-        module: method_table(runtime.clone()),
-        runtime,
+        init,
+        opening: tokio::sync::Mutex::new(Some(opening)),
+        ready: tokio::sync::OnceCell::new(),
         peer: peer.clone(),
         state: Mutex::new(Lifecycle::Uninitialized),
         inflight: Mutex::default(),
         request_ended: tokio::sync::Notify::new(),
     });
-    let mut frames = spawn_reader(input, framing);
     let mut exit_requested = false;
     while let Some(item) = frames.recv().await {
         match item {
@@ -109,7 +127,9 @@ where
         tracing::info!("input closed without exit");
     }
     let clean = dispatcher.lifecycle() == Lifecycle::ShuttingDown;
-    dispatcher.runtime.shutdown().await;
+    if let Ok(ready) = dispatcher.ready().await {
+        ready.runtime.shutdown().await;
+    }
     peer.close();
     outbox.flush().await;
     if clean { 0 } else { 1 }
@@ -173,11 +193,11 @@ impl Dispatcher {
             match self.classify(item).await {
                 Outcome::Silent => {}
                 Outcome::Reply(text) => replies.push(text),
-                Outcome::Call { frame, .. } => calls.push(frame),
+                Outcome::Call { id, frame } => calls.push((id, frame)),
                 Outcome::Exit => exit = true,
             }
         }
-        let answered = join_all(calls.iter().map(|frame| self.call(frame))).await;
+        let answered = join_all(calls.iter().map(|(id, frame)| self.call(id, frame))).await;
         replies.extend(answered);
         if !replies.is_empty() {
             self.peer.outbox().send(format!("[{}]", replies.join(",")));
@@ -260,9 +280,8 @@ impl Dispatcher {
                 if let Some(client) = &params.client_info {
                     tracing::info!(client = %client.name, version = ?client.version, "initialize");
                 }
-                let result: InitializeResult = self.runtime.initialize_result();
                 self.set_lifecycle(Lifecycle::Running);
-                Outcome::Reply(result_response(&id, &result))
+                Outcome::Reply(result_response(&id, &self.init))
             }
             ("initialize", _) => Outcome::Reply(error_response(
                 &id,
@@ -285,7 +304,9 @@ impl Dispatcher {
             ("shutdown", Lifecycle::Running) => {
                 self.set_lifecycle(Lifecycle::ShuttingDown);
                 self.requests_drained().await;
-                self.runtime.shutdown().await;
+                if let Ok(ready) = self.ready().await {
+                    ready.runtime.shutdown().await;
+                }
                 Outcome::Reply(result_response(&id, &Value::Null))
             }
             (_, Lifecycle::Running) => Outcome::Call {
@@ -313,10 +334,11 @@ impl Dispatcher {
         let key = id.to_string();
         let this = self.clone();
         let task_key = key.clone();
+        let task_id = id.clone();
         // Hold the lock while spawning so the task cannot finish before it is registered.
         let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
         let task = tokio::spawn(async move {
-            let reply = this.call(&frame).await;
+            let reply = this.call(&task_id, &frame).await;
             let still_wanted = this
                 .inflight
                 .lock()
@@ -369,8 +391,33 @@ impl Dispatcher {
         }
     }
 
-    async fn call(&self, frame: &str) -> String {
-        match self.module.raw_json_request(frame, 1).await {
+    /// The runtime, waiting for the store to open on first use.
+    async fn ready(&self) -> Result<&Ready, &str> {
+        let ready = self
+            .ready
+            .get_or_init(|| async {
+                let opening = self.opening.lock().await.take();
+                let runtime = match opening {
+                    Some(opening) => opening
+                        .await
+                        .unwrap_or_else(|e| Err(format!("opening the store failed: {e}"))),
+                    None => Err("the runtime was never started".to_string()),
+                };
+                runtime.map(|runtime| Ready {
+                    module: method_table(runtime.clone()),
+                    runtime,
+                })
+            })
+            .await;
+        ready.as_ref().map_err(String::as_str)
+    }
+
+    async fn call(&self, id: &Value, frame: &str) -> String {
+        let module = match self.ready().await {
+            Ok(ready) => &ready.module,
+            Err(e) => return error_response(id, INTERNAL_ERROR, e, None),
+        };
+        match module.raw_json_request(frame, 1).await {
             Ok((response, _)) => response.get().to_string(),
             Err(e) => error_response(
                 &Value::Null,
@@ -426,8 +473,9 @@ mod tests {
             .unwrap();
         let framing = Arc::new(OnceLock::from(Framing::Line));
         Arc::new(Dispatcher {
-            module,
-            runtime,
+            init: crate::runtime::describe(&crate::config::Config::from_env()),
+            opening: tokio::sync::Mutex::new(None),
+            ready: tokio::sync::OnceCell::new_with(Some(Ok(Ready { runtime, module }))),
             peer: Peer::new(spawn_writer(sink, framing)),
             state: Mutex::new(Lifecycle::Running),
             inflight: Mutex::default(),

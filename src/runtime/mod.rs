@@ -68,34 +68,36 @@ impl Runtime {
         Ok(Self { inner })
     }
 
-    pub fn initialize_result(&self) -> InitializeResult {
-        let mut methods: Vec<String> = ["initialize", "shutdown"]
-            .into_iter()
-            .chain(crate::rpc::METHODS.iter().copied())
-            .map(str::to_string)
-            .collect();
-        methods.sort();
-        InitializeResult {
-            server_info: ServerInfo {
-                name: "sidechat".into(),
-                version: env!("CARGO_PKG_VERSION").into(),
-            },
-            protocol_version: PROTOCOL_VERSION,
-            capabilities: ServerCapabilities {
-                methods,
-                events: Event::KINDS.iter().map(|k| k.to_string()).collect(),
-            },
-            accounts: self.inner.config.account_infos(),
-            default_account: self.inner.config.default_account.clone(),
-        }
-    }
-
     /// Stops every live run and waits until each has recorded how it ended. A run waiting for
     /// an approval stays suspended, so the next daemon can still ask.
     pub async fn shutdown(&self) {
         for mut done in self.inner.runs.suspend_all() {
             let _ = done.wait_for(|d| *d).await;
         }
+    }
+}
+
+/// What `initialize` answers: it needs only the configuration, so the handshake never waits
+/// for the database.
+pub fn describe(config: &Config) -> InitializeResult {
+    let mut methods: Vec<String> = ["initialize", "shutdown"]
+        .into_iter()
+        .chain(crate::rpc::METHODS.iter().copied())
+        .map(str::to_string)
+        .collect();
+    methods.sort();
+    InitializeResult {
+        server_info: ServerInfo {
+            name: "sidechat".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
+        protocol_version: PROTOCOL_VERSION,
+        capabilities: ServerCapabilities {
+            methods,
+            events: Event::KINDS.iter().map(|k| k.to_string()).collect(),
+        },
+        accounts: config.account_infos(),
+        default_account: config.default_account.clone(),
     }
 }
 

@@ -249,3 +249,29 @@ async fn only_frames_reach_stdout_even_with_verbose_logs() {
             .contains("serving on stdio")
     );
 }
+
+#[tokio::test]
+async fn a_database_that_cannot_be_opened_is_reported_on_every_request() {
+    let scratch = Scratch::new();
+    let blocker = scratch.dir.path().join("not-a-folder");
+    std::fs::write(&blocker, "").unwrap();
+    let daemon = Daemon::spawn(&blocker.join("sidechat.db"), Options::default());
+    let init = daemon.call("initialize", json!({})).await;
+    assert_eq!(
+        init["serverInfo"]["name"], "sidechat",
+        "the handshake does not wait for the store"
+    );
+    let error = daemon
+        .try_call("session/list", json!({}))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code, -32603);
+    assert!(
+        error
+            .message
+            .starts_with("sidechat cannot open its database"),
+        "{}",
+        error.message
+    );
+    assert_eq!(daemon.close().await, 0);
+}
