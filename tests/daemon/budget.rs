@@ -54,14 +54,7 @@ async fn counts_are_tiktokens_and_the_stored_counts_add_up_to_a_recount() {
         {"text": "Listing.", "toolCalls": [{"name": "list_directory", "input": {"path": "."}}]},
         {"text": "There is nothing here yet."}
     ]});
-    let mut daemon = Daemon::start(
-        &scratch.db(),
-        Options {
-            env: scratch.replay(script),
-            ..Options::default()
-        },
-    )
-    .await;
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
     let session = daemon
         .create_session(
             json!({"account": "replay", "model": "gpt-4o", "systemPrompt": "Be brief.",
@@ -86,9 +79,7 @@ async fn counts_are_tiktokens_and_the_stored_counts_add_up_to_a_recount() {
         .call("session/budget", json!({"sessionId": session}))
         .await["snapshot"]
         .clone();
-    let transcript = daemon
-        .call("session/transcript", json!({"sessionId": session}))
-        .await;
+    let transcript = daemon.transcript(&session).await;
     let entries: Vec<sidechat::protocol::TranscriptEntry> =
         serde_json::from_value(transcript["entries"].clone()).unwrap();
     let recount: u64 = entries
@@ -135,14 +126,7 @@ async fn context_windows_come_from_the_table_unless_the_account_overrides() {
     )
     .unwrap();
     let env = vec![("SIDECHAT_CONFIG", config.display().to_string())];
-    let daemon = Daemon::start(
-        &scratch.db(),
-        Options {
-            env,
-            ..Options::default()
-        },
-    )
-    .await;
+    let daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
     let window = |session: String| {
         let daemon = &daemon;
         async move {
@@ -189,14 +173,7 @@ async fn pressure_follows_the_configured_thresholds_exactly() {
             ("SIDECHAT_PRESSURE_HIGH", high.to_string()),
             ("SIDECHAT_PRESSURE_CRITICAL", critical.to_string()),
         ];
-        let daemon = Daemon::start(
-            &scratch.db(),
-            Options {
-                env,
-                ..Options::default()
-            },
-        )
-        .await;
+        let daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
         let snapshot = daemon
             .call("session/budget", json!({"sessionId": session}))
             .await["snapshot"]
@@ -219,16 +196,11 @@ async fn actual_usage_is_reported_and_priced_when_read() {
     let scratch = Scratch::new();
     let mut daemon = Daemon::start(
         &scratch.db(),
-        Options {
-            env: openai_env(&upstream.url, "gpt-4o"),
-            ..Options::default()
-        },
+        Options::with_env(openai_env(&upstream.url, "gpt-4o")),
     )
     .await;
     let session = daemon.create_session(json!({})).await;
-    daemon
-        .call("chat/send", json!({"sessionId": session, "text": "hi"}))
-        .await;
+    daemon.send(&session, "hi").await;
     let events = daemon.until_finished().await;
     let reported = budgets(&events);
     let estimate = reported[0]["snapshot"]["inputTokens"].as_i64().unwrap();
@@ -302,27 +274,16 @@ async fn an_estimated_model_learns_a_correction_from_actuals() {
         ("ANTHROPIC_API_KEY", "k".into()),
         ("SIDECHAT_ANTHROPIC_MODEL", "claude-sonnet-4-5".into()),
     ];
-    let mut daemon = Daemon::start(
-        &scratch.db(),
-        Options {
-            env,
-            ..Options::default()
-        },
-    )
-    .await;
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
     let session = daemon.create_session(json!({})).await;
-    daemon
-        .call("chat/send", json!({"sessionId": session, "text": "one"}))
-        .await;
+    daemon.send(&session, "one").await;
     let first = budgets(&daemon.until_finished().await);
     let raw = first[0]["snapshot"]["rawInputTokens"].as_f64().unwrap();
     assert_eq!(first[0]["snapshot"]["countedByEstimate"], true);
     let learned = first[1]["actual"]["correctionFactor"].as_f64().unwrap();
     assert_eq!(first[1]["actual"]["learned"], true);
     assert_eq!(learned, (900.0 / raw).clamp(0.25, 4.0));
-    daemon
-        .call("chat/send", json!({"sessionId": session, "text": "two"}))
-        .await;
+    daemon.send(&session, "two").await;
     let second = budgets(&daemon.until_finished().await);
     assert_eq!(
         second[0]["snapshot"]["correctionFactor"].as_f64(),
@@ -346,18 +307,9 @@ async fn configured_prices_beat_the_table_and_unpriced_models_say_so() {
     .unwrap();
     let mut env = openai_env(&upstream.url, "my-local-model");
     env.push(("SIDECHAT_CONFIG", config.display().to_string()));
-    let mut daemon = Daemon::start(
-        &scratch.db(),
-        Options {
-            env,
-            ..Options::default()
-        },
-    )
-    .await;
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
     let priced = daemon.create_session(json!({})).await;
-    daemon
-        .call("chat/send", json!({"sessionId": priced, "text": "hi"}))
-        .await;
+    daemon.send(&priced, "hi").await;
     daemon.until_finished().await;
     let cost = daemon
         .call("session/cost", json!({"sessionId": priced}))
@@ -375,9 +327,7 @@ async fn configured_prices_beat_the_table_and_unpriced_models_say_so() {
     let unpriced = daemon
         .create_session(json!({"model": "mystery-model"}))
         .await;
-    daemon
-        .call("chat/send", json!({"sessionId": unpriced, "text": "hi"}))
-        .await;
+    daemon.send(&unpriced, "hi").await;
     daemon.until_finished().await;
     let cost = daemon
         .call("session/cost", json!({"sessionId": unpriced}))
@@ -406,9 +356,7 @@ async fn configured_prices_beat_the_table_and_unpriced_models_say_so() {
         ),
         (json!(1500), None, json!(1))
     );
-    daemon
-        .call("chat/send", json!({"sessionId": unpriced, "text": "/cost"}))
-        .await;
+    daemon.send(&unpriced, "/cost").await;
     let note = daemon
         .events_until(|e| matches!(e, Event::MessageCompleted { .. }))
         .await;
@@ -439,18 +387,13 @@ async fn a_spend_cap_stops_before_the_request_and_refuses_sends_until_raised() {
     let scratch = Scratch::new();
     let mut daemon = Daemon::start(
         &scratch.db(),
-        Options {
-            env: openai_env(&upstream.url, "gpt-4o"),
-            ..Options::default()
-        },
+        Options::with_env(openai_env(&upstream.url, "gpt-4o")),
     )
     .await;
 
     // A cap below one request's input: the run ends before anything is sent.
     let tiny = daemon.create_session(json!({"capUsd": 0.000001})).await;
-    daemon
-        .call("chat/send", json!({"sessionId": tiny, "text": "hi"}))
-        .await;
+    daemon.send(&tiny, "hi").await;
     let (reason, error) = finish(&daemon.until_finished().await);
     assert_eq!(reason, FinishReason::BudgetSpent);
     assert!(error.unwrap().starts_with("capUsd: the next request"));
@@ -458,9 +401,7 @@ async fn a_spend_cap_stops_before_the_request_and_refuses_sends_until_raised() {
 
     // A cap the first request uses up: the next send is refused until the cap is raised.
     let session = daemon.create_session(json!({"capUsd": 0.30})).await;
-    daemon
-        .call("chat/send", json!({"sessionId": session, "text": "hi"}))
-        .await;
+    daemon.send(&session, "hi").await;
     assert_eq!(
         finish(&daemon.until_finished().await).0,
         FinishReason::EndTurn
@@ -483,9 +424,7 @@ async fn a_spend_cap_stops_before_the_request_and_refuses_sends_until_raised() {
             json!({"sessionId": session, "capUsd": 1.0}),
         )
         .await;
-    daemon
-        .call("chat/send", json!({"sessionId": session, "text": "more"}))
-        .await;
+    daemon.send(&session, "more").await;
     assert_eq!(
         finish(&daemon.until_finished().await).0,
         FinishReason::EndTurn
@@ -515,9 +454,7 @@ async fn a_run_past_its_time_limit_ends_with_budget_spent() {
     let session = daemon
         .create_session(json!({"account": "replay", "maxSeconds": 1, "workspaceRoot": scratch.workspace().display().to_string()}))
         .await;
-    daemon
-        .call("chat/send", json!({"sessionId": session, "text": "go"}))
-        .await;
+    daemon.send(&session, "go").await;
     let (reason, error) = finish(&daemon.until_finished().await);
     assert_eq!(
         (reason, error.as_deref()),
@@ -534,14 +471,7 @@ async fn a_run_past_its_time_limit_ends_with_budget_spent() {
 async fn slash_commands_run_locally_and_notes_never_reach_the_model() {
     let scratch = Scratch::new();
     let script = json!({"turns": [{"text": "first answer"}, {"text": "second answer"}, {"text": "third answer"}]});
-    let mut daemon = Daemon::start(
-        &scratch.db(),
-        Options {
-            env: scratch.replay(script),
-            ..Options::default()
-        },
-    )
-    .await;
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
     let session = daemon.create_session(json!({"account": "replay"})).await;
     daemon
         .call(
@@ -607,9 +537,7 @@ async fn slash_commands_run_locally_and_notes_never_reach_the_model() {
         )
         .await;
     daemon.until_finished().await;
-    daemon
-        .call("chat/send", json!({"sessionId": session, "text": "/clear"}))
-        .await;
+    daemon.send(&session, "/clear").await;
     daemon.next_event().await;
     daemon
         .call(
@@ -637,9 +565,7 @@ async fn slash_commands_run_locally_and_notes_never_reach_the_model() {
         requests[2]["messages"],
         json!([{"role": "user", "content": [{"type": "text", "text": "/start over"}]}])
     );
-    let transcript = daemon
-        .call("session/transcript", json!({"sessionId": session}))
-        .await;
+    let transcript = daemon.transcript(&session).await;
     assert!(
         transcript.to_string().contains("apple"),
         "earlier messages stay readable"

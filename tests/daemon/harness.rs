@@ -22,6 +22,16 @@ pub struct Options<'a> {
     pub env: Vec<(&'a str, String)>,
 }
 
+impl<'a> Options<'a> {
+    /// Line framing with these environment variables.
+    pub fn with_env(env: Vec<(&'a str, String)>) -> Self {
+        Self {
+            env,
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for Options<'_> {
     fn default() -> Self {
         Self {
@@ -82,6 +92,18 @@ impl Daemon {
             .await
             .expect("the daemon did not answer")
             .expect("connection")
+    }
+
+    /// `chat/send` of plain text; the result.
+    pub async fn send(&self, session: &str, text: &str) -> Value {
+        self.call("chat/send", json!({"sessionId": session, "text": text}))
+            .await
+    }
+
+    /// The whole `session/transcript` of a session.
+    pub async fn transcript(&self, session: &str) -> Value {
+        self.call("session/transcript", json!({"sessionId": session}))
+            .await
     }
 
     /// The next frame that is not a response to one of our requests.

@@ -7,14 +7,7 @@ use sidechat::protocol::{Event, FinishReason};
 use crate::harness::{Daemon, Options, Scratch, kinds};
 
 async fn replay(scratch: &Scratch, script: Value, session: Value) -> (Daemon, String) {
-    let daemon = Daemon::start(
-        &scratch.db(),
-        Options {
-            env: scratch.replay(script),
-            ..Options::default()
-        },
-    )
-    .await;
+    let daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
     let mut params =
         json!({"account": "replay", "workspaceRoot": scratch.workspace().display().to_string()});
     params
@@ -23,12 +16,6 @@ async fn replay(scratch: &Scratch, script: Value, session: Value) -> (Daemon, St
         .extend(session.as_object().unwrap().clone());
     let id = daemon.create_session(params).await;
     (daemon, id)
-}
-
-async fn send(daemon: &Daemon, session: &str, text: &str) -> Value {
-    daemon
-        .call("chat/send", json!({"sessionId": session, "text": text}))
-        .await
 }
 
 /// A step that streams slowly (so input can arrive mid-step) and then lists the workspace.
@@ -58,19 +45,17 @@ async fn delivered_after_the_tool_results_exactly_once_and_in_order() {
         json!({}),
     )
     .await;
-    send(&daemon, &session, "look around").await;
+    daemon.send(&session, "look around").await;
     daemon
         .events_until(|e| matches!(e, Event::TextDelta { .. }))
         .await;
-    let first = send(&daemon, &session, "also check the README").await;
-    let second = send(&daemon, &session, "and the licence").await;
+    let first = daemon.send(&session, "also check the README").await;
+    let second = daemon.send(&session, "and the licence").await;
     assert_eq!(
         (first["queued"].clone(), second["queued"].clone()),
         (json!(true), json!(true))
     );
-    let waiting = daemon
-        .call("session/transcript", json!({"sessionId": session}))
-        .await;
+    let waiting = daemon.transcript(&session).await;
     let waiting: Vec<_> = waiting["pendingInterjections"]
         .as_array()
         .unwrap()
@@ -125,9 +110,7 @@ async fn delivered_after_the_tool_results_exactly_once_and_in_order() {
         ]
     );
 
-    let transcript = daemon
-        .call("session/transcript", json!({"sessionId": session}))
-        .await;
+    let transcript = daemon.transcript(&session).await;
     let stored = &transcript["entries"][3];
     assert_eq!(stored["role"], "user");
     let words: Vec<_> = stored["blocks"]
@@ -156,11 +139,11 @@ async fn queued_during_the_last_allowed_step_is_promoted_into_the_next_run() {
         json!({"maxSteps": 1}),
     )
     .await;
-    send(&daemon, &session, "look").await;
+    daemon.send(&session, "look").await;
     daemon
         .events_until(|e| matches!(e, Event::TextDelta { .. }))
         .await;
-    let queued = send(&daemon, &session, "then summarise").await;
+    let queued = daemon.send(&session, "then summarise").await;
     let first_run = daemon.until_finished().await;
     let tail = kinds(&first_run);
     assert_eq!(
@@ -204,11 +187,11 @@ async fn stop_with_queued_input_ends_the_run_and_the_input_goes_out_next() {
         json!({}),
     )
     .await;
-    send(&daemon, &session, "talk").await;
+    daemon.send(&session, "talk").await;
     daemon
         .events_until(|e| matches!(e, Event::TextDelta { .. }))
         .await;
-    send(&daemon, &session, "stop that, do this instead").await;
+    daemon.send(&session, "stop that, do this instead").await;
     daemon
         .call("chat/stop", json!({"sessionId": session}))
         .await;
@@ -247,13 +230,11 @@ async fn an_interjection_never_answers_a_pending_approval() {
         json!({}),
     )
     .await;
-    send(&daemon, &session, "write a.txt").await;
+    daemon.send(&session, "write a.txt").await;
     let (_, approval) = daemon.until_approval().await;
     // Words that look like an answer are still just words for the model.
-    assert_eq!(send(&daemon, &session, "yes").await["queued"], true);
-    let transcript = daemon
-        .call("session/transcript", json!({"sessionId": session}))
-        .await;
+    assert_eq!(daemon.send(&session, "yes").await["queued"], true);
+    let transcript = daemon.transcript(&session).await;
     assert_eq!(transcript["state"], "awaitingApproval");
     assert_eq!(
         transcript["pendingApprovals"][0]["approvalId"],
@@ -279,11 +260,11 @@ async fn cancel_withdraws_a_waiting_interjection() {
         json!({}),
     )
     .await;
-    send(&daemon, &session, "look").await;
+    daemon.send(&session, "look").await;
     daemon
         .events_until(|e| matches!(e, Event::TextDelta { .. }))
         .await;
-    let queued = send(&daemon, &session, "never mind").await;
+    let queued = daemon.send(&session, "never mind").await;
     let pending_id = queued["pendingId"].clone();
     let cancelled = daemon
         .call("interjection/cancel", json!({"pendingId": pending_id}))
@@ -317,7 +298,7 @@ async fn attachments_wait_for_the_next_turn() {
         json!({}),
     )
     .await;
-    send(&daemon, &session, "look").await;
+    daemon.send(&session, "look").await;
     daemon
         .events_until(|e| matches!(e, Event::TextDelta { .. }))
         .await;
@@ -370,19 +351,10 @@ async fn a_retried_send_stores_nothing_twice_even_across_a_restart() {
     daemon.until_finished().await;
     daemon.close().await;
 
-    let daemon = Daemon::start(
-        &scratch.db(),
-        Options {
-            env: scratch.replay(script),
-            ..Options::default()
-        },
-    )
-    .await;
+    let daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
     assert_eq!(daemon.call("chat/send", params).await, first);
     assert_eq!(daemon.call("chat/send", aside).await, queued);
-    let transcript = daemon
-        .call("session/transcript", json!({"sessionId": session}))
-        .await;
+    let transcript = daemon.transcript(&session).await;
     let all = transcript.to_string();
     assert_eq!(
         (
@@ -414,15 +386,7 @@ async fn killed_at_random_moments_no_acknowledged_interjection_is_lost_or_double
     let script = json!({"turns": [], "fallback": step});
     let db = scratch.db();
     let env = scratch.replay(script);
-    let start = || {
-        Daemon::start(
-            &db,
-            Options {
-                env: env.clone(),
-                ..Options::default()
-            },
-        )
-    };
+    let start = || Daemon::start(&db, Options::with_env(env.clone()));
     let mut daemon = start().await;
     let session = daemon.create_session(json!({"account": "replay", "maxSteps": 8, "workspaceRoot": scratch.workspace().display().to_string()})).await;
     let mut rng = Lcg(0x5eed);
@@ -440,7 +404,7 @@ async fn killed_at_random_moments_no_acknowledged_interjection_is_lost_or_double
                 .await;
         } else {
             let text = format!("turn-{round}");
-            send(&daemon, &session, &text).await;
+            daemon.send(&session, &text).await;
             acknowledged.push(text);
         }
         for i in 0..rng.below(5) {
@@ -449,7 +413,7 @@ async fn killed_at_random_moments_no_acknowledged_interjection_is_lost_or_double
             // Whether or not the answer arrives before the kill decides if it was acknowledged.
             let answered = tokio::time::timeout(
                 std::time::Duration::from_millis(rng.below(20) + 1),
-                send(&daemon, &session, &text),
+                daemon.send(&session, &text),
             )
             .await;
             match answered {

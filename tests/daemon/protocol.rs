@@ -74,9 +74,7 @@ async fn crud_round_trip(framing: Framing) {
     assert_eq!(listed["sessions"][0]["title"], "Renamed");
     assert_eq!(listed.get("nextCursor"), None);
 
-    let transcript = daemon
-        .call("session/transcript", json!({"sessionId": id}))
-        .await;
+    let transcript = daemon.transcript(&id).await;
     assert_eq!(
         transcript,
         json!({"sessionId": id, "state": "idle", "entries": [], "hasMore": false, "lastSeq": 0, "pendingApprovals": [], "pendingInterjections": []})

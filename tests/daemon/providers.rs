@@ -33,20 +33,12 @@ async fn openai_compatible_server_with_a_retry_then_a_streamed_answer() {
         ]),
     ]);
     let scratch = Scratch::new();
-    let mut daemon = Daemon::start(
-        &scratch.db(),
-        Options {
-            env: openai_env(&upstream.url),
-            ..Options::default()
-        },
-    )
-    .await;
+    let mut daemon =
+        Daemon::start(&scratch.db(), Options::with_env(openai_env(&upstream.url))).await;
     let session = daemon
         .create_session(json!({"systemPrompt": "Be brief."}))
         .await;
-    daemon
-        .call("chat/send", json!({"sessionId": session, "text": "hi"}))
-        .await;
+    daemon.send(&session, "hi").await;
     let events = daemon.until_finished().await;
     let notices: Vec<_> = events
         .iter()
@@ -81,9 +73,7 @@ async fn openai_compatible_server_with_a_retry_then_a_streamed_answer() {
             ..
         })
     ));
-    let transcript = daemon
-        .call("session/transcript", json!({"sessionId": session}))
-        .await;
+    let transcript = daemon.transcript(&session).await;
     assert_eq!(
         transcript["entries"][1]["blocks"],
         json!([{"type": "text", "text": "Hello from upstream."}])
@@ -105,27 +95,17 @@ async fn a_dropped_stream_keeps_the_partial_text_and_is_not_resent() {
     dropped.drop = true;
     let upstream = start(vec![dropped]);
     let scratch = Scratch::new();
-    let mut daemon = Daemon::start(
-        &scratch.db(),
-        Options {
-            env: openai_env(&upstream.url),
-            ..Options::default()
-        },
-    )
-    .await;
+    let mut daemon =
+        Daemon::start(&scratch.db(), Options::with_env(openai_env(&upstream.url))).await;
     let session = daemon.create_session(json!({})).await;
-    daemon
-        .call("chat/send", json!({"sessionId": session, "text": "hi"}))
-        .await;
+    daemon.send(&session, "hi").await;
     let events = daemon.until_finished().await;
     let Some(Event::RunFinished { reason, error }) = events.last().map(|e| &e.event) else {
         unreachable!()
     };
     assert_eq!(*reason, FinishReason::Error);
     assert!(error.is_some());
-    let transcript = daemon
-        .call("session/transcript", json!({"sessionId": session}))
-        .await;
+    let transcript = daemon.transcript(&session).await;
     let partial = &transcript["entries"][1];
     assert_eq!(
         (partial["status"].clone(), partial["blocks"].clone()),
@@ -146,14 +126,7 @@ async fn a_dropped_stream_keeps_the_partial_text_and_is_not_resent() {
 async fn a_session_bound_to_a_missing_account_is_refused_clearly() {
     let upstream = start(vec![]);
     let scratch = Scratch::new();
-    let daemon = Daemon::start(
-        &scratch.db(),
-        Options {
-            env: openai_env(&upstream.url),
-            ..Options::default()
-        },
-    )
-    .await;
+    let daemon = Daemon::start(&scratch.db(), Options::with_env(openai_env(&upstream.url))).await;
     let session = daemon.create_session(json!({"account": "openai"})).await;
     daemon.close().await;
     // The next daemon has no OpenAI configuration.
@@ -239,14 +212,8 @@ async fn openai_answer_cut_by_the_length_limit_is_kept_and_reported() {
         chunk(json!({}), Some("length")),
     ])]);
     let scratch = Scratch::new();
-    let mut daemon = Daemon::start(
-        &scratch.db(),
-        Options {
-            env: openai_env(&upstream.url),
-            ..Options::default()
-        },
-    )
-    .await;
+    let mut daemon =
+        Daemon::start(&scratch.db(), Options::with_env(openai_env(&upstream.url))).await;
     let session = daemon.create_session(json!({})).await;
     daemon
         .call(
@@ -260,9 +227,7 @@ async fn openai_answer_cut_by_the_length_limit_is_kept_and_reported() {
         notices(&events),
         vec!["The answer got too long and was cut off.".to_string()]
     );
-    let transcript = daemon
-        .call("session/transcript", json!({"sessionId": session}))
-        .await;
+    let transcript = daemon.transcript(&session).await;
     let entries = transcript["entries"].as_array().unwrap();
     assert_eq!(entries.len(), 2, "{entries:?}");
     assert_eq!(entries[1]["role"], "assistant");
@@ -293,10 +258,7 @@ async fn anthropic_tool_call_cut_by_max_tokens_is_not_run_and_the_model_is_told(
     let scratch = Scratch::new();
     let mut daemon = Daemon::start(
         &scratch.db(),
-        Options {
-            env: anthropic_env(&upstream.url),
-            ..Options::default()
-        },
+        Options::with_env(anthropic_env(&upstream.url)),
     )
     .await;
     let workspace = scratch.workspace();
@@ -318,9 +280,7 @@ async fn anthropic_tool_call_cut_by_max_tokens_is_not_run_and_the_model_is_told(
     );
     assert!(!workspace.join("big.txt").exists());
 
-    let transcript = daemon
-        .call("session/transcript", json!({"sessionId": session}))
-        .await;
+    let transcript = daemon.transcript(&session).await;
     let entries = transcript["entries"].as_array().unwrap();
     let roles: Vec<&str> = entries
         .iter()
@@ -398,16 +358,11 @@ async fn anthropic_thinking_is_sent_back_with_its_signature() {
     let scratch = Scratch::new();
     let mut daemon = Daemon::start(
         &scratch.db(),
-        Options {
-            env: anthropic_env(&upstream.url),
-            ..Options::default()
-        },
+        Options::with_env(anthropic_env(&upstream.url)),
     )
     .await;
     let session = daemon.create_session(json!({})).await;
-    daemon
-        .call("chat/send", json!({"sessionId": session, "text": "hi"}))
-        .await;
+    daemon.send(&session, "hi").await;
     let events = daemon.until_finished().await;
     assert_eq!(finish_reason(&events), FinishReason::EndTurn);
     let thinking: String = events

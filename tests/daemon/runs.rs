@@ -46,24 +46,11 @@ fn finish_of(events: &[SessionEventParams]) -> (FinishReason, Option<String>) {
 }
 
 async fn replay_daemon(scratch: &Scratch, script: Value) -> (Daemon, String) {
-    let daemon = Daemon::start(
-        &scratch.db(),
-        Options {
-            env: scratch.replay(script),
-            ..Options::default()
-        },
-    )
-    .await;
+    let daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
     let session = daemon
         .create_session(json!({"account": "replay", "workspaceRoot": scratch.workspace().display().to_string()}))
         .await;
     (daemon, session)
-}
-
-async fn send(daemon: &Daemon, session: &str, text: &str) -> Value {
-    daemon
-        .call("chat/send", json!({"sessionId": session, "text": text}))
-        .await
 }
 
 async fn respond(daemon: &Daemon, approval: &str, decision: &str) -> Value {
@@ -84,7 +71,7 @@ async fn plain_turn_with_the_demo_model() {
     let scratch = Scratch::new();
     let mut daemon = Daemon::start(&scratch.db(), Options::default()).await;
     let session = daemon.create_session(json!({})).await;
-    let sent = send(&daemon, &session, "hello there").await;
+    let sent = daemon.send(&session, "hello there").await;
     let events = daemon.until_finished().await;
     assert_eq!(
         kinds(&events)
@@ -113,9 +100,7 @@ async fn plain_turn_with_the_demo_model() {
             .iter()
             .all(|e| e.run_id.as_ref() == sent["runId"].as_str().map(String::from).as_ref())
     );
-    let transcript = daemon
-        .call("session/transcript", json!({"sessionId": session}))
-        .await;
+    let transcript = daemon.transcript(&session).await;
     let reply = transcript["entries"][1]["blocks"][0]["text"]
         .as_str()
         .unwrap();
@@ -143,7 +128,7 @@ async fn tool_round_trip_allowed_is_one_snapshot() {
         json!({"turns": [write_turn("out.txt", "hi\n"), {"text": "Wrote it."}]}),
     )
     .await;
-    send(&daemon, &session, "write out.txt").await;
+    daemon.send(&session, "write out.txt").await;
     let (mut events, approval) = daemon.until_approval().await;
     let state = daemon
         .call("session/get", json!({"sessionId": session}))
@@ -177,7 +162,7 @@ async fn denied_call_is_reported_to_the_model_and_the_run_goes_on() {
         json!({"turns": [write_turn("no.txt", "x"), {"text": "Understood, I will not."}]}),
     )
     .await;
-    send(&daemon, &session, "write no.txt").await;
+    daemon.send(&session, "write no.txt").await;
     let (_, approval) = daemon.until_approval().await;
     respond(&daemon, &approval, "deny").await;
     let events = daemon.until_finished().await;
@@ -203,7 +188,7 @@ async fn allow_always_does_not_ask_again_and_answers_are_idempotent() {
         json!({"turns": [write_turn("a.txt", "a\n"), write_turn("b.txt", "b\nb\n"), {"text": "Both written."}]}),
     )
     .await;
-    send(&daemon, &session, "write two files").await;
+    daemon.send(&session, "write two files").await;
     let (_, approval) = daemon.until_approval().await;
     assert_eq!(
         respond(&daemon, &approval, "allowAlways").await,
@@ -245,7 +230,7 @@ async fn stop_mid_stream_keeps_the_partial_text() {
     let long = "word ".repeat(200);
     let (mut daemon, session) =
         replay_daemon(&scratch, json!({"turns": [{"text": long, "delayMs": 20}]})).await;
-    send(&daemon, &session, "talk").await;
+    daemon.send(&session, "talk").await;
     daemon
         .events_until(|e| matches!(e, Event::TextDelta { .. }))
         .await;
@@ -255,9 +240,7 @@ async fn stop_mid_stream_keeps_the_partial_text() {
     assert_eq!(stopped["stopped"], true);
     let events = daemon.until_finished().await;
     assert_eq!(finish_of(&events), (FinishReason::Stopped, None));
-    let transcript = daemon
-        .call("session/transcript", json!({"sessionId": session}))
-        .await;
+    let transcript = daemon.transcript(&session).await;
     let partial = &transcript["entries"][1];
     assert_eq!(partial["status"], "stopped");
     let text = partial["blocks"][0]["text"].as_str().unwrap();
@@ -282,7 +265,7 @@ async fn stop_while_an_approval_is_pending_cancels_it() {
     let scratch = Scratch::new();
     let (mut daemon, session) =
         replay_daemon(&scratch, json!({"turns": [write_turn("x.txt", "x")]})).await;
-    send(&daemon, &session, "write").await;
+    daemon.send(&session, "write").await;
     let (_, approval) = daemon.until_approval().await;
     daemon
         .call("chat/stop", json!({"sessionId": session}))
@@ -299,9 +282,7 @@ async fn stop_while_an_approval_is_pending_cancels_it() {
         ]
     );
     assert_eq!(finish_of(&events), (FinishReason::Stopped, None));
-    let transcript = daemon
-        .call("session/transcript", json!({"sessionId": session}))
-        .await;
+    let transcript = daemon.transcript(&session).await;
     assert_eq!(transcript["pendingApprovals"], json!([]));
     assert_eq!(transcript["entries"][2]["blocks"][0]["status"], "cancelled");
     let late = respond(&daemon, &approval, "allow").await;
@@ -327,13 +308,11 @@ async fn step_limit_ends_with_max_iterations() {
     .await;
     let mut daemon = daemon;
     let session = daemon.create_session(json!({"account": "replay", "maxSteps": 2, "workspaceRoot": scratch.workspace().display().to_string()})).await;
-    send(&daemon, &session, "loop").await;
+    daemon.send(&session, "loop").await;
     let events = daemon.until_finished().await;
     assert_eq!(finish_of(&events), (FinishReason::MaxIterations, None));
     assert_eq!(scratch.requests().len(), 2);
-    let transcript = daemon
-        .call("session/transcript", json!({"sessionId": session}))
-        .await;
+    let transcript = daemon.transcript(&session).await;
     let roles: Vec<_> = transcript["entries"]
         .as_array()
         .unwrap()
@@ -350,12 +329,10 @@ async fn send_right_after_run_finished_is_not_busy() {
     let mut daemon = Daemon::start(&scratch.db(), Options::default()).await;
     let session = daemon.create_session(json!({})).await;
     for round in 0..5 {
-        send(&daemon, &session, &format!("round {round}")).await;
+        daemon.send(&session, &format!("round {round}")).await;
         daemon.until_finished().await;
     }
-    let transcript = daemon
-        .call("session/transcript", json!({"sessionId": session}))
-        .await;
+    let transcript = daemon.transcript(&session).await;
     assert_eq!(transcript["entries"].as_array().unwrap().len(), 10);
     daemon.close().await;
 }
@@ -365,16 +342,13 @@ async fn two_sessions_run_at_once_without_crossing() {
     let scratch = Scratch::new();
     let mut daemon = Daemon::start(
         &scratch.db(),
-        Options {
-            env: vec![("SIDECHAT_DEMO_DELAY_MS", "2".into())],
-            ..Options::default()
-        },
+        Options::with_env(vec![("SIDECHAT_DEMO_DELAY_MS", "2".into())]),
     )
     .await;
     let first = daemon.create_session(json!({"title": "one"})).await;
     let second = daemon.create_session(json!({"title": "two"})).await;
-    send(&daemon, &first, "tell me a story").await;
-    send(&daemon, &second, "say something about apples").await;
+    daemon.send(&first, "tell me a story").await;
+    daemon.send(&second, "say something about apples").await;
     let mut by_session: HashMap<String, Vec<SessionEventParams>> = HashMap::new();
     let mut finished = 0;
     while finished < 2 {
@@ -401,9 +375,7 @@ async fn two_sessions_run_at_once_without_crossing() {
                 _ => None,
             })
             .collect();
-        let stored = daemon
-            .call("session/transcript", json!({"sessionId": session}))
-            .await;
+        let stored = daemon.transcript(session).await;
         assert_eq!(
             stored["entries"][1]["blocks"][0]["text"].as_str().unwrap(),
             text
@@ -437,7 +409,7 @@ async fn paths_outside_the_workspace_are_refused() {
         json!({"turns": [{"toolCalls": calls}, {"text": "ok"}]}),
     )
     .await;
-    send(&daemon, &session, "peek").await;
+    daemon.send(&session, "peek").await;
     let events = daemon.until_finished().await;
     let outputs: Vec<(String, bool)> = events
         .iter()
@@ -479,7 +451,7 @@ async fn only_successful_writes_are_recorded_as_changed() {
         json!({"turns": [{"toolCalls": calls}, {"text": "done"}]}),
     )
     .await;
-    send(&daemon, &session, "change things").await;
+    daemon.send(&session, "change things").await;
     for _ in 0..4 {
         let (_, approval) = daemon.until_approval().await;
         respond(&daemon, &approval, "allow").await;
@@ -501,28 +473,19 @@ async fn an_approval_survives_a_killed_daemon_and_resumes_the_run() {
     let scratch = Scratch::new();
     let script = json!({"turns": [write_turn("later.txt", "after restart\n"), {"text": "Finished after the restart."}]});
     let (mut daemon, session) = replay_daemon(&scratch, script.clone()).await;
-    send(&daemon, &session, "write later.txt").await;
+    daemon.send(&session, "write later.txt").await;
     let (_, approval) = daemon.until_approval().await;
     daemon.conn.child_mut().kill().await.unwrap();
 
-    let mut daemon = Daemon::start(
-        &scratch.db(),
-        Options {
-            env: scratch.replay(script),
-            ..Options::default()
-        },
-    )
-    .await;
-    let transcript = daemon
-        .call("session/transcript", json!({"sessionId": session}))
-        .await;
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
+    let transcript = daemon.transcript(&session).await;
     assert_eq!(transcript["state"], "awaitingApproval");
     assert_eq!(
         transcript["pendingApprovals"][0]["approvalId"],
         json!(approval)
     );
     // Typing while the run waits is queued, not refused, and does not answer the approval.
-    let queued = send(&daemon, &session, "hello?").await;
+    let queued = daemon.send(&session, "hello?").await;
     assert_eq!(queued["queued"], true);
 
     respond(&daemon, &approval, "allow").await;
@@ -532,9 +495,7 @@ async fn an_approval_survives_a_killed_daemon_and_resumes_the_run() {
         std::fs::read_to_string(scratch.workspace().join("later.txt")).unwrap(),
         "after restart\n"
     );
-    let transcript = daemon
-        .call("session/transcript", json!({"sessionId": session}))
-        .await;
+    let transcript = daemon.transcript(&session).await;
     let roles: Vec<_> = transcript["entries"]
         .as_array()
         .unwrap()
@@ -552,7 +513,7 @@ async fn a_run_killed_mid_tool_is_closed_with_a_result_for_every_call() {
     let scratch = Scratch::new();
     let script = json!({"turns": [{"toolCalls": [{"name": "run_command", "input": {"command": "sleep 30"}}]}, {"text": "Recovered."}]});
     let (mut daemon, session) = replay_daemon(&scratch, script.clone()).await;
-    send(&daemon, &session, "run it").await;
+    daemon.send(&session, "run it").await;
     let (_, approval) = daemon.until_approval().await;
     respond(&daemon, &approval, "allow").await;
     daemon
@@ -568,17 +529,8 @@ async fn a_run_killed_mid_tool_is_closed_with_a_result_for_every_call() {
         .await;
     daemon.conn.child_mut().kill().await.unwrap();
 
-    let mut daemon = Daemon::start(
-        &scratch.db(),
-        Options {
-            env: scratch.replay(script),
-            ..Options::default()
-        },
-    )
-    .await;
-    let transcript = daemon
-        .call("session/transcript", json!({"sessionId": session}))
-        .await;
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
+    let transcript = daemon.transcript(&session).await;
     assert_eq!(transcript["state"], "unanswered");
     let result = &transcript["entries"][2]["blocks"][0];
     assert_eq!(

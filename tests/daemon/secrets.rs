@@ -32,9 +32,7 @@ async fn a_key_echoed_by_the_provider_is_redacted_everywhere() {
     let mut daemon = Daemon { conn, notes };
     daemon.call("initialize", json!({})).await;
     let session = daemon.create_session(json!({})).await;
-    daemon
-        .call("chat/send", json!({"sessionId": session, "text": "hi"}))
-        .await;
+    daemon.send(&session, "hi").await;
     let mut wire = String::new();
     let events = daemon.until_finished().await;
     for event in &events {
