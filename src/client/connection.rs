@@ -69,6 +69,10 @@ impl Connection {
                     route(value, &routing, &notes_tx);
                 }
             }
+            // The daemon is gone: requests still waiting fail instead of hanging.
+            if let Ok(mut pending) = routing.lock() {
+                pending.clear();
+            }
         });
         Ok((
             Self {

@@ -43,12 +43,15 @@ fn daemon_command(options: &ChatOptions) -> anyhow::Result<tokio::process::Comma
     if let Some(db) = &options.db {
         command.arg("--db").arg(db);
     }
-    // The daemon's logs would scribble over the chat; they go to a file beside the database.
+    // The daemon's logs would scribble over the chat; they go to a file in the temp folder.
     let log = std::env::temp_dir().join(format!("sidechat-chat-{}.log", std::process::id()));
     command
         .arg("--log-file")
         .arg(&log)
-        .stderr(std::process::Stdio::null());
+        .stderr(std::process::Stdio::null())
+        // Its own process group: Ctrl-C in the terminal is for the client (it stops the run),
+        // not a signal that kills the daemon as an editor's would never be killed.
+        .process_group(0);
     Ok(command)
 }
 

@@ -12,6 +12,8 @@ pub struct Screen<W: Write> {
     out: W,
     /// Whether the cursor is mid-line (after streamed text).
     mid_line: bool,
+    /// Whether an assistant message started and its first text has not come yet.
+    awaiting_text: bool,
 }
 
 impl<W: Write> Screen<W> {
@@ -19,6 +21,7 @@ impl<W: Write> Screen<W> {
         Self {
             out,
             mid_line: false,
+            awaiting_text: false,
         }
     }
 
@@ -66,15 +69,17 @@ impl<W: Write> Screen<W> {
 
     pub fn event(&mut self, event: &Event) {
         match event {
+            // The speaker is written with the first text, so lines about tools and queued
+            // messages that come first do not split it.
             Event::MessageStarted {
                 role: Role::Assistant,
                 ..
-            } => {
-                self.end_line();
-                let _ = write!(self.out, "assistant: ");
-                self.mid_line = true;
-            }
+            } => self.awaiting_text = true,
             Event::TextDelta { text, .. } => {
+                if std::mem::take(&mut self.awaiting_text) {
+                    self.end_line();
+                    let _ = write!(self.out, "assistant: ");
+                }
                 let _ = write!(self.out, "{text}");
                 self.mid_line = true;
             }

@@ -41,7 +41,7 @@ fn chat_in_a_terminal_writes_a_file_after_approval() {
     let workspace = scratch.workspace();
     let socket = format!("sidechat-test-{}", std::process::id());
     let command = format!(
-        "cd {} && SIDECHAT_DEMO_DELAY_MS=1 {} chat --db {}; echo CHAT-EXITED-$?; sleep 30",
+        "cd {} && SIDECHAT_DEMO_DELAY_MS=15 {} chat --db {}; echo CHAT-EXITED-$?; sleep 30",
         workspace.display(),
         env!("CARGO_BIN_EXE_sidechat"),
         scratch.db().display()
@@ -86,6 +86,37 @@ fn chat_in_a_terminal_writes_a_file_after_approval() {
         std::fs::read_to_string(workspace.join("notes.md")).unwrap(),
         "hello from the terminal\n"
     );
+
+    // Ctrl-C stops a streaming run; the daemon survives it and the chat goes on.
+    tmux(
+        &socket,
+        &["send-keys", "-t", "chat", "tell me a story", "Enter"],
+    );
+    wait_for(&socket, "Once upon a time");
+    tmux(&socket, &["send-keys", "-t", "chat", "C-c", ""]);
+    wait_for(&socket, "[run ended: Stopped]");
+    let screen = wait_for(&socket, "> ");
+    assert!(!screen.contains("The daemon exited"), "{screen}");
+
+    // Typing while a run waits for approval queues the text for the model.
+    tmux(
+        &socket,
+        &[
+            "send-keys",
+            "-t",
+            "chat",
+            "create later.md with soon",
+            "Enter",
+        ],
+    );
+    wait_for(&socket, "write later.md (1 lines)");
+    tmux(
+        &socket,
+        &["send-keys", "-t", "chat", "and say thanks", "Enter"],
+    );
+    wait_for(&socket, "queued: the model reads it after the current step");
+    tmux(&socket, &["send-keys", "-t", "chat", "a", "Enter"]);
+    wait_for(&socket, "your message reached the model");
 
     tmux(&socket, &["send-keys", "-t", "chat", "/quit", "Enter"]);
     wait_for(&socket, "CHAT-EXITED-0");
