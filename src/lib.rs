@@ -1,7 +1,8 @@
 //! sidechat: a chat-agent sidecar that editors spawn and talk to over JSON-RPC on stdio.
 //!
-//! See `DESIGN` in the README for the data flow: transport → dispatcher → runtime, with the
-//! store as the single source of truth and events streamed back to the editor.
+//! Data flows transport ([`rpc`]) → dispatcher → [`runtime`], with the [`store`] as the single
+//! source of truth, model [`provider`]s behind one driver trait, and session events streamed
+//! back to the editor.
 
 pub mod client;
 pub mod config;
