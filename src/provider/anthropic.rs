@@ -601,20 +601,7 @@ mod tests {
     }
 
     fn decode(events: &[&str]) -> (Vec<ModelEvent>, Result<bool, ProviderError>) {
-        let mut decoder = AnthropicDecoder::default();
-        let mut out = Vec::new();
-        for data in events {
-            let event = SseEvent {
-                event: "x".into(),
-                data: (*data).into(),
-            };
-            match decoder.event(&event, &mut out) {
-                Ok(false) => {}
-                done => return (out, done),
-            }
-        }
-        let end = decoder.end(&mut out);
-        (out, end)
+        crate::provider::retry::decode_all::<AnthropicDecoder>("x", events)
     }
 
     #[test]

@@ -481,20 +481,7 @@ mod tests {
     use super::*;
 
     fn decode(chunks: &[&str]) -> (Vec<ModelEvent>, Result<bool, ProviderError>) {
-        let mut decoder = OpenAiDecoder::default();
-        let mut out = Vec::new();
-        for data in chunks {
-            let event = SseEvent {
-                event: "message".into(),
-                data: (*data).into(),
-            };
-            match decoder.event(&event, &mut out) {
-                Ok(false) => {}
-                done => return (out, done),
-            }
-        }
-        let end = decoder.end(&mut out);
-        (out, end)
+        crate::provider::retry::decode_all::<OpenAiDecoder>("message", chunks)
     }
 
     #[test]

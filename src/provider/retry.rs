@@ -283,6 +283,29 @@ pub trait Decoder: Default + Send + 'static {
     fn end(&mut self, out: &mut Vec<ModelEvent>) -> Result<bool, ProviderError>;
 }
 
+/// Feeds SSE `data` payloads to a decoder as a stream would, then ends it: what it produced,
+/// and whether it finished (an error stops at the event that caused it).
+#[cfg(test)]
+pub(crate) fn decode_all<D: Decoder>(
+    event_name: &str,
+    payloads: &[&str],
+) -> (Vec<ModelEvent>, Result<bool, ProviderError>) {
+    let mut decoder = D::default();
+    let mut out = Vec::new();
+    for data in payloads {
+        let event = SseEvent {
+            event: event_name.into(),
+            data: (*data).into(),
+        };
+        match decoder.event(&event, &mut out) {
+            Ok(false) => {}
+            done => return (out, done),
+        }
+    }
+    let end = decoder.end(&mut out);
+    (out, end)
+}
+
 /// Where and how a driver sends its requests: one HTTP client, the endpoint and the fixed
 /// headers (including the key). `Debug` shows neither the key nor the URL's query string.
 pub struct Upstream {

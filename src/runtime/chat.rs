@@ -30,7 +30,8 @@ impl Runtime {
         let mut runs = self.inner.runs.lock();
         // Decided under the registry lock: a run ending promotes the queue under the same lock,
         // so a row is either queued before that promotion or finds no run and starts one.
-        if runs.contains_key(&session.id) || self.open_suspended_run(&session.id)?.is_some() {
+        if runs.contains_key(&session.id) || self.inner.store.suspended_run(&session.id)?.is_some()
+        {
             if !params.attachments.is_empty() {
                 return Err(RuntimeError::InvalidParams(
                     "attachments wait for the next turn: a run is working, so send the text alone now \
@@ -66,11 +67,8 @@ impl Runtime {
         self.inner.driver(&session.account)?;
         self.refuse_if_cap_spent(&session)?;
         let run_id = new_id("run");
-        let signals =
-            claim_locked(&mut runs, &session.id, &run_id).map_err(|run_id| RuntimeError::Busy {
-                session_id: session.id.clone(),
-                run_id,
-            })?;
+        let signals = claim_locked(&mut runs, &session.id, &run_id)
+            .map_err(RuntimeError::busy(&session.id))?;
         drop(runs);
         let mut blocks = vec![Block::Text { text: params.text }];
         blocks.extend(params.attachments.into_iter().map(|a| Block::Attachment {
@@ -210,10 +208,7 @@ impl Runtime {
             .inner
             .runs
             .claim(session_id, &run_id)
-            .map_err(|run_id| RuntimeError::Busy {
-                session_id: session_id.to_string(),
-                run_id,
-            })?;
+            .map_err(RuntimeError::busy(session_id))?;
         spawn_run(
             self.inner.clone(),
             RunStart::New {
@@ -277,20 +272,7 @@ impl Runtime {
         if self.inner.runs.active_run(session_id).is_some() {
             return Ok(None);
         }
-        self.open_suspended_run(session_id)
-    }
-
-    /// An unfinished run with a pending approval, whether or not a task drives it.
-    fn open_suspended_run(&self, session_id: &str) -> RuntimeResult<Option<crate::store::RunRow>> {
-        let pending = self.inner.store.pending_approvals(session_id)?;
-        match pending.first() {
-            Some(approval) => Ok(self
-                .inner
-                .store
-                .run(&approval.run_id)?
-                .filter(|r| !r.finished)),
-            None => Ok(None),
-        }
+        Ok(self.inner.store.suspended_run(session_id)?)
     }
 
     fn refuse_if_suspended(&self, session_id: &str) -> RuntimeResult<()> {
@@ -314,10 +296,7 @@ impl Runtime {
             .inner
             .runs
             .claim(&session.id, &run.id)
-            .map_err(|run_id| RuntimeError::Busy {
-                session_id: session.id.clone(),
-                run_id,
-            })?;
+            .map_err(RuntimeError::busy(&session.id))?;
         if stop {
             self.inner.runs.stop(&session.id);
         }

@@ -28,4 +28,14 @@ pub enum RuntimeError {
     Internal(String),
 }
 
+impl RuntimeError {
+    /// Maps a registry refusal (the run already there) to `Busy` for `session_id`.
+    pub fn busy(session_id: &str) -> impl FnOnce(String) -> RuntimeError + '_ {
+        move |run_id| RuntimeError::Busy {
+            session_id: session_id.to_string(),
+            run_id,
+        }
+    }
+}
+
 pub type RuntimeResult<T> = Result<T, RuntimeError>;

@@ -65,13 +65,7 @@ pub fn recover(inner: &Inner) -> RuntimeResult<()> {
 /// still suspended on an approval keeps its queue for its own next delivery point.
 fn promote_stranded_input(store: &Store) -> RuntimeResult<()> {
     for session_id in store.sessions_with_open_pending()? {
-        let suspended = store.pending_approvals(&session_id)?.iter().any(|a| {
-            store
-                .run(&a.run_id)
-                .ok()
-                .flatten()
-                .is_some_and(|r| !r.finished)
-        });
+        let suspended = store.suspended_run(&session_id)?.is_some();
         if suspended {
             store.unlease_all(&session_id)?;
             continue;

@@ -45,7 +45,6 @@ pub type StoreResult<T> = Result<T, StoreError>;
 
 pub struct Store {
     conn: Mutex<Connection>,
-    path: Option<PathBuf>,
 }
 
 impl Store {
@@ -58,15 +57,15 @@ impl Store {
             })?;
         }
         let conn = Connection::open(path)?;
-        Self::prepare(conn, Some(path.to_path_buf()))
+        Self::prepare(conn)
     }
 
     /// A private in-memory database, for unit tests and benchmarks.
     pub fn open_in_memory() -> StoreResult<Self> {
-        Self::prepare(Connection::open_in_memory()?, None)
+        Self::prepare(Connection::open_in_memory()?)
     }
 
-    fn prepare(mut conn: Connection, path: Option<PathBuf>) -> StoreResult<Self> {
+    fn prepare(mut conn: Connection) -> StoreResult<Self> {
         conn.busy_timeout(Duration::from_secs(5))?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         // A brand-new file holds nothing to lose: build its schema without waiting for the disk
@@ -81,12 +80,7 @@ impl Store {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         Ok(Self {
             conn: Mutex::new(conn),
-            path,
         })
-    }
-
-    pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
     }
 
     /// The connection; a poisoned lock is still usable because every write is a transaction.

@@ -63,6 +63,17 @@ impl Store {
         Ok(rows)
     }
 
+    /// The unfinished run of a session that waits for an approval, whether or not a task
+    /// drives it: a new turn must not start beside it.
+    pub fn suspended_run(&self, session_id: &str) -> StoreResult<Option<RunRow>> {
+        for approval in self.pending_approvals(session_id)? {
+            if let Some(run) = self.run(&approval.run_id)?.filter(|r| !r.finished) {
+                return Ok(Some(run));
+            }
+        }
+        Ok(None)
+    }
+
     pub fn set_run_steps(&self, id: &str, steps: u32) -> StoreResult<()> {
         self.conn().execute(
             "UPDATE runs SET steps = ?2 WHERE id = ?1",

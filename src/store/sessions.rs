@@ -214,16 +214,6 @@ impl Store {
             |r| r.get::<_, i64>(0),
         )? as u64)
     }
-
-    /// Every session id, for start-up recovery.
-    pub fn session_ids(&self) -> StoreResult<Vec<String>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT id FROM sessions")?;
-        let ids = stmt
-            .query_map([], |r| r.get(0))?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(ids)
-    }
 }
 
 #[cfg(test)]

@@ -18,6 +18,21 @@ async fn replay(scratch: &Scratch, script: Value, session: Value) -> (Daemon, St
     (daemon, id)
 }
 
+/// A replay daemon whose session has sent `first` and is now streaming the model's answer.
+async fn mid_step(
+    scratch: &Scratch,
+    script: Value,
+    session: Value,
+    first: &str,
+) -> (Daemon, String) {
+    let (mut daemon, id) = replay(scratch, script, session).await;
+    daemon.send(&id, first).await;
+    daemon
+        .events_until(|e| matches!(e, Event::TextDelta { .. }))
+        .await;
+    (daemon, id)
+}
+
 /// A step that streams slowly (so input can arrive mid-step) and then lists the workspace.
 fn slow_tool_step() -> Value {
     json!({"text": "Looking around the workspace now, one file at a time.", "delayMs": 150,
@@ -39,16 +54,13 @@ fn texts(request: &Value) -> Vec<String> {
 #[tokio::test]
 async fn delivered_after_the_tool_results_exactly_once_and_in_order() {
     let scratch = Scratch::new();
-    let (mut daemon, session) = replay(
+    let (mut daemon, session) = mid_step(
         &scratch,
         json!({"turns": [slow_tool_step(), {"text": "Noted both."}]}),
         json!({}),
+        "look around",
     )
     .await;
-    daemon.send(&session, "look around").await;
-    daemon
-        .events_until(|e| matches!(e, Event::TextDelta { .. }))
-        .await;
     let first = daemon.send(&session, "also check the README").await;
     let second = daemon.send(&session, "and the licence").await;
     assert_eq!(
@@ -133,16 +145,13 @@ async fn delivered_after_the_tool_results_exactly_once_and_in_order() {
 #[tokio::test]
 async fn queued_during_the_last_allowed_step_is_promoted_into_the_next_run() {
     let scratch = Scratch::new();
-    let (mut daemon, session) = replay(
+    let (mut daemon, session) = mid_step(
         &scratch,
         json!({"turns": [slow_tool_step(), {"text": "Answering the follow-up."}]}),
         json!({"maxSteps": 1}),
+        "look",
     )
     .await;
-    daemon.send(&session, "look").await;
-    daemon
-        .events_until(|e| matches!(e, Event::TextDelta { .. }))
-        .await;
     let queued = daemon.send(&session, "then summarise").await;
     let first_run = daemon.until_finished().await;
     let tail = kinds(&first_run);
@@ -181,16 +190,13 @@ async fn queued_during_the_last_allowed_step_is_promoted_into_the_next_run() {
 async fn stop_with_queued_input_ends_the_run_and_the_input_goes_out_next() {
     let scratch = Scratch::new();
     let long = json!({"text": "word ".repeat(100), "delayMs": 20});
-    let (mut daemon, session) = replay(
+    let (mut daemon, session) = mid_step(
         &scratch,
         json!({"turns": [long, {"text": "On it."}]}),
         json!({}),
+        "talk",
     )
     .await;
-    daemon.send(&session, "talk").await;
-    daemon
-        .events_until(|e| matches!(e, Event::TextDelta { .. }))
-        .await;
     daemon.send(&session, "stop that, do this instead").await;
     daemon
         .call("chat/stop", json!({"sessionId": session}))
@@ -254,16 +260,13 @@ async fn an_interjection_never_answers_a_pending_approval() {
 #[tokio::test]
 async fn cancel_withdraws_a_waiting_interjection() {
     let scratch = Scratch::new();
-    let (mut daemon, session) = replay(
+    let (mut daemon, session) = mid_step(
         &scratch,
         json!({"turns": [slow_tool_step(), {"text": "Done."}]}),
         json!({}),
+        "look",
     )
     .await;
-    daemon.send(&session, "look").await;
-    daemon
-        .events_until(|e| matches!(e, Event::TextDelta { .. }))
-        .await;
     let queued = daemon.send(&session, "never mind").await;
     let pending_id = queued["pendingId"].clone();
     let cancelled = daemon
@@ -292,16 +295,13 @@ async fn cancel_withdraws_a_waiting_interjection() {
 #[tokio::test]
 async fn attachments_wait_for_the_next_turn() {
     let scratch = Scratch::new();
-    let (mut daemon, session) = replay(
+    let (mut daemon, session) = mid_step(
         &scratch,
         json!({"turns": [slow_tool_step(), {"text": "Done."}, {"text": "Read it."}]}),
         json!({}),
+        "look",
     )
     .await;
-    daemon.send(&session, "look").await;
-    daemon
-        .events_until(|e| matches!(e, Event::TextDelta { .. }))
-        .await;
     let attachment = json!([{"name": "notes.md", "text": "hello"}]);
     let refused = daemon
         .try_call(
