@@ -187,6 +187,17 @@ async fn pressure_follows_the_configured_thresholds_exactly() {
         );
         daemon.close().await;
     }
+    // The budget event before a request carries the same pressure: with the critical threshold
+    // at the session's current use, a run's first request is critical.
+    let env = vec![
+        ("SIDECHAT_PRESSURE_HIGH", (utilisation - 0.02).to_string()),
+        ("SIDECHAT_PRESSURE_CRITICAL", utilisation.to_string()),
+    ];
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
+    daemon.send(&session, "hi").await;
+    let events = daemon.until_finished().await;
+    assert_eq!(budgets(&events)[0]["snapshot"]["pressure"], "critical");
+    daemon.close().await;
 }
 
 #[tokio::test]
