@@ -143,7 +143,7 @@ impl Parser {
     fn next_event(&mut self) -> Option<SseEvent> {
         loop {
             let rest = &self.buffer[self.parsed..self.checked];
-            let end = rest.iter().position(|&b| b == b'\n' || b == b'\r')?;
+            let end = memchr::memchr2(b'\n', b'\r', rest)?;
             let eol = match (rest[end], rest.get(end + 1)) {
                 (b'\r', Some(b'\n')) => 2,
                 // A CR ending what arrived may be the first half of a CRLF.
@@ -162,7 +162,7 @@ impl Parser {
             if line[0] == b':' {
                 continue; // a comment
             }
-            let (name, value) = match line.iter().position(|&b| b == b':') {
+            let (name, value) = match memchr::memchr(b':', line) {
                 Some(colon) => {
                     let value = &line[colon + 1..];
                     (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
