@@ -8,6 +8,7 @@ pub mod client;
 pub mod config;
 pub mod context;
 pub mod cost;
+mod json_text;
 pub mod logging;
 pub mod protocol;
 pub mod provider;

@@ -1,13 +1,17 @@
 //! The OpenAI Chat Completions API (`POST /chat/completions`, streamed), which most local and
 //! hosted OpenAI-compatible servers (Ollama, llama.cpp, vLLM, LM Studio…) also speak.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::mem;
 
 use reqwest::header::AUTHORIZATION;
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::{Value, json};
+
+mod fast_chunk;
 
 use super::retry::{Decoder, Upstream, error_message};
 use super::sse::SseEvent;
@@ -187,36 +191,39 @@ fn joined_text(message: &ModelMessage) -> Option<String> {
 
 /// One streamed chunk. Every field is optional: compatible servers differ in what they omit
 /// or send as `null`, and the final usage chunk has no choices.
+/// One streamed chunk. Text borrows from the event's data where it has no escapes: a chunk is
+/// parsed for every token, so each allocation saved is one per token.
 #[derive(Debug, Deserialize)]
-struct WireChunk {
-    #[serde(default)]
-    choices: Option<Vec<WireChoice>>,
+struct WireChunk<'a> {
+    #[serde(default, borrow)]
+    choices: Option<Vec<WireChoice<'a>>>,
     #[serde(default)]
     usage: Option<WireUsage>,
+    /// Only whether it is there matters; the message is read from the raw data.
     #[serde(default)]
-    error: Option<Value>,
+    error: Option<IgnoredAny>,
 }
 
 #[derive(Debug, Deserialize)]
-struct WireChoice {
+struct WireChoice<'a> {
     #[serde(default)]
     index: Option<u64>,
-    #[serde(default)]
-    delta: Option<WireDelta>,
-    #[serde(default)]
-    finish_reason: Option<String>,
+    #[serde(default, borrow)]
+    delta: Option<WireDelta<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
 }
 
 #[derive(Debug, Deserialize)]
-struct WireDelta {
-    #[serde(default)]
-    content: Option<String>,
+struct WireDelta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
     /// Reasoning text, as DeepSeek, llama.cpp and vLLM name it.
-    #[serde(default)]
-    reasoning_content: Option<String>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<Cow<'a, str>>,
     /// Reasoning text, as Ollama and OpenRouter name it.
-    #[serde(default)]
-    reasoning: Option<String>,
+    #[serde(default, borrow)]
+    reasoning: Option<Cow<'a, str>>,
     #[serde(default)]
     tool_calls: Option<Vec<WireToolCall>>,
 }
@@ -312,8 +319,11 @@ impl Decoder for OpenAiDecoder {
             self.finish(out)?;
             return Ok(true);
         }
-        let chunk: WireChunk = serde_json::from_str(&event.data)
-            .map_err(|e| ProviderError::Stream(format!("malformed chunk: {e}")))?;
+        let chunk = match fast_chunk::read(&event.data) {
+            Some(chunk) => chunk,
+            None => serde_json::from_str(&event.data)
+                .map_err(|e| ProviderError::Stream(format!("malformed chunk: {e}")))?,
+        };
         if chunk.error.is_some() {
             let message = error_message(&event.data);
             return Err(ProviderError::Stream(format!(
@@ -348,7 +358,7 @@ impl Decoder for OpenAiDecoder {
 impl OpenAiDecoder {
     fn choice(
         &mut self,
-        choice: WireChoice,
+        choice: WireChoice<'_>,
         out: &mut Vec<ModelEvent>,
     ) -> Result<(), ProviderError> {
         if let Some(delta) = choice.delta {
@@ -456,9 +466,13 @@ impl OpenAiDecoder {
     }
 }
 
-fn push_text(out: &mut Vec<ModelEvent>, event: fn(String) -> ModelEvent, text: Option<String>) {
+fn push_text(
+    out: &mut Vec<ModelEvent>,
+    event: fn(String) -> ModelEvent,
+    text: Option<Cow<'_, str>>,
+) {
     if let Some(text) = text.filter(|text| !text.is_empty()) {
-        out.push(event(text));
+        out.push(event(text.into_owned()));
     }
 }
 
