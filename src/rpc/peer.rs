@@ -10,8 +10,10 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
+use super::delta_frame::delta_frame;
 use super::transport::Outbox;
-use crate::protocol::{Event, SessionEventParams};
+use crate::protocol::SessionEventParams;
+use crate::runtime::Delta;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum PeerError {
@@ -140,71 +142,14 @@ impl ClientSink {
 impl crate::runtime::EventSink for ClientSink {
     fn emit(&self, event: &SessionEventParams) {
         let Some(peer) = self.peer.get() else { return };
-        match streamed_text_frame(event) {
-            Some(Ok(text)) => peer.outbox.send(text),
-            Some(Err(e)) => tracing::error!(error = %e, "cannot serialise notification"),
-            None => peer.notify("session/event", event),
+        peer.notify("session/event", event);
+    }
+
+    fn emit_delta(&self, delta: &Delta<'_>) {
+        if let Some(peer) = self.peer.get() {
+            peer.outbox.send(delta_frame(delta));
         }
     }
-}
-
-/// The `session/event` notification of a text or thinking delta, written straight from the
-/// event without building a [`Value`] first: streamed text is nearly all of what a run sends.
-/// The bytes are those of the general path, whose JSON objects have their keys sorted, so the
-/// fields below are declared in that order.
-#[derive(Serialize)]
-struct DeltaNotification<'a> {
-    jsonrpc: &'static str,
-    method: &'static str,
-    params: DeltaParams<'a>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct DeltaParams<'a> {
-    event: DeltaEvent<'a>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    run_id: Option<&'a str>,
-    seq: u64,
-    session_id: &'a str,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct DeltaEvent<'a> {
-    kind: &'static str,
-    message_id: &'a str,
-    text: &'a str,
-}
-
-/// `None` for events other than streamed text, which take the general path.
-fn streamed_text_frame(event: &SessionEventParams) -> Option<serde_json::Result<String>> {
-    let (kind, message_id, text) = match &event.event {
-        Event::TextDelta { message_id, text } => ("textDelta", message_id, text),
-        Event::ThinkingDelta { message_id, text } => ("thinkingDelta", message_id, text),
-        _ => return None,
-    };
-    let frame = DeltaNotification {
-        jsonrpc: "2.0",
-        method: "session/event",
-        params: DeltaParams {
-            event: DeltaEvent {
-                kind,
-                message_id,
-                text,
-            },
-            run_id: event.run_id.as_deref(),
-            seq: event.seq,
-            session_id: &event.session_id,
-        },
-    };
-    let ids = event.session_id.len() + event.run_id.as_deref().map_or(0, str::len);
-    // The fixed part is under 128 bytes; escapes are rare.
-    let mut out = Vec::with_capacity(128 + ids + message_id.len() + text.len() + text.len() / 8);
-    Some(serde_json::to_writer(&mut out, &frame).map(|()| {
-        // serde_json writes valid UTF-8 only.
-        String::from_utf8(out).unwrap_or_default()
-    }))
 }
 
 #[cfg(test)]
@@ -254,44 +199,6 @@ mod tests {
         assert!(peer.complete(&json!({"jsonrpc": "2.0", "id": id, "result": {"ok": true}})));
         assert_eq!(task.await.unwrap(), Ok(json!({"ok": true})));
         assert!(!peer.complete(&json!({"jsonrpc": "2.0", "id": id, "result": null})));
-    }
-
-    #[test]
-    fn streamed_text_is_written_as_the_general_path_would() {
-        let texts = ["w1 ", "", "é \"quoted\" \\ \n\t\u{1} 😀 </script>"];
-        for run_id in [Some("run_1".to_string()), None] {
-            for text in texts {
-                for event in [
-                    Event::TextDelta {
-                        message_id: "msg_1".into(),
-                        text: text.into(),
-                    },
-                    Event::ThinkingDelta {
-                        message_id: "msg_\"2".into(),
-                        text: text.into(),
-                    },
-                ] {
-                    let params = SessionEventParams {
-                        session_id: "ses_1".into(),
-                        seq: 18_446_744_073_709_551_615,
-                        run_id: run_id.clone(),
-                        event,
-                    };
-                    let general =
-                        json!({"jsonrpc": "2.0", "method": "session/event", "params": &params})
-                            .to_string();
-                    let fast = streamed_text_frame(&params).unwrap().unwrap();
-                    assert_eq!(fast, general);
-                }
-            }
-        }
-        let other = SessionEventParams {
-            session_id: "ses_1".into(),
-            seq: 1,
-            run_id: None,
-            event: Event::RunStarted { model: "m".into() },
-        };
-        assert!(streamed_text_frame(&other).is_none());
     }
 
     #[tokio::test]

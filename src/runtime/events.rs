@@ -15,6 +15,47 @@ use super::RuntimeResult;
 /// Where session events go: the connected client, or nowhere during recovery.
 pub trait EventSink: Send + Sync + 'static {
     fn emit(&self, event: &SessionEventParams);
+
+    /// A streamed text or thinking delta: nearly all of what a run sends, so a sink may write
+    /// it without building the event first.
+    fn emit_delta(&self, delta: &Delta<'_>) {
+        self.emit(&delta.to_event());
+    }
+}
+
+/// Which streamed text a [`Delta`] adds to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeltaKind {
+    Text,
+    Thinking,
+}
+
+/// A `textDelta` or `thinkingDelta` event, borrowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delta<'a> {
+    pub session_id: &'a str,
+    pub seq: u64,
+    pub run_id: Option<&'a str>,
+    pub kind: DeltaKind,
+    pub message_id: &'a str,
+    pub text: &'a str,
+}
+
+impl Delta<'_> {
+    /// The event as every other event is published.
+    pub fn to_event(&self) -> SessionEventParams {
+        let message_id = self.message_id.to_string();
+        let text = self.text.to_string();
+        SessionEventParams {
+            session_id: self.session_id.to_string(),
+            seq: self.seq,
+            run_id: self.run_id.map(str::to_string),
+            event: match self.kind {
+                DeltaKind::Text => Event::TextDelta { message_id, text },
+                DeltaKind::Thinking => Event::ThinkingDelta { message_id, text },
+            },
+        }
+    }
 }
 
 /// A sink that drops everything, for tools and tests that need no client.
@@ -24,9 +65,12 @@ impl EventSink for NoClient {
     fn emit(&self, _event: &SessionEventParams) {}
 }
 
+/// A session's last published `seq`.
+pub type SeqCounter = Arc<Mutex<u64>>;
+
 pub struct Events {
     sink: Arc<dyn EventSink>,
-    counters: Mutex<HashMap<String, Arc<Mutex<u64>>>>,
+    counters: Mutex<HashMap<String, SeqCounter>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -41,7 +85,8 @@ impl Events {
         }
     }
 
-    fn counter(&self, store: &Store, session_id: &str) -> RuntimeResult<Arc<Mutex<u64>>> {
+    /// The session's `seq` counter, shared by everything that publishes its events.
+    pub fn counter(&self, store: &Store, session_id: &str) -> RuntimeResult<SeqCounter> {
         if let Some(counter) = lock(&self.counters).get(session_id) {
             return Ok(counter.clone());
         }
@@ -71,6 +116,29 @@ impl Events {
             seq: *seq,
             run_id: run_id.map(str::to_string),
             event,
+        });
+    }
+
+    /// Publishes one streamed delta with the session's next `seq`, through `counter` (from
+    /// [`Events::counter`], kept by the run so each delta skips the lookup).
+    pub fn emit_delta(
+        &self,
+        counter: &SeqCounter,
+        session_id: &str,
+        run_id: Option<&str>,
+        kind: DeltaKind,
+        message_id: &str,
+        text: &str,
+    ) {
+        let mut seq = lock(counter);
+        *seq += 1;
+        self.sink.emit_delta(&Delta {
+            session_id,
+            seq: *seq,
+            run_id,
+            kind,
+            message_id,
+            text,
         });
     }
 
