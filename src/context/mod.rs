@@ -5,6 +5,7 @@
 //! summed incrementally ([`HistoryTally`]); a snapshot is then a handful of additions.
 
 pub mod budget;
+pub mod streaming;
 pub mod tokens;
 pub mod window;
 
@@ -12,6 +13,7 @@ pub use budget::{
     Actuals, BudgetError, BudgetInput, BudgetSnapshot, Correction, CorrectionTable,
     DEFAULT_RESPONSE_RESERVE, HistoryTally, Pressure, Reconciliation, Thresholds,
 };
+pub use streaming::StreamingCount;
 pub use tokens::{
     CountCache, Counted, DOCUMENT_TOKENS, Encoding, IMAGE_TOKENS, Part, REPLY_PRIMING_TOKENS,
     TOKENS_PER_MESSAGE, TOOL_CALL_OVERHEAD_TOKENS, TokenCounter, TokenizerError, Tokenizers,

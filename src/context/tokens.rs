@@ -119,6 +119,8 @@ pub enum Part<'a> {
     Image,
     /// A document whose text is not given, charged [`DOCUMENT_TOKENS`].
     Document,
+    /// Text counted before, e.g. while it streamed in ([`super::StreamingCount`]).
+    Counted(Counted),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -253,6 +255,7 @@ impl TokenCounter {
             },
             Part::Image => Counted::estimated(IMAGE_TOKENS),
             Part::Document => Counted::estimated(DOCUMENT_TOKENS),
+            Part::Counted(counted) => counted,
         }
     }
 

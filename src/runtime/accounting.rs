@@ -5,6 +5,7 @@
 //! session. Usage lines are facts; prices are applied when a summary is read, so a changed
 //! price re-prices history.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
@@ -50,27 +51,66 @@ impl Accounting {
     }
 }
 
+/// Counts of an answer's text and thinking, taken while they streamed in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Precounted {
+    pub text: Option<Counted>,
+    pub thinking: Option<Counted>,
+}
+
 /// Counts one message as the model will see it.
 pub fn count_blocks(model: &str, role: Role, blocks: &[Block]) -> Counted {
+    count_blocks_with(model, role, blocks, Precounted::default())
+}
+
+/// Counts one message, taking the counts of its text and thinking from `precounted` where given
+/// (an answer has at most one block of each).
+pub fn count_blocks_with(
+    model: &str,
+    role: Role,
+    blocks: &[Block],
+    precounted: Precounted,
+) -> Counted {
     let counter = TokenCounter::for_model(model);
-    let texts: Vec<String> = blocks
+    let texts: Vec<Cow<'_, str>> = blocks
         .iter()
         .filter_map(|block| match block {
-            Block::Text { text } | Block::Thinking { text, .. } => Some(text.clone()),
-            Block::ToolResult { output, .. } => Some(output.clone()),
-            Block::Interjection { text, .. } => Some(super::projection::interjection_text(text)),
-            Block::Attachment { name, text } => Some(format!("Attached {name}:\n{text}")),
+            Block::Text { text } if precounted.text.is_none() => Some(Cow::Borrowed(text.as_str())),
+            Block::Thinking { text, .. } if precounted.thinking.is_none() => {
+                Some(Cow::Borrowed(text.as_str()))
+            }
+            Block::Text { .. } | Block::Thinking { .. } => None,
+            Block::ToolResult { output, .. } => Some(Cow::Borrowed(output.as_str())),
+            Block::Interjection { text, .. } => {
+                Some(Cow::Owned(super::projection::interjection_text(text)))
+            }
+            Block::Attachment { name, text } => {
+                Some(Cow::Owned(format!("Attached {name}:\n{text}")))
+            }
             Block::ToolCall { .. } => None,
         })
         .collect();
-    let arguments: Vec<(String, String)> = blocks
+    let arguments: Vec<(&str, String)> = blocks
         .iter()
         .filter_map(|block| match block {
-            Block::ToolCall { name, input, .. } => Some((name.clone(), input.to_string())),
+            Block::ToolCall { name, input, .. } => Some((name.as_str(), input.to_string())),
             _ => None,
         })
         .collect();
+    let has = |wanted: fn(&Block) -> bool| blocks.iter().any(wanted);
     let mut parts: Vec<Part<'_>> = texts.iter().map(|t| Part::Text(t)).collect();
+    if let Some(counted) = precounted
+        .thinking
+        .filter(|_| has(|b| matches!(b, Block::Thinking { .. })))
+    {
+        parts.push(Part::Counted(counted));
+    }
+    if let Some(counted) = precounted
+        .text
+        .filter(|_| has(|b| matches!(b, Block::Text { .. })))
+    {
+        parts.push(Part::Counted(counted));
+    }
     parts.extend(
         arguments
             .iter()
@@ -256,5 +296,45 @@ mod tests {
         assert_eq!(counted, expected);
         assert!(counted.exact);
         assert!(!count_blocks("claude-sonnet-4-5", Role::User, &blocks[..1]).exact);
+    }
+
+    #[test]
+    fn precounted_text_and_thinking_replace_counting_them() {
+        let blocks = vec![
+            Block::Thinking {
+                text: "let me think".into(),
+                signature: Some("sig".into()),
+            },
+            Block::Text {
+                text: "hello world".into(),
+            },
+            Block::ToolCall {
+                id: "c".into(),
+                name: "read_file".into(),
+                input: json!({"path": "a"}),
+            },
+        ];
+        let counter = TokenCounter::for_model("gpt-4o");
+        let precounted = Precounted {
+            text: Some(counter.count_text("hello world")),
+            thinking: Some(counter.count_text("let me think")),
+        };
+        assert_eq!(
+            count_blocks_with("gpt-4o", Role::Assistant, &blocks, precounted),
+            count_blocks("gpt-4o", Role::Assistant, &blocks)
+        );
+        // A count is used for its own kind of block only, and only when that block is there.
+        let odd = Precounted {
+            text: Some(Counted::exact(1_000)),
+            thinking: Some(Counted::exact(2_000)),
+        };
+        assert_eq!(
+            count_blocks_with("gpt-4o", Role::Assistant, &blocks[1..2], odd),
+            count_blocks("gpt-4o", Role::Assistant, &[]) + Counted::exact(1_000)
+        );
+        assert_eq!(
+            count_blocks_with("gpt-4o", Role::Assistant, &blocks[2..], odd),
+            count_blocks("gpt-4o", Role::Assistant, &blocks[2..])
+        );
     }
 }

@@ -8,10 +8,12 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 
+use super::accounting::{Precounted, count_blocks_with};
+use super::events::{DeltaKind, SeqCounter};
 use super::registry::RunSignals;
 use super::registry::claim_locked;
 use super::{Inner, RuntimeError, RuntimeResult, project};
-use crate::context::{Actuals, BudgetSnapshot};
+use crate::context::{Actuals, BudgetSnapshot, StreamingCount, TokenCounter};
 use crate::protocol::*;
 use crate::provider::{ModelEvent, ModelRequest, ProviderError, StopReason, TokenUsage};
 use crate::store::{NewMessage, PendingRow, RunRow, SessionRow, Settle, UsageRow, elapsed_ms};
@@ -112,6 +114,17 @@ impl RunContext {
             &self.session_id,
             Some(&self.run_id),
             event,
+        );
+    }
+
+    fn emit_delta(&self, seq: &SeqCounter, kind: DeltaKind, message_id: &str, text: &str) {
+        self.inner.events.emit_delta(
+            seq,
+            &self.session_id,
+            Some(&self.run_id),
+            kind,
+            message_id,
+            text,
         );
     }
 
@@ -218,7 +231,11 @@ impl RunContext {
             message_id: message_id.clone(),
             role: Role::Assistant,
         });
-        let mut reply = Reply::default();
+        let seq = self
+            .inner
+            .events
+            .counter(&self.inner.store, &self.session_id)?;
+        let mut reply = Reply::new(TokenCounter::for_model(&session.model), seq);
         let started = std::time::Instant::now();
         let mut stream = driver.stream(request);
         let mut stop = self.signals.stop.clone();
@@ -269,12 +286,23 @@ impl RunContext {
         let keep_calls = status == MessageStatus::Complete;
         let cut_ids: Vec<String> = reply.cut_calls.iter().map(|(id, _)| id.clone()).collect();
         let has_calls = keep_calls && !(reply.calls.is_empty() && reply.cut_calls.is_empty());
-        self.commit(
-            Some(message_id),
+        let precounted = reply.precounted().await;
+        let blocks = reply.into_blocks(keep_calls);
+        let mut message = NewMessage::new(
+            &self.session_id,
+            Some(&self.run_id),
             Role::Assistant,
-            reply.into_blocks(keep_calls),
-            status,
-        )?;
+            blocks,
+        );
+        message.id = Some(message_id);
+        message.status = status;
+        message.tokens = Some(count_blocks_with(
+            &session.model,
+            Role::Assistant,
+            &message.blocks,
+            precounted,
+        ));
+        self.inner.commit(message)?;
         for id in cut_ids {
             let output = "This tool call was cut off by the output limit before its arguments were complete, so it was not run. Send less at once or split the work into smaller calls.";
             self.inner.store.set_tool_call_result(
@@ -361,17 +389,17 @@ impl RunContext {
         match event {
             ModelEvent::TextDelta(text) => {
                 reply.text.push_str(&text);
-                self.emit(Event::TextDelta {
-                    message_id: message_id.to_string(),
-                    text,
-                });
+                if let Some(count) = &mut reply.text_count {
+                    count.push(&text);
+                }
+                self.emit_delta(&reply.seq, DeltaKind::Text, message_id, &text);
             }
             ModelEvent::ThinkingDelta(text) => {
                 reply.thinking.push_str(&text);
-                self.emit(Event::ThinkingDelta {
-                    message_id: message_id.to_string(),
-                    text,
-                });
+                if let Some(count) = &mut reply.thinking_count {
+                    count.push(&text);
+                }
+                self.emit_delta(&reply.seq, DeltaKind::Thinking, message_id, &text);
             }
             ModelEvent::ThinkingSignature(signature) => reply.signature = Some(signature),
             ModelEvent::ToolCall { id, name, input } => reply.calls.push((id, name, input)),
@@ -546,7 +574,6 @@ enum Ended {
 }
 
 /// The assistant message being streamed.
-#[derive(Default)]
 struct Reply {
     thinking: String,
     signature: Option<String>,
@@ -554,9 +581,41 @@ struct Reply {
     calls: Vec<(String, String, serde_json::Value)>,
     cut_calls: Vec<(String, String)>,
     usage: Option<TokenUsage>,
+    /// The text and the thinking, counted as they arrive so a long answer is not counted at
+    /// the end; taken by [`Reply::precounted`].
+    text_count: Option<StreamingCount>,
+    thinking_count: Option<StreamingCount>,
+    /// The session's event counter, looked up once rather than per delta.
+    seq: SeqCounter,
 }
 
 impl Reply {
+    fn new(counter: TokenCounter, seq: SeqCounter) -> Self {
+        Self {
+            seq,
+            thinking: String::new(),
+            signature: None,
+            text: String::new(),
+            calls: Vec::new(),
+            cut_calls: Vec::new(),
+            usage: None,
+            text_count: Some(StreamingCount::new(counter)),
+            thinking_count: Some(StreamingCount::new(counter)),
+        }
+    }
+
+    /// The counts of the streamed text and thinking.
+    async fn precounted(&mut self) -> Precounted {
+        let mut precounted = Precounted::default();
+        if let Some(count) = self.text_count.take() {
+            precounted.text = Some(count.finish().await);
+        }
+        if let Some(count) = self.thinking_count.take() {
+            precounted.thinking = Some(count.finish().await);
+        }
+        precounted
+    }
+
     fn into_blocks(self, with_calls: bool) -> Vec<Block> {
         let mut blocks = Vec::new();
         if !self.thinking.is_empty() || self.signature.is_some() {

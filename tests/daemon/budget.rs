@@ -116,6 +116,72 @@ async fn counts_are_tiktokens_and_the_stored_counts_add_up_to_a_recount() {
     daemon.close().await;
 }
 
+/// Streamed text is counted while it arrives, in pieces; the stored count must still be the
+/// count of the whole answer.
+#[tokio::test]
+async fn a_long_streamed_answer_counts_as_a_recount_of_it() {
+    let paragraph = "Streaming answers arrive in small pieces, and émigré words, numbers like \
+                     12345, code such as `let x = 1;` and <|endoftext|> all get counted.\n\
+                     Another line follows here with  two spaces and a tab\tinside.\n";
+    let text = paragraph.repeat(300);
+    let thinking = "Let me think about this step by step.\nFirst, the question.\n".repeat(200);
+    let pieces = |text: &str| -> Vec<String> {
+        let chars: Vec<char> = text.chars().collect();
+        chars.chunks(5).map(|c| c.iter().collect()).collect()
+    };
+    let mut chunks: Vec<Value> = pieces(&thinking)
+        .into_iter()
+        .map(|piece| json!({"choices": [{"index": 0, "delta": {"reasoning_content": piece}}]}))
+        .collect();
+    chunks.extend(
+        pieces(&text)
+            .into_iter()
+            .map(|piece| json!({"choices": [{"index": 0, "delta": {"content": piece}}]})),
+    );
+    chunks.push(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}));
+    let upstream = start(vec![Reply::sse(&chunks)]);
+    let scratch = Scratch::new();
+    let mut daemon = Daemon::start(
+        &scratch.db(),
+        Options::with_env(openai_env(&upstream.url, "gpt-4o")),
+    )
+    .await;
+    let session = daemon.create_session(json!({})).await;
+    daemon
+        .call(
+            "chat/send",
+            json!({"sessionId": session, "text": "Explain."}),
+        )
+        .await;
+    assert_eq!(
+        finish(&daemon.until_finished().await).0,
+        FinishReason::EndTurn
+    );
+    let transcript = daemon.transcript(&session).await;
+    let entries: Vec<sidechat::protocol::TranscriptEntry> =
+        serde_json::from_value(transcript["entries"].clone()).unwrap();
+    assert_eq!(
+        entries[1].blocks,
+        vec![
+            sidechat::protocol::Block::Thinking {
+                text: thinking,
+                signature: None
+            },
+            sidechat::protocol::Block::Text { text }
+        ]
+    );
+    let recount: u64 = entries
+        .iter()
+        .map(|e| sidechat::runtime::count_blocks("gpt-4o", e.role, &e.blocks).tokens)
+        .sum();
+    let snapshot = daemon
+        .call("session/budget", json!({"sessionId": session}))
+        .await["snapshot"]
+        .clone();
+    assert_eq!(snapshot["historyTokens"].as_u64().unwrap(), recount);
+    daemon.close().await;
+}
+
 #[tokio::test]
 async fn context_windows_come_from_the_table_unless_the_account_overrides() {
     let scratch = Scratch::new();
