@@ -3,8 +3,8 @@
 //! tiktoken counts about 9 MB/s here: a 700 KB answer takes ~80 ms, which, done when the answer
 //! is committed, would delay the end of the run by that much and hold an async worker. Instead
 //! the streamed text is cut into pieces as it arrives and each piece is counted on a thread of
-//! its own, at a lower priority so that it does not delay the streaming; at the end only the
-//! last piece remains.
+//! its own, at a lower priority so that it does not delay the streaming. When the answer ends,
+//! what that thread has not reached yet is counted at normal priority beside it.
 //!
 //! The counts of the pieces add up to the count of the whole only if each cut falls where
 //! tiktoken's pre-tokenizer splits the whole text anyway, and where that split does not depend
@@ -22,9 +22,8 @@
 //! Neither can fall inside a special token such as `<|endoftext|>`. A test checks the sums
 //! against whole counts for both encodings.
 
-use std::sync::mpsc;
-
-use tokio::sync::oneshot;
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::tokens::{Counted, TokenCounter};
 
@@ -49,16 +48,34 @@ pub struct StreamingCount {
     bytes: u64,
 }
 
-/// The counting thread: pieces in, their summed count out when the pieces end.
+/// Pieces waiting to be counted, shared by the low-priority thread that counts them while the
+/// text streams and the helper that joins in at normal priority once it has ended.
 struct Worker {
-    pieces: mpsc::Sender<String>,
-    total: oneshot::Receiver<Counted>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<Queue>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct Queue {
+    pieces: VecDeque<String>,
+    /// No more pieces will come.
+    closed: bool,
+    /// Pieces taken but not yet added to `total`.
+    counting: usize,
+    total: Counted,
+    /// A count panicked (a tokenizer bug): `total` is incomplete.
+    failed: bool,
 }
 
 /// How much the counting thread yields to the rest of the process (a nice value; 19 yields
 /// most). Counting is background work: on a machine with few cores a thread counting at full
 /// priority for milliseconds at a time delays the deltas being streamed beside it.
-const COUNTING_NICENESS: i32 = 19;
+const COUNTING_NICENESS: i32 = 10;
 
 impl StreamingCount {
     pub fn new(counter: TokenCounter) -> Self {
@@ -91,18 +108,26 @@ impl StreamingCount {
         }
     }
 
-    /// The count of everything pushed.
+    /// The count of everything pushed. What the low-priority thread has not counted yet is
+    /// counted at normal priority, beside it, on a blocking thread.
     pub async fn finish(mut self) -> Counted {
         let Some(worker) = self.worker.take() else {
             // A short text (no thread was needed), or the thread could not be started.
             return self.counter.count_text(&self.pending);
         };
-        let _ = worker.pieces.send(std::mem::take(&mut self.pending));
-        drop(worker.pieces);
-        match worker.total.await {
-            Ok(total) => total,
-            // Only a tokenizer bug could end the thread early: fall back to a rough estimate.
-            Err(_) => Counted::estimated(self.bytes.div_ceil(BYTES_PER_TOKEN_GUESS)),
+        {
+            let mut queue = lock(&worker.shared.state);
+            queue.pieces.push_back(std::mem::take(&mut self.pending));
+            queue.closed = true;
+        }
+        worker.shared.changed.notify_all();
+        let counter = self.counter;
+        let shared = worker.shared.clone();
+        let helped = tokio::task::spawn_blocking(move || help_until_counted(&shared, counter));
+        match helped.await {
+            Ok(Some(total)) => total,
+            // Only a tokenizer bug could stop a count: fall back to a rough estimate.
+            _ => Counted::estimated(self.bytes.div_ceil(BYTES_PER_TOKEN_GUESS)),
         }
     }
 
@@ -119,25 +144,82 @@ impl StreamingCount {
             }
         }
         if let Some(worker) = &self.worker {
-            // The thread lives until the sender is dropped in `finish`.
-            let _ = worker.pieces.send(piece);
+            lock(&worker.shared.state).pieces.push_back(piece);
+            worker.shared.changed.notify_all();
         }
     }
 }
 
+fn lock(state: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn spawn_worker(counter: TokenCounter) -> std::io::Result<Worker> {
-    let (pieces, received) = mpsc::channel::<String>();
-    let (done, total) = oneshot::channel();
+    let shared = Arc::new(Shared::default());
+    let theirs = shared.clone();
     std::thread::Builder::new()
         .name("sidechat-count".into())
         .spawn(move || {
             yield_to_the_process();
-            let sum = received
-                .iter()
-                .fold(Counted::ZERO, |sum, piece| sum + counter.count_text(&piece));
-            let _ = done.send(sum);
+            count_pieces(&theirs, counter);
         })?;
-    Ok(Worker { pieces, total })
+    Ok(Worker { shared })
+}
+
+/// The low-priority thread: counts pieces as they come until the text has ended and no piece
+/// is left.
+fn count_pieces(shared: &Shared, counter: TokenCounter) {
+    let mut queue = lock(&shared.state);
+    loop {
+        if let Some(piece) = queue.pieces.pop_front() {
+            queue = count_one(shared, queue, counter, piece);
+        } else if queue.closed {
+            return;
+        } else {
+            queue = shared
+                .changed
+                .wait(queue)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// The helper at the end: counts what is left, waits for the piece the thread may be on, and
+/// returns the total (`None` if a count failed).
+fn help_until_counted(shared: &Shared, counter: TokenCounter) -> Option<Counted> {
+    let mut queue = lock(&shared.state);
+    loop {
+        if let Some(piece) = queue.pieces.pop_front() {
+            queue = count_one(shared, queue, counter, piece);
+        } else if queue.counting > 0 {
+            queue = shared
+                .changed
+                .wait(queue)
+                .unwrap_or_else(|p| p.into_inner());
+        } else {
+            return (!queue.failed).then_some(queue.total);
+        }
+    }
+}
+
+/// Counts one piece with the lock released, and adds it to the total.
+fn count_one<'a>(
+    shared: &'a Shared,
+    mut queue: MutexGuard<'a, Queue>,
+    counter: TokenCounter,
+    piece: String,
+) -> MutexGuard<'a, Queue> {
+    queue.counting += 1;
+    drop(queue);
+    let counted = std::panic::catch_unwind(|| counter.count_text(&piece));
+    let mut queue = lock(&shared.state);
+    queue.counting -= 1;
+    match counted {
+        Ok(counted) => queue.total += counted,
+        Err(_) => queue.failed = true,
+    }
+    shared.changed.notify_all();
+    queue
 }
 
 /// Lowers the calling thread's priority to [`COUNTING_NICENESS`].
