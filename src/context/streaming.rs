@@ -150,6 +150,20 @@ impl StreamingCount {
     }
 }
 
+/// A count given up (the run failed before its answer was committed) lets its thread end.
+impl Drop for StreamingCount {
+    fn drop(&mut self) {
+        if let Some(worker) = self.worker.take() {
+            {
+                let mut queue = lock(&worker.shared.state);
+                queue.pieces.clear();
+                queue.closed = true;
+            }
+            worker.shared.changed.notify_all();
+        }
+    }
+}
+
 fn lock(state: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
     state.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -319,6 +333,28 @@ mod tests {
             .collect();
         let counter = TokenCounter::for_model("gpt-4o");
         assert_eq!(streamed(counter, &parts), counter.count_text(&text));
+    }
+
+    #[test]
+    fn a_count_given_up_ends_its_thread() {
+        let mut count = StreamingCount::new(TokenCounter::for_model("gpt-4o"));
+        count.push(&"many words in a row ".repeat(1_000));
+        let shared = count
+            .worker
+            .as_ref()
+            .expect("a thread was started")
+            .shared
+            .clone();
+        drop(count);
+        // The thread holds the other reference until it returns.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while Arc::strong_count(&shared) > 1 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the counting thread never ended"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 
     #[test]
