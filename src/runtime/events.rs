@@ -63,6 +63,9 @@ pub struct NoClient;
 
 impl EventSink for NoClient {
     fn emit(&self, _event: &SessionEventParams) {}
+
+    /// Nothing to build an event for.
+    fn emit_delta(&self, _delta: &Delta<'_>) {}
 }
 
 /// A session's last published `seq`.
