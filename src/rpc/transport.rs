@@ -2,7 +2,8 @@
 //! task owns stdout. Nothing else in the process writes to stdout.
 
 use std::io::{Read, Write};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 
@@ -54,21 +55,35 @@ pub fn spawn_reader<R: Read + Send + 'static>(
     rx
 }
 
-/// Sends serialised JSON-RPC messages to the writer task.
+/// Sends serialised JSON-RPC messages to the writer thread.
 ///
-/// Messages are framed by the sender straight into one shared buffer, and the writer is
-/// signalled only when that buffer goes from empty to non-empty: while it is writing, later
-/// messages pile up behind it and go out with its next write, without waking it again.
+/// Messages are framed by the sender straight into one shared buffer. The writer is woken only
+/// when it sleeps with nothing to do: while it writes, and for a moment after each write, later
+/// messages pile up behind it and go out together with its next write, with no wake-up. A
+/// streamed answer's deltas therefore cost one `write` per batch rather than one write and one
+/// thread wake-up each, which is most of what a delta would otherwise cost the daemon (and the
+/// editor reading it).
 #[derive(Clone)]
 pub struct Outbox {
     shared: Arc<Shared>,
-    /// Wakes the writer; it stops once every `Outbox` is gone.
-    wake: mpsc::UnboundedSender<()>,
+    /// The writer stops once every `Outbox` is gone; the last one's guard tells it.
+    _senders: Arc<SendersGuard>,
 }
+
+/// How long the writer waits after a write before looking for more, unless a full batch is
+/// already waiting. Deltas that arrive meanwhile go out in the same write. Far below what a
+/// person or an editor's frame rate could notice, and the first message after a quiet spell
+/// goes out at once.
+const LINGER: Duration = Duration::from_micros(50);
+
+/// Queued bytes that are written at once, without lingering first.
+const FULL_BATCH: usize = 64 * 1024;
 
 struct Shared {
     framing: Arc<OnceLock<Framing>>,
     queue: Mutex<Queue>,
+    /// Signalled when the writer sleeps and there is something for it.
+    wake: Condvar,
 }
 
 #[derive(Default)]
@@ -77,13 +92,43 @@ struct Queue {
     wire: Vec<u8>,
     /// Flushes waiting for everything queued before them.
     waiters: Vec<tokio::sync::oneshot::Sender<()>>,
+    /// The writer sleeps on `wake` and must be signalled.
+    asleep: bool,
+    /// Every sender is gone: the writer ends once the queue is written.
+    senders_gone: bool,
     /// The writer has stopped (the peer is gone); nothing is queued any more.
     closed: bool,
 }
 
 impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `change` on the queue, then wakes the writer if it sleeps. Nothing happens once
+    /// the writer has stopped.
+    fn update(&self, change: impl FnOnce(&mut Queue)) -> bool {
+        let wake = {
+            let mut queue = self.lock();
+            if queue.closed {
+                return false;
+            }
+            change(&mut queue);
+            std::mem::take(&mut queue.asleep)
+        };
+        if wake {
+            self.wake.notify_one();
+        }
+        true
+    }
+}
+
+/// Dropped with the last [`Outbox`].
+struct SendersGuard(Arc<Shared>);
+
+impl Drop for SendersGuard {
+    fn drop(&mut self) {
+        self.0.update(|queue| queue.senders_gone = true);
     }
 }
 
@@ -91,81 +136,92 @@ impl Outbox {
     /// Queues one message; dropped silently once the writer has stopped (the peer is gone).
     pub fn send(&self, json: String) {
         let framing = self.shared.framing.get().copied().unwrap_or(Framing::Line);
-        let was_empty = {
-            let mut queue = self.shared.lock();
-            if queue.closed {
-                return;
-            }
-            let was_empty = queue.wire.is_empty();
-            framing.encode(&json, &mut queue.wire);
-            was_empty
-        };
-        if was_empty {
-            let _ = self.wake.send(());
-        }
+        self.shared
+            .update(|queue| framing.encode(&json, &mut queue.wire));
     }
 
     /// Waits until everything queued before this call has been written and flushed.
     pub async fn flush(&self) {
         let (done, wait) = tokio::sync::oneshot::channel();
-        {
-            let mut queue = self.shared.lock();
-            if queue.closed {
-                return;
-            }
-            queue.waiters.push(done);
-        }
-        if self.wake.send(()).is_ok() {
+        if self.shared.update(|queue| queue.waiters.push(done)) {
             let _ = wait.await;
         }
     }
 }
 
-/// Starts the writer task that owns `output`; messages are framed as the client chose.
+/// Starts the writer thread that owns `output`; messages are framed as the client chose.
 pub fn spawn_writer<W: Write + Send + 'static>(
-    mut output: W,
+    output: W,
     framing: Arc<OnceLock<Framing>>,
 ) -> Outbox {
-    let (wake, mut woken) = mpsc::unbounded_channel::<()>();
     let shared = Arc::new(Shared {
         framing,
         queue: Mutex::default(),
+        wake: Condvar::new(),
     });
-    let queue = shared.clone();
-    // Writes block, so they run on a blocking thread; each wake-up takes everything queued so
-    // far, so a burst of deltas costs one write and one flush.
-    tokio::task::spawn_blocking(move || {
-        let mut wire = Vec::with_capacity(64 * 1024);
-        let mut waiters = Vec::new();
-        while woken.blocking_recv().is_some() {
-            {
-                let mut queue = queue.lock();
-                std::mem::swap(&mut queue.wire, &mut wire);
-                std::mem::swap(&mut queue.waiters, &mut waiters);
+    let writer = shared.clone();
+    // Writes block, so they run on a blocking thread.
+    tokio::task::spawn_blocking(move || write_queued(&writer, output));
+    Outbox {
+        _senders: Arc::new(SendersGuard(shared.clone())),
+        shared,
+    }
+}
+
+/// The writer thread: takes everything queued, writes it in one go, lingers briefly so that
+/// what follows can join the next write, and sleeps when there is nothing to do.
+fn write_queued<W: Write>(shared: &Shared, mut output: W) {
+    let mut wire = Vec::with_capacity(64 * 1024);
+    let mut waiters = Vec::new();
+    // A write just happened: look again only after `LINGER`.
+    let mut just_wrote = false;
+    loop {
+        {
+            let mut queue = shared.lock();
+            loop {
+                let due = !queue.waiters.is_empty()
+                    || queue.wire.len() >= FULL_BATCH
+                    || (!queue.wire.is_empty() && !just_wrote);
+                if due {
+                    break;
+                }
+                if just_wrote {
+                    drop(queue);
+                    std::thread::sleep(LINGER);
+                    just_wrote = false;
+                    queue = shared.lock();
+                    continue;
+                }
+                if queue.senders_gone {
+                    return;
+                }
+                queue.asleep = true;
+                queue = shared
+                    .wake
+                    .wait_while(queue, |queue| queue.asleep)
+                    .unwrap_or_else(|p| p.into_inner());
             }
-            let written = if wire.is_empty() && waiters.is_empty() {
-                Ok(())
-            } else {
-                output.write_all(&wire).and_then(|_| output.flush())
-            };
-            wire.clear();
-            if wire.capacity() > 4 * 1024 * 1024 {
-                wire = Vec::with_capacity(64 * 1024);
-            }
-            for done in waiters.drain(..) {
-                let _ = done.send(());
-            }
-            if let Err(e) = written {
-                tracing::warn!(error = %e, "writing output failed; the client is gone");
-                let mut queue = queue.lock();
-                queue.closed = true;
-                queue.wire = Vec::new();
-                queue.waiters.clear();
-                break;
-            }
+            std::mem::swap(&mut queue.wire, &mut wire);
+            std::mem::swap(&mut queue.waiters, &mut waiters);
         }
-    });
-    Outbox { shared, wake }
+        let written = output.write_all(&wire).and_then(|_| output.flush());
+        just_wrote = true;
+        wire.clear();
+        if wire.capacity() > 4 * 1024 * 1024 {
+            wire = Vec::with_capacity(64 * 1024);
+        }
+        for done in waiters.drain(..) {
+            let _ = done.send(());
+        }
+        if let Err(e) = written {
+            tracing::warn!(error = %e, "writing output failed; the client is gone");
+            let mut queue = shared.lock();
+            queue.closed = true;
+            queue.wire = Vec::new();
+            queue.waiters.clear();
+            return;
+        }
+    }
 }
 
 #[cfg(test)]
