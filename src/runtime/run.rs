@@ -239,10 +239,12 @@ impl RunContext {
         let started = std::time::Instant::now();
         let mut stream = driver.stream(request);
         let mut stop = self.signals.stop.clone();
+        // Made once: a fresh wait per delta would register and unregister a waiter each time.
+        let mut stopped = std::pin::pin!(stop.wait_for(|s| *s));
         let ended = loop {
             let next = tokio::select! {
                 biased;
-                _ = stop.wait_for(|s| *s) => break Ended::Stopped,
+                _ = &mut stopped => break Ended::Stopped,
                 next = stream.next() => next,
             };
             match next {
