@@ -8,17 +8,23 @@
 //!
 //! Measured in the same run, interleaved:
 //! - end to end: a fake OpenAI-compatible server on 127.0.0.1 (a thread of this process) answers
-//!   the daemon's one request with 100,000 `delta.content` chunks (`"w<index> "`), each written
-//!   to the socket on its own as fast as the socket takes it, then `finish_reason: "stop"` and
-//!   `[DONE]`. `sidechat serve` is spawned with `OPENAI_BASE_URL` pointing at it; the bench sends
-//!   `initialize`, `session/create` and `chat/send`, and reads stdout (one JSON object per line)
-//!   until `runFinished`. Deltas per second count from writing `chat/send` to reading
-//!   `runFinished`. The added latency of a delta is the time from its chunk being written to
-//!   the socket to its `textDelta` line being read from the daemon's stdout; both instants are
-//!   taken in this process, and the delta's text carries its index.
-//! - paced: the same with 20,000 chunks sent one every 50 µs (20,000 a second), for the latency a
-//!   delta sees when the daemon is not behind. In the saturated run the provider outpaces the
-//!   daemon, so that run's latency is mostly the time chunks wait in socket buffers.
+//!   the daemon's one request with 100,000 `delta.content` chunks (`"w<index> "`), then
+//!   `finish_reason: "stop"` and `[DONE]`, as fast as the socket takes them. The stream is
+//!   rendered before the daemon connects. It is written twice, in separate runs: in writes of up
+//!   to 16 KiB cut at chunk boundaries (as a provider's TCP stream carries tokens that come
+//!   faster than it sends, and so that the feeder costs next to nothing and the daemon is what
+//!   is measured; the goals are judged on this one), and with one `write` per chunk (where the
+//!   feeder's own system calls compete with the daemon for the two cores and cap the rate at
+//!   its own). `sidechat serve` is spawned with `OPENAI_BASE_URL` pointing at it; the bench
+//!   sends `initialize`, `session/create` and `chat/send`, and reads stdout (one JSON object per
+//!   line) until `runFinished`. Deltas per second count from writing `chat/send` to reading
+//!   `runFinished`. The latency of a delta is the time from the write that carried its chunk
+//!   returning to its `textDelta` line being read from the daemon's stdout; both instants are
+//!   taken in this process, and the delta's text carries its index. When the feeder floods,
+//!   that is mostly time spent queued in socket buffers, not time the daemon adds.
+//! - paced: 20,000 chunks one every 50 µs (20,000 a second) and 50,000 one every 10 µs (100,000
+//!   a second, the goal rate; sleeps overshoot, so these go out in small bursts), each on its
+//!   own write: the latency a delta sees when the daemon is not behind.
 //! - raw pipe: the same 100,000 notification lines, byte for byte as the daemon wrote them
 //!   (rebuilt from the first one; the last is checked against the daemon's), written by a child
 //!   process to its stdout one `write` per line, and read by a thread of this process doing the
@@ -154,7 +160,10 @@ fn serve_stream(listener: &TcpListener, stream: &RenderedStream, feed: Feed) -> 
         let upto = match feed {
             Feed::Coalesced => {
                 let limit = from + COALESCED_WRITE;
-                index + stream.ends[index..].partition_point(|&end| end <= limit).max(1)
+                index
+                    + stream.ends[index..]
+                        .partition_point(|&end| end <= limit)
+                        .max(1)
             }
             Feed::EachChunk => index + 1,
             Feed::Paced(pace) => {
