@@ -294,7 +294,7 @@ pub(crate) fn decode_all<D: Decoder>(
     let mut out = Vec::new();
     for data in payloads {
         let event = SseEvent {
-            event: event_name.into(),
+            event: event_name.to_owned().into(),
             data: (*data).into(),
         };
         match decoder.event(&event, &mut out) {

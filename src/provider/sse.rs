@@ -7,7 +7,10 @@
 //! what a model stream needs: a stall timeout, because a provider that silently stops sending
 //! would otherwise hang a run forever, and errors the drivers can classify.
 
+use std::borrow::Cow;
 use std::error::Error as StdError;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -17,7 +20,8 @@ use super::ProviderError;
 /// One server-sent event: its type (`message` when the server named none) and its data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SseEvent {
-    pub event: String,
+    /// Borrowed for the default type, which OpenAI-style streams use for every event.
+    pub event: Cow<'static, str>,
     pub data: String,
 }
 
@@ -68,21 +72,52 @@ where
     B: AsRef<[u8]> + Send + 'static,
     E: StdError + Send + 'static,
 {
-    let chunks = Box::pin(guard_stalls(bytes, stall_timeout));
-    futures::stream::unfold(Some((chunks, Parser::default())), |state| async move {
-        let (mut chunks, mut parser) = state?;
+    Events {
+        chunks: Some(Box::pin(guard_stalls(bytes, stall_timeout))),
+        parser: Parser::default(),
+    }
+}
+
+/// The event stream over a byte stream. Polled by hand rather than built from a generic
+/// `unfold`, which would move the parser in and out of a new future for every event.
+struct Events<C> {
+    /// `None` once the bytes have ended or failed.
+    chunks: Option<Pin<Box<C>>>,
+    parser: Parser,
+}
+
+impl<C, B> Stream for Events<C>
+where
+    C: Stream<Item = Result<B, SseError>>,
+    B: AsRef<[u8]>,
+{
+    type Item = Result<SseEvent, SseError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        // Every field is `Unpin`: the byte stream is boxed.
+        let this = self.get_mut();
         loop {
             // Every complete event already received goes out before the next read.
-            if let Some(event) = parser.next_event() {
-                return Some((Ok(event), Some((chunks, parser))));
+            if let Some(event) = this.parser.next_event() {
+                return Poll::Ready(Some(Ok(event)));
             }
-            match chunks.next().await {
-                Some(Ok(chunk)) => parser.push(chunk.as_ref()),
-                Some(Err(error)) => return Some((Err(error), None)),
-                None => return parser.finish().map(|error| (Err(error), None)),
+            let Some(chunks) = this.chunks.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match chunks.as_mut().poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(chunk))) => this.parser.push(chunk.as_ref()),
+                Poll::Ready(Some(Err(error))) => {
+                    this.chunks = None;
+                    return Poll::Ready(Some(Err(error)));
+                }
+                Poll::Ready(None) => {
+                    this.chunks = None;
+                    return Poll::Ready(this.parser.finish().map(Err));
+                }
             }
         }
-    })
+    }
 }
 
 const BOM: &[u8] = "\u{feff}".as_bytes();
@@ -186,15 +221,16 @@ impl Parser {
 
     /// An empty line ends an event; one without data is no event.
     fn dispatch(&mut self) -> Option<SseEvent> {
-        let mut event = std::mem::take(&mut self.event);
+        let event = std::mem::take(&mut self.event);
         let mut data = std::mem::take(&mut self.data);
         if data.is_empty() {
             return None;
         }
         data.pop();
-        if event.is_empty() {
-            "message".clone_into(&mut event);
-        }
+        let event = match event.is_empty() {
+            true => Cow::Borrowed("message"),
+            false => Cow::Owned(event),
+        };
         Some(SseEvent { event, data })
     }
 
@@ -288,7 +324,7 @@ mod tests {
 
     fn event(event: &str, data: &str) -> Result<SseEvent, SseError> {
         Ok(SseEvent {
-            event: event.into(),
+            event: event.to_owned().into(),
             data: data.into(),
         })
     }
@@ -439,7 +475,7 @@ mod same_as_eventsource_stream {
                 .eventsource()
                 .map(|item| match item {
                     Ok(event) => Ok(SseEvent {
-                        event: event.event,
+                        event: event.event.into(),
                         data: event.data,
                     }),
                     Err(EventStreamError::Utf8(error)) => {

@@ -10,7 +10,17 @@ use crate::json_text::next_special;
 use crate::runtime::{Delta, DeltaKind};
 
 /// The `session/event` frame of a text or thinking delta.
+#[cfg(test)]
 pub fn delta_frame(delta: &Delta<'_>) -> String {
+    let mut out = Vec::new();
+    write_delta_frame(delta, &mut out);
+    // Built from `&str`s, ASCII and whole escapes only, so always UTF-8.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Appends the `session/event` frame of a text or thinking delta to `out`: the outbox renders
+/// it straight into the bytes waiting for the writer, with no string of its own.
+pub fn write_delta_frame(delta: &Delta<'_>, out: &mut Vec<u8>) {
     let Delta {
         session_id,
         seq,
@@ -25,27 +35,25 @@ pub fn delta_frame(delta: &Delta<'_>) -> String {
     };
     let dynamic = message_id.len() + text.len() + session_id.len();
     // The fixed part, with the longest kind and seq, is under 192 bytes; escapes are rare.
-    let mut out = Vec::with_capacity(192 + dynamic + dynamic / 8 + run_id.map_or(0, str::len));
+    out.reserve(192 + dynamic + dynamic / 8 + run_id.map_or(0, str::len));
     out.extend_from_slice(
         br#"{"jsonrpc":"2.0","method":"session/event","params":{"event":{"kind":""#,
     );
     out.extend_from_slice(kind.as_bytes());
     out.extend_from_slice(br#"","messageId":"#);
-    write_json_string(&mut out, message_id);
+    write_json_string(out, message_id);
     out.extend_from_slice(br#","text":"#);
-    write_json_string(&mut out, text);
+    write_json_string(out, text);
     out.push(b'}');
     if let Some(run_id) = run_id {
         out.extend_from_slice(br#","runId":"#);
-        write_json_string(&mut out, run_id);
+        write_json_string(out, run_id);
     }
     out.extend_from_slice(br#","seq":"#);
     out.extend_from_slice(itoa::Buffer::new().format(seq).as_bytes());
     out.extend_from_slice(br#","sessionId":"#);
-    write_json_string(&mut out, session_id);
+    write_json_string(out, session_id);
     out.extend_from_slice(b"}}");
-    // Built from `&str`s, ASCII and whole escapes only, so always UTF-8.
-    String::from_utf8(out).unwrap_or_default()
 }
 
 /// What a byte becomes inside a JSON string: itself (0), a two-character escape, or `\u00XX`

@@ -19,7 +19,7 @@ impl Framing {
     pub fn encode(self, json: &str, out: &mut Vec<u8>) {
         match self {
             Framing::ContentLength => {
-                out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", json.len()).as_bytes());
+                content_length_header(json.len(), out);
                 out.extend_from_slice(json.as_bytes());
             }
             Framing::Line => {
@@ -28,6 +28,36 @@ impl Framing {
             }
         }
     }
+
+    /// Appends the frame of the body that `render` appends to the buffer it is given. With
+    /// line framing that is `out` itself; a `Content-Length` header needs the body's length
+    /// first, so the body is rendered into `scratch` (kept by the caller, so its allocation is
+    /// reused) and copied.
+    pub fn encode_with(
+        self,
+        out: &mut Vec<u8>,
+        scratch: &mut Vec<u8>,
+        render: impl FnOnce(&mut Vec<u8>),
+    ) {
+        match self {
+            Framing::ContentLength => {
+                scratch.clear();
+                render(scratch);
+                content_length_header(scratch.len(), out);
+                out.extend_from_slice(scratch);
+            }
+            Framing::Line => {
+                render(out);
+                out.push(b'\n');
+            }
+        }
+    }
+}
+
+fn content_length_header(length: usize, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"Content-Length: ");
+    out.extend_from_slice(itoa::Buffer::new().format(length).as_bytes());
+    out.extend_from_slice(b"\r\n\r\n");
 }
 
 /// The largest frame accepted: 64 MiB.

@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
-use super::delta_frame::delta_frame;
+use super::delta_frame::write_delta_frame;
 use super::transport::Outbox;
 use crate::protocol::SessionEventParams;
 use crate::runtime::Delta;
@@ -147,7 +147,7 @@ impl crate::runtime::EventSink for ClientSink {
 
     fn emit_delta(&self, delta: &Delta<'_>) {
         if let Some(peer) = self.peer.get() {
-            peer.outbox.send(delta_frame(delta));
+            peer.outbox.send_with(|out| write_delta_frame(delta, out));
         }
     }
 }

@@ -94,6 +94,8 @@ struct Queue {
     waiters: Vec<tokio::sync::oneshot::Sender<()>>,
     /// The writer sleeps on `wake` and must be signalled.
     asleep: bool,
+    /// Where a `Content-Length` frame's body is rendered before its header is known.
+    scratch: Vec<u8>,
     /// Every sender is gone: the writer ends once the queue is written.
     senders_gone: bool,
     /// The writer has stopped (the peer is gone); nothing is queued any more.
@@ -138,6 +140,16 @@ impl Outbox {
         let framing = self.shared.framing.get().copied().unwrap_or(Framing::Line);
         self.shared
             .update(|queue| framing.encode(&json, &mut queue.wire));
+    }
+
+    /// Queues the message that `render` appends to the buffer it is given, rendered in place
+    /// among the bytes waiting for the writer (the hot path of streamed deltas).
+    pub fn send_with(&self, render: impl FnOnce(&mut Vec<u8>)) {
+        let framing = self.shared.framing.get().copied().unwrap_or(Framing::Line);
+        self.shared.update(|queue| {
+            let Queue { wire, scratch, .. } = queue;
+            framing.encode_with(wire, scratch, render);
+        });
     }
 
     /// Waits until everything queued before this call has been written and flushed.
@@ -264,6 +276,30 @@ mod tests {
         assert_eq!(*sink.bytes.lock().unwrap(), expected);
         // Nothing queued: a flush still returns.
         outbox.flush().await;
+    }
+
+    #[tokio::test]
+    async fn rendered_frames_are_framed_as_sent_strings() {
+        for framing in [Framing::ContentLength, Framing::Line] {
+            let sink = Sink::default();
+            let outbox = spawn_writer(sink.clone(), Arc::new(OnceLock::from(framing)));
+            let messages: Vec<String> = (0..300)
+                .map(|i| format!("{{\"n\":\"{}\"}}", "é".repeat(i)))
+                .collect();
+            for (i, message) in messages.iter().enumerate() {
+                if i % 2 == 0 {
+                    outbox.send_with(|out| out.extend_from_slice(message.as_bytes()));
+                } else {
+                    outbox.send(message.clone());
+                }
+            }
+            outbox.flush().await;
+            let mut expected = Vec::new();
+            for message in &messages {
+                framing.encode(message, &mut expected);
+            }
+            assert_eq!(*sink.bytes.lock().unwrap(), expected, "{framing:?}");
+        }
     }
 
     #[tokio::test]
