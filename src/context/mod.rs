@@ -5,6 +5,7 @@
 //! summed incrementally ([`HistoryTally`]); a snapshot is then a handful of additions.
 
 pub mod budget;
+pub mod pieces;
 pub mod streaming;
 pub mod tokens;
 pub mod window;

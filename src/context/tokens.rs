@@ -16,6 +16,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tiktoken_rs::CoreBPE;
 
+use super::pieces::{Pattern, PieceCounter};
+
 /// Framing tokens OpenAI's chat format spends on every message (`<|start|>{role}<|message|>` …
 /// `<|end|>`), as in OpenAI's cookbook and tiktoken-rs's `num_tokens_from_messages`. Other
 /// providers frame messages too, with similar costs, so the same figure is used for them.
@@ -131,6 +133,8 @@ pub enum TokenizerError {
 
 static O200K: OnceLock<Option<CoreBPE>> = OnceLock::new();
 static CL100K: OnceLock<Option<CoreBPE>> = OnceLock::new();
+static O200K_PIECES: OnceLock<Option<PieceCounter>> = OnceLock::new();
+static CL100K_PIECES: OnceLock<Option<PieceCounter>> = OnceLock::new();
 
 /// The process-wide BPEs, built on first use.
 ///
@@ -148,14 +152,14 @@ impl Tokenizers {
         let handle = std::thread::Builder::new()
             .name("tokenizer-warm-up".to_owned())
             .spawn(|| {
-                Self::bpe(Encoding::O200kBase);
+                Self::counter(Encoding::O200kBase);
             })?;
         Ok(handle)
     }
 
     /// Whether o200k is built, so counting for current models will not wait.
     pub fn is_warm() -> bool {
-        O200K.get().is_some()
+        O200K_PIECES.get().is_some()
     }
 
     /// The BPE for `encoding`, building it if needed; `None` only if it could not be built.
@@ -165,6 +169,22 @@ impl Tokenizers {
             Encoding::Cl100kBase => &CL100K,
         };
         cell.get_or_init(|| build_bpe(encoding)).as_ref()
+    }
+
+    /// The fast counter over the BPE for `encoding` (see [`super::pieces`]), building both if
+    /// needed; `None` only if either could not be built.
+    fn counter(encoding: Encoding) -> Option<&'static PieceCounter> {
+        let (cell, pattern) = match encoding {
+            Encoding::O200kBase => (&O200K_PIECES, Pattern::O200k),
+            Encoding::Cl100kBase => (&CL100K_PIECES, Pattern::Cl100k),
+        };
+        cell.get_or_init(|| {
+            let bpe = Self::bpe(encoding)?;
+            PieceCounter::new(bpe, pattern)
+                .map_err(|e| tracing::error!(?encoding, "{e}; counting with tiktoken-rs alone"))
+                .ok()
+        })
+        .as_ref()
     }
 }
 
@@ -263,8 +283,11 @@ impl TokenCounter {
         if text.is_empty() {
             return 0;
         }
+        // With special tokens, as tiktoken-rs's chat counting does, so counts agree with it.
+        if let Some(counter) = Tokenizers::counter(self.encoding) {
+            return counter.count(text);
+        }
         match Tokenizers::bpe(self.encoding) {
-            // With special tokens, as tiktoken-rs's chat counting does, so counts agree with it.
             Some(bpe) => bpe.encode_with_special_tokens(text).len() as u64,
             None => (text.len() as u64).div_ceil(FALLBACK_BYTES_PER_TOKEN),
         }
