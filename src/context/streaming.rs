@@ -1,10 +1,11 @@
 //! Counting a text while it streams in, so that a long answer is counted by the time it ends.
 //!
-//! tiktoken counts about 9 MB/s here: a 700 KB answer takes ~80 ms, which, done when the answer
-//! is committed, would delay the end of the run by that much and hold an async worker. Instead
-//! the streamed text is cut into pieces as it arrives and each piece is counted on a thread of
-//! its own, at a lower priority so that it does not delay the streaming. When the answer ends,
-//! what that thread has not reached yet is counted at normal priority beside it.
+//! Counting takes about 17 ns a byte here (`context::pieces`; tiktoken-rs alone takes about
+//! 45): a 700 KB answer takes ~12 ms, which, done when the answer is committed, would delay the
+//! end of the run by that much and hold an async worker. Instead the streamed text is cut into
+//! pieces as it arrives and each piece is counted on a thread of its own, at a lower priority
+//! so that it does not delay the streaming. When the answer ends, what that thread has not
+//! reached yet is counted at normal priority beside it.
 //!
 //! The counts of the pieces add up to the count of the whole only if each cut falls where
 //! tiktoken's pre-tokenizer splits the whole text anyway, and where that split does not depend
