@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::protocol::{Event, FinishReason, SessionEventParams};
+use sidechat::rpc::framing::Framing;
 
 use crate::harness::{Daemon, Options, Scratch, kinds};
 
@@ -68,8 +69,23 @@ fn write_turn(path: &str, content: &str) -> Value {
 
 #[tokio::test]
 async fn plain_turn_with_the_demo_model() {
+    plain_turn(Framing::Line).await;
+}
+
+/// Deltas are rendered in place among the queued bytes, which `Content-Length` frames need a
+/// scratch buffer for: the same run over that framing.
+#[tokio::test]
+async fn plain_turn_over_content_length_framing() {
+    plain_turn(Framing::ContentLength).await;
+}
+
+async fn plain_turn(framing: Framing) {
     let scratch = Scratch::new();
-    let mut daemon = Daemon::start(&scratch.db(), Options::default()).await;
+    let options = Options {
+        framing,
+        ..Options::default()
+    };
+    let mut daemon = Daemon::start(&scratch.db(), options).await;
     let session = daemon.create_session(json!({})).await;
     let sent = daemon.send(&session, "hello there").await;
     let events = daemon.until_finished().await;
