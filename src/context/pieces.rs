@@ -16,10 +16,12 @@
 //! it no further. Special tokens such as `<|endoftext|>` count one each, as in
 //! `encode_with_special_tokens`. Tests compare every count with tiktoken-rs's own.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
 use regex::Regex;
+// The hash tiktoken-rs itself uses for its vocabulary: the keys are short, and a count is a
+// lookup per piece.
+use rustc_hash::FxHashMap as HashMap;
 use tiktoken_rs::CoreBPE;
 
 /// Pieces whose counts are remembered; the cache starts over when it is full. Each entry is a
@@ -100,7 +102,7 @@ impl PieceCounter {
             bpe,
             pieces,
             specials,
-            cache: Mutex::default(),
+            cache: Mutex::new(HashMap::default()),
         })
     }
 
