@@ -280,6 +280,63 @@ mod tests {
         outbox.flush().await;
     }
 
+    /// Records each `write` apart; the first one waits until the test opens the gate.
+    #[derive(Clone)]
+    struct GatedSink {
+        writes: Arc<Mutex<Vec<Vec<u8>>>>,
+        entered: std::sync::mpsc::Sender<()>,
+        gate: Arc<(Mutex<bool>, Condvar)>,
+    }
+
+    impl Write for GatedSink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let _ = self.entered.send(());
+            let (open, opened) = &*self.gate;
+            drop(
+                opened
+                    .wait_while(open.lock().unwrap(), |open| !*open)
+                    .unwrap(),
+            );
+            self.writes.lock().unwrap().push(buf.to_vec());
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn messages_queued_during_a_write_go_out_in_one_write() {
+        let (entered, entering) = std::sync::mpsc::channel();
+        let sink = GatedSink {
+            writes: Arc::default(),
+            entered,
+            gate: Arc::default(),
+        };
+        let outbox = spawn_writer(sink.clone(), Arc::new(OnceLock::from(Framing::Line)));
+        outbox.send("{\"n\":0}".into());
+        entering
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the writer starts writing");
+        for i in 1..=100 {
+            outbox.send_with(|out| out.extend_from_slice(format!("{{\"n\":{i}}}").as_bytes()));
+        }
+        let (open, opened) = &*sink.gate;
+        *open.lock().unwrap() = true;
+        opened.notify_all();
+        outbox.flush().await;
+        let frames = |range: std::ops::RangeInclusive<i32>| -> Vec<u8> {
+            range
+                .flat_map(|i| format!("{{\"n\":{i}}}\n").into_bytes())
+                .collect()
+        };
+        assert_eq!(
+            *sink.writes.lock().unwrap(),
+            vec![frames(0..=0), frames(1..=100)]
+        );
+    }
+
     #[tokio::test]
     async fn rendered_frames_are_framed_as_sent_strings() {
         for framing in [Framing::ContentLength, Framing::Line] {
