@@ -28,23 +28,16 @@ use tiktoken_rs::CoreBPE;
 /// short string and a number, so the cache stays around a few MiB.
 const CACHED_PIECES: usize = 64 * 1024;
 
-/// Pieces longer than this are counted without being cached: long runs of digits, symbols or
-/// whitespace rarely repeat exactly.
+/// Pieces longer than this are counted without being cached: long words and long runs of
+/// symbols or whitespace rarely repeat exactly.
 const CACHED_PIECE_BYTES: usize = 32;
 
-/// o200k_base's pre-tokenizer, without its `\s+(?!\S)` alternative (tiktoken-rs's
-/// `O200K_BASE_PAT_STR` has it between `\s*[\r\n]+` and `\s+`).
-const O200K_PIECES: &str = concat!(
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?",
-    r"|\p{N}{1,3}",
-    r"| ?[^\s\p{L}\p{N}]+[\r\n/]*",
-    r"|\s*[\r\n]+",
-    r"|\s+",
-);
+/// The alternative of tiktoken-rs's `O200K_BASE_PAT_STR` that needs a look-ahead; the rest of
+/// that pattern is used as it is, so it follows tiktoken-rs if the pattern ever changes.
+const O200K_LOOK_AHEAD: &str = r"|\s+(?!\S)";
 
-/// cl100k_base's pre-tokenizer as tiktoken-rs writes it, with its possessive quantifiers made
-/// greedy (nothing after them could take back what they match, so it changes no match) and its
+/// cl100k_base's pre-tokenizer as tiktoken-rs writes it (inline, not as a constant we could
+/// take), with its possessive quantifiers made greedy (nothing after them could take back what they match, so it changes no match) and its
 /// `\s+(?!\S)|\s` written as `\s+`, with the look-ahead redone by hand.
 const CL100K_PIECES: &str = concat!(
     r"'(?i:[sdmt]|ll|ve|re)",
@@ -55,6 +48,15 @@ const CL100K_PIECES: &str = concat!(
     r"|\s*[\r\n]",
     r"|\s+",
 );
+
+/// o200k_base's pre-tokenizer without its look-ahead alternative.
+fn o200k_pieces() -> Result<String, PieceError> {
+    let pattern = tiktoken_rs::O200K_BASE_PAT_STR;
+    match pattern.matches(O200K_LOOK_AHEAD).count() {
+        1 => Ok(pattern.replacen(O200K_LOOK_AHEAD, "", 1)),
+        _ => Err(PieceError::Pattern),
+    }
+}
 
 /// Which pre-tokenizer a [`PieceCounter`] uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +69,8 @@ pub enum Pattern {
 pub enum PieceError {
     #[error("cannot build the pre-tokenizer: {0}")]
     Regex(#[from] regex::Error),
+    #[error("tiktoken-rs's o200k pattern no longer has the alternative `{O200K_LOOK_AHEAD}` once")]
+    Pattern,
 }
 
 /// Counts tokens as `bpe.encode_with_special_tokens(text).len()` does.
@@ -81,9 +85,9 @@ pub struct PieceCounter {
 impl PieceCounter {
     /// `pattern` must be the pre-tokenizer `bpe` was built with.
     pub fn new(bpe: &'static CoreBPE, pattern: Pattern) -> Result<Self, PieceError> {
-        let pieces = Pieces::new(match pattern {
-            Pattern::O200k => O200K_PIECES,
-            Pattern::Cl100k => CL100K_PIECES,
+        let pieces = Pieces::new(&match pattern {
+            Pattern::O200k => o200k_pieces()?,
+            Pattern::Cl100k => CL100K_PIECES.to_owned(),
         })?;
         let mut specials: Vec<&str> = bpe.special_tokens().into_iter().collect();
         // Longest first, so that of two specials starting at the same place the longer wins.
