@@ -65,9 +65,8 @@ pub fn spawn_reader<R: Read + Send + 'static>(
 /// editor reading it).
 #[derive(Clone)]
 pub struct Outbox {
-    shared: Arc<Shared>,
     /// The writer stops once every `Outbox` is gone; the last one's guard tells it.
-    _senders: Arc<SendersGuard>,
+    senders: Arc<SendersGuard>,
 }
 
 /// How long the writer waits after a write before looking for more, unless a full batch is
@@ -139,25 +138,38 @@ impl Drop for SendersGuard {
 impl Outbox {
     /// Queues one message; dropped silently once the writer has stopped (the peer is gone).
     pub fn send(&self, json: String) {
-        let framing = self.shared.framing.get().copied().unwrap_or(Framing::Line);
-        self.shared
+        let framing = self.framing();
+        self.shared()
             .update(|queue| framing.encode(&json, &mut queue.wire));
     }
 
     /// Queues the message that `render` appends to the buffer it is given, rendered in place
     /// among the bytes waiting for the writer (the hot path of streamed deltas).
     pub fn send_with(&self, render: impl FnOnce(&mut Vec<u8>)) {
-        let framing = self.shared.framing.get().copied().unwrap_or(Framing::Line);
-        self.shared.update(|queue| {
+        let framing = self.framing();
+        self.shared().update(|queue| {
             let Queue { wire, scratch, .. } = queue;
             framing.encode_with(wire, scratch, render);
         });
     }
 
+    fn shared(&self) -> &Shared {
+        &self.senders.0
+    }
+
+    /// The client's framing; lines until its first frame has shown which.
+    fn framing(&self) -> Framing {
+        self.shared()
+            .framing
+            .get()
+            .copied()
+            .unwrap_or(Framing::Line)
+    }
+
     /// Waits until everything queued before this call has been written and flushed.
     pub async fn flush(&self) {
         let (done, wait) = tokio::sync::oneshot::channel();
-        if self.shared.update(|queue| queue.waiters.push(done)) {
+        if self.shared().update(|queue| queue.waiters.push(done)) {
             let _ = wait.await;
         }
     }
@@ -177,8 +189,7 @@ pub fn spawn_writer<W: Write + Send + 'static>(
     // Writes block, so they run on a blocking thread.
     tokio::task::spawn_blocking(move || write_queued(&writer, output));
     Outbox {
-        _senders: Arc::new(SendersGuard(shared.clone())),
-        shared,
+        senders: Arc::new(SendersGuard(shared)),
     }
 }
 
@@ -376,6 +387,6 @@ mod tests {
         })
         .await
         .expect("flushes return once the writer has stopped");
-        assert!(outbox.shared.lock().wire.is_empty());
+        assert!(outbox.shared().lock().wire.is_empty());
     }
 }
