@@ -1,0 +1,321 @@
+--- The connection to `sidechat serve`: spawns it with Neovim's JSON-RPC client
+--- (`vim.lsp.rpc.start`, Content-Length framing), initializes it, queues requests until it is
+--- ready, and restarts it when it exits, telling listeners so they can refetch what they show.
+local config = require("sidechat.config")
+
+local M = {}
+
+--- Error code given to callbacks of requests that the daemon will never answer.
+M.EXITED = -32099
+--- Error code given when the daemon cannot be started at all.
+M.UNAVAILABLE = -32098
+
+---@class sidechat.Client
+---@field status "stopped"|"starting"|"ready"|"restarting"|"failed"
+local Client = {}
+Client.__index = Client
+
+local function new()
+  return setmetatable({
+    status = "stopped",
+    rpc = nil, -- vim.lsp.rpc.PublicClient
+    generation = 0, -- bumped at each spawn, so callbacks of an old process are ignored
+    queue = {}, -- requests waiting for the daemon to be ready
+    pending = {}, -- requests sent and not answered: id -> callback
+    next_id = 0,
+    init_result = nil,
+    restarts = {}, -- times (ms) of recent restarts
+    event_listeners = {},
+    ready_listeners = {},
+    exit_listeners = {},
+    last_error = nil,
+  }, Client)
+end
+
+local function now_ms()
+  return vim.uv.now()
+end
+
+--- Where the daemon's binary is, or nil and a sentence saying which path was tried.
+---@param cmd string[]
+---@return string? path
+---@return string? why
+function M.resolve(cmd)
+  local exe = cmd and cmd[1]
+  if type(exe) ~= "string" or exe == "" then
+    return nil, "the `cmd` option names no program"
+  end
+  local path = vim.fn.exepath(exe)
+  if path ~= "" then
+    return path
+  end
+  if exe:find("/", 1, true) then
+    return nil, ("no executable at %s"):format(exe)
+  end
+  return nil, ("`%s` was not found on $PATH (%s)"):format(exe, vim.env.PATH or "")
+end
+
+--- The daemon's command line as the plugin runs it.
+---@return string[]? cmd
+---@return string? why
+function M.command()
+  local opts = config.options
+  local path, why = M.resolve(opts.cmd)
+  if not path then
+    return nil, why
+  end
+  local cmd = vim.list_extend({ path }, vim.list_slice(opts.cmd, 2))
+  if opts.db then
+    vim.list_extend(cmd, { "--db", vim.fn.expand(opts.db) })
+  end
+  return cmd
+end
+
+function Client:on_event(fn)
+  table.insert(self.event_listeners, fn)
+end
+
+--- `fn(restarted)` runs each time the daemon is initialized.
+function Client:on_ready(fn)
+  table.insert(self.ready_listeners, fn)
+end
+
+--- `fn(code, signal)` runs when the daemon exits unasked.
+function Client:on_exit(fn)
+  table.insert(self.exit_listeners, fn)
+end
+
+local function each(listeners, ...)
+  for _, fn in ipairs(listeners) do
+    local ok, err = pcall(fn, ...)
+    if not ok then
+      vim.notify("sidechat: " .. tostring(err), vim.log.levels.ERROR)
+    end
+  end
+end
+
+function Client:fail_queued(err)
+  local queue = self.queue
+  self.queue = {}
+  for _, item in ipairs(queue) do
+    item.callback(err, nil)
+  end
+end
+
+function Client:fail_pending(err)
+  local pending = self.pending
+  self.pending = {}
+  for _, callback in pairs(pending) do
+    callback(err, nil)
+  end
+end
+
+--- Sends one request now; `callback(err, result)` runs once, also when the daemon exits first.
+function Client:send_now(method, params, callback)
+  self.next_id = self.next_id + 1
+  local id = self.next_id
+  local generation = self.generation
+  self.pending[id] = callback
+  local ok = self.rpc.request(method, params or vim.empty_dict(), function(err, result)
+    if generation ~= self.generation or not self.pending[id] then
+      return
+    end
+    self.pending[id] = nil
+    callback(err, result)
+  end)
+  if not ok then
+    self.pending[id] = nil
+    callback({ code = M.EXITED, message = "the sidechat daemon is not running" }, nil)
+  end
+end
+
+--- Sends a request once the daemon is ready (starting it if needed).
+---@param method string
+---@param params table?
+---@param callback fun(err: table?, result: any)?
+function Client:request(method, params, callback)
+  callback = callback or function(err)
+    if err then
+      vim.notify(("sidechat: %s failed: %s"):format(method, err.message or vim.inspect(err)), vim.log.levels.ERROR)
+    end
+  end
+  if self.status == "ready" then
+    return self:send_now(method, params, callback)
+  end
+  table.insert(self.queue, { method = method, params = params, callback = callback })
+  if self.status == "stopped" or self.status == "failed" then
+    self:start()
+  end
+end
+
+--- Like `request`, but waits for the answer (for health checks and tests).
+---@return table? err
+---@return any result
+function Client:request_sync(method, params, timeout_ms)
+  local done, err, result = false, nil, nil
+  self:request(method, params, function(e, r)
+    done, err, result = true, e, r
+  end)
+  if not vim.wait(timeout_ms or 10000, function()
+    return done
+  end, 10) then
+    return { code = M.EXITED, message = method .. " timed out" }, nil
+  end
+  return err, result
+end
+
+function Client:start()
+  local cmd, why = M.command()
+  if not cmd then
+    self.status = "failed"
+    self.last_error = "sidechat binary not found: " .. why
+    vim.notify("sidechat: " .. self.last_error, vim.log.levels.ERROR)
+    self:fail_queued({ code = M.UNAVAILABLE, message = self.last_error })
+    return false
+  end
+  local restarted = self.init_result ~= nil
+  self.generation = self.generation + 1
+  local generation = self.generation
+  self.status = "starting"
+  local env = vim.tbl_extend("force", { SIDECHAT_LOG = config.options.log_level }, config.options.env or {})
+  local ok, rpc = pcall(vim.lsp.rpc.start, cmd, {
+    notification = function(method, params)
+      if generation == self.generation and method == "session/event" then
+        each(self.event_listeners, params)
+      end
+    end,
+    on_exit = function(code, signal)
+      vim.schedule(function()
+        if generation == self.generation then
+          self:exited(code, signal)
+        end
+      end)
+    end,
+  }, { cwd = vim.fn.getcwd(), env = env })
+  if not ok then
+    self.status = "failed"
+    self.last_error = tostring(rpc)
+    vim.notify("sidechat: cannot start " .. cmd[1] .. ": " .. self.last_error, vim.log.levels.ERROR)
+    self:fail_queued({ code = M.UNAVAILABLE, message = self.last_error })
+    return false
+  end
+  self.rpc = rpc
+  self:send_now("initialize", {
+    clientInfo = { name = "sidechat.nvim", version = tostring(vim.version()) },
+    protocolVersion = 1,
+  }, function(err, result)
+    if generation ~= self.generation then
+      return
+    end
+    if err then
+      self.last_error = err.message
+      vim.notify("sidechat: initialize failed: " .. tostring(err.message), vim.log.levels.ERROR)
+      self:fail_queued(err)
+      return
+    end
+    self.init_result = result
+    self.rpc.notify("initialized", vim.empty_dict())
+    self.status = "ready"
+    self.last_error = nil
+    local queue = self.queue
+    self.queue = {}
+    for _, item in ipairs(queue) do
+      self:send_now(item.method, item.params, item.callback)
+    end
+    each(self.ready_listeners, restarted)
+  end)
+  return true
+end
+
+--- The daemon exited without being asked: fail what it will never answer, then restart it.
+function Client:exited(code, signal)
+  self.rpc = nil
+  local err = { code = M.EXITED, message = ("the sidechat daemon exited (code %d, signal %d)"):format(code, signal) }
+  self:fail_pending(err)
+  if self.status == "stopped" then
+    return
+  end
+  each(self.exit_listeners, code, signal)
+  local t = now_ms()
+  local recent = {}
+  for _, at in ipairs(self.restarts) do
+    if t - at < config.options.restart_window_ms then
+      table.insert(recent, at)
+    end
+  end
+  self.restarts = recent
+  if #recent >= config.options.max_restarts then
+    self.status = "failed"
+    self.last_error = err.message .. "; it exited too often to restart"
+    vim.notify("sidechat: " .. self.last_error .. " (run a sidechat command to try again)", vim.log.levels.ERROR)
+    self:fail_queued(err)
+    return
+  end
+  table.insert(self.restarts, t)
+  self.status = "restarting"
+  vim.notify("sidechat: " .. err.message .. "; restarting it", vim.log.levels.WARN)
+  local generation = self.generation
+  vim.defer_fn(function()
+    if self.status == "restarting" and generation == self.generation then
+      self:start()
+    end
+  end, config.options.restart_delay_ms)
+end
+
+--- Stops the daemon (asked, so no restart); queued and pending requests fail.
+function Client:stop()
+  local rpc = self.rpc
+  self.status = "stopped"
+  self.generation = self.generation + 1
+  self.rpc = nil
+  self.init_result = nil
+  local err = { code = M.EXITED, message = "the sidechat daemon was stopped" }
+  self:fail_pending(err)
+  self:fail_queued(err)
+  if rpc and not rpc.is_closing() then
+    rpc.request("shutdown", nil, function()
+      rpc.notify("exit", nil)
+    end)
+    vim.defer_fn(function()
+      if not rpc.is_closing() then
+        rpc.terminate()
+      end
+    end, 1000)
+  end
+end
+
+--- The daemon's process id while it runs (it is a child of this Neovim).
+---@return integer?
+function Client:pid()
+  if not self.rpc or self.rpc.is_closing() then
+    return nil
+  end
+  local cmd = M.command()
+  local name = cmd and vim.fs.basename(cmd[1])
+  for _, pid in ipairs(vim.api.nvim_get_proc_children(vim.fn.getpid())) do
+    local proc = vim.api.nvim_get_proc(pid)
+    if proc and proc.name == name then
+      return pid
+    end
+  end
+end
+
+local instance
+--- The one connection of this Neovim.
+---@return sidechat.Client
+function M.get()
+  if not instance then
+    instance = new()
+  end
+  return instance
+end
+
+--- Stops the daemon and forgets the connection and its listeners.
+function M.reset()
+  if instance then
+    instance:stop()
+  end
+  instance = nil
+end
+
+return M

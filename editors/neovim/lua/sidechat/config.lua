@@ -1,0 +1,53 @@
+--- Options of the sidechat plugin and their defaults.
+local M = {}
+
+---@class sidechat.Config
+M.defaults = {
+  --- The daemon's command. The first element is looked up on $PATH unless it is a path.
+  cmd = { "sidechat", "serve" },
+  --- The SQLite database (`--db`); nil lets the daemon choose ($XDG_DATA_HOME/sidechat/sidechat.db).
+  db = nil,
+  --- Extra environment for the daemon (e.g. { SIDECHAT_ACCOUNT = "work" }).
+  env = {},
+  --- The daemon's log level on stderr, which Neovim writes to its LSP log.
+  log_level = "warn",
+  --- Restarts of a daemon that exits, within `restart_window_ms`, before giving up.
+  max_restarts = 5,
+  restart_window_ms = 60000,
+  restart_delay_ms = 200,
+  --- Width of the chat column: columns, or a fraction of the editor's width.
+  width = 0.4,
+  --- Height of the prompt window in lines.
+  prompt_height = 5,
+  --- Move the cursor into an approval window when it opens.
+  focus_approvals = true,
+  --- Keys; set one to false to leave it unmapped.
+  keys = {
+    -- prompt buffer
+    send = "<CR>", -- normal mode
+    send_insert = "<C-s>", -- insert mode
+    stop = "<C-c>",
+    -- transcript buffer
+    open = "<CR>", -- a changed file: open it (or its diff); elsewhere: toggle a fold
+    withdraw = "x", -- a waiting message: withdraw it
+    resume = "R", -- answer a turn left unanswered
+    approvals = "ga", -- show the pending approval again
+    close = "q",
+    -- approval window
+    allow = "a",
+    allow_always = "A",
+    deny = "d",
+    dismiss = "q",
+  },
+}
+
+---@type sidechat.Config
+M.options = vim.deepcopy(M.defaults)
+
+---@param opts table?
+function M.set(opts)
+  M.options = vim.tbl_deep_extend("force", vim.deepcopy(M.defaults), opts or {})
+  return M.options
+end
+
+return M

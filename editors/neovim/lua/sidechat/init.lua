@@ -1,0 +1,469 @@
+--- sidechat for Neovim: a chat column backed by `sidechat serve`.
+---
+--- `require("sidechat").setup{}` once; then `:Sidechat` and friends (see the README), or the
+--- functions below from mappings of your own.
+local config = require("sidechat.config")
+local client_mod = require("sidechat.client")
+local session_mod = require("sidechat.session")
+local view = require("sidechat.view")
+local approval = require("sidechat.approval")
+
+local M = {}
+
+local st = {
+  sessions = {}, -- id -> sidechat.Session
+  current = nil, -- sidechat.Session shown in the chat column
+  client = nil, -- sidechat.Client with our listeners
+  attachments = {}, -- attached to the next message sent from the prompt
+  retry = nil, -- { text, id }: a message given back to the prompt, resent under the same id
+}
+
+local function notify(msg, level)
+  vim.notify("sidechat: " .. msg, level or vim.log.levels.INFO)
+end
+
+local function err_text(err)
+  if type(err) == "table" then
+    return err.message or vim.inspect(err)
+  end
+  return tostring(err)
+end
+
+--- Redraws and syncs the approval window when the shown session changes.
+local function on_session_change(session, what)
+  if session ~= st.current then
+    return
+  end
+  view.schedule()
+  approval.sync(session)
+  if what == "runFinished" then
+    session:refresh_info()
+  elseif what == "notice" then
+    local n = session.notices[#session.notices]
+    notify(n.message, n.level == "error" and vim.log.levels.ERROR or vim.log.levels.WARN)
+  end
+end
+
+--- The connection, with the plugin's listeners on it.
+---@return sidechat.Client
+function M.client()
+  if st.client then
+    return st.client
+  end
+  local c = client_mod.get()
+  c:on_event(function(params)
+    local s = st.sessions[params.sessionId]
+    if s then
+      s:event(params)
+    end
+  end)
+  c:on_ready(function(restarted)
+    if not restarted then
+      return
+    end
+    approval.state.dismissed = {}
+    for _, s in pairs(st.sessions) do
+      s:refetch(true)
+    end
+  end)
+  st.client = c
+  return c
+end
+
+---@param opts table?
+function M.setup(opts)
+  config.set(opts)
+  vim.api.nvim_create_autocmd("VimLeavePre", {
+    group = vim.api.nvim_create_augroup("sidechat", { clear = true }),
+    callback = function()
+      if st.client then
+        st.client:stop()
+      end
+    end,
+  })
+end
+
+--- The session shown in the chat column, if any.
+---@return sidechat.Session?
+function M.current()
+  return st.current
+end
+
+--- Shows session `id` in the chat column: redrawn from `session/transcript`, then live.
+---@param id string
+---@param done fun(err: table?, session: sidechat.Session?)?
+function M.attach(id, done)
+  local c = M.client()
+  local s = st.sessions[id]
+  if not s then
+    s = session_mod.new(c, id)
+    s:on_change(on_session_change)
+    st.sessions[id] = s
+  end
+  st.current = s
+  view.show(s)
+  approval.close()
+  s:refetch(s.loaded == false, function(err)
+    if err then
+      notify("cannot load the session: " .. err_text(err), vim.log.levels.ERROR)
+    else
+      approval.sync(s)
+      c:request("session/budget", { sessionId = id }, function(e, result)
+        if not e and result and not s.budget then
+          s.budget = result.snapshot
+          view.schedule()
+        end
+      end)
+    end
+    if done then
+      done(err, not err and s or nil)
+    end
+  end)
+  return s
+end
+
+--- Creates a session for the working directory and shows it.
+---@param done fun(err: table?, session: sidechat.Session?)?
+function M.new_session(done)
+  M.client():request("session/create", { workspaceRoot = vim.fn.getcwd() }, function(err, info)
+    if err then
+      notify("cannot create a session: " .. err_text(err), vim.log.levels.ERROR)
+      if done then
+        done(err)
+      end
+      return
+    end
+    M.attach(info.id, done)
+  end)
+end
+
+local function with_session(fn)
+  if st.current then
+    return fn(st.current)
+  end
+  M.new_session(function(err, s)
+    if not err then
+      fn(s)
+    end
+  end)
+end
+
+--- Lists the working directory's sessions and resumes the one picked (`vim.ui.select`).
+function M.sessions()
+  M.client():request("session/list", { workspaceRoot = vim.fn.getcwd(), limit = 200 }, function(err, result)
+    if err then
+      return notify("cannot list sessions: " .. err_text(err), vim.log.levels.ERROR)
+    end
+    if #result.sessions == 0 then
+      return notify("no sessions in " .. vim.fn.getcwd())
+    end
+    vim.ui.select(result.sessions, {
+      prompt = "sidechat sessions",
+      format_item = function(s)
+        local when = (s.updatedAt or ""):gsub("T", " "):sub(1, 16)
+        return ("%s · %s · %s · %s"):format(s.title, s.model, when, s.state)
+      end,
+    }, function(choice)
+      if choice then
+        M.attach(choice.id)
+        view.open()
+      end
+    end)
+  end)
+end
+
+local function new_id()
+  return ("nvim-%x-%x"):format(vim.uv.hrtime(), math.random(0, 0x7fffffff))
+end
+
+--- Sends `text` to the shown session (a new session if none): a new turn, or while a run works
+--- an interjection shown "waiting" until delivered.
+---@param text string
+---@param opts { attachments: table[]?, client_message_id: string?, on_fail: fun(err: table)?, on_sent: fun(result: table)? }?
+function M.send(text, opts)
+  opts = opts or {}
+  with_session(function(s)
+    local params = {
+      sessionId = s.id,
+      text = text,
+      clientMessageId = opts.client_message_id or new_id(),
+    }
+    if opts.attachments and #opts.attachments > 0 then
+      params.attachments = opts.attachments
+    end
+    M.client():request("chat/send", params, function(err, result)
+      if err then
+        notify("not sent: " .. err_text(err), vim.log.levels.ERROR)
+        if opts.on_fail then
+          opts.on_fail(err, params)
+        end
+      elseif opts.on_sent then
+        opts.on_sent(result)
+      end
+    end)
+  end)
+end
+
+--- Sends the prompt's text. It leaves the prompt at once and comes back to it if the daemon
+--- does not acknowledge it (resent under the same id, so it is never stored twice).
+function M.submit()
+  local text = view.take_prompt()
+  local attachments = st.attachments
+  if vim.trim(text) == "" and #attachments == 0 then
+    return
+  end
+  st.attachments = {}
+  local id = (st.retry and st.retry.text == text) and st.retry.id or new_id()
+  st.retry = nil
+  M.send(text, {
+    attachments = attachments,
+    client_message_id = id,
+    on_fail = function()
+      st.retry = { text = text, id = id }
+      st.attachments = attachments
+      view.restore_prompt(text)
+    end,
+  })
+end
+
+--- Stops the shown session's run.
+function M.stop()
+  local s = st.current
+  if not s then
+    return
+  end
+  M.client():request("chat/stop", { sessionId = s.id })
+end
+
+--- Answers the turn left unanswered (e.g. by a daemon that exited mid-run).
+function M.resume_turn()
+  local s = st.current
+  if not s then
+    return
+  end
+  M.client():request("chat/resume", { sessionId = s.id })
+end
+
+--- Withdraws a waiting message (the newest when `pending_id` is nil).
+---@param pending_id string?
+---@param done fun(err: table?, result: table?)?
+function M.withdraw(pending_id, done)
+  local s = st.current
+  if not s then
+    return
+  end
+  if not pending_id then
+    local last = s.waiting[#s.waiting]
+    pending_id = last and last.pendingId
+  end
+  if not pending_id then
+    return notify("no message is waiting")
+  end
+  M.client():request("interjection/cancel", { pendingId = pending_id }, function(err, result)
+    if err then
+      notify("cannot withdraw: " .. err_text(err), vim.log.levels.ERROR)
+    elseif not result.cancelled then
+      notify("too late to withdraw: the message is " .. result.status)
+    end
+    if done then
+      done(err, result)
+    end
+  end)
+end
+
+function M.withdraw_under_cursor()
+  local span = view.span(vim.api.nvim_win_get_cursor(0)[1])
+  if span and span.kind == "waiting" then
+    M.withdraw(span.pendingId)
+  end
+end
+
+--- Answers a pending approval: "allow", "allowAlways" or "deny". Without `approval_id`, the one
+--- in the approval window (else the shown session's oldest).
+---@param decision "allow"|"allowAlways"|"deny"
+---@param approval_id string?
+---@param done fun(err: table?, result: table?)?
+function M.approve(decision, approval_id, done)
+  local s = st.current
+  if not approval_id then
+    local shown = approval.state.approval
+    approval_id = shown and shown.approvalId or (s and s.approvals[1] and s.approvals[1].approvalId)
+  end
+  if not approval_id then
+    notify("no approval is pending")
+    return
+  end
+  M.client():request("approval/respond", { approvalId = approval_id, decision = decision }, function(err, result)
+    if err then
+      notify("approval not answered: " .. err_text(err), vim.log.levels.ERROR)
+    elseif not result.applied then
+      notify(result.message or ("already answered: " .. result.decision))
+    end
+    if done then
+      done(err, result)
+    end
+  end)
+end
+
+function M.show_approval()
+  approval.reshow(st.current)
+end
+
+--- `<CR>` in the transcript: a changed file opens (in the window before the chat); elsewhere a
+--- fold opens or closes.
+function M.open_under_cursor()
+  local span = view.span(vim.api.nvim_win_get_cursor(0)[1])
+  local s = st.current
+  if span and span.kind == "file" and s then
+    local root = (s.info and s.info.workspaceRoot) or vim.fn.getcwd()
+    local path = root .. "/" .. span.path
+    vim.cmd("wincmd p")
+    vim.cmd("edit " .. vim.fn.fnameescape(path))
+    return
+  end
+  if vim.fn.foldlevel(".") > 0 then
+    vim.cmd("normal! za")
+  end
+end
+
+--- Whole-dollar amounts with cents, smaller ones with four decimals.
+local function usd(amount)
+  if amount >= 1 then
+    return ("$%.2f"):format(amount)
+  end
+  return ("$%.4f"):format(amount)
+end
+
+--- A statusline item: the shown session's context use and pressure, and its cost (or
+--- "unpriced"). Empty when no session is shown.
+function M.statusline()
+  local s = st.current
+  if not s then
+    return ""
+  end
+  local parts = {}
+  if s.budget then
+    table.insert(parts, ("ctx %d%% %s"):format(math.floor(s.budget.utilisation * 100 + 0.5), s.budget.pressure))
+  end
+  local info = s.info or {}
+  local unpriced = (info.unpricedRequests or 0) > 0
+  if info.costUsd then
+    table.insert(parts, usd(info.costUsd) .. (unpriced and " + unpriced" or ""))
+  elseif unpriced then
+    table.insert(parts, "unpriced")
+  else
+    table.insert(parts, usd(0))
+  end
+  return table.concat(parts, " · ")
+end
+
+--- The lines `:SidechatCost` shows for a `session/cost` result.
+function M.cost_lines(result)
+  local cost = result.cost
+  local lines = {}
+  local total = usd(cost.totalUsd)
+  if cost.partial then
+    total = total .. " (partial: some usage has no price)"
+  end
+  table.insert(lines, "Cost: " .. total)
+  for _, m in ipairs(cost.byModel) do
+    local t = m.tokens
+    table.insert(
+      lines,
+      ("  %s/%s: %s (%d requests, %d in, %d out, %d cache read, %d cache write)"):format(
+        m.provider, m.model, usd(m.totalUsd), m.lines, t.input, t.output, t.cacheRead, t.cacheWrite)
+    )
+  end
+  if cost.unpriced.lines > 0 then
+    local t = cost.unpriced.tokens
+    table.insert(
+      lines,
+      ("  unpriced: %s (%d requests, %d in, %d out)"):format(
+        table.concat(cost.unpriced.models, ", "), cost.unpriced.lines, t.input, t.output)
+    )
+  end
+  if result.capUsd then
+    table.insert(lines, "  cap: " .. usd(result.capUsd))
+  end
+  table.insert(lines, "  prices as of " .. cost.pricesAsOf)
+  return lines
+end
+
+--- Shows what the shown session cost.
+function M.cost(done)
+  local s = st.current
+  if not s then
+    return notify("no session is shown")
+  end
+  M.client():request("session/cost", { sessionId = s.id }, function(err, result)
+    if err then
+      notify("cannot read the cost: " .. err_text(err), vim.log.levels.ERROR)
+    else
+      notify(table.concat(M.cost_lines(result), "\n"))
+    end
+    if done then
+      done(err, result)
+    end
+  end)
+end
+
+--- Sends lines `line1`..`line2` of the current buffer with their file and range; without a
+--- question they are attached to the next message typed in the prompt.
+function M.ask(line1, line2, question)
+  local buf = vim.api.nvim_get_current_buf()
+  local name = vim.api.nvim_buf_get_name(buf)
+  name = name ~= "" and vim.fn.fnamemodify(name, ":.") or "[No Name]"
+  local text = table.concat(vim.api.nvim_buf_get_lines(buf, line1 - 1, line2, false), "\n")
+  local ft = vim.bo[buf].filetype
+  local attachment = {
+    name = ("%s:%d-%d"):format(name, line1, line2),
+    text = ("```%s\n%s\n```"):format(ft, text),
+  }
+  view.open()
+  if question and vim.trim(question) ~= "" then
+    M.send(question, { attachments = { attachment } })
+  else
+    table.insert(st.attachments, attachment)
+    notify("attached " .. attachment.name .. " to the next message")
+  end
+end
+
+function M.open()
+  local c = M.client()
+  if c.status == "stopped" or c.status == "failed" then
+    c:start()
+  end
+  view.open()
+  if st.current then
+    view.show(st.current)
+  end
+end
+
+function M.close()
+  view.close()
+end
+
+function M.toggle()
+  if view.is_open() then
+    view.close()
+  else
+    M.open()
+  end
+end
+
+--- Stops the daemon and forgets every session (a later command starts afresh).
+function M.shutdown()
+  approval.close()
+  client_mod.reset()
+  st.client = nil
+  st.sessions = {}
+  st.current = nil
+  view.show(nil)
+end
+
+--- The attachments waiting for the next message.
+function M.pending_attachments()
+  return st.attachments
+end
+
+return M

@@ -1,0 +1,213 @@
+--- Turns a session into the transcript buffer's lines (markdown), with fold levels (thinking
+--- and tool output fold away) and what each line stands for (a changed file, a waiting
+--- message). Pure: the same session gives the same lines, streamed live or redrawn from
+--- `session/transcript`.
+local M = {}
+
+--- How many lines of a tool's output are shown before "… (N more lines)".
+M.OUTPUT_LINES = 20
+
+local STATUS = {
+  pending = "pending",
+  awaitingApproval = "awaiting approval",
+  running = "running",
+  done = "done",
+  error = "error",
+  denied = "denied",
+  cancelled = "cancelled",
+}
+
+--- Lines as Rust's `str::lines` counts them (a trailing newline ends the last line).
+local function count_lines(text)
+  if type(text) ~= "string" or text == "" then
+    return 0
+  end
+  local n = select(2, text:gsub("\n", ""))
+  if text:sub(-1) ~= "\n" then
+    n = n + 1
+  end
+  return n
+end
+
+--- One line naming a tool call, as the daemon's approval prompts word it.
+---@param tool string
+---@param input table
+function M.summary(tool, input)
+  input = input or {}
+  local path = input.path or "."
+  if tool == "read_file" then
+    return "read " .. path
+  elseif tool == "list_directory" then
+    return "list " .. path
+  elseif tool == "search_text" then
+    return ('search for "%s"'):format(input.pattern or "")
+  elseif tool == "write_file" then
+    return ("write %s (%d lines)"):format(path, count_lines(input.content))
+  elseif tool == "edit_file" then
+    return ("edit %s (-%d +%d lines)"):format(path, count_lines(input.old_string), count_lines(input.new_string))
+  elseif tool == "run_command" then
+    local command = input.command or ""
+    local first = command:match("^[^\n]*")
+    local more = count_lines(command) > 1 and " …" or ""
+    return ("run `%s`%s"):format(first, more)
+  end
+  local json = vim.json.encode(input)
+  if #json > 80 then
+    json = json:sub(1, 80) .. "…"
+  end
+  return tool .. " " .. json
+end
+
+---@class sidechat.Builder
+local Builder = {}
+Builder.__index = Builder
+
+local function builder()
+  return setmetatable({ lines = {}, folds = {}, spans = {} }, Builder)
+end
+
+function Builder:add(text, fold, span)
+  table.insert(self.lines, text)
+  local n = #self.lines
+  self.folds[n] = fold or 0
+  self.spans[n] = span
+end
+
+--- Adds text that may hold newlines, one buffer line each.
+function Builder:text(text, prefix, fold, span)
+  text = (text or ""):gsub("\n+$", "")
+  for _, line in ipairs(vim.split(text, "\n", { plain = true })) do
+    self:add((prefix or "") .. line, fold, span)
+  end
+end
+
+function Builder:blank()
+  if #self.lines > 0 and self.lines[#self.lines] ~= "" then
+    self:add("")
+  end
+end
+
+function Builder:heading(text, span)
+  self:blank()
+  self:add("## " .. text, 0, span)
+end
+
+function Builder:thinking(text)
+  if text == nil or text == "" then
+    return
+  end
+  self:add("▸ thinking", ">1")
+  self:text(text, "> ", 1)
+end
+
+function Builder:tool_call(session, block)
+  local status, output = session:tool_status(block.id)
+  self:add(("⚙ %s · %s"):format(M.summary(block.name, block.input), STATUS[status] or status), output and ">1" or 0)
+  if not output or output == "" then
+    return
+  end
+  local lines = vim.split(output:gsub("\n+$", ""), "\n", { plain = true })
+  for i = 1, math.min(#lines, M.OUTPUT_LINES) do
+    self:add("    " .. lines[i], 1)
+  end
+  if #lines > M.OUTPUT_LINES then
+    self:add(("    … (%d more lines)"):format(#lines - M.OUTPUT_LINES), 1)
+  end
+end
+
+local ENDED = { stopped = "_(stopped)_", failed = "_(failed)_" }
+
+function Builder:entry(session, entry)
+  local role = entry.role
+  local first = entry.blocks[1]
+  if role == "user" and first and first.type == "interjection" then
+    -- Typed during the run and delivered with tool results: its own heading follows.
+  elseif role == "user" then
+    self:heading("You")
+  elseif role == "assistant" then
+    self:heading("Assistant")
+  elseif role == "note" then
+    self:heading("Note")
+  elseif role ~= "tool" then
+    self:heading(role)
+  end
+  for _, block in ipairs(entry.blocks) do
+    local t = block.type
+    if t == "text" then
+      self:text(block.text)
+    elseif t == "thinking" then
+      self:thinking(block.text)
+    elseif t == "toolCall" then
+      self:tool_call(session, block)
+    elseif t == "interjection" then
+      self:heading("You (during the run)")
+      self:text(block.text)
+    elseif t == "attachment" then
+      self:add(("📎 %s (%d lines)"):format(block.name, count_lines(block.text)))
+    end
+  end
+  if ENDED[entry.status] then
+    self:add(ENDED[entry.status])
+  end
+end
+
+function Builder:live(message)
+  self:heading(message.role == "user" and "You" or "Assistant")
+  self:thinking(message.thinking)
+  if message.text ~= "" or message.thinking == "" then
+    self:text((message.partial and "… " or "") .. message.text)
+  end
+end
+
+local STATE_LINE = {
+  running = "_… working_",
+  awaitingApproval = "_waiting for approval (`ga` shows it)_",
+  unanswered = "_this turn has no answer yet: `R` or :SidechatResume answers it_",
+}
+
+--- The transcript of `session`: lines, fold levels ("0", ">1", "1") and line meanings.
+---@param session sidechat.Session
+---@return { lines: string[], folds: table<integer, any>, spans: table<integer, table> }
+function M.session(session)
+  local b = builder()
+  local info = session.info or {}
+  b:add("# " .. (info.title or "New chat") .. (info.model and (" (" .. info.model .. ")") or ""))
+  for _, entry in ipairs(session.entries) do
+    b:entry(session, entry)
+  end
+  for _, message in ipairs(session.live) do
+    b:live(message)
+  end
+  for _, notice in ipairs(session.notices) do
+    b:blank()
+    b:add(("_%s: %s_"):format(notice.level, notice.message))
+  end
+  for _, w in ipairs(session.waiting) do
+    local span = { kind = "waiting", pendingId = w.pendingId }
+    b:heading("You (waiting)", span)
+    b:text(w.text, nil, 0, span)
+  end
+  local changed = info.changedFiles or {}
+  if #changed > 0 then
+    b:heading("Changed files")
+    for _, f in ipairs(changed) do
+      b:add(("%s  +%d −%d"):format(f.path, f.added, f.removed), 0, { kind = "file", path = f.path })
+    end
+  end
+  if STATE_LINE[session.state] then
+    b:blank()
+    b:add(STATE_LINE[session.state])
+  end
+  return b
+end
+
+--- The lines shown for a session that does not exist yet.
+function M.empty()
+  local b = builder()
+  b:add("# New chat")
+  b:add("")
+  b:add("_Type below and press <CR> (normal mode) or <C-s> (insert mode) to send._")
+  return b
+end
+
+return M

@@ -1,0 +1,32 @@
+if vim.g.loaded_sidechat then
+  return
+end
+vim.g.loaded_sidechat = true
+
+local function sc()
+  return require("sidechat")
+end
+
+local command = vim.api.nvim_create_user_command
+command("Sidechat", function()
+  sc().toggle()
+end, { desc = "Open or close the sidechat column" })
+command("SidechatNew", function()
+  sc().new_session()
+  sc().open()
+end, { desc = "Start a new sidechat session in the working directory" })
+command("SidechatSessions", function()
+  sc().sessions()
+end, { desc = "Resume a sidechat session of the working directory" })
+command("SidechatStop", function()
+  sc().stop()
+end, { desc = "Stop the run of the shown session" })
+command("SidechatResume", function()
+  sc().resume_turn()
+end, { desc = "Answer the turn left unanswered" })
+command("SidechatCost", function()
+  sc().cost()
+end, { desc = "What the shown session cost" })
+command("SidechatAsk", function(a)
+  sc().ask(a.line1, a.line2, a.args)
+end, { range = true, nargs = "*", desc = "Send the selected lines with their file and range" })
