@@ -52,6 +52,7 @@ fn entries() -> Vec<(String, Value)> {
         method::<SessionTranscriptParams, SessionTranscriptResult>("session/transcript", C2S),
         method::<SessionIdParams, SessionBudgetResult>("session/budget", C2S),
         method::<SessionIdParams, SessionCostResult>("session/cost", C2S),
+        method::<SessionFileDiffParams, SessionFileDiffResult>("session/fileDiff", C2S),
         method::<ChatSendParams, ChatSendResult>("chat/send", C2S),
         method::<SessionIdParams, ChatStopResult>("chat/stop", C2S),
         method::<SessionIdParams, ChatResumeResult>("chat/resume", C2S),

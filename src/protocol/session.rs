@@ -61,6 +61,35 @@ pub struct ChangedFile {
     pub removed: u64,
 }
 
+/// Params of `session/fileDiff`: one file the session changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionFileDiffParams {
+    pub session_id: String,
+    /// A `path` of the session's `changedFiles`.
+    pub path: String,
+}
+
+/// What the session did to one file: its text before the session's first change to it and
+/// after the latest, for a client to show as a diff.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionFileDiffResult {
+    pub session_id: String,
+    pub path: String,
+    /// The text before the first change; absent when the file did not exist (or `omitted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<String>,
+    /// The text after the latest change; absent only when `omitted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// True when the file was too large to keep (over 256 KiB); the line counts in
+    /// `changedFiles` still hold.
+    pub omitted: bool,
+    /// How many successful writes and edits of the session changed the file.
+    pub changes: u32,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Session {

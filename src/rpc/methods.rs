@@ -17,6 +17,7 @@ pub const METHODS: &[&str] = &[
     "session/transcript",
     "session/budget",
     "session/cost",
+    "session/fileDiff",
     "chat/send",
     "chat/stop",
     "chat/resume",
@@ -73,6 +74,9 @@ pub fn method_table(runtime: Runtime) -> RpcModule<Runtime> {
         )),
         method!(module, "session/cost", |rt, p| Ok(
             rt.cost(&required::<SessionIdParams>(&p)?.session_id)?
+        )),
+        method!(module, "session/fileDiff", |rt, p| Ok(
+            rt.file_diff(required::<SessionFileDiffParams>(&p)?)?
         )),
         method!(module, "chat/send", |rt, p| Ok(rt
             .send(required::<ChatSendParams>(&p)?)

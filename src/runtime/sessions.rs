@@ -119,6 +119,27 @@ impl Runtime {
         self.session_view(row)
     }
 
+    /// The session's change to one file, from its first before to its latest after.
+    pub fn file_diff(&self, params: SessionFileDiffParams) -> RuntimeResult<SessionFileDiffResult> {
+        self.session_row(&params.session_id)?;
+        let diff = self
+            .inner
+            .store
+            .file_diff(&params.session_id, &params.path)?
+            .ok_or_else(|| RuntimeError::NotFound {
+                what: "changed file",
+                id: params.path.clone(),
+            })?;
+        Ok(SessionFileDiffResult {
+            session_id: params.session_id,
+            path: params.path,
+            before: diff.before,
+            after: diff.after,
+            omitted: diff.omitted,
+            changes: diff.changes,
+        })
+    }
+
     pub fn update_session(&self, params: SessionUpdateParams) -> RuntimeResult<Session> {
         check_steps(params.max_steps)?;
         check_limits(params.cap_usd.flatten(), params.max_seconds.flatten())?;

@@ -7,7 +7,7 @@
 use super::run::RunContext;
 use super::{RuntimeError, RuntimeResult};
 use crate::protocol::*;
-use crate::store::ToolCallRow;
+use crate::store::{FileChange, ToolCallRow};
 use crate::tools::{self, ToolOutcome, Workspace};
 use crate::util::new_id;
 
@@ -43,6 +43,17 @@ impl RunContext {
                 self.inner
                     .store
                     .record_changed_file(&self.session_id, change)?;
+                if let Some(snapshot) = &outcome.snapshot {
+                    self.inner.store.record_file_change(
+                        &self.session_id,
+                        &FileChange {
+                            call_id: &call.id,
+                            path: &change.path,
+                            before: snapshot.before.as_deref(),
+                            after: &snapshot.after,
+                        },
+                    )?;
+                }
             }
             self.inner.store.set_tool_call_result(
                 &self.session_id,

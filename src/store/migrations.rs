@@ -145,6 +145,20 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE sessions ADD COLUMN max_seconds INTEGER;
     ALTER TABLE sessions ADD COLUMN context_start_seq INTEGER NOT NULL DEFAULT 0;
     "#,
+    // 6: each successful write's file contents before and after, so a client can show a diff.
+    r#"
+    CREATE TABLE file_changes (
+        id          INTEGER PRIMARY KEY,
+        session_id  TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        call_id     TEXT NOT NULL,
+        path        TEXT NOT NULL,
+        before      TEXT,                   -- NULL: the file did not exist (or omitted)
+        after       TEXT,                   -- NULL only when omitted
+        omitted     INTEGER NOT NULL DEFAULT 0,
+        at          INTEGER NOT NULL
+    );
+    CREATE INDEX file_changes_by_path ON file_changes (session_id, path, id);
+    "#,
 ];
 
 /// Brings the schema to the newest version this build knows.

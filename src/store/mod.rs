@@ -3,6 +3,7 @@
 //! Every state change a client is told about is committed here first. Calls are short and
 //! synchronous; the connection sits behind a mutex because SQLite serialises writers anyway.
 
+mod file_changes;
 mod messages;
 mod migrations;
 mod pending;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
+pub use file_changes::{FileChange, FileDiffRow, SNAPSHOT_CAP};
 pub use messages::{NewMessage, Settle};
 pub use pending::{CancelOutcome, EarlierSend, PendingRow};
 pub use runs::RunRow;

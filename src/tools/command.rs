@@ -72,6 +72,7 @@ pub async fn run(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> {
         output: output.trim_end().to_string(),
         is_error: !status.success(),
         changed: None,
+        snapshot: None,
     })
 }
 

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::{ToolOutcome, Workspace, str_arg, truncate};
+use super::{FileSnapshot, ToolOutcome, Workspace, str_arg, truncate};
 use crate::protocol::ChangedFile;
 
 /// Most bytes of a file shown to the model at once.
@@ -109,6 +109,10 @@ pub async fn write(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String>
             added,
             removed,
         }),
+        snapshot: Some(FileSnapshot {
+            before: old,
+            after: content.to_string(),
+        }),
     })
 }
 
@@ -147,6 +151,10 @@ pub async fn edit(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> 
             path: shown,
             added,
             removed,
+        }),
+        snapshot: Some(FileSnapshot {
+            before: Some(text),
+            after: updated,
         }),
     })
 }

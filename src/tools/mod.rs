@@ -23,6 +23,16 @@ pub struct ToolOutcome {
     pub is_error: bool,
     /// The file a successful write or edit changed.
     pub changed: Option<ChangedFile>,
+    /// That file's text before and after, for a diff.
+    pub snapshot: Option<FileSnapshot>,
+}
+
+/// A changed file's text before and after one write or edit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileSnapshot {
+    /// `None` when the file did not exist.
+    pub before: Option<String>,
+    pub after: String,
 }
 
 impl ToolOutcome {
@@ -31,6 +41,7 @@ impl ToolOutcome {
             output: output.into(),
             is_error: false,
             changed: None,
+            snapshot: None,
         }
     }
 
@@ -39,6 +50,7 @@ impl ToolOutcome {
             output: output.into(),
             is_error: true,
             changed: None,
+            snapshot: None,
         }
     }
 }

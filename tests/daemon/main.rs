@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod budget;
+mod file_diff;
 mod harness;
 mod interjections;
 mod protocol;
