@@ -131,7 +131,7 @@ impl<W: Write> Screen<W> {
             Event::ApprovalResolved { decision, .. } => {
                 self.line(&format!("    answered: {decision:?}"))
             }
-            Event::Notice { level, message } => {
+            Event::Notice { level, message, .. } => {
                 let mark = match level {
                     NoticeLevel::Info => "i",
                     NoticeLevel::Warning => "!",

@@ -104,8 +104,10 @@ pub struct UnpricedUsage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CostSummary {
-    /// USD of the priced lines; with `partial`, a lower bound.
-    pub total_usd: f64,
+    /// USD of the priced lines; with `partial`, a lower bound. Absent when no line is priced:
+    /// usage without a price is unpriced, never $0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_usd: Option<f64>,
     pub by_kind: KindCosts,
     /// One entry per provider and model, sorted.
     pub by_model: Vec<ModelCost>,
@@ -235,7 +237,7 @@ fn summarise(
         })
         .collect();
     CostSummary {
-        total_usd: usd(all.total()),
+        total_usd: (priced_lines > 0).then(|| usd(all.total())),
         by_kind: all.in_usd(),
         by_model,
         priced_lines,
@@ -326,7 +328,7 @@ mod tests {
         assert_eq!(
             summary,
             CostSummary {
-                total_usd: 2.749,
+                total_usd: Some(2.749),
                 by_kind: KindCosts {
                     input: 1.975,
                     output: 0.495,
@@ -412,7 +414,7 @@ mod tests {
             tokens(150_001, 30_000, 20_000, 1_000),
         );
         let total = |l: &UsageLine| cost_summary([l], &book).total_usd;
-        assert_eq!((total(&at), total(&above)), (0.549, 1.090_506));
+        assert_eq!((total(&at), total(&above)), (Some(0.549), Some(1.090_506)));
     }
 
     #[test]
@@ -489,7 +491,7 @@ mod tests {
         );
         assert_eq!(
             (summary.total_usd, summary.partial, summary.unpriced),
-            (1.985, false, UnpricedUsage::default())
+            (Some(1.985), false, UnpricedUsage::default())
         );
     }
 
@@ -504,7 +506,7 @@ mod tests {
         assert_eq!(
             summary,
             CostSummary {
-                total_usd: 0.0,
+                total_usd: None,
                 by_kind: KindCosts::default(),
                 by_model: Vec::new(),
                 priced_lines: 0,

@@ -27,10 +27,11 @@ pub struct Attachment {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ChatSendResult {
-    /// The run that answers the message.
+    /// The run that answers the message; when `queued`, the run that took it and will deliver
+    /// it at its next delivery point (or promote it into the next turn when it ends).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
-    /// The stored user message.
+    /// The stored user message, or for a slash command the note or notice it wrote.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_id: Option<String>,
     /// True when a run was working: the text was queued as an interjection.

@@ -101,9 +101,12 @@ pub enum Event {
     InterjectionCancelled {
         pending_id: String,
     },
+    /// Something the user should know (an error, a retry, a cut-off, a limit). It is stored
+    /// first as the transcript entry `messageId` (role `notice`), whose `seq` is this event's.
     Notice {
         level: NoticeLevel,
         message: String,
+        message_id: String,
     },
     /// The context budget: before each model request, and again with the provider's actual
     /// counts once it answered.

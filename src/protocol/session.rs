@@ -182,8 +182,16 @@ pub struct SessionUpdateParams {
     pub session_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+    /// A configured account (as listed by `initialize`). Without `model`, the session takes
+    /// the account's default model. Applies from the next model request on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// An absolute path to an existing directory; tools work inside it from the next tool
+    /// call on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_root: Option<String>,
     /// An empty string removes the system prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,

@@ -13,6 +13,16 @@ pub enum Role {
     Tool,
     /// A local annotation (e.g. `/cost` output): stored and shown, never sent to a model.
     Note,
+    /// What the client was told about a run or a command (errors, retries, cut-offs, limits),
+    /// kept so a client that reloads can say why a run ended; never sent to a model.
+    Notice,
+}
+
+impl Role {
+    /// Whether entries of this role are part of what a model is sent.
+    pub fn reaches_model(self) -> bool {
+        matches!(self, Role::User | Role::Assistant | Role::Tool)
+    }
 }
 
 /// Whether a message is whole.
@@ -67,15 +77,24 @@ pub enum Block {
         is_error: bool,
         status: ToolCallStatus,
     },
-    /// What the user typed while the run worked, delivered to the model after tool results.
-    /// Stored in the user's own words; the model reads it as "The user adds: …".
+    /// What the user typed while the run worked, in the user's own words. Delivered to the
+    /// model after tool results, which reads it as "The user adds: …"; or, when the run ended
+    /// before a delivery point, `promoted` into a user turn of its own, read as plain text.
     Interjection {
         pending_id: String,
         text: String,
+        /// It became (part of) the next user turn instead of an aside within a run.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        promoted: bool,
     },
     /// A text attached to a user message (e.g. a file the user picked).
     Attachment {
         name: String,
+        text: String,
+    },
+    /// The one block of a `notice` entry: what the `notice` event said.
+    Notice {
+        level: super::NoticeLevel,
         text: String,
     },
 }

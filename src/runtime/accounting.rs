@@ -15,7 +15,7 @@ use crate::context::{
     Reconciliation, TokenCounter, model_window,
 };
 use crate::cost::{CostSummary, PriceBook, UsageLine, cost_summary};
-use crate::protocol::{Block, Role, TranscriptEntry};
+use crate::protocol::{Block, NoticeLevel, Role, TranscriptEntry};
 use crate::store::{NewMessage, SessionRow};
 
 /// What the runtime remembers between snapshots.
@@ -81,13 +81,18 @@ pub fn count_blocks_with(
             }
             Block::Text { .. } | Block::Thinking { .. } => None,
             Block::ToolResult { output, .. } => Some(Cow::Borrowed(output.as_str())),
+            Block::Interjection {
+                text,
+                promoted: true,
+                ..
+            } => Some(Cow::Borrowed(text.as_str())),
             Block::Interjection { text, .. } => {
                 Some(Cow::Owned(super::projection::interjection_text(text)))
             }
             Block::Attachment { name, text } => {
                 Some(Cow::Owned(format!("Attached {name}:\n{text}")))
             }
-            Block::ToolCall { .. } => None,
+            Block::ToolCall { .. } | Block::Notice { .. } => None,
         })
         .collect();
     let arguments: Vec<(&str, String)> = blocks
@@ -119,7 +124,7 @@ pub fn count_blocks_with(
     let role = match role {
         Role::Assistant => "assistant",
         Role::Tool => "tool",
-        Role::User | Role::Note => "user",
+        Role::User | Role::Note | Role::Notice => "user",
     };
     counter.count_message(role, &parts)
 }
@@ -134,7 +139,8 @@ impl Inner {
     /// Counts, commits and announces a message, and adds it to the session's tally.
     pub(super) fn commit(&self, mut message: NewMessage) -> RuntimeResult<TranscriptEntry> {
         let session_id = message.session_id.clone();
-        if message.role != Role::Note && message.tokens.is_none() {
+        let reaches_model = message.role.reaches_model();
+        if reaches_model && message.tokens.is_none() {
             let model = self
                 .store
                 .session(&session_id)?
@@ -145,13 +151,33 @@ impl Inner {
         let counted = message.tokens;
         let role = message.role;
         let entry = self.events.commit(&self.store, message)?;
-        if let (Some(counted), true) = (counted, role != Role::Note)
+        if let (Some(counted), true) = (counted, reaches_model)
             && let Some(tally) = lock(&self.accounting.tallies).get_mut(&session_id)
         {
             tally.history.add(counted);
             tally.latest_user = (role == Role::User).then_some(counted);
         }
         Ok(entry)
+    }
+
+    /// Stores a notice as a transcript entry (never sent to a model), then announces it.
+    pub(super) fn notice(
+        &self,
+        session_id: &str,
+        run_id: Option<&str>,
+        level: NoticeLevel,
+        text: impl Into<String>,
+    ) -> RuntimeResult<TranscriptEntry> {
+        let block = Block::Notice {
+            level,
+            text: text.into(),
+        };
+        self.commit(NewMessage::new(
+            session_id,
+            run_id,
+            Role::Notice,
+            vec![block],
+        ))
     }
 
     /// Forgets a session's tally, e.g. after `/clear` or a deletion.
@@ -179,7 +205,7 @@ impl Inner {
             }
             false => Vec::new(),
         };
-        let mut entries = entries.iter().filter(|e| e.role != Role::Note);
+        let mut entries = entries.iter().filter(|e| e.role.reaches_model());
         for (role, count) in counts {
             let entry = entries.next();
             let counted = count
@@ -253,6 +279,11 @@ impl Inner {
             })
             .collect();
         Ok(cost_summary(&lines, &self.accounting.prices))
+    }
+
+    /// Whether the price book (built-in or configured) has a price for `model`.
+    pub(super) fn is_priced(&self, model: &str) -> bool {
+        self.accounting.prices.lookup(model).is_some()
     }
 
     /// What sending `input_tokens` to `model` would cost as plain input, if it has a price.

@@ -15,8 +15,8 @@ impl Runtime {
         if params.text.trim().is_empty() {
             return Err(RuntimeError::InvalidParams("the message is empty".into()));
         }
-        if let Some((name, argument)) = super::commands::parse(&params.text) {
-            return self.command(&session, name, argument);
+        if let Some(command) = super::commands::parse(&params.text) {
+            return self.command(&session, command, &params.text);
         }
         let mut params = params;
         if params.text.trim_start().starts_with("//") {
@@ -30,8 +30,11 @@ impl Runtime {
         let mut runs = self.inner.runs.lock();
         // Decided under the registry lock: a run ending promotes the queue under the same lock,
         // so a row is either queued before that promotion or finds no run and starts one.
-        if runs.contains_key(&session.id) || self.inner.store.suspended_run(&session.id)?.is_some()
-        {
+        let working = match runs.get(&session.id) {
+            Some(active) => Some(active.run_id.clone()),
+            None => self.inner.store.suspended_run(&session.id)?.map(|r| r.id),
+        };
+        if let Some(working) = working {
             if !params.attachments.is_empty() {
                 return Err(RuntimeError::InvalidParams(
                     "attachments wait for the next turn: a run is working, so send the text alone now \
@@ -39,7 +42,7 @@ impl Runtime {
                         .into(),
                 ));
             }
-            let row = match store.insert_pending(&session.id, client_id, &params.text) {
+            let row = match store.insert_pending(&session.id, &working, client_id, &params.text) {
                 Ok(row) => row,
                 Err(e) => {
                     drop(runs);
@@ -58,7 +61,7 @@ impl Runtime {
                 },
             );
             return Ok(ChatSendResult {
-                run_id: None,
+                run_id: Some(working),
                 message_id: None,
                 queued: true,
                 pending_id: Some(row.id),
@@ -105,7 +108,12 @@ impl Runtime {
         let Some(cap) = session.cap_usd else {
             return Ok(());
         };
-        let spent = self.inner.cost_summary(&session.id)?.total_usd;
+        // Usage without a price cannot count against the cap.
+        let spent = self
+            .inner
+            .cost_summary(&session.id)?
+            .total_usd
+            .unwrap_or(0.0);
         if spent >= cap {
             return Err(RuntimeError::BudgetExhausted(format!(
                 "the session's spend cap of ${cap:.2} is used up (${spent:.4} spent); raise capUsd with session/update to continue"
@@ -128,8 +136,8 @@ impl Runtime {
             .store
             .earlier_send(session_id, client_id)?
             .map(|earlier| match earlier {
-                EarlierSend::Queued { pending_id } => ChatSendResult {
-                    run_id: None,
+                EarlierSend::Queued { pending_id, run_id } => ChatSendResult {
+                    run_id,
                     message_id: None,
                     queued: true,
                     pending_id: Some(pending_id),
@@ -198,7 +206,7 @@ impl Runtime {
     pub async fn resume(&self, session_id: &str) -> RuntimeResult<ChatResumeResult> {
         let session = self.session_row(session_id)?;
         self.refuse_if_suspended(session_id)?;
-        if self.state(session_id)? != SessionState::Unanswered {
+        if self.state(&session)? != SessionState::Unanswered {
             return Err(RuntimeError::Conflict(format!(
                 "session {session_id} has no unanswered turn to resume"
             )));
@@ -275,7 +283,7 @@ impl Runtime {
         Ok(self.inner.store.suspended_run(session_id)?)
     }
 
-    fn refuse_if_suspended(&self, session_id: &str) -> RuntimeResult<()> {
+    pub(super) fn refuse_if_suspended(&self, session_id: &str) -> RuntimeResult<()> {
         match self.suspended_run(session_id)? {
             Some(run) => Err(RuntimeError::Busy {
                 session_id: session_id.to_string(),

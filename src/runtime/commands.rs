@@ -8,14 +8,23 @@ use crate::store::{NewMessage, SessionRow, SessionUpdate};
 
 const HELP: &str = "Commands:
   /cost            what this session has cost so far
-  /model <id>      switch the model (from the next request on)
+  /model <id>      switch the model (from the next request on); a name sidechat does not
+                   know needs /model --force <id>
   /system <text>   set the system prompt; /system alone removes it
   /clear           the model starts fresh; earlier messages stay readable here
   /help            this list
 Start a message with // to send a literal slash.";
 
+/// A typed slash command: its name in lower case (commands match whatever the case) and the
+/// rest of the line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Command<'a> {
+    pub name: String,
+    pub argument: &'a str,
+}
+
 /// A slash command, or `None` for text meant for the model (`//` escapes a slash).
-pub fn parse(text: &str) -> Option<(&str, &str)> {
+pub fn parse(text: &str) -> Option<Command<'_>> {
     let command = text.trim_start().strip_prefix('/')?;
     if command.starts_with('/') {
         return None;
@@ -23,18 +32,44 @@ pub fn parse(text: &str) -> Option<(&str, &str)> {
     let (name, argument) = command
         .split_once(char::is_whitespace)
         .unwrap_or((command, ""));
-    Some((name, argument.trim()))
+    Some(Command {
+        name: name.to_lowercase(),
+        argument: argument.trim(),
+    })
+}
+
+/// `/model`'s argument: the name and whether `--force` lets an unknown name through.
+fn model_argument(argument: &str) -> (&str, bool) {
+    match argument.split_once(char::is_whitespace) {
+        Some(("--force", name)) => (name.trim(), true),
+        _ if argument == "--force" => ("", true),
+        _ => (argument, false),
+    }
 }
 
 impl Runtime {
-    /// Runs a slash command for the session.
+    /// Whether `model` is a name sidechat knows: in the context window table, in the price
+    /// book (built-in or configured), or the session's account's configured model.
+    fn knows_model(&self, session: &SessionRow, model: &str) -> bool {
+        let in_windows =
+            crate::context::model_window(model, None).source == crate::context::WindowSource::Table;
+        let configured = self
+            .inner
+            .config
+            .account(&session.account)
+            .is_some_and(|a| a.default_model == model);
+        in_windows || configured || self.inner.is_priced(model)
+    }
+
+    /// Runs a slash command for the session; `typed` is the whole line as the user typed it.
     pub(super) fn command(
         &self,
         session: &SessionRow,
-        name: &str,
-        argument: &str,
+        command: Command<'_>,
+        typed: &str,
     ) -> RuntimeResult<ChatSendResult> {
-        let note = match name {
+        let argument = command.argument;
+        let note = match command.name.as_str() {
             "help" => HELP.to_string(),
             "cost" => describe_cost(&self.inner.cost_summary(&session.id)?, session.cap_usd),
             "model" if argument.is_empty() => format!(
@@ -42,12 +77,23 @@ impl Runtime {
                 session.model, session.account
             ),
             "model" => {
+                let (model, forced) = model_argument(argument);
+                if model.is_empty() {
+                    return Err(RuntimeError::InvalidParams(
+                        "/model --force needs a model name".into(),
+                    ));
+                }
+                if !forced && !self.knows_model(session, model) {
+                    return Err(RuntimeError::InvalidParams(format!(
+                        "sidechat does not know the model {model:?} (it is in neither the context window table, the price table nor the account's configuration); check the spelling, or type /model --force {model} to use it anyway"
+                    )));
+                }
                 self.update_session(SessionUpdateParams {
                     session_id: session.id.clone(),
-                    model: Some(argument.to_string()),
+                    model: Some(model.to_string()),
                     ..SessionUpdateParams::default()
                 })?;
-                format!("Model set to {argument}; it answers from the next request on.")
+                format!("Model set to {model}; it answers from the next request on.")
             }
             "system" => {
                 let update = SessionUpdate {
@@ -61,29 +107,32 @@ impl Runtime {
                 }
             }
             "clear" => {
+                // A run, live or suspended on an approval after a restart, still needs the
+                // transcript it stands on: its next request must start with its own tool call.
                 if let Some(run_id) = self.inner.runs.active_run(&session.id) {
                     return Err(RuntimeError::Busy {
                         session_id: session.id.clone(),
                         run_id,
                     });
                 }
+                self.refuse_if_suspended(&session.id)?;
                 self.inner.store.clear_context(&session.id)?;
                 self.inner.forget_tally(&session.id);
                 "Context cleared: the model starts fresh from the next message. Earlier messages stay here to read.".to_string()
             }
             other => {
-                self.inner.events.emit(
-                    &self.inner.store,
+                // Stored with what was typed, so nothing the user wrote vanishes.
+                let entry = self.inner.notice(
                     &session.id,
                     None,
-                    Event::Notice {
-                        level: NoticeLevel::Warning,
-                        message: format!("Unknown command /{other}. Type /help for the list; nothing was sent to the model."),
-                    },
-                );
+                    NoticeLevel::Warning,
+                    format!(
+                        "Unknown command /{other}; nothing was sent to the model. Type /help for the list, or start with // to send a slash. You typed: {typed}"
+                    ),
+                )?;
                 return Ok(ChatSendResult {
                     run_id: None,
-                    message_id: None,
+                    message_id: Some(entry.id),
                     queued: false,
                     pending_id: None,
                 });
@@ -107,9 +156,11 @@ impl Runtime {
 /// The `/cost` note: totals, per model, per kind, and what has no price.
 pub fn describe_cost(cost: &CostSummary, cap_usd: Option<f64>) -> String {
     let mut lines = Vec::new();
-    let total = match cost.partial {
-        true => format!("at least ${:.4}", cost.total_usd),
-        false => format!("${:.4}", cost.total_usd),
+    let total = match (cost.total_usd, cost.partial) {
+        (None, _) if cost.unpriced.lines > 0 => "unpriced".to_string(),
+        (None, _) => "nothing yet".to_string(),
+        (Some(total), true) => format!("at least ${total:.4}"),
+        (Some(total), false) => format!("${total:.4}"),
     };
     lines.push(format!(
         "Cost of this session: {total} (prices as of {})",
@@ -150,11 +201,27 @@ pub fn describe_cost(cost: &CostSummary, cap_usd: Option<f64>) -> String {
 mod tests {
     use super::*;
 
+    fn command<'a>(name: &str, argument: &'a str) -> Option<Command<'a>> {
+        Some(Command {
+            name: name.into(),
+            argument,
+        })
+    }
+
     #[test]
-    fn parses_commands_and_escapes() {
-        assert_eq!(parse("/model gpt-4o"), Some(("model", "gpt-4o")));
-        assert_eq!(parse("/clear"), Some(("clear", "")));
+    fn parses_commands_whatever_their_case_and_escapes() {
+        assert_eq!(parse("/model gpt-4o"), command("model", "gpt-4o"));
+        assert_eq!(parse("/clear"), command("clear", ""));
+        assert_eq!(parse("/COST"), command("cost", ""));
+        assert_eq!(parse("  /Model GPT-4o "), command("model", "GPT-4o"));
         assert_eq!(parse("//not a command"), None);
         assert_eq!(parse("hello /cost"), None);
+    }
+
+    #[test]
+    fn model_takes_a_force_flag() {
+        assert_eq!(model_argument("gpt-4o"), ("gpt-4o", false));
+        assert_eq!(model_argument("--force  my-model"), ("my-model", true));
+        assert_eq!(model_argument("--force"), ("", true));
     }
 }

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::protocol::{Event, SessionEventParams, TranscriptEntry};
+use crate::protocol::{Block, Event, Role, SessionEventParams, TranscriptEntry};
 use crate::store::{NewMessage, Store};
 
 use super::RuntimeResult;
@@ -66,6 +66,20 @@ impl EventSink for NoClient {
 
     /// Nothing to build an event for.
     fn emit_delta(&self, _delta: &Delta<'_>) {}
+}
+
+/// The event that tells a client about a committed entry.
+fn announcement(entry: &TranscriptEntry) -> Event {
+    match (entry.role, entry.blocks.as_slice()) {
+        (Role::Notice, [Block::Notice { level, text }]) => Event::Notice {
+            level: *level,
+            message: text.clone(),
+            message_id: entry.id.clone(),
+        },
+        _ => Event::MessageCompleted {
+            entry: entry.clone(),
+        },
+    }
 }
 
 /// A session's last published `seq`.
@@ -145,7 +159,8 @@ impl Events {
         });
     }
 
-    /// Commits a message and then announces it, under one `seq`: persisted before told.
+    /// Commits a message and then announces it, under one `seq`: persisted before told. A
+    /// notice is announced by the `notice` event, anything else by `messageCompleted`.
     /// The message's own `seq` is ignored; the session's next one is used.
     pub fn commit(&self, store: &Store, mut message: NewMessage) -> RuntimeResult<TranscriptEntry> {
         let counter = self.counter(store, &message.session_id)?;
@@ -157,9 +172,7 @@ impl Events {
             session_id: message.session_id,
             seq: entry.seq,
             run_id: message.run_id,
-            event: Event::MessageCompleted {
-                entry: entry.clone(),
-            },
+            event: announcement(&entry),
         });
         Ok(entry)
     }

@@ -9,6 +9,7 @@ mod commands;
 mod error;
 mod events;
 mod projection;
+mod promotion;
 mod recovery;
 mod registry;
 mod run;

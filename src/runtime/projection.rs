@@ -1,6 +1,6 @@
 //! Projection of a stored transcript into what a model is sent.
 //!
-//! Notes are dropped (never sent to a model), tool results become user-side content, empty
+//! Notes and notices are dropped (never sent to a model), tool results become user-side content, empty
 //! messages vanish and neighbours of the same role merge, so every provider sees alternating
 //! turns that start with the user.
 
@@ -16,7 +16,7 @@ pub fn project(entries: &[TranscriptEntry]) -> Vec<ModelMessage> {
     let mut messages: Vec<ModelMessage> = Vec::new();
     for entry in entries {
         let role = match entry.role {
-            Role::Note => continue,
+            Role::Note | Role::Notice => continue,
             Role::Assistant => ModelRole::Assistant,
             Role::User | Role::Tool => ModelRole::User,
         };
@@ -57,9 +57,16 @@ fn content(block: &Block) -> Option<ModelContent> {
             output: output.clone(),
             is_error: *is_error,
         }),
+        // A promoted interjection is the user's turn, not an aside.
+        Block::Interjection {
+            text,
+            promoted: true,
+            ..
+        } => Some(ModelContent::Text { text: text.clone() }),
         Block::Interjection { text, .. } => Some(ModelContent::Text {
             text: interjection_text(text),
         }),
+        Block::Notice { .. } => None,
         Block::Attachment { name, text } => Some(ModelContent::Text {
             text: format!("Attached {name}:\n{text}"),
         }),

@@ -4,11 +4,13 @@
 //! it continues the run. Any other unfinished run is closed as interrupted, and its tool calls
 //! without a result get a synthetic one, so the transcript stays replayable to any provider.
 
+use super::promotion::promoted_turn;
 use super::tool_phase::result_blocks;
 use super::{Inner, RuntimeResult};
-use crate::protocol::{Block, FinishReason, Role};
-use crate::store::{NewMessage, Settle, Store};
+use crate::protocol::{Block, FinishReason, NoticeLevel, Role};
+use crate::store::{NewMessage, Store};
 
+const INTERRUPTED_RUN: &str = "interrupted: sidechat stopped during the run";
 const INTERRUPTED: &str =
     "Interrupted: sidechat stopped before this tool call finished, so its outcome is unknown.";
 
@@ -50,11 +52,17 @@ pub fn recover(inner: &Inner) -> RuntimeResult<()> {
             );
             append_quietly(store, message)?;
         }
-        store.finish_run(
-            &run.id,
-            FinishReason::Error,
-            Some("interrupted: sidechat stopped during the run"),
-        )?;
+        let notice = NewMessage::new(
+            &run.session_id,
+            Some(&run.id),
+            Role::Notice,
+            vec![Block::Notice {
+                level: NoticeLevel::Error,
+                text: INTERRUPTED_RUN.into(),
+            }],
+        );
+        append_quietly(store, notice)?;
+        store.finish_run(&run.id, FinishReason::Error, Some(INTERRUPTED_RUN))?;
         tracing::info!(run_id = %run.id, "closed a run interrupted by a stop of the daemon");
     }
     promote_stranded_input(store)
@@ -70,17 +78,9 @@ fn promote_stranded_input(store: &Store) -> RuntimeResult<()> {
             store.unlease_all(&session_id)?;
             continue;
         }
-        let rows = store.open_pending(&session_id)?;
-        let pending_ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
-        let blocks = rows
-            .into_iter()
-            .map(|r| Block::Text { text: r.text })
-            .collect();
-        let mut message = NewMessage::new(&session_id, None, Role::User, blocks);
-        message.settles = Some(Settle {
-            pending_ids,
-            status: "promoted",
-        });
+        let Some(message) = promoted_turn(&session_id, store.open_pending(&session_id)?) else {
+            continue;
+        };
         append_quietly(store, message)?;
         tracing::info!(session_id, "promoted input a stopped daemon left queued");
     }

@@ -10,9 +10,11 @@ use futures::StreamExt;
 
 use super::accounting::{Precounted, count_blocks_with};
 use super::events::{DeltaKind, SeqCounter};
+use super::promotion::promoted_turn;
 use super::registry::RunSignals;
 use super::registry::claim_locked;
 use super::{Inner, RuntimeError, RuntimeResult, project};
+use crate::config::AccountKind;
 use crate::context::{Actuals, BudgetSnapshot, StreamingCount, TokenCounter};
 use crate::protocol::*;
 use crate::provider::{ModelEvent, ModelRequest, ProviderError, StopReason, TokenUsage};
@@ -117,6 +119,13 @@ impl RunContext {
         );
     }
 
+    /// Stores a notice in the transcript and tells the client.
+    pub fn notice(&self, level: NoticeLevel, text: impl Into<String>) -> RuntimeResult<()> {
+        self.inner
+            .notice(&self.session_id, Some(&self.run_id), level, text)?;
+        Ok(())
+    }
+
     fn emit_delta(&self, seq: &SeqCounter, kind: DeltaKind, message_id: &str, text: &str) {
         self.inner.events.emit_delta(
             seq,
@@ -168,10 +177,6 @@ impl RunContext {
             }
             let snapshot = self.inner.budget_snapshot(&session)?;
             if let Some(limit) = self.over_budget(&session, &snapshot)? {
-                self.emit(Event::Notice {
-                    level: NoticeLevel::Warning,
-                    message: limit.clone(),
-                });
                 return Ok(Finish {
                     reason: FinishReason::BudgetSpent,
                     error: Some(limit),
@@ -179,12 +184,15 @@ impl RunContext {
             }
             self.steps += 1;
             self.inner.store.set_run_steps(&self.run_id, self.steps)?;
-            // The delivery point: tool results are in and another model request follows.
-            let continuing = self
-                .inner
-                .store
-                .last_model_message(&self.session_id)?
-                .is_some_and(|m| m.role == Role::Tool);
+            // The delivery point: tool results are in and another model request follows. Nothing
+            // is taken on the last allowed step: its answer could be tool calls no step follows,
+            // so the model would never answer; the run's end promotes it into the next turn.
+            let continuing = self.steps < session.max_steps
+                && self
+                    .inner
+                    .store
+                    .last_model_message(&self.session_id)?
+                    .is_some_and(|m| m.role == Role::Tool);
             let leased = match continuing {
                 true => self
                     .inner
@@ -261,7 +269,7 @@ impl RunContext {
                     }
                     match event {
                         ModelEvent::Finished(reason) => break Ended::Finished(reason),
-                        event => self.apply(&message_id, &mut reply, event),
+                        event => self.apply(&message_id, &mut reply, event)?,
                     }
                 }
             }
@@ -320,17 +328,10 @@ impl RunContext {
             Ended::Failed(e) => StepEnd::Finished(Finish::error(e.to_string())),
             Ended::Finished(_) if has_calls => StepEnd::ToolCalls,
             Ended::Finished(StopReason::MaxTokens) => {
-                self.emit(Event::Notice {
-                    level: NoticeLevel::Warning,
-                    message: "The answer got too long and was cut off.".into(),
-                });
                 StepEnd::Finished(Finish::of(FinishReason::CutOff))
             }
             Ended::Finished(StopReason::Refusal) => {
-                self.emit(Event::Notice {
-                    level: NoticeLevel::Warning,
-                    message: "The model declined to answer.".into(),
-                });
+                self.notice(NoticeLevel::Warning, "The model declined to answer.")?;
                 StepEnd::Finished(Finish::of(FinishReason::EndTurn))
             }
             Ended::Finished(_) => StepEnd::Finished(Finish::of(FinishReason::EndTurn)),
@@ -346,6 +347,7 @@ impl RunContext {
             .map(|r| Block::Interjection {
                 pending_id: r.id,
                 text: r.text,
+                promoted: false,
             })
             .collect();
         let mut message = NewMessage::new(&self.session_id, Some(&self.run_id), Role::User, blocks);
@@ -365,19 +367,14 @@ impl RunContext {
     /// Turns everything still queued into one new user turn; the next run answers it.
     fn promote_queue(&self) -> RuntimeResult<bool> {
         let rows = self.inner.store.open_pending(&self.session_id)?;
-        if rows.is_empty() {
+        let Some(message) = promoted_turn(&self.session_id, rows) else {
             return Ok(false);
-        }
-        let pending_ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
-        let blocks = rows
-            .into_iter()
-            .map(|r| Block::Text { text: r.text })
-            .collect();
-        let mut message = NewMessage::new(&self.session_id, None, Role::User, blocks);
-        message.settles = Some(Settle {
-            pending_ids: pending_ids.clone(),
-            status: "promoted",
-        });
+        };
+        let pending_ids = message
+            .settles
+            .as_ref()
+            .map(|s| s.pending_ids.clone())
+            .unwrap_or_default();
         let entry = self.inner.commit(message)?;
         self.emit(Event::InterjectionPromoted {
             pending_ids,
@@ -387,7 +384,7 @@ impl RunContext {
     }
 
     /// Folds one streamed event into the reply and forwards what the client shows.
-    fn apply(&self, message_id: &str, reply: &mut Reply, event: ModelEvent) {
+    fn apply(&self, message_id: &str, reply: &mut Reply, event: ModelEvent) -> RuntimeResult<()> {
         match event {
             ModelEvent::TextDelta(text) => {
                 reply.text.push_str(&text);
@@ -407,12 +404,10 @@ impl RunContext {
             ModelEvent::ToolCall { id, name, input } => reply.calls.push((id, name, input)),
             ModelEvent::ToolCallCutOff { id, name } => reply.cut_calls.push((id, name)),
             ModelEvent::Usage(usage) => reply.usage = Some(usage),
-            ModelEvent::Notice(message) => self.emit(Event::Notice {
-                level: NoticeLevel::Warning,
-                message,
-            }),
+            ModelEvent::Notice(message) => self.notice(NoticeLevel::Warning, message)?,
             ModelEvent::Finished(_) => {}
         }
+        Ok(())
     }
 
     /// The limit the next request would pass, named, if any: the run's time limit or the
@@ -432,7 +427,11 @@ impl RunContext {
         let Some(cap) = session.cap_usd else {
             return Ok(None);
         };
-        let spent = self.inner.cost_summary(&self.session_id)?.total_usd;
+        let spent = self
+            .inner
+            .cost_summary(&self.session_id)?
+            .total_usd
+            .unwrap_or(0.0);
         match self.inner.input_cost(&session.model, snapshot.input_tokens) {
             Some(next) if spent + next > cap => Ok(Some(format!(
                 "capUsd: the next request (about ${next:.4} of input) would pass the spend cap of ${cap:.2}; ${spent:.4} spent so far"
@@ -441,13 +440,13 @@ impl RunContext {
             None if self.warned_unpriced => Ok(None),
             None => {
                 self.warned_unpriced = true;
-                self.emit(Event::Notice {
-                    level: NoticeLevel::Warning,
-                    message: format!(
+                self.notice(
+                    NoticeLevel::Warning,
+                    format!(
                         "The spend cap cannot be enforced: model {} has no price. Add one under [prices] in the config.",
                         session.model
                     ),
-                });
+                )?;
                 Ok(None)
             }
         }
@@ -460,16 +459,18 @@ impl RunContext {
         tokens: TokenUsage,
         started: std::time::Instant,
     ) -> RuntimeResult<()> {
-        let provider = self
-            .inner
-            .config
-            .account(&session.account)
-            .map_or("unknown", |a| a.kind.name())
-            .to_string();
+        let kind = self.inner.config.account(&session.account).map(|a| &a.kind);
+        let provider = kind.map_or("unknown", |k| k.name()).to_string();
+        // The demo answers as itself whatever model the session names, so its usage is the
+        // demo's and never priced as the named model.
+        let model = match kind {
+            Some(AccountKind::Demo { .. }) => "demo".to_string(),
+            _ => session.model.clone(),
+        };
         let row = UsageRow {
             run_id: self.run_id.clone(),
             provider: provider.clone(),
-            model: session.model.clone(),
+            model,
             tokens,
             at: crate::util::now_ms(),
             duration_ms: elapsed_ms(started),
@@ -495,6 +496,36 @@ impl RunContext {
         tracing::info!(run_id = %self.run_id, "run suspended on a pending approval");
     }
 
+    /// What a client that reloads should read about how the run ended, when it did not simply
+    /// answer or get stopped by the user.
+    fn end_notice(&self, finish: &Finish) -> Option<(NoticeLevel, String)> {
+        match finish.reason {
+            FinishReason::EndTurn | FinishReason::Stopped => None,
+            FinishReason::MaxIterations => Some((
+                NoticeLevel::Warning,
+                format!(
+                    "The run stopped after {} steps, the session's step limit (maxSteps). Send a message to let it go on.",
+                    self.steps
+                ),
+            )),
+            FinishReason::CutOff => Some((
+                NoticeLevel::Warning,
+                "The answer got too long and was cut off.".into(),
+            )),
+            FinishReason::BudgetSpent => Some((
+                NoticeLevel::Warning,
+                finish.error.clone().unwrap_or_default(),
+            )),
+            FinishReason::Error => Some((
+                NoticeLevel::Error,
+                finish
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| "The run failed.".into()),
+            )),
+        }
+    }
+
     /// Records the end, resolves what is still open, leaves the registry, then says so.
     fn finish(self, finish: Finish) {
         let store = &self.inner.store;
@@ -511,6 +542,11 @@ impl RunContext {
                 }
             }
             Err(e) => tracing::error!(error = %e, "cannot cancel pending approvals"),
+        }
+        if let Some((level, text)) = self.end_notice(&finish)
+            && let Err(e) = self.notice(level, text)
+        {
+            tracing::error!(error = %e, "cannot store the notice of a run's end");
         }
         // A shutdown leaves the queue for the next daemon, which promotes it on start.
         let shutting_down = self

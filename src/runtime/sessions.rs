@@ -36,6 +36,23 @@ fn check_limits(cap_usd: Option<f64>, max_seconds: Option<u64>) -> RuntimeResult
     Ok(())
 }
 
+/// A workspace root given to an existing session: tools are confined to it at once, so it must
+/// be an absolute path to a directory that exists.
+fn check_workspace_root(root: &str) -> RuntimeResult<()> {
+    let path = std::path::Path::new(root);
+    if !path.is_absolute() {
+        return Err(RuntimeError::InvalidParams(format!(
+            "workspaceRoot must be an absolute path, got {root:?}"
+        )));
+    }
+    if !path.is_dir() {
+        return Err(RuntimeError::InvalidParams(format!(
+            "workspaceRoot {root:?} is not an existing directory"
+        )));
+    }
+    Ok(())
+}
+
 fn encode_cursor(at: i64, id: &str) -> String {
     format!("{at}:{id}")
 }
@@ -97,7 +114,7 @@ impl Runtime {
             .map(|row| {
                 let spend = self.spend(&row.id)?;
                 Ok(SessionSummary {
-                    state: self.state(&row.id)?,
+                    state: self.state(&row)?,
                     id: row.id,
                     title: row.title,
                     account: row.account,
@@ -148,9 +165,26 @@ impl Runtime {
                 "title must not be empty".into(),
             ));
         }
+        let account = match &params.account {
+            Some(name) => Some(self.inner.config.account(name).ok_or_else(|| {
+                RuntimeError::InvalidParams(format!(
+                    "no account named {name:?} is configured; configured: {}",
+                    self.account_names()
+                ))
+            })?),
+            None => None,
+        };
+        if let Some(root) = &params.workspace_root {
+            check_workspace_root(root)?;
+        }
         let update = SessionUpdate {
             title: params.title,
-            model: params.model,
+            account: account.map(|a| a.name.clone()),
+            // A new account serves its own default model unless one is named.
+            model: params
+                .model
+                .or_else(|| account.map(|a| a.default_model.clone())),
+            workspace_root: params.workspace_root,
             system_prompt: params
                 .system_prompt
                 .map(|p| Some(p).filter(|p| !p.is_empty())),
@@ -193,7 +227,7 @@ impl Runtime {
         let has_more = entries.len() > limit;
         entries.truncate(limit);
         Ok(SessionTranscriptResult {
-            state: self.state(&row.id)?,
+            state: self.state(&row)?,
             pending_approvals: self.inner.store.pending_approvals(&row.id)?,
             pending_interjections: self
                 .inner
@@ -219,7 +253,7 @@ impl Runtime {
         let priced: u64 = cost.by_model.iter().map(|m| m.tokens.total()).sum();
         Ok(SessionSpend {
             tokens: priced + cost.unpriced.tokens.total(),
-            cost_usd: (cost.priced_lines > 0).then_some(cost.total_usd),
+            cost_usd: cost.total_usd,
             unpriced_requests: cost.unpriced.lines,
         })
     }
@@ -242,6 +276,17 @@ impl Runtime {
         })
     }
 
+    /// The configured account names, for error messages.
+    pub(super) fn account_names(&self) -> String {
+        self.inner
+            .config
+            .accounts
+            .iter()
+            .map(|a| a.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     pub(super) fn session_row(&self, id: &str) -> RuntimeResult<SessionRow> {
         self.inner
             .store
@@ -250,26 +295,44 @@ impl Runtime {
     }
 
     /// What a client should draw for the session now.
-    pub(super) fn state(&self, session_id: &str) -> RuntimeResult<SessionState> {
+    ///
+    /// A turn is unanswered when the model's context ends with the user's words or with tool
+    /// results and no run will answer them: a crash cut the run off, or the input was promoted
+    /// after one. A run the user stopped, or that used up its steps, ended on purpose: the
+    /// session is idle and waits for the user's next message.
+    pub(super) fn state(&self, session: &SessionRow) -> RuntimeResult<SessionState> {
         let store = &self.inner.store;
-        let live = self.inner.runs.active_run(session_id).is_some();
-        if !store.pending_approvals(session_id)?.is_empty() {
+        let live = self.inner.runs.active_run(&session.id).is_some();
+        if !store.pending_approvals(&session.id)?.is_empty() {
             return Ok(SessionState::AwaitingApproval);
         }
         if live {
             return Ok(SessionState::Running);
         }
-        Ok(
-            match store.last_model_message(session_id)?.map(|m| m.role) {
-                Some(Role::User | Role::Tool) => SessionState::Unanswered,
-                _ => SessionState::Idle,
-            },
-        )
+        let Some(last) = store
+            .last_model_message(&session.id)?
+            // Before a `/clear`, nothing is owed an answer.
+            .filter(|m| m.seq > session.context_start_seq)
+            .filter(|m| matches!(m.role, Role::User | Role::Tool))
+        else {
+            return Ok(SessionState::Idle);
+        };
+        let ended_on_purpose = match &last.run_id {
+            Some(run_id) => matches!(
+                store.run_reason(run_id)?,
+                Some(FinishReason::Stopped | FinishReason::MaxIterations)
+            ),
+            None => false,
+        };
+        Ok(match ended_on_purpose {
+            true => SessionState::Idle,
+            false => SessionState::Unanswered,
+        })
     }
 
     fn session_view(&self, row: SessionRow) -> RuntimeResult<Session> {
         Ok(Session {
-            state: self.state(&row.id)?,
+            state: self.state(&row)?,
             changed_files: self.inner.store.changed_files(&row.id)?,
             spend: self.spend(&row.id)?,
             id: row.id,

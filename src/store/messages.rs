@@ -170,7 +170,7 @@ impl Store {
             .conn()
             .query_row(
                 "SELECT id, seq, run_id, role, blocks, status, created_at FROM messages
-                 WHERE session_id = ?1 AND role <> 'note' ORDER BY seq DESC LIMIT 1",
+                 WHERE session_id = ?1 AND role NOT IN ('note', 'notice') ORDER BY seq DESC LIMIT 1",
                 [session_id],
                 raw,
             )
@@ -188,7 +188,7 @@ impl Store {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached(
             "SELECT role, tokens, tokens_exact FROM messages
-             WHERE session_id = ?1 AND seq > ?2 AND role <> 'note' ORDER BY seq",
+             WHERE session_id = ?1 AND seq > ?2 AND role NOT IN ('note', 'notice') ORDER BY seq",
         )?;
         let rows = stmt
             .query_map(params![session_id, after_seq as i64], |r| {

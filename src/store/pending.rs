@@ -59,19 +59,21 @@ pub(super) fn settle(
 }
 
 impl Store {
-    /// Queues an interjection; committed before the client is told.
+    /// Queues an interjection for `run_id`, the run working when it was typed; committed
+    /// before the client is told.
     pub fn insert_pending(
         &self,
         session_id: &str,
+        run_id: &str,
         client_message_id: Option<&str>,
         text: &str,
     ) -> StoreResult<PendingRow> {
         let id = new_id("inj");
         let now = now_ms();
         self.conn().execute(
-            "INSERT INTO pending_input (id, session_id, client_message_id, text, status, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?5)",
-            params![id, session_id, client_message_id, text, now],
+            "INSERT INTO pending_input (id, session_id, run_id, client_message_id, text, status, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?6)",
+            params![id, session_id, run_id, client_message_id, text, now],
         )?;
         Ok(PendingRow {
             id,
@@ -122,10 +124,11 @@ impl Store {
         Ok(rows)
     }
 
-    /// Puts leased rows back to pending (their request was never sent).
+    /// Puts leased rows back to pending (their request was never sent); they stay with the
+    /// run that took them.
     pub fn unlease_all(&self, session_id: &str) -> StoreResult<()> {
         self.conn().execute(
-            "UPDATE pending_input SET status = 'pending', run_id = NULL, updated_at = ?2
+            "UPDATE pending_input SET status = 'pending', updated_at = ?2
              WHERE session_id = ?1 AND status = 'leased'",
             params![session_id, now_ms()],
         )?;
@@ -164,15 +167,20 @@ impl Store {
         client_message_id: &str,
     ) -> StoreResult<Option<EarlierSend>> {
         let conn = self.conn();
-        let queued: Option<String> = conn
+        let queued = conn
             .query_row(
-                "SELECT id FROM pending_input WHERE session_id = ?1 AND client_message_id = ?2",
+                "SELECT id, run_id FROM pending_input WHERE session_id = ?1 AND client_message_id = ?2",
                 params![session_id, client_message_id],
-                |r| r.get(0),
+                |r| {
+                    Ok(EarlierSend::Queued {
+                        pending_id: r.get(0)?,
+                        run_id: r.get(1)?,
+                    })
+                },
             )
             .optional()?;
-        if let Some(pending_id) = queued {
-            return Ok(Some(EarlierSend::Queued { pending_id }));
+        if queued.is_some() {
+            return Ok(queued);
         }
         let sent = conn
             .query_row(
@@ -190,6 +198,8 @@ impl Store {
 pub enum EarlierSend {
     Queued {
         pending_id: String,
+        /// The run that took it.
+        run_id: Option<String>,
     },
     Sent {
         message_id: String,

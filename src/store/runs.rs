@@ -74,6 +74,16 @@ impl Store {
         Ok(None)
     }
 
+    /// How a finished run ended; `None` while it is open (or for an unknown id).
+    pub fn run_reason(&self, id: &str) -> StoreResult<Option<FinishReason>> {
+        let reason: Option<String> = self
+            .conn()
+            .query_row("SELECT reason FROM runs WHERE id = ?1", [id], |r| r.get(0))
+            .optional()?
+            .flatten();
+        Ok(reason.and_then(|r| serde_json::from_value(serde_json::Value::String(r)).ok()))
+    }
+
     pub fn set_run_steps(&self, id: &str, steps: u32) -> StoreResult<()> {
         self.conn().execute(
             "UPDATE runs SET steps = ?2 WHERE id = ?1",

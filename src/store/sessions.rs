@@ -42,7 +42,9 @@ pub struct NewSession {
 #[derive(Debug, Clone, Default)]
 pub struct SessionUpdate {
     pub title: Option<String>,
+    pub account: Option<String>,
     pub model: Option<String>,
+    pub workspace_root: Option<String>,
     /// `Some(None)` removes the system prompt.
     pub system_prompt: Option<Option<String>>,
     pub max_steps: Option<u32>,
@@ -175,7 +177,9 @@ impl Store {
                 max_steps = COALESCE(?6, max_steps),
                 updated_at = ?7,
                 cap_usd = CASE WHEN ?8 THEN ?9 ELSE cap_usd END,
-                max_seconds = CASE WHEN ?10 THEN ?11 ELSE max_seconds END
+                max_seconds = CASE WHEN ?10 THEN ?11 ELSE max_seconds END,
+                account = COALESCE(?12, account),
+                workspace_root = COALESCE(?13, workspace_root)
              WHERE id = ?1",
             params![
                 id,
@@ -188,7 +192,9 @@ impl Store {
                 update.cap_usd.is_some(),
                 update.cap_usd.flatten(),
                 update.max_seconds.is_some(),
-                update.max_seconds.flatten().map(|s| s as i64)
+                update.max_seconds.flatten().map(|s| s as i64),
+                update.account,
+                update.workspace_root
             ],
         )?;
         if changed == 0 {

@@ -412,12 +412,12 @@ async fn configured_prices_beat_the_table_and_unpriced_models_say_so() {
         .clone();
     assert_eq!(
         (
-            cost["totalUsd"].clone(),
+            cost.get("totalUsd").cloned(),
             cost["partial"].clone(),
             cost["unpriced"].clone()
         ),
         (
-            json!(0.0),
+            None,
             json!(true),
             json!({"lines": 1, "tokens": {"input": 1000, "output": 500, "cacheRead": 0, "cacheWrite": 0, "reasoning": 0}, "models": ["mystery-model"]})
         )
@@ -444,10 +444,7 @@ async fn configured_prices_beat_the_table_and_unpriced_models_say_so() {
         .as_str()
         .unwrap()
         .to_string();
-    assert!(
-        text.starts_with("Cost of this session: at least $0.0000"),
-        "{text}"
-    );
+    assert!(text.starts_with("Cost of this session: unpriced"), "{text}");
     assert!(
         text.contains("unpriced: 1 requests of mystery-model (1500 tokens), not included"),
         "{text}"
@@ -561,7 +558,7 @@ async fn slash_commands_run_locally_and_notes_never_reach_the_model() {
     for (command, starts) in [
         ("/help", "Commands:"),
         ("/cost", "Cost of this session:"),
-        ("/model replay-2", "Model set to replay-2"),
+        ("/model --force replay-2", "Model set to replay-2"),
         (
             "/system Answer in French.",
             "System prompt set: Answer in French.",

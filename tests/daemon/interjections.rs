@@ -156,8 +156,13 @@ async fn queued_during_the_last_allowed_step_is_promoted_into_the_next_run() {
     let first_run = daemon.until_finished().await;
     let tail = kinds(&first_run);
     assert_eq!(
-        &tail[tail.len() - 3..],
-        ["messageCompleted", "interjectionPromoted", "runFinished"]
+        &tail[tail.len() - 4..],
+        [
+            "notice",
+            "messageCompleted",
+            "interjectionPromoted",
+            "runFinished"
+        ]
     );
     let Some(Event::RunFinished { reason, .. }) = first_run.last().map(|e| &e.event) else {
         unreachable!()

@@ -2,11 +2,13 @@
 
 mod bad_input;
 mod budget;
+mod commands;
 mod file_diff;
 mod harness;
 mod interjections;
 mod protocol;
 mod providers;
+mod run_ends;
 mod runs;
 mod secrets;
 mod terminal;

@@ -74,8 +74,16 @@ async fn openai_compatible_server_with_a_retry_then_a_streamed_answer() {
         })
     ));
     let transcript = daemon.transcript(&session).await;
+    let roles: Vec<_> = transcript["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["role"].clone())
+        .collect();
+    // The retry notice is kept where it happened.
+    assert_eq!(roles, ["user", "notice", "assistant"]);
     assert_eq!(
-        transcript["entries"][1]["blocks"],
+        transcript["entries"][2]["blocks"],
         json!([{"type": "text", "text": "Hello from upstream."}])
     );
     let requests = upstream.requests.lock().unwrap().clone();
@@ -229,11 +237,19 @@ async fn openai_answer_cut_by_the_length_limit_is_kept_and_reported() {
     );
     let transcript = daemon.transcript(&session).await;
     let entries = transcript["entries"].as_array().unwrap();
-    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert_eq!(entries.len(), 3, "{entries:?}");
     assert_eq!(entries[1]["role"], "assistant");
     assert_eq!(
         entries[1]["blocks"],
         json!([{"type": "text", "text": "The first half of a long ans"}])
+    );
+    // Kept, so a client that reloads can still say why the answer stops short.
+    assert_eq!(
+        (entries[2]["role"].clone(), entries[2]["blocks"].clone()),
+        (
+            json!("notice"),
+            json!([{"type": "notice", "level": "warning", "text": "The answer got too long and was cut off."}])
+        )
     );
     assert_eq!(upstream.requests.lock().unwrap().len(), 1);
     daemon.close().await;

@@ -335,7 +335,10 @@ async fn step_limit_ends_with_max_iterations() {
         .iter()
         .map(|e| e["role"].clone())
         .collect();
-    assert_eq!(roles, ["user", "assistant", "tool", "assistant", "tool"]);
+    assert_eq!(
+        roles,
+        ["user", "assistant", "tool", "assistant", "tool", "notice"]
+    );
     daemon.close().await;
 }
 

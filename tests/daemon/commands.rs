@@ -1,0 +1,258 @@
+//! Slash commands and session settings: what the composer's commands do and refuse, and what
+//! `session/update` changes.
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use sidechat::protocol::Event;
+
+use crate::harness::{Daemon, Options, Scratch};
+
+fn write_turn() -> Value {
+    json!({"toolCalls": [{"name": "write_file", "input": {"path": "a.txt", "content": "a"}}]})
+}
+
+async fn replay(scratch: &Scratch, script: Value) -> (Daemon, String) {
+    let daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
+    let session = daemon
+        .create_session(json!({"account": "replay", "workspaceRoot": scratch.workspace().display().to_string()}))
+        .await;
+    (daemon, session)
+}
+
+async fn session_view(daemon: &Daemon, session: &str) -> Value {
+    daemon
+        .call("session/get", json!({"sessionId": session}))
+        .await
+}
+
+/// The text of the note a command wrote.
+async fn note_of(daemon: &mut Daemon, session: &str, command: &str) -> String {
+    daemon
+        .call("chat/send", json!({"sessionId": session, "text": command}))
+        .await;
+    let events = daemon
+        .events_until(|e| matches!(e, Event::MessageCompleted { .. }))
+        .await;
+    let Some(Event::MessageCompleted { entry }) = events.last().map(|e| &e.event) else {
+        unreachable!()
+    };
+    serde_json::to_value(&entry.blocks).unwrap()[0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn commands_match_whatever_the_case_and_an_unknown_one_keeps_what_was_typed() {
+    let scratch = Scratch::new();
+    let (mut daemon, session) = replay(&scratch, json!({"turns": []})).await;
+    let cost = note_of(&mut daemon, &session, "/COST").await;
+    assert!(cost.starts_with("Cost of this session"), "{cost}");
+    let help = note_of(&mut daemon, &session, "/Help").await;
+    assert!(help.starts_with("Commands:"), "{help}");
+
+    let typed = "/frobnicate the widgets, please";
+    let sent = daemon
+        .call("chat/send", json!({"sessionId": session, "text": typed}))
+        .await;
+    let transcript = daemon.transcript(&session).await;
+    let last = transcript["entries"].as_array().unwrap().last().unwrap();
+    assert_eq!(
+        (last["role"].clone(), last["id"].clone()),
+        (json!("notice"), sent["messageId"].clone()),
+        "the notice is stored and the reply names it"
+    );
+    let text = last["blocks"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("Unknown command /frobnicate"), "{text}");
+    assert!(text.ends_with(&format!("You typed: {typed}")), "{text}");
+    assert!(scratch.requests().is_empty(), "nothing reached a model");
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn clear_is_refused_while_a_run_waits_on_an_approval_after_a_restart() {
+    let scratch = Scratch::new();
+    let script = json!({"turns": [write_turn(), {"text": "Written."}]});
+    let (mut daemon, session) = replay(&scratch, script.clone()).await;
+    daemon.send(&session, "write a.txt").await;
+    let (_, approval) = daemon.until_approval().await;
+    daemon.conn.child_mut().kill().await.unwrap();
+
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
+    let refused = daemon
+        .try_call("chat/send", json!({"sessionId": session, "text": "/clear"}))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code, -32003, "{}", refused.message);
+    daemon
+        .call(
+            "approval/respond",
+            json!({"approvalId": approval, "decision": "allow"}),
+        )
+        .await;
+    daemon.until_finished().await;
+    // The continued run's request still holds the call its result answers.
+    let requests = scratch.requests();
+    let kinds: Vec<Vec<Value>> = requests[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            m["content"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["type"].clone())
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            vec![json!("text")],
+            vec![json!("toolCall")],
+            vec![json!("toolResult")]
+        ]
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn clear_on_an_unanswered_session_leaves_nothing_to_resume() {
+    let scratch = Scratch::new();
+    let script = json!({"turns": [{"text": "word ".repeat(50), "delayMs": 50}], "fallback": {"text": "Fresh."}});
+    let (mut daemon, session) = replay(&scratch, script.clone()).await;
+    daemon.send(&session, "talk").await;
+    daemon
+        .events_until(|e| matches!(e, Event::TextDelta { .. }))
+        .await;
+    daemon.conn.child_mut().kill().await.unwrap();
+
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
+    assert_eq!(session_view(&daemon, &session).await["state"], "unanswered");
+    let cleared = note_of(&mut daemon, &session, "/clear").await;
+    assert!(cleared.starts_with("Context cleared"), "{cleared}");
+    assert_eq!(session_view(&daemon, &session).await["state"], "idle");
+    let nothing = daemon
+        .try_call("chat/resume", json!({"sessionId": session}))
+        .await
+        .unwrap_err();
+    assert_eq!(nothing.code, -32007);
+    daemon.send(&session, "start over").await;
+    daemon.until_finished().await;
+    let requests = scratch.requests();
+    assert_eq!(
+        requests.last().unwrap()["messages"],
+        json!([{"role": "user", "content": [{"type": "text", "text": "start over"}]}])
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn unknown_models_need_force_and_the_demo_is_never_priced() {
+    let scratch = Scratch::new();
+    let mut daemon = Daemon::start(&scratch.db(), Options::default()).await;
+    let session = daemon.create_session(json!({"account": "demo"})).await;
+    let refused = daemon
+        .try_call(
+            "chat/send",
+            json!({"sessionId": session, "text": "/model gtp-4o"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code, -32602);
+    assert!(
+        refused.message.contains("/model --force gtp-4o"),
+        "{}",
+        refused.message
+    );
+    assert_eq!(session_view(&daemon, &session).await["model"], "demo");
+
+    let forced = note_of(&mut daemon, &session, "/model --force my-local-model").await;
+    assert!(
+        forced.starts_with("Model set to my-local-model"),
+        "{forced}"
+    );
+    let known = note_of(&mut daemon, &session, "/model gpt-4o").await;
+    assert!(known.starts_with("Model set to gpt-4o"), "{known}");
+    assert_eq!(session_view(&daemon, &session).await["model"], "gpt-4o");
+
+    // The demo answers whatever the session's model says; its usage is never priced as it.
+    daemon.send(&session, "hello").await;
+    daemon.until_finished().await;
+    let cost = daemon
+        .call("session/cost", json!({"sessionId": session}))
+        .await["cost"]
+        .clone();
+    assert_eq!(
+        (
+            cost.get("totalUsd").cloned(),
+            cost["byModel"].clone(),
+            cost["unpriced"]["models"].clone()
+        ),
+        (None, json!([]), json!(["demo"]))
+    );
+    let text = note_of(&mut daemon, &session, "/cost").await;
+    assert!(text.starts_with("Cost of this session: unpriced"), "{text}");
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn update_changes_the_account_and_the_workspace_root_or_says_why_not() {
+    let scratch = Scratch::new();
+    let daemon = Daemon::start(
+        &scratch.db(),
+        Options::with_env(scratch.replay(json!({"turns": []}))),
+    )
+    .await;
+    let session = daemon.create_session(json!({"account": "demo"})).await;
+    let root = scratch.workspace().display().to_string();
+    let updated = daemon
+        .call(
+            "session/update",
+            json!({"sessionId": session, "account": "replay", "workspaceRoot": root}),
+        )
+        .await;
+    assert_eq!(
+        (
+            updated["account"].clone(),
+            updated["model"].clone(),
+            updated["workspaceRoot"].clone()
+        ),
+        (json!("replay"), json!("replay"), json!(root))
+    );
+
+    let file = scratch.workspace().join("file.txt");
+    std::fs::write(&file, "not a folder").unwrap();
+    for (params, says) in [
+        (
+            json!({"account": "nowhere"}),
+            "no account named \"nowhere\"",
+        ),
+        (json!({"workspaceRoot": "relative/path"}), "absolute"),
+        (
+            json!({"workspaceRoot": scratch.dir.path().join("missing").display().to_string()}),
+            "not an existing directory",
+        ),
+        (
+            json!({"workspaceRoot": file.display().to_string()}),
+            "not an existing directory",
+        ),
+    ] {
+        let mut params = params;
+        params["sessionId"] = json!(session);
+        let refused = daemon
+            .try_call("session/update", params.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code, -32602, "{params}");
+        assert!(
+            refused.message.contains(says),
+            "{params}: {}",
+            refused.message
+        );
+    }
+    // Nothing was lost to the refusals.
+    assert_eq!(session_view(&daemon, &session).await, updated);
+    daemon.close().await;
+}
