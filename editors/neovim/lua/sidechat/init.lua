@@ -361,7 +361,8 @@ end
 function M.cost_lines(result)
   local cost = result.cost
   local lines = {}
-  local total = usd(cost.totalUsd)
+  -- Absent when no usage has a price.
+  local total = cost.totalUsd and usd(cost.totalUsd) or "unpriced"
   if cost.partial then
     total = total .. " (partial: some usage has no price)"
   end

@@ -128,7 +128,7 @@ function Builder:entry(session, entry)
     self:heading("Assistant")
   elseif role == "note" then
     self:heading("Note")
-  elseif role ~= "tool" then
+  elseif role ~= "tool" and role ~= "notice" then
     self:heading(role)
   end
   for _, block in ipairs(entry.blocks) do
@@ -144,6 +144,8 @@ function Builder:entry(session, entry)
       self:text(block.text)
     elseif t == "attachment" then
       self:add(("📎 %s (%d lines)"):format(block.name, count_lines(block.text)))
+    elseif t == "notice" then
+      self:add(("_%s: %s_"):format(block.level, block.text))
     end
   end
   if ENDED[entry.status] then
