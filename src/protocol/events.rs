@@ -132,26 +132,3 @@ pub enum Event {
         error: Option<String>,
     },
 }
-
-impl Event {
-    /// The wire name of the event kind, as listed in `initialize`'s capabilities.
-    pub const KINDS: &'static [&'static str] = &[
-        "runStarted",
-        "messageStarted",
-        "textDelta",
-        "thinkingDelta",
-        "messageCompleted",
-        "toolCallStarted",
-        "toolCallUpdated",
-        "approvalRequested",
-        "approvalResolved",
-        "interjectionQueued",
-        "interjectionDelivered",
-        "interjectionPromoted",
-        "interjectionCancelled",
-        "notice",
-        "usage",
-        "budget",
-        "runFinished",
-    ];
-}

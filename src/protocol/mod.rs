@@ -6,6 +6,7 @@
 mod chat;
 mod events;
 mod lifecycle;
+mod methods;
 mod schema;
 mod session;
 mod transcript;
@@ -13,7 +14,8 @@ mod transcript;
 pub use chat::*;
 pub use events::*;
 pub use lifecycle::*;
-pub use schema::{SchemaFile, generate_schema_files};
+pub use methods::*;
+pub use schema::{SchemaFile, file_name as schema_file_name, generate_schema_files};
 pub use session::*;
 pub use transcript::*;
 

@@ -17,53 +17,45 @@ fn root<T: JsonSchema>() -> Value {
     schema.to_value()
 }
 
-/// A method's params and result schemas side by side.
-fn method<P: JsonSchema, R: JsonSchema>(name: &str, direction: &str) -> (String, Value) {
-    (
-        name.to_string(),
-        json!({
-            "method": name,
-            "direction": direction,
-            "params": root::<P>(),
-            "result": root::<R>(),
-        }),
-    )
-}
+/// Collects each declared method's schema file, in declaration order.
+#[derive(Default)]
+struct Entries(Vec<(String, Value)>);
 
-fn notification<P: JsonSchema>(name: &str, direction: &str) -> (String, Value) {
-    (
-        name.to_string(),
-        json!({ "method": name, "direction": direction, "params": root::<P>() }),
-    )
+impl MethodVisitor for Entries {
+    /// A request's params and result schemas side by side.
+    fn request<M: Request>(&mut self) {
+        self.0.push((
+            M::METHOD.to_string(),
+            json!({
+                "method": M::METHOD,
+                "direction": M::DIRECTION.wire_name(),
+                "params": root::<M::Params>(),
+                "result": root::<M::Result>(),
+            }),
+        ));
+    }
+
+    fn notification<N: Notification>(&mut self) {
+        self.0.push((
+            N::METHOD.to_string(),
+            json!({
+                "method": N::METHOD,
+                "direction": N::DIRECTION.wire_name(),
+                "params": root::<N::Params>(),
+            }),
+        ));
+    }
 }
 
 /// Every method and notification of the native protocol.
 fn entries() -> Vec<(String, Value)> {
-    const C2S: &str = "clientToServer";
-    const S2C: &str = "serverToClient";
-    vec![
-        method::<InitializeParams, InitializeResult>("initialize", C2S),
-        method::<Option<()>, Option<()>>("shutdown", C2S),
-        method::<SessionCreateParams, Session>("session/create", C2S),
-        method::<SessionListParams, SessionListResult>("session/list", C2S),
-        method::<SessionIdParams, Session>("session/get", C2S),
-        method::<SessionUpdateParams, Session>("session/update", C2S),
-        method::<SessionIdParams, SessionDeleteResult>("session/delete", C2S),
-        method::<SessionTranscriptParams, SessionTranscriptResult>("session/transcript", C2S),
-        method::<SessionIdParams, SessionBudgetResult>("session/budget", C2S),
-        method::<SessionIdParams, SessionCostResult>("session/cost", C2S),
-        method::<SessionFileDiffParams, SessionFileDiffResult>("session/fileDiff", C2S),
-        method::<ChatSendParams, ChatSendResult>("chat/send", C2S),
-        method::<SessionIdParams, ChatStopResult>("chat/stop", C2S),
-        method::<SessionIdParams, ChatResumeResult>("chat/resume", C2S),
-        method::<ApprovalRespondParams, ApprovalRespondResult>("approval/respond", C2S),
-        method::<InterjectionCancelParams, InterjectionCancelResult>("interjection/cancel", C2S),
-        notification::<SessionEventParams>("session/event", S2C),
-    ]
+    let mut entries = Entries::default();
+    visit_methods(&mut entries);
+    entries.0
 }
 
 /// File name for a method: `session/create` → `session.create.json`.
-fn file_name(method: &str) -> String {
+pub fn file_name(method: &str) -> String {
     format!("{}.json", method.replace('/', "."))
 }
 
@@ -130,8 +122,8 @@ mod tests {
             .into_iter()
             .map(|f| f.name)
             .collect();
-        for method in crate::rpc::METHODS {
-            assert!(names.contains(&file_name(method)), "{method}");
+        for method in METHODS {
+            assert!(names.contains(&file_name(method.name)), "{}", method.name);
         }
     }
 }

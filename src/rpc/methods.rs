@@ -1,105 +1,230 @@
-//! The method table: each native method parses its params and calls the runtime.
+//! The method table: every request declared in [`crate::protocol`] is registered here, routed to
+//! the runtime function that answers it.
 
 use jsonrpsee::RpcModule;
-use jsonrpsee::types::{ErrorObjectOwned, Params};
-use serde::de::DeserializeOwned;
+use jsonrpsee::types::ErrorObjectOwned;
 
+use super::error::{INTERNAL_ERROR, INVALID_PARAMS, error_object};
 use crate::protocol::*;
-use crate::runtime::Runtime;
+use crate::runtime::{Runtime, RuntimeError};
 
-/// Every method `initialize` advertises besides the lifecycle ones.
-pub const METHODS: &[&str] = &[
-    "session/create",
-    "session/list",
-    "session/get",
-    "session/update",
-    "session/delete",
-    "session/transcript",
-    "session/budget",
-    "session/cost",
-    "session/fileDiff",
-    "chat/send",
-    "chat/stop",
-    "chat/resume",
-    "approval/respond",
-    "interjection/cancel",
-];
+/// Each method of the table on the runtime. The protocol's declarations define this trait, so a
+/// declared method without its function here does not compile.
+impl Handler for Runtime {
+    type Error = RuntimeError;
 
-/// Params that must be present and well-formed.
-fn required<T: DeserializeOwned>(params: &Params<'_>) -> Result<T, ErrorObjectOwned> {
-    params.parse()
+    async fn session_create(self, params: SessionCreateParams) -> Result<Session, RuntimeError> {
+        self.create_session(params)
+    }
+
+    async fn session_list(
+        self,
+        params: SessionListParams,
+    ) -> Result<SessionListResult, RuntimeError> {
+        self.list_sessions(params)
+    }
+
+    async fn session_get(self, params: SessionIdParams) -> Result<Session, RuntimeError> {
+        self.get_session(&params.session_id)
+    }
+
+    async fn session_update(self, params: SessionUpdateParams) -> Result<Session, RuntimeError> {
+        self.update_session(params)
+    }
+
+    async fn session_delete(
+        self,
+        params: SessionIdParams,
+    ) -> Result<SessionDeleteResult, RuntimeError> {
+        self.delete_session(&params.session_id).await
+    }
+
+    async fn session_transcript(
+        self,
+        params: SessionTranscriptParams,
+    ) -> Result<SessionTranscriptResult, RuntimeError> {
+        self.transcript(params)
+    }
+
+    async fn session_budget(
+        self,
+        params: SessionIdParams,
+    ) -> Result<SessionBudgetResult, RuntimeError> {
+        self.budget(&params.session_id)
+    }
+
+    async fn session_cost(
+        self,
+        params: SessionIdParams,
+    ) -> Result<SessionCostResult, RuntimeError> {
+        self.cost(&params.session_id)
+    }
+
+    async fn session_file_diff(
+        self,
+        params: SessionFileDiffParams,
+    ) -> Result<SessionFileDiffResult, RuntimeError> {
+        self.file_diff(params)
+    }
+
+    async fn chat_send(self, params: ChatSendParams) -> Result<ChatSendResult, RuntimeError> {
+        self.send(params).await
+    }
+
+    async fn chat_stop(self, params: SessionIdParams) -> Result<ChatStopResult, RuntimeError> {
+        self.stop(&params.session_id).await
+    }
+
+    async fn chat_resume(self, params: SessionIdParams) -> Result<ChatResumeResult, RuntimeError> {
+        self.resume(&params.session_id).await
+    }
+
+    async fn approval_respond(
+        self,
+        params: ApprovalRespondParams,
+    ) -> Result<ApprovalRespondResult, RuntimeError> {
+        self.respond_approval(params).await
+    }
+
+    async fn interjection_cancel(
+        self,
+        params: InterjectionCancelParams,
+    ) -> Result<InterjectionCancelResult, RuntimeError> {
+        self.cancel_interjection(&params.pending_id)
+    }
 }
 
-/// Params that may be absent entirely.
-fn optional<T: DeserializeOwned + Default>(params: &Params<'_>) -> Result<T, ErrorObjectOwned> {
-    Ok(params.parse::<Option<T>>()?.unwrap_or_default())
-}
-
-macro_rules! method {
-    ($module:expr, $name:literal, |$rt:ident, $params:ident| $body:expr) => {
-        $module
-            .register_async_method($name, |raw, ctx, _| async move {
-                let $rt: &Runtime = &ctx;
-                let $params = raw;
-                let outcome: Result<_, ErrorObjectOwned> = $body;
-                outcome
-            })
-            .map(|_| ())
-    };
-}
-
-pub fn method_table(runtime: Runtime) -> RpcModule<Runtime> {
-    let mut module = RpcModule::new(runtime);
-    let registered = [
-        method!(module, "session/create", |rt, p| Ok(
-            rt.create_session(optional::<SessionCreateParams>(&p)?)?
-        )),
-        method!(module, "session/list", |rt, p| Ok(
-            rt.list_sessions(optional::<SessionListParams>(&p)?)?
-        )),
-        method!(module, "session/get", |rt, p| Ok(
-            rt.get_session(&required::<SessionIdParams>(&p)?.session_id)?
-        )),
-        method!(module, "session/update", |rt, p| Ok(
-            rt.update_session(required::<SessionUpdateParams>(&p)?)?
-        )),
-        method!(module, "session/delete", |rt, p| Ok(rt
-            .delete_session(&required::<SessionIdParams>(&p)?.session_id)
-            .await?)),
-        method!(module, "session/transcript", |rt, p| Ok(
-            rt.transcript(required::<SessionTranscriptParams>(&p)?)?
-        )),
-        method!(module, "session/budget", |rt, p| Ok(
-            rt.budget(&required::<SessionIdParams>(&p)?.session_id)?
-        )),
-        method!(module, "session/cost", |rt, p| Ok(
-            rt.cost(&required::<SessionIdParams>(&p)?.session_id)?
-        )),
-        method!(module, "session/fileDiff", |rt, p| Ok(
-            rt.file_diff(required::<SessionFileDiffParams>(&p)?)?
-        )),
-        method!(module, "chat/send", |rt, p| Ok(rt
-            .send(required::<ChatSendParams>(&p)?)
-            .await?)),
-        method!(module, "chat/stop", |rt, p| Ok(rt
-            .stop(&required::<SessionIdParams>(&p)?.session_id)
-            .await?)),
-        method!(module, "chat/resume", |rt, p| Ok(rt
-            .resume(&required::<SessionIdParams>(&p)?.session_id)
-            .await?)),
-        method!(module, "interjection/cancel", |rt, p| Ok(rt
-            .cancel_interjection(
-                &required::<InterjectionCancelParams>(&p)?.pending_id
-            )?)),
-        method!(module, "approval/respond", |rt, p| Ok(rt
-            .respond_approval(required::<ApprovalRespondParams>(&p)?)
-            .await?)),
-    ];
-    for outcome in registered {
-        if let Err(e) = outcome {
-            // Names are literals checked by the tests; a clash is a programming error.
-            tracing::error!(error = %e, "method registered twice");
+impl From<RouteError<RuntimeError>> for ErrorObjectOwned {
+    fn from(error: RouteError<RuntimeError>) -> Self {
+        match error {
+            RouteError::Handler(e) => e.into(),
+            RouteError::Params(_) => error_object(INVALID_PARAMS, error.to_string(), None),
+            RouteError::Result(_) => {
+                tracing::error!(%error, "unwritable result");
+                error_object(INTERNAL_ERROR, error.to_string(), None)
+            }
         }
     }
+}
+
+/// The jsonrpsee method table over `runtime`, one entry per declared request.
+pub fn method_table(runtime: Runtime) -> RpcModule<Runtime> {
+    let mut module = RpcModule::new(runtime);
+    for_each_route::<Runtime>(|name, route| {
+        let registered = module.register_async_method(name, move |params, runtime, _| {
+            let running = route(Runtime::clone(&runtime), params.as_str());
+            async move { running.await.map_err(ErrorObjectOwned::from) }
+        });
+        if let Err(e) = registered {
+            // Names come from one declaration list; a clash is a programming error the
+            // agreement test catches.
+            tracing::error!(error = %e, name, "method registered twice");
+        }
+    });
     module
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+    use crate::runtime::NoClient;
+
+    fn declared(kinds: &[MethodKind]) -> BTreeSet<String> {
+        METHODS
+            .iter()
+            .filter(|m| kinds.contains(&m.kind))
+            .map(|m| m.name.to_string())
+            .collect()
+    }
+
+    /// The first column of the README's method table (in "Protocol in brief"): every method
+    /// named in backticks.
+    fn readme_methods() -> BTreeSet<String> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+        let readme = std::fs::read_to_string(path).unwrap();
+        let section = readme
+            .split("## Protocol in brief")
+            .nth(1)
+            .expect("a \"Protocol in brief\" section")
+            .split("\n## ")
+            .next()
+            .unwrap();
+        let table: Vec<&str> = section
+            .lines()
+            .skip_while(|l| !l.starts_with("| method |"))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .collect();
+        assert!(!table.is_empty(), "no method table in the README");
+        table
+            .iter()
+            .flat_map(|row| {
+                let first = row.split('|').nth(1).unwrap_or_default();
+                first
+                    .split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// The methods `schema/index.json` lists, with each file's direction.
+    fn schema_methods() -> BTreeSet<(String, String)> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema");
+        let index: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("index.json")).unwrap())
+                .unwrap();
+        index["methods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|entry| {
+                let file = entry["file"].as_str().unwrap();
+                let schema: serde_json::Value =
+                    serde_json::from_str(&std::fs::read_to_string(dir.join(file)).unwrap())
+                        .unwrap();
+                assert_eq!(schema["method"], entry["method"], "{file}");
+                (
+                    entry["method"].as_str().unwrap().to_string(),
+                    schema["direction"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn declarations_schema_readme_and_method_table_agree() {
+        let store = crate::store::Store::open_in_memory().unwrap();
+        let config = crate::config::Config::from_env();
+        let runtime = Runtime::new(store, config, Arc::new(NoClient)).unwrap();
+        let table: BTreeSet<String> = method_table(runtime)
+            .method_names()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(table, declared(&[MethodKind::Request]));
+
+        let client_requests = declared(&[MethodKind::Lifecycle, MethodKind::Request]);
+        assert_eq!(readme_methods(), client_requests);
+
+        let declarations: BTreeSet<(String, String)> = METHODS
+            .iter()
+            .map(|m| (m.name.to_string(), m.direction.wire_name().to_string()))
+            .collect();
+        assert_eq!(schema_methods(), declarations);
+
+        let advertised: BTreeSet<String> =
+            crate::runtime::describe(&crate::config::Config::from_env())
+                .capabilities
+                .methods
+                .into_iter()
+                .collect();
+        assert_eq!(advertised, client_requests);
+    }
 }

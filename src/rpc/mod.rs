@@ -8,6 +8,5 @@ pub mod peer;
 mod server;
 pub mod transport;
 
-pub use methods::METHODS;
 pub use peer::{ClientSink, Peer, PeerError};
 pub use server::{Opening, serve};

@@ -7,8 +7,12 @@ use std::io::{Read, Write};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use futures::future::join_all;
-use jsonrpsee::RpcModule;
+use jsonrpsee::core::server::{ConnectionId, MethodCallback};
+use jsonrpsee::types::{Id, Params};
+use jsonrpsee::{Extensions, RpcModule};
+use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::task::AbortHandle;
 
 use super::error::*;
@@ -16,7 +20,7 @@ use super::framing::{Decoded, MAX_FRAME_BYTES};
 use super::methods::method_table;
 use super::peer::Peer;
 use super::transport::{spawn_reader, spawn_writer};
-use crate::protocol::{InitializeParams, InitializeResult};
+use crate::protocol::{InitializeParams, InitializeResult, read_params};
 use crate::runtime::Runtime;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,10 +36,67 @@ enum Outcome {
     Silent,
     /// A complete response frame.
     Reply(String),
-    /// A request for the method table.
-    Call { id: Value, frame: String },
+    /// A request for the method table; its params are still the JSON text they arrived as.
+    Call {
+        id: Value,
+        method: String,
+        params: Option<Box<RawValue>>,
+    },
     /// The client said `exit`.
     Exit,
+}
+
+/// One JSON-RPC message, read once from its frame. `params` stays JSON text until the method's
+/// route reads it as that method's params type; `id`, `result` and `error` are `Some(Null)`
+/// when present as `null`, which is not the same as absent.
+#[derive(Debug, Deserialize)]
+struct Message {
+    #[serde(default)]
+    jsonrpc: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<Value>,
+    #[serde(default)]
+    params: Option<Box<RawValue>>,
+    #[serde(default, deserialize_with = "present")]
+    result: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    error: Option<Value>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
+}
+
+impl Message {
+    /// Reads one message, or the error frame that answers it.
+    fn read(bytes: &[u8]) -> Result<Message, String> {
+        serde_json::from_slice(bytes).map_err(|e| {
+            if e.is_syntax() || e.is_eof() {
+                error_response(
+                    &Value::Null,
+                    PARSE_ERROR,
+                    &format!("Parse error: {e}"),
+                    None,
+                )
+            } else if bytes.trim_ascii_start().first() == Some(&b'{') {
+                error_response(
+                    &Value::Null,
+                    INVALID_REQUEST,
+                    &format!("Invalid Request: {e}"),
+                    None,
+                )
+            } else {
+                error_response(
+                    &Value::Null,
+                    INVALID_REQUEST,
+                    "Invalid Request: expected an object",
+                    None,
+                )
+            }
+        })
+    }
 }
 
 /// The runtime once its store is open, with the method table over it.
@@ -146,58 +207,71 @@ impl Dispatcher {
 
     /// Handles one frame; true when the client asked to exit.
     async fn handle_frame(self: Arc<Self>, bytes: &[u8]) -> bool {
-        let value: Value = match serde_json::from_slice(bytes) {
-            Ok(value) => value,
-            Err(e) => {
-                self.peer.outbox().send(error_response(
-                    &Value::Null,
-                    PARSE_ERROR,
-                    &format!("Parse error: {e}"),
-                    None,
-                ));
-                return false;
-            }
+        if bytes.trim_ascii_start().first() == Some(&b'[') {
+            return match serde_json::from_slice::<Vec<&RawValue>>(bytes) {
+                Err(e) => {
+                    self.peer.outbox().send(error_response(
+                        &Value::Null,
+                        PARSE_ERROR,
+                        &format!("Parse error: {e}"),
+                        None,
+                    ));
+                    false
+                }
+                Ok(items) if items.is_empty() => {
+                    self.peer.outbox().send(error_response(
+                        &Value::Null,
+                        INVALID_REQUEST,
+                        "Invalid Request: empty batch",
+                        None,
+                    ));
+                    false
+                }
+                Ok(items) => self.handle_batch(items).await,
+            };
+        }
+        let outcome = match Message::read(bytes) {
+            Ok(message) => self.classify(message).await,
+            Err(reply) => Outcome::Reply(reply),
         };
-        match value {
-            Value::Array(items) if items.is_empty() => {
-                self.peer.outbox().send(error_response(
-                    &Value::Null,
-                    INVALID_REQUEST,
-                    "Invalid Request: empty batch",
-                    None,
-                ));
+        match outcome {
+            Outcome::Silent => false,
+            Outcome::Reply(text) => {
+                self.peer.outbox().send(text);
                 false
             }
-            Value::Array(items) => self.handle_batch(items).await,
-            message => match self.classify(message).await {
-                Outcome::Silent => false,
-                Outcome::Reply(text) => {
-                    self.peer.outbox().send(text);
-                    false
-                }
-                Outcome::Call { id, frame } => {
-                    self.spawn_call(id, frame);
-                    false
-                }
-                Outcome::Exit => true,
-            },
+            Outcome::Call { id, method, params } => {
+                self.spawn_call(id, method, params);
+                false
+            }
+            Outcome::Exit => true,
         }
     }
 
     /// A batch: every element handled, the answers sent together as one array.
-    async fn handle_batch(self: Arc<Self>, items: Vec<Value>) -> bool {
+    async fn handle_batch(self: Arc<Self>, items: Vec<&RawValue>) -> bool {
         let mut exit = false;
         let mut replies = Vec::new();
         let mut calls = Vec::new();
         for item in items {
-            match self.classify(item).await {
+            let outcome = match Message::read(item.get().as_bytes()) {
+                Ok(message) => self.classify(message).await,
+                Err(reply) => Outcome::Reply(reply),
+            };
+            match outcome {
                 Outcome::Silent => {}
                 Outcome::Reply(text) => replies.push(text),
-                Outcome::Call { id, frame } => calls.push((id, frame)),
+                Outcome::Call { id, method, params } => calls.push((id, method, params)),
                 Outcome::Exit => exit = true,
             }
         }
-        let answered = join_all(calls.iter().map(|(id, frame)| self.call(id, frame))).await;
+        let this = &self;
+        let answered = join_all(
+            calls
+                .into_iter()
+                .map(|(id, method, params)| async move { this.call(&id, &method, params).await }),
+        )
+        .await;
         replies.extend(answered);
         if !replies.is_empty() {
             self.peer.outbox().send(format!("[{}]", replies.join(",")));
@@ -205,46 +279,40 @@ impl Dispatcher {
         exit
     }
 
-    async fn classify(&self, message: Value) -> Outcome {
-        let Value::Object(object) = &message else {
-            return Outcome::Reply(error_response(
-                &Value::Null,
-                INVALID_REQUEST,
-                "Invalid Request: expected an object",
-                None,
-            ));
-        };
-        let id = object.get("id").cloned();
-        let method = object.get("method");
-        if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+    async fn classify(&self, message: Message) -> Outcome {
+        let Message {
+            jsonrpc,
+            id,
+            method,
+            params,
+            result,
+            error,
+        } = message;
+        if jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
             return match id {
-                Some(id) if method.is_some() || !object.contains_key("result") => {
-                    Outcome::Reply(error_response(
-                        &id,
-                        INVALID_REQUEST,
-                        "Invalid Request: \"jsonrpc\" must be \"2.0\"",
-                        None,
-                    ))
-                }
+                Some(id) if method.is_some() || result.is_none() => Outcome::Reply(error_response(
+                    &id,
+                    INVALID_REQUEST,
+                    "Invalid Request: \"jsonrpc\" must be \"2.0\"",
+                    None,
+                )),
                 _ => Outcome::Silent,
             };
         }
         match (method, id) {
             (Some(Value::String(method)), Some(id)) => {
-                if !(id.is_string() || id.is_number()) {
+                if !(id.is_string() || id.is_u64()) {
                     return Outcome::Reply(error_response(
                         &Value::Null,
                         INVALID_REQUEST,
-                        "Invalid Request: id must be a string or a number",
+                        "Invalid Request: id must be a string or a non-negative integer",
                         None,
                     ));
                 }
-                let method = method.clone();
-                self.request(method, id, message).await
+                self.request(method, id, params).await
             }
             (Some(Value::String(method)), None) => {
-                let method = method.clone();
-                self.notification(&method, object.get("params")).await
+                self.notification(&method, params.as_deref()).await
             }
             (Some(_), id) => Outcome::Reply(error_response(
                 &id.unwrap_or(Value::Null),
@@ -252,9 +320,16 @@ impl Dispatcher {
                 "Invalid Request: method must be a string",
                 None,
             )),
-            (None, Some(_)) if object.contains_key("result") || object.contains_key("error") => {
-                if !self.peer.complete(&message) {
-                    tracing::warn!(?message, "response to no pending request");
+            (None, Some(id)) if result.is_some() || error.is_some() => {
+                let mut response = serde_json::json!({"jsonrpc": "2.0", "id": id});
+                if let Some(result) = result {
+                    response["result"] = result;
+                }
+                if let Some(error) = error {
+                    response["error"] = error;
+                }
+                if !self.peer.complete(&response) {
+                    tracing::warn!(%response, "response to no pending request");
                 }
                 Outcome::Silent
             }
@@ -267,16 +342,23 @@ impl Dispatcher {
         }
     }
 
-    async fn request(&self, method: String, id: Value, message: Value) -> Outcome {
+    async fn request(&self, method: String, id: Value, params: Option<Box<RawValue>>) -> Outcome {
         let state = self.lifecycle();
         match (method.as_str(), state) {
             ("initialize", Lifecycle::Uninitialized) => {
-                let params = match parse_params::<InitializeParams>(&message) {
-                    Ok(params) => params,
-                    Err(text) => {
-                        return Outcome::Reply(error_response(&id, INVALID_PARAMS, &text, None));
-                    }
-                };
+                let params =
+                    match read_params::<InitializeParams>(params.as_deref().map(RawValue::get)) {
+                        Ok(params) => params,
+                        Err(e) => {
+                            let message = format!("Invalid params: {e}");
+                            return Outcome::Reply(error_response(
+                                &id,
+                                INVALID_PARAMS,
+                                &message,
+                                None,
+                            ));
+                        }
+                    };
                 if let Some(client) = &params.client_info {
                     tracing::info!(client = %client.name, version = ?client.version, "initialize");
                 }
@@ -309,20 +391,22 @@ impl Dispatcher {
                 }
                 Outcome::Reply(result_response(&id, &Value::Null))
             }
-            (_, Lifecycle::Running) => Outcome::Call {
-                id,
-                frame: message.to_string(),
-            },
+            (_, Lifecycle::Running) => Outcome::Call { id, method, params },
         }
     }
 
-    async fn notification(&self, method: &str, params: Option<&Value>) -> Outcome {
+    async fn notification(&self, method: &str, params: Option<&RawValue>) -> Outcome {
+        /// `$/cancelRequest`'s params.
+        #[derive(Deserialize)]
+        struct Cancel {
+            id: Value,
+        }
         match method {
             "exit" => return Outcome::Exit,
             "initialized" => tracing::debug!("client initialized"),
-            "$/cancelRequest" => match params.and_then(|p| p.get("id")) {
-                Some(id) => self.cancel(id),
-                None => tracing::warn!("$/cancelRequest without an id"),
+            "$/cancelRequest" => match params.map(|p| serde_json::from_str::<Cancel>(p.get())) {
+                Some(Ok(Cancel { id })) => self.cancel(&id),
+                _ => tracing::warn!("$/cancelRequest without an id"),
             },
             other => tracing::debug!(method = other, "ignored notification"),
         }
@@ -330,7 +414,7 @@ impl Dispatcher {
     }
 
     /// Runs a request on its own task so a slow method never blocks the connection.
-    fn spawn_call(self: Arc<Self>, id: Value, frame: String) {
+    fn spawn_call(self: Arc<Self>, id: Value, method: String, params: Option<Box<RawValue>>) {
         let key = id.to_string();
         let this = self.clone();
         let task_key = key.clone();
@@ -338,7 +422,7 @@ impl Dispatcher {
         // Hold the lock while spawning so the task cannot finish before it is registered.
         let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
         let task = tokio::spawn(async move {
-            let reply = this.call(&task_id, &frame).await;
+            let reply = this.call(&task_id, &method, params).await;
             let still_wanted = this
                 .inflight
                 .lock()
@@ -412,29 +496,40 @@ impl Dispatcher {
         ready.as_ref().map_err(String::as_str)
     }
 
-    async fn call(&self, id: &Value, frame: &str) -> String {
+    /// Runs one request through the method table and returns its response frame. The params
+    /// are handed over as the text they arrived as; the method's route parses them, once.
+    async fn call(&self, id: &Value, method: &str, params: Option<Box<RawValue>>) -> String {
         let module = match self.ready().await {
             Ok(ready) => &ready.module,
             Err(e) => return error_response(id, INTERNAL_ERROR, e, None),
         };
-        match module.raw_json_request(frame, 1).await {
-            Ok((response, _)) => response.get().to_string(),
-            Err(e) => error_response(
-                &Value::Null,
-                INVALID_REQUEST,
-                &format!("Invalid Request: {e}"),
-                None,
-            ),
-        }
-    }
-}
-
-fn parse_params<T: serde::de::DeserializeOwned + Default>(message: &Value) -> Result<T, String> {
-    match message.get("params") {
-        None | Some(Value::Null) => Ok(T::default()),
-        Some(params) => {
-            serde_json::from_value(params.clone()).map_err(|e| format!("Invalid params: {e}"))
-        }
+        let wire_id = match id {
+            Value::String(text) => Id::Str(text.clone().into()),
+            Value::Number(n) => n.as_u64().map_or(Id::Null, Id::Number),
+            _ => Id::Null,
+        };
+        let params = Params::new(params.as_deref().map(RawValue::get)).into_owned();
+        let response = match module.method(method) {
+            None => {
+                let message = format!("Method not found: {method}");
+                return error_response(id, METHOD_NOT_FOUND, &message, None);
+            }
+            Some(MethodCallback::Async(run)) => {
+                run(
+                    wire_id,
+                    params,
+                    ConnectionId(0),
+                    usize::MAX,
+                    Extensions::new(),
+                )
+                .await
+            }
+            Some(MethodCallback::Sync(run)) => run(wire_id, params, usize::MAX, Extensions::new()),
+            Some(_) => {
+                return error_response(id, INTERNAL_ERROR, "not a method", None);
+            }
+        };
+        response.into_json().get().to_string()
     }
 }
 

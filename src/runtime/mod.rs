@@ -81,10 +81,10 @@ impl Runtime {
 /// What `initialize` answers: it needs only the configuration, so the handshake never waits
 /// for the database.
 pub fn describe(config: &Config) -> InitializeResult {
-    let mut methods: Vec<String> = ["initialize", "shutdown"]
-        .into_iter()
-        .chain(crate::rpc::METHODS.iter().copied())
-        .map(str::to_string)
+    let mut methods: Vec<String> = METHODS
+        .iter()
+        .filter(|m| m.direction == Direction::ClientToServer && m.kind != MethodKind::Notification)
+        .map(|m| m.name.to_string())
         .collect();
     methods.sort();
     InitializeResult {
@@ -95,7 +95,7 @@ pub fn describe(config: &Config) -> InitializeResult {
         protocol_version: PROTOCOL_VERSION,
         capabilities: ServerCapabilities {
             methods,
-            events: Event::KINDS.iter().map(|k| k.to_string()).collect(),
+            events: event_kinds(),
         },
         accounts: config.account_infos(),
         default_account: config.default_account.clone(),
