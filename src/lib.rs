@@ -4,6 +4,8 @@
 //! source of truth, model [`provider`]s behind one driver trait, and session events streamed
 //! back to the editor.
 
+#![deny(unsafe_code)]
+
 pub mod client;
 pub mod config;
 pub mod context;

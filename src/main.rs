@@ -1,5 +1,7 @@
 //! The `sidechat` command line: `serve`, `chat`, `schema`.
 
+#![deny(unsafe_code)]
+
 use std::path::PathBuf;
 use std::sync::Arc;
 

@@ -238,7 +238,11 @@ fn count_one<'a>(
 }
 
 /// Lowers the calling thread's priority to [`COUNTING_NICENESS`].
+///
+/// The crate's one `unsafe` call: the standard library has no safe way to set a thread's nice
+/// value, and `libc::setpriority` is a plain system call.
 #[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
 fn yield_to_the_process() {
     // SAFETY: `setpriority` takes plain integers and touches no memory of ours. On Linux the
     // nice value belongs to a thread, and `PRIO_PROCESS` with id 0 names the calling one.

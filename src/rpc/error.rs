@@ -1,6 +1,6 @@
 //! JSON-RPC error codes and the mapping from the runtime's errors to them.
 
-use jsonrpsee::types::ErrorObjectOwned;
+use jsonrpsee_types::ErrorObjectOwned;
 use serde_json::Value;
 
 use crate::runtime::RuntimeError;

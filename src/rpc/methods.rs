@@ -2,7 +2,7 @@
 //! the runtime function that answers it.
 
 use jsonrpsee::RpcModule;
-use jsonrpsee::types::ErrorObjectOwned;
+use jsonrpsee_types::ErrorObjectOwned;
 
 use super::error::{INTERNAL_ERROR, INVALID_PARAMS, error_object};
 use crate::protocol::*;

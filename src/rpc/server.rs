@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use futures::future::join_all;
 use jsonrpsee::core::server::{ConnectionId, MethodCallback};
-use jsonrpsee::types::{Id, Params};
 use jsonrpsee::{Extensions, RpcModule};
+use jsonrpsee_types::{Id, Params};
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -563,7 +563,7 @@ mod tests {
         module
             .register_async_method("test/sleep", |_, _, _| async {
                 tokio::time::sleep(std::time::Duration::from_secs(600)).await;
-                Ok::<_, jsonrpsee::types::ErrorObjectOwned>(())
+                Ok::<_, jsonrpsee_types::ErrorObjectOwned>(())
             })
             .unwrap();
         let framing = Arc::new(OnceLock::from(Framing::Line));
