@@ -1,11 +1,7 @@
 //! The HTTP provider drivers against a fake upstream that replays the providers' exact SSE
 //! shapes, records what it was sent, and can fail, drop or stall on cue.
 
-use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
-use std::thread;
+use std::net::TcpListener;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -19,188 +15,18 @@ use sidechat::provider::{
     ProviderError, StopReason, TokenUsage, ToolSpec,
 };
 
-// ---------------------------------------------------------------------------------------------
-// The fake upstream
-// ---------------------------------------------------------------------------------------------
+#[path = "support/upstream.rs"]
+mod upstream;
 
-/// One step of a streamed reply.
-#[derive(Debug, Clone)]
-enum Part {
-    /// Bytes written as one HTTP chunk and flushed.
-    Bytes(Vec<u8>),
-    Pause(Duration),
-    /// Close the connection without ending the chunked body.
-    Drop,
-    /// Send nothing more for a long time.
-    Hang,
-}
-
-#[derive(Debug, Clone)]
-enum Reply {
-    Error {
-        status: u16,
-        headers: Vec<(&'static str, &'static str)>,
-        body: String,
-    },
-    Stream(Vec<Part>),
-}
-
-/// A request as the fake upstream saw it.
-#[derive(Debug, Clone)]
-struct Seen {
-    path: String,
-    headers: Vec<(String, String)>,
-    body: Value,
-}
-
-impl Seen {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-struct Fake {
-    base: String,
-    seen: Arc<Mutex<Vec<Seen>>>,
-}
-
-impl Fake {
-    fn start(replies: Vec<Reply>) -> Fake {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let base = format!("http://{}", listener.local_addr().expect("addr"));
-        let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let recorded = seen.clone();
-        thread::spawn(move || {
-            for conn in listener.incoming().flatten() {
-                let replies = replies.clone();
-                let recorded = recorded.clone();
-                thread::spawn(move || serve(conn, &replies, &recorded));
-            }
-        });
-        Fake { base, seen }
-    }
-
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().expect("lock").clone()
-    }
-}
-
-fn serve(mut conn: TcpStream, replies: &Mutex<VecDeque<Reply>>, seen: &Mutex<Vec<Seen>>) {
-    let Some(request) = read_request(&conn) else {
-        return;
-    };
-    seen.lock().expect("lock").push(request);
-    let reply = replies.lock().expect("lock").pop_front();
-    let reply = reply.unwrap_or_else(|| Reply::Error {
-        status: 500,
-        headers: vec![],
-        body: "no scripted reply left".into(),
-    });
-    // Write errors only mean the client went away, which some tests cause on purpose.
-    let _ = match reply {
-        Reply::Error {
-            status,
-            headers,
-            body,
-        } => write_error(&mut conn, status, &headers, &body),
-        Reply::Stream(parts) => write_stream(&mut conn, parts),
-    };
-}
-
-fn read_request(conn: &TcpStream) -> Option<Seen> {
-    let mut reader = BufReader::new(conn.try_clone().ok()?);
-    let mut line = String::new();
-    reader.read_line(&mut line).ok()?;
-    let path = line.split_whitespace().nth(1)?.to_owned();
-    let mut headers = Vec::new();
-    let mut length = 0;
-    loop {
-        line.clear();
-        reader.read_line(&mut line).ok()?;
-        let header = line.trim_end();
-        if header.is_empty() {
-            break;
-        }
-        let (name, value) = header.split_once(':')?;
-        let (name, value) = (name.trim().to_ascii_lowercase(), value.trim().to_owned());
-        if name == "content-length" {
-            length = value.parse().ok()?;
-        }
-        headers.push((name, value));
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).ok()?;
-    Some(Seen {
-        path,
-        headers,
-        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
-    })
-}
-
-fn write_error(
-    conn: &mut TcpStream,
-    status: u16,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> std::io::Result<()> {
-    let mut head = format!(
-        "HTTP/1.1 {status} Scripted\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
-        body.len()
-    );
-    for (name, value) in headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str("\r\n");
-    conn.write_all(head.as_bytes())?;
-    conn.write_all(body.as_bytes())?;
-    conn.flush()
-}
-
-fn write_stream(conn: &mut TcpStream, parts: Vec<Part>) -> std::io::Result<()> {
-    conn.write_all(
-        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n",
-    )?;
-    conn.flush()?;
-    for part in parts {
-        match part {
-            Part::Bytes(bytes) => {
-                conn.write_all(format!("{:x}\r\n", bytes.len()).as_bytes())?;
-                conn.write_all(&bytes)?;
-                conn.write_all(b"\r\n")?;
-                conn.flush()?;
-            }
-            Part::Pause(pause) => thread::sleep(pause),
-            Part::Drop => return Ok(()),
-            Part::Hang => {
-                thread::sleep(Duration::from_secs(30));
-                return Ok(());
-            }
-        }
-    }
-    conn.write_all(b"0\r\n\r\n")?;
-    conn.flush()
-}
+use upstream::{Part, Reply, Upstream, anthropic as anthropic_shape, openai as openai_shape};
 
 /// A streamed reply with one HTTP chunk per SSE event.
 fn stream(events: Vec<String>) -> Reply {
-    Reply::Stream(
-        events
-            .into_iter()
-            .map(|e| Part::Bytes(e.into_bytes()))
-            .collect(),
-    )
+    Reply::events(events)
 }
 
 fn error(status: u16, body: Value) -> Reply {
-    Reply::Error {
-        status,
-        headers: vec![],
-        body: body.to_string(),
-    }
+    Reply::status(status, &body.to_string())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -209,28 +35,26 @@ fn error(status: u16, body: Value) -> Reply {
 
 /// An Anthropic event: named by its type, like the real API.
 fn a(data: Value) -> String {
-    let name = data["type"].as_str().unwrap_or("message").to_owned();
-    format!("event: {name}\ndata: {data}\n\n")
+    anthropic_shape::event(&data)
 }
 
 fn a_start() -> String {
-    a(json!({"type": "message_start", "message": {
-        "id": "msg_01", "type": "message", "role": "assistant", "content": [],
-        "model": "claude-test", "stop_reason": null, "stop_sequence": null,
-        "usage": {"input_tokens": 25, "cache_creation_input_tokens": 7,
-                  "cache_read_input_tokens": 100, "output_tokens": 1}}}))
+    let mut start = anthropic_shape::message_start(25);
+    start["message"]["usage"]["cache_creation_input_tokens"] = json!(7);
+    start["message"]["usage"]["cache_read_input_tokens"] = json!(100);
+    a(start)
 }
 
 fn a_block(index: usize, block: Value) -> String {
-    a(json!({"type": "content_block_start", "index": index, "content_block": block}))
+    a(anthropic_shape::block_start(index, block))
 }
 
 fn a_delta(index: usize, delta: Value) -> String {
-    a(json!({"type": "content_block_delta", "index": index, "delta": delta}))
+    a(anthropic_shape::delta(index, delta))
 }
 
 fn a_text(index: usize, text: &str) -> String {
-    a_delta(index, json!({"type": "text_delta", "text": text}))
+    a(anthropic_shape::text_delta(index, text))
 }
 
 fn a_json(index: usize, partial: &str) -> String {
@@ -248,17 +72,14 @@ fn a_tool(index: usize, id: &str, name: &str) -> String {
 }
 
 fn a_stop_block(index: usize) -> String {
-    a(json!({"type": "content_block_stop", "index": index}))
+    a(anthropic_shape::block_stop(index))
 }
 
 fn a_end(stop_reason: &str, output_tokens: u64) -> Vec<String> {
-    vec![
-        a(
-            json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null},
-                "usage": {"output_tokens": output_tokens}}),
-        ),
-        a(json!({"type": "message_stop"})),
-    ]
+    anthropic_shape::message_end(stop_reason, output_tokens)
+        .into_iter()
+        .map(a)
+        .collect()
 }
 
 fn a_usage(output: u64) -> ModelEvent {
@@ -296,12 +117,7 @@ fn a_hello_events() -> Vec<Item> {
 
 /// An OpenAI chunk with one choice.
 fn o(delta: Value, finish_reason: Option<&str>) -> String {
-    let chunk = json!({
-        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-test",
-        "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}],
-        "usage": null,
-    });
-    format!("data: {chunk}\n\n")
+    openai_shape::event(&openai_shape::chunk(delta, finish_reason))
 }
 
 fn o_tool(index: usize, id: Option<&str>, name: Option<&str>, arguments: &str) -> String {
@@ -325,22 +141,20 @@ enum NoChoices {
 }
 
 fn o_usage(shape: NoChoices) -> String {
-    let mut chunk = json!({
-        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-test",
-        "usage": {"prompt_tokens": 130, "completion_tokens": 20, "total_tokens": 150,
-                  "prompt_tokens_details": {"cached_tokens": 100, "audio_tokens": 0},
-                  "completion_tokens_details": {"reasoning_tokens": 5, "audio_tokens": 0}},
-    });
+    let mut chunk = openai_shape::usage(130, 100, 20);
+    chunk["usage"]["completion_tokens_details"]["reasoning_tokens"] = json!(5);
     match shape {
-        NoChoices::Empty => chunk["choices"] = json!([]),
+        NoChoices::Empty => {}
         NoChoices::Null => chunk["choices"] = Value::Null,
-        NoChoices::Missing => {}
+        NoChoices::Missing => {
+            chunk.as_object_mut().expect("an object").remove("choices");
+        }
     }
-    format!("data: {chunk}\n\n")
+    openai_shape::event(&chunk)
 }
 
 fn o_done() -> String {
-    "data: [DONE]\n\n".to_owned()
+    openai_shape::DONE.to_owned()
 }
 
 fn o_usage_event() -> ModelEvent {
@@ -393,12 +207,12 @@ fn settings() -> HttpSettings {
     }
 }
 
-fn anthropic(fake: &Fake) -> AnthropicDriver {
-    AnthropicDriver::new(&fake.base, Some(KEY.into()), settings()).expect("driver")
+fn anthropic(fake: &Upstream) -> AnthropicDriver {
+    AnthropicDriver::new(&fake.url, Some(KEY.into()), settings()).expect("driver")
 }
 
-fn openai(fake: &Fake) -> OpenAiDriver {
-    OpenAiDriver::new(&format!("{}/v1", fake.base), Some(KEY.into()), settings()).expect("driver")
+fn openai(fake: &Upstream) -> OpenAiDriver {
+    OpenAiDriver::new(&format!("{}/v1", fake.url), Some(KEY.into()), settings()).expect("driver")
 }
 
 fn user_text(text: &str) -> ModelMessage {
@@ -462,7 +276,7 @@ fn notice(text: &str) -> Item {
 
 #[tokio::test]
 async fn anthropic_text() {
-    let fake = Fake::start(vec![stream(a_hello())]);
+    let fake = upstream::start(vec![stream(a_hello())]);
     let events = run(&anthropic(&fake), hello_request()).await;
     assert_eq!(events, a_hello_events());
 
@@ -495,7 +309,7 @@ async fn anthropic_thinking_with_signature_is_replayed() {
         a_stop_block(1),
     ];
     events.extend(a_end("end_turn", 40));
-    let fake = Fake::start(vec![stream(events), stream(a_hello())]);
+    let fake = upstream::start(vec![stream(events), stream(a_hello())]);
     let driver = anthropic(&fake);
 
     let got = run(&driver, hello_request()).await;
@@ -588,7 +402,7 @@ async fn anthropic_tool_call_with_awkwardly_split_arguments() {
     for event in [a_stop_block(1)].into_iter().chain(a_end("tool_use", 60)) {
         parts.push(Part::Bytes(event.into_bytes()));
     }
-    let fake = Fake::start(vec![Reply::Stream(parts)]);
+    let fake = upstream::start(vec![Reply::parts(parts)]);
 
     let events = run(&anthropic(&fake), hello_request()).await;
     assert_eq!(
@@ -618,7 +432,7 @@ async fn anthropic_two_tool_calls_and_empty_arguments() {
         a_stop_block(1),
     ];
     events.extend(a_end("tool_use", 30));
-    let fake = Fake::start(vec![stream(events)]);
+    let fake = upstream::start(vec![stream(events)]);
     assert_eq!(
         run(&anthropic(&fake), hello_request()).await,
         vec![
@@ -647,7 +461,7 @@ async fn anthropic_text_cut_by_max_tokens() {
         a_stop_block(0),
     ];
     events.extend(a_end("max_tokens", 256));
-    let fake = Fake::start(vec![stream(events)]);
+    let fake = upstream::start(vec![stream(events)]);
     assert_eq!(
         run(&anthropic(&fake), hello_request()).await,
         vec![
@@ -667,7 +481,7 @@ async fn anthropic_tool_arguments_cut_by_max_tokens() {
         a_stop_block(0),
     ];
     events.extend(a_end("max_tokens", 256));
-    let fake = Fake::start(vec![stream(events)]);
+    let fake = upstream::start(vec![stream(events)]);
     assert_eq!(
         run(&anthropic(&fake), hello_request()).await,
         vec![
@@ -687,7 +501,7 @@ async fn anthropic_refusal_and_pause_turn() {
     refusal.extend(a_end("refusal", 2));
     let mut pause = vec![a_start()];
     pause.extend(a_end("pause_turn", 2));
-    let fake = Fake::start(vec![stream(refusal), stream(pause)]);
+    let fake = upstream::start(vec![stream(refusal), stream(pause)]);
     let driver = anthropic(&fake);
     assert_eq!(
         run(&driver, hello_request()).await,
@@ -711,7 +525,7 @@ fn overloaded() -> Value {
 
 #[tokio::test]
 async fn anthropic_overloaded_529_then_success() {
-    let fake = Fake::start(vec![error(529, overloaded()), stream(a_hello())]);
+    let fake = upstream::start(vec![error(529, overloaded()), stream(a_hello())]);
     let events = normalized(run(&anthropic(&fake), hello_request()).await);
     let mut expected = vec![notice(
         "Anthropic: retrying in _s (HTTP 529: overloaded), retry 1 of 2",
@@ -724,7 +538,7 @@ async fn anthropic_overloaded_529_then_success() {
 #[tokio::test]
 async fn anthropic_gives_up_after_three_500s() {
     let api_error = json!({"type": "error", "error": {"type": "api_error", "message": "Internal server error"}});
-    let fake = Fake::start(vec![
+    let fake = upstream::start(vec![
         error(500, api_error.clone()),
         error(500, api_error.clone()),
         error(500, api_error),
@@ -749,7 +563,7 @@ async fn anthropic_gives_up_after_three_500s() {
 async fn anthropic_client_errors_are_not_retried() {
     let invalid_key = json!({"type": "error",
         "error": {"type": "authentication_error", "message": "invalid x-api-key"}});
-    let fake = Fake::start(vec![error(401, invalid_key), stream(a_hello())]);
+    let fake = upstream::start(vec![error(401, invalid_key), stream(a_hello())]);
     assert_eq!(
         run(&anthropic(&fake), hello_request()).await,
         vec![Err(ProviderError::Http {
@@ -768,7 +582,7 @@ async fn anthropic_error_event_after_200_and_some_text() {
         a_text(0, "Hel"),
         a(overloaded()),
     ];
-    let fake = Fake::start(vec![stream(events), stream(a_hello())]);
+    let fake = upstream::start(vec![stream(events), stream(a_hello())]);
     assert_eq!(
         run(&anthropic(&fake), hello_request()).await,
         vec![
@@ -785,7 +599,7 @@ async fn anthropic_error_event_after_200_and_some_text() {
 #[tokio::test]
 async fn anthropic_error_event_before_any_output_is_retried() {
     let events = vec![a_start(), a(json!({"type": "ping"})), a(overloaded())];
-    let fake = Fake::start(vec![stream(events), stream(a_hello())]);
+    let fake = upstream::start(vec![stream(events), stream(a_hello())]);
     let mut expected = vec![notice(
         "Anthropic: retrying in _s (HTTP 529: overloaded), retry 1 of 2",
     )];
@@ -810,7 +624,7 @@ async fn anthropic_connection_dropped_mid_stream() {
     .collect();
     parts.push(Part::Pause(Duration::from_millis(50)));
     parts.push(Part::Drop);
-    let fake = Fake::start(vec![Reply::Stream(parts), stream(a_hello())]);
+    let fake = upstream::start(vec![Reply::parts(parts), stream(a_hello())]);
     assert_eq!(
         normalized(run(&anthropic(&fake), hello_request()).await),
         vec![
@@ -824,7 +638,7 @@ async fn anthropic_connection_dropped_mid_stream() {
 
 #[tokio::test]
 async fn anthropic_request_body() {
-    let fake = Fake::start(vec![stream(a_hello())]);
+    let fake = upstream::start(vec![stream(a_hello())]);
     let events = run(&anthropic(&fake), full_request()).await;
     assert_eq!(events, a_hello_events());
     let ephemeral = json!({"type": "ephemeral"});
@@ -869,7 +683,7 @@ async fn anthropic_request_body() {
 
 #[tokio::test]
 async fn openai_text_with_empty_choices_in_the_usage_chunk() {
-    let fake = Fake::start(vec![stream(o_hello(NoChoices::Empty))]);
+    let fake = upstream::start(vec![stream(o_hello(NoChoices::Empty))]);
     assert_eq!(run(&openai(&fake), hello_request()).await, o_hello_events());
     let seen = fake.seen();
     assert_eq!(seen[0].path, "/v1/chat/completions");
@@ -882,7 +696,7 @@ async fn openai_text_with_empty_choices_in_the_usage_chunk() {
 
 #[tokio::test]
 async fn openai_usage_chunk_without_or_with_null_choices() {
-    let fake = Fake::start(vec![
+    let fake = upstream::start(vec![
         stream(o_hello(NoChoices::Missing)),
         stream(o_hello(NoChoices::Null)),
     ]);
@@ -893,8 +707,8 @@ async fn openai_usage_chunk_without_or_with_null_choices() {
 
 #[tokio::test]
 async fn openai_without_a_key_sends_no_authorization() {
-    let fake = Fake::start(vec![stream(o_hello(NoChoices::Empty))]);
-    let driver = OpenAiDriver::new(&format!("{}/v1", fake.base), None, settings())
+    let fake = upstream::start(vec![stream(o_hello(NoChoices::Empty))]);
+    let driver = OpenAiDriver::new(&format!("{}/v1", fake.url), None, settings())
         .expect("driver")
         .with_compat(true);
     assert_eq!(run(&driver, hello_request()).await, o_hello_events());
@@ -923,7 +737,7 @@ async fn openai_tool_call_with_awkwardly_split_arguments() {
     parts.push(bytes(o(json!({}), Some("tool_calls"))));
     parts.push(bytes(o_usage(NoChoices::Empty)));
     parts.push(bytes(o_done()));
-    let fake = Fake::start(vec![Reply::Stream(parts)]);
+    let fake = upstream::start(vec![Reply::parts(parts)]);
     assert_eq!(
         run(&openai(&fake), hello_request()).await,
         vec![
@@ -955,7 +769,7 @@ async fn openai_two_parallel_tool_calls_interleaved() {
         o_usage(NoChoices::Empty),
         o_done(),
     ];
-    let fake = Fake::start(vec![stream(events)]);
+    let fake = upstream::start(vec![stream(events)]);
     assert_eq!(
         run(&openai(&fake), hello_request()).await,
         vec![
@@ -984,7 +798,7 @@ async fn openai_text_cut_by_length() {
         o_usage(NoChoices::Empty),
         o_done(),
     ];
-    let fake = Fake::start(vec![stream(events)]);
+    let fake = upstream::start(vec![stream(events)]);
     assert_eq!(
         run(&openai(&fake), hello_request()).await,
         vec![
@@ -1009,7 +823,7 @@ async fn openai_tool_arguments_cut_by_length() {
         o_usage(NoChoices::Empty),
         o_done(),
     ];
-    let fake = Fake::start(vec![stream(events)]);
+    let fake = upstream::start(vec![stream(events)]);
     assert_eq!(
         run(&openai(&fake), hello_request()).await,
         vec![
@@ -1026,7 +840,7 @@ async fn openai_tool_arguments_cut_by_length() {
 #[tokio::test]
 async fn openai_content_filter_is_a_refusal() {
     let events = vec![o(json!({}), Some("content_filter")), o_done()];
-    let fake = Fake::start(vec![stream(events)]);
+    let fake = upstream::start(vec![stream(events)]);
     assert_eq!(
         run(&openai(&fake), hello_request()).await,
         vec![Ok(ModelEvent::Finished(StopReason::Refusal))]
@@ -1035,14 +849,13 @@ async fn openai_content_filter_is_a_refusal() {
 
 #[tokio::test]
 async fn openai_429_with_retry_after_then_success() {
-    let rate_limited = Reply::Error {
-        status: 429,
-        headers: vec![("retry-after", "1")],
-        body: json!({"error": {"message": "Rate limit reached for requests",
-                               "type": "requests", "param": null, "code": "rate_limit_exceeded"}})
-        .to_string(),
-    };
-    let fake = Fake::start(vec![rate_limited, stream(o_hello(NoChoices::Empty))]);
+    let rate_limited = error(
+        429,
+        json!({"error": {"message": "Rate limit reached for requests",
+                         "type": "requests", "param": null, "code": "rate_limit_exceeded"}}),
+    )
+    .header("retry-after", "1");
+    let fake = upstream::start(vec![rate_limited, stream(o_hello(NoChoices::Empty))]);
     let mut expected = vec![notice(
         "OpenAI: retrying in 1s (HTTP 429: rate limited), retry 1 of 2",
     )];
@@ -1053,13 +866,12 @@ async fn openai_429_with_retry_after_then_success() {
 
 #[tokio::test]
 async fn openai_retry_after_beyond_the_limit_fails_at_once() {
-    let rate_limited = Reply::Error {
-        status: 429,
-        headers: vec![("retry-after", "3600")],
-        body: json!({"error": {"message": "Daily quota exceeded", "type": "insufficient_quota"}})
-            .to_string(),
-    };
-    let fake = Fake::start(vec![rate_limited, stream(o_hello(NoChoices::Empty))]);
+    let rate_limited = error(
+        429,
+        json!({"error": {"message": "Daily quota exceeded", "type": "insufficient_quota"}}),
+    )
+    .header("retry-after", "3600");
+    let fake = upstream::start(vec![rate_limited, stream(o_hello(NoChoices::Empty))]);
     assert_eq!(
         run(&openai(&fake), hello_request()).await,
         vec![Err(ProviderError::Http {
@@ -1074,12 +886,8 @@ async fn openai_retry_after_beyond_the_limit_fails_at_once() {
 
 #[tokio::test]
 async fn openai_gives_up_after_three_503s_with_a_plain_body() {
-    let unavailable = || Reply::Error {
-        status: 503,
-        headers: vec![],
-        body: "upstream connect error".into(),
-    };
-    let fake = Fake::start(vec![unavailable(), unavailable(), unavailable()]);
+    let unavailable = || Reply::status(503, "upstream connect error");
+    let fake = upstream::start(vec![unavailable(), unavailable(), unavailable()]);
     assert_eq!(
         normalized(run(&openai(&fake), hello_request()).await),
         vec![
@@ -1102,10 +910,7 @@ async fn openai_connection_dropped_mid_stream() {
         Part::Pause(Duration::from_millis(50)),
         Part::Drop,
     ];
-    let fake = Fake::start(vec![
-        Reply::Stream(parts),
-        stream(o_hello(NoChoices::Empty)),
-    ]);
+    let fake = upstream::start(vec![Reply::parts(parts), stream(o_hello(NoChoices::Empty))]);
     assert_eq!(
         normalized(run(&openai(&fake), hello_request()).await),
         vec![
@@ -1123,14 +928,11 @@ async fn openai_stall_timeout() {
         Part::Bytes(o(json!({"content": "Hel"}), None).into_bytes()),
         Part::Hang,
     ];
-    let fake = Fake::start(vec![
-        Reply::Stream(parts),
-        stream(o_hello(NoChoices::Empty)),
-    ]);
+    let fake = upstream::start(vec![Reply::parts(parts), stream(o_hello(NoChoices::Empty))]);
     let mut quick = settings();
     quick.stall_timeout = Duration::from_secs(1);
     let driver =
-        OpenAiDriver::new(&format!("{}/v1", fake.base), Some(KEY.into()), quick).expect("driver");
+        OpenAiDriver::new(&format!("{}/v1", fake.url), Some(KEY.into()), quick).expect("driver");
     assert_eq!(
         run(&driver, hello_request()).await,
         vec![
@@ -1143,7 +945,7 @@ async fn openai_stall_timeout() {
 
 #[tokio::test]
 async fn openai_request_body() {
-    let fake = Fake::start(vec![stream(o_hello(NoChoices::Empty))]);
+    let fake = upstream::start(vec![stream(o_hello(NoChoices::Empty))]);
     assert_eq!(run(&openai(&fake), full_request()).await, o_hello_events());
     assert_eq!(
         fake.seen()[0].body,

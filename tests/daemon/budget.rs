@@ -333,16 +333,8 @@ async fn an_estimated_model_learns_a_correction_from_actuals() {
             json!({"type": "content_block_stop", "index": 0}),
             json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}}),
             json!({"type": "message_stop"}),
-        ]
-        .iter()
-        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
-        .collect::<String>();
-        Reply {
-            status: 200,
-            headers: vec![("content-type", "text/event-stream".into())],
-            body,
-            drop: false,
-        }
+        ];
+        Reply::anthropic(&body)
     };
     let upstream = start(vec![anthropic(900), anthropic(950)]);
     let scratch = Scratch::new();

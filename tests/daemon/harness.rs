@@ -3,9 +3,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use sidechat::client::{Connection, RpcError};
-use sidechat::protocol::{Event, SessionEventParams};
+use sidechat::protocol::{
+    ChatSendParams, ClientInfo, Event, InitializeParams, SessionEventParams,
+    SessionTranscriptParams,
+};
 use sidechat::rpc::framing::Framing;
 use tokio::sync::mpsc;
 
@@ -41,19 +46,45 @@ impl Default for Options<'_> {
     }
 }
 
-pub fn command(db: &Path, env: &[(&str, String)]) -> tokio::process::Command {
+/// The variables a daemon under test gets besides its own HOME and XDG folders: `PATH`, so
+/// `run_command` finds `sh`, and nothing else of the machine. A developer's provider keys,
+/// `OPENAI_BASE_URL`, `SIDECHAT_*` settings or config file must not change what a test sees
+/// (nor send a test meant for the demo model to a real server).
+const PASSED_THROUGH: &[&str] = &["PATH"];
+
+/// `sidechat` with a cleared environment: [`PASSED_THROUGH`], `HOME` and the XDG folders
+/// inside `home` (which need not exist: then there is no config file), warnings-only logs and
+/// the demo model at full speed. Tests add what they need with `.env(…)`.
+pub fn clean_command(home: &Path) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_sidechat"));
+    command.env_clear();
+    for name in PASSED_THROUGH {
+        if let Some(value) = std::env::var_os(name) {
+            command.env(name, value);
+        }
+    }
     command
-        .arg("serve")
-        .arg("--db")
-        .arg(db)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_STATE_HOME", home.join(".local/state"))
+        .env("XDG_CACHE_HOME", home.join(".cache"))
         .env("SIDECHAT_DEMO_DELAY_MS", "0")
         .env("SIDECHAT_LOG", "warn")
-        .env_remove("SIDECHAT_REPLAY_SCRIPT")
-        .env_remove("SIDECHAT_ACCOUNT")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("OPENAI_API_KEY")
         .stderr(std::process::Stdio::null());
+    command
+}
+
+/// The HOME of a daemon whose database is `db`: a folder beside it, so each test (each
+/// [`Scratch`]) has its own, shared by the daemons a test restarts on the same database.
+pub fn home_for(db: &Path) -> PathBuf {
+    db.with_file_name("home")
+}
+
+/// `sidechat serve --db <db>` with a [`clean_command`] environment plus `env`.
+pub fn command(db: &Path, env: &[(&str, String)]) -> tokio::process::Command {
+    let mut command = clean_command(&home_for(db));
+    command.arg("serve").arg("--db").arg(db);
     for (key, value) in env {
         command.env(key, value);
     }
@@ -73,21 +104,38 @@ impl Daemon {
         daemon
             .call(
                 "initialize",
-                json!({"clientInfo": {"name": "tests"}, "protocolVersion": 1}),
+                InitializeParams {
+                    client_info: Some(ClientInfo {
+                        name: "tests".into(),
+                        version: None,
+                    }),
+                    protocol_version: Some(1),
+                    capabilities: None,
+                },
             )
             .await;
         daemon.conn.notify("initialized", json!({})).await.unwrap();
         daemon
     }
 
-    pub async fn call(&self, method: &str, params: Value) -> Value {
+    /// A request that must succeed; `params` is a protocol params type (or `json!` for
+    /// deliberately malformed input).
+    pub async fn call(&self, method: &str, params: impl Serialize) -> Value {
         match self.try_call(method, params).await {
             Ok(result) => result,
             Err(e) => panic!("{method} failed: {e:?}"),
         }
     }
 
-    pub async fn try_call(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+    /// [`Daemon::call`], its result read as the protocol type `R`.
+    pub async fn call_as<R: DeserializeOwned>(&self, method: &str, params: impl Serialize) -> R {
+        let result = self.call(method, params).await;
+        serde_json::from_value(result.clone())
+            .unwrap_or_else(|e| panic!("{method} answered {result} which is not its type: {e}"))
+    }
+
+    pub async fn try_call(&self, method: &str, params: impl Serialize) -> Result<Value, RpcError> {
+        let params = serde_json::to_value(params).expect("params serialise");
         tokio::time::timeout(HANG_GUARD, self.conn.request(method, params))
             .await
             .expect("the daemon did not answer")
@@ -96,14 +144,29 @@ impl Daemon {
 
     /// `chat/send` of plain text; the result.
     pub async fn send(&self, session: &str, text: &str) -> Value {
-        self.call("chat/send", json!({"sessionId": session, "text": text}))
-            .await
+        self.call(
+            "chat/send",
+            ChatSendParams {
+                session_id: session.into(),
+                text: text.into(),
+                client_message_id: None,
+                attachments: Vec::new(),
+            },
+        )
+        .await
     }
 
     /// The whole `session/transcript` of a session.
     pub async fn transcript(&self, session: &str) -> Value {
-        self.call("session/transcript", json!({"sessionId": session}))
-            .await
+        self.call(
+            "session/transcript",
+            SessionTranscriptParams {
+                session_id: session.into(),
+                after_seq: None,
+                limit: None,
+            },
+        )
+        .await
     }
 
     /// The next frame that is not a response to one of our requests.
@@ -153,7 +216,8 @@ impl Daemon {
         (events, id)
     }
 
-    pub async fn create_session(&self, params: Value) -> String {
+    /// `session/create` (params: `SessionCreateParams`); the new session's id.
+    pub async fn create_session(&self, params: impl Serialize) -> String {
         let session = self.call("session/create", params).await;
         session["id"].as_str().expect("session id").to_string()
     }
@@ -198,6 +262,18 @@ impl Scratch {
                 self.request_log().display().to_string(),
             ),
         ]
+    }
+
+    /// The HOME (and XDG folders) of daemons on [`Scratch::db`]; see [`home_for`].
+    pub fn home(&self) -> PathBuf {
+        home_for(&self.db())
+    }
+
+    /// Writes the config file those daemons read (`$XDG_CONFIG_HOME/sidechat/config.toml`).
+    pub fn write_config(&self, toml: &str) {
+        let path = self.home().join(".config/sidechat/config.toml");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, toml).unwrap();
     }
 
     pub fn request_log(&self) -> PathBuf {

@@ -3,6 +3,7 @@
 mod bad_input;
 mod budget;
 mod commands;
+mod environment;
 mod file_diff;
 mod harness;
 mod interjections;
@@ -12,4 +13,5 @@ mod run_ends;
 mod runs;
 mod secrets;
 mod terminal;
+#[path = "../support/upstream.rs"]
 mod upstream;

@@ -193,11 +193,8 @@ async fn sessions_survive_a_restart_and_exit_codes_follow_lsp() {
 async fn default_database_location_follows_xdg_data_home() {
     let scratch = Scratch::new();
     let data_home = scratch.dir.path().join("xdg");
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_sidechat"));
-    command
-        .arg("serve")
-        .env("XDG_DATA_HOME", &data_home)
-        .env_remove("SIDECHAT_DB");
+    let mut command = crate::harness::clean_command(&scratch.home());
+    command.arg("serve").env("XDG_DATA_HOME", &data_home);
     let (conn, _notes) = sidechat::client::Connection::spawn(command, Framing::Line).unwrap();
     conn.request("initialize", json!({}))
         .await

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use sidechat::protocol::{Event, FinishReason};
 
 use crate::harness::{Daemon, Options, Scratch, kinds};
-use crate::upstream::{Reply, start};
+use crate::upstream::{Part, Reply, openai, start};
 
 fn chunk(delta: Value, finish: Option<&str>) -> Value {
     json!({"id": "c", "object": "chat.completion.chunk", "model": "gpt-test",
@@ -98,9 +98,11 @@ async fn openai_compatible_server_with_a_retry_then_a_streamed_answer() {
 
 #[tokio::test]
 async fn a_dropped_stream_keeps_the_partial_text_and_is_not_resent() {
-    let mut dropped = Reply::sse(&[chunk(json!({"content": "Partial answ"}), None)]);
-    dropped.body = dropped.body.replace("data: [DONE]\n\n", "");
-    dropped.drop = true;
+    // The connection is lost mid-body, after one chunk.
+    let dropped = Reply::parts(vec![
+        Part::Bytes(openai::event(&chunk(json!({"content": "Partial answ"}), None)).into_bytes()),
+        Part::Drop,
+    ]);
     let upstream = start(vec![dropped]);
     let scratch = Scratch::new();
     let mut daemon =

@@ -1,15 +1,36 @@
 //! `sidechat chat` driven through a real terminal (tmux): a demo run that writes a file after
 //! the user allows it.
 
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::harness::Scratch;
 
-fn tmux(socket: &str, args: &[&str]) -> String {
+/// A tmux server of its own (its own socket), started with a cleared environment: the chat
+/// and the daemon it spawns see `PATH`, a UTF-8 locale and the test's own HOME and XDG
+/// folders, and none of the machine's provider keys, `SIDECHAT_*` settings or config files.
+struct Tmux {
+    socket: String,
+    home: PathBuf,
+}
+
+fn tmux(terminal: &Tmux, args: &[&str]) -> String {
+    let home = &terminal.home;
     let output = Command::new("tmux")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("LANG", "C.UTF-8")
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_STATE_HOME", home.join(".local/state"))
+        .env("XDG_CACHE_HOME", home.join(".cache"))
         .arg("-L")
-        .arg(socket)
+        .arg(&terminal.socket)
+        // No tmux configuration of the machine either.
+        .arg("-f")
+        .arg("/dev/null")
         .args(args)
         .output()
         .expect("tmux is installed (see .ci/run)");
@@ -17,11 +38,11 @@ fn tmux(socket: &str, args: &[&str]) -> String {
 }
 
 /// Waits until the screen shows `needle`; the screen on failure.
-fn wait_for(socket: &str, needle: &str) -> String {
+fn wait_for(terminal: &Tmux, needle: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let screen = tmux(
-            socket,
+            terminal,
             &["capture-pane", "-p", "-J", "-S", "-200", "-t", "chat"],
         );
         if screen.contains(needle) {
@@ -39,7 +60,10 @@ fn wait_for(socket: &str, needle: &str) -> String {
 fn chat_in_a_terminal_writes_a_file_after_approval() {
     let scratch = Scratch::new();
     let workspace = scratch.workspace();
-    let socket = format!("sidechat-test-{}", std::process::id());
+    let terminal = Tmux {
+        socket: format!("sidechat-test-{}", std::process::id()),
+        home: scratch.home(),
+    };
     let command = format!(
         "cd {} && SIDECHAT_DEMO_DELAY_MS=15 {} chat --db {}; echo CHAT-EXITED-$?; sleep 30",
         workspace.display(),
@@ -47,7 +71,7 @@ fn chat_in_a_terminal_writes_a_file_after_approval() {
         scratch.db().display()
     );
     tmux(
-        &socket,
+        &terminal,
         &[
             "new-session",
             "-d",
@@ -60,11 +84,11 @@ fn chat_in_a_terminal_writes_a_file_after_approval() {
             &command,
         ],
     );
-    let banner = wait_for(&socket, "> ");
+    let banner = wait_for(&terminal, "> ");
     assert!(banner.contains("OFFLINE DEMO"), "{banner}");
 
     tmux(
-        &socket,
+        &terminal,
         &[
             "send-keys",
             "-t",
@@ -73,15 +97,15 @@ fn chat_in_a_terminal_writes_a_file_after_approval() {
             "Enter",
         ],
     );
-    let prompt = wait_for(&socket, "[a]llow once");
+    let prompt = wait_for(&terminal, "[a]llow once");
     assert!(prompt.contains("write notes.md (1 lines)"), "{prompt}");
     assert!(
         !workspace.join("notes.md").exists(),
         "nothing is written before approval"
     );
 
-    tmux(&socket, &["send-keys", "-t", "chat", "a", "Enter"]);
-    wait_for(&socket, "Done. The tool answered:");
+    tmux(&terminal, &["send-keys", "-t", "chat", "a", "Enter"]);
+    wait_for(&terminal, "Done. The tool answered:");
     assert_eq!(
         std::fs::read_to_string(workspace.join("notes.md")).unwrap(),
         "hello from the terminal\n"
@@ -89,18 +113,18 @@ fn chat_in_a_terminal_writes_a_file_after_approval() {
 
     // Ctrl-C stops a streaming run; the daemon survives it and the chat goes on.
     tmux(
-        &socket,
+        &terminal,
         &["send-keys", "-t", "chat", "tell me a story", "Enter"],
     );
-    wait_for(&socket, "Once upon a time");
-    tmux(&socket, &["send-keys", "-t", "chat", "C-c", ""]);
-    wait_for(&socket, "[run ended: Stopped]");
-    let screen = wait_for(&socket, "> ");
+    wait_for(&terminal, "Once upon a time");
+    tmux(&terminal, &["send-keys", "-t", "chat", "C-c", ""]);
+    wait_for(&terminal, "[run ended: Stopped]");
+    let screen = wait_for(&terminal, "> ");
     assert!(!screen.contains("The daemon exited"), "{screen}");
 
     // Typing while a run waits for approval queues the text for the model.
     tmux(
-        &socket,
+        &terminal,
         &[
             "send-keys",
             "-t",
@@ -109,16 +133,19 @@ fn chat_in_a_terminal_writes_a_file_after_approval() {
             "Enter",
         ],
     );
-    wait_for(&socket, "write later.md (1 lines)");
+    wait_for(&terminal, "write later.md (1 lines)");
     tmux(
-        &socket,
+        &terminal,
         &["send-keys", "-t", "chat", "and say thanks", "Enter"],
     );
-    wait_for(&socket, "queued: the model reads it after the current step");
-    tmux(&socket, &["send-keys", "-t", "chat", "a", "Enter"]);
-    wait_for(&socket, "your message reached the model");
+    wait_for(
+        &terminal,
+        "queued: the model reads it after the current step",
+    );
+    tmux(&terminal, &["send-keys", "-t", "chat", "a", "Enter"]);
+    wait_for(&terminal, "your message reached the model");
 
-    tmux(&socket, &["send-keys", "-t", "chat", "/quit", "Enter"]);
-    wait_for(&socket, "CHAT-EXITED-0");
-    tmux(&socket, &["kill-server"]);
+    tmux(&terminal, &["send-keys", "-t", "chat", "/quit", "Enter"]);
+    wait_for(&terminal, "CHAT-EXITED-0");
+    tmux(&terminal, &["kill-server"]);
 }
