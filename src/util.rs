@@ -1,6 +1,15 @@
-//! Small helpers shared by every module: clocks and ids.
+//! Small helpers shared by every module: clocks, ids and locks.
 
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Takes a lock whose data stays consistent between statements: a panic while it was held
+/// (which poisons it) must not take every later caller down too.
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// Milliseconds since the Unix epoch; what the store keeps.
 pub fn now_ms() -> i64 {

@@ -17,6 +17,7 @@ use crate::context::{
 use crate::cost::{CostSummary, PriceBook, UsageLine, cost_summary};
 use crate::protocol::{Block, NoticeLevel, Role, TranscriptEntry};
 use crate::store::{NewMessage, SessionRow};
+use crate::util::lock;
 
 /// What the runtime remembers between snapshots.
 pub struct Accounting {
@@ -34,10 +35,6 @@ struct Tally {
     history: HistoryTally,
     /// The newest message, when it is the user's (sent with the next request).
     latest_user: Option<Counted>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Accounting {

@@ -11,6 +11,7 @@ use crate::protocol::{Block, Event, Role, SessionEventParams, TranscriptEntry};
 use crate::store::{NewMessage, Store};
 
 use super::RuntimeResult;
+use crate::util::lock;
 
 /// Where session events go: the connected client, or nowhere during recovery.
 pub trait EventSink: Send + Sync + 'static {
@@ -88,10 +89,6 @@ pub type SeqCounter = Arc<Mutex<u64>>;
 pub struct Events {
     sink: Arc<dyn EventSink>,
     counters: Mutex<HashMap<String, SeqCounter>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Events {

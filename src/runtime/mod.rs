@@ -12,7 +12,9 @@ mod projection;
 mod promotion;
 mod recovery;
 mod registry;
+mod reply;
 mod run;
+mod run_end;
 mod sessions;
 mod tool_phase;
 
@@ -105,7 +107,7 @@ pub fn describe(config: &Config) -> InitializeResult {
 impl Inner {
     /// The driver for an account, built on first use.
     fn driver(&self, account: &str) -> RuntimeResult<Arc<dyn ModelDriver>> {
-        let mut drivers = self.drivers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut drivers = crate::util::lock(&self.drivers);
         if let Some(driver) = drivers.get(account) {
             return Ok(driver.clone());
         }

@@ -40,7 +40,7 @@ impl Registry {
     /// The table itself, for decisions that must not interleave with a run starting or ending
     /// (queueing an interjection versus promoting the queue when a run ends).
     pub fn lock(&self) -> Runs<'_> {
-        self.runs.lock().unwrap_or_else(|p| p.into_inner())
+        crate::util::lock(&self.runs)
     }
 
     /// Claims the session for a new run; `Err(run_id)` of the run already there.

@@ -2,27 +2,32 @@
 //! ends its turn, the user stops it, the step limit is reached or something fails.
 //!
 //! The loop works from the stored transcript, so a run suspended on an approval by a restart
-//! continues exactly where it stood.
+//! continues exactly where it stood. A model step streams the answer, commits it, then decides
+//! whether the run goes on; how a run ends is in `run_end`.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use futures::StreamExt;
 
-use super::accounting::{Precounted, count_blocks_with};
+use super::accounting::count_blocks_with;
 use super::events::{DeltaKind, SeqCounter};
-use super::promotion::promoted_turn;
 use super::registry::RunSignals;
-use super::registry::claim_locked;
+use super::reply::{Reply, with_interjections};
+use super::run_end::RunEnd;
 use super::{Inner, RuntimeError, RuntimeResult, project};
 use crate::config::AccountKind;
-use crate::context::{Actuals, BudgetSnapshot, StreamingCount, TokenCounter};
+use crate::context::{Actuals, BudgetSnapshot, TokenCounter};
 use crate::protocol::*;
-use crate::provider::{ModelEvent, ModelRequest, ProviderError, StopReason, TokenUsage};
+use crate::provider::{ModelDriver, ModelEvent, ModelRequest, StopReason, TokenUsage};
 use crate::store::{NewMessage, PendingRow, RunRow, SessionRow, Settle, UsageRow, elapsed_ms};
 use crate::util::new_id;
 
 /// Output budget asked of the model for one step.
 const MAX_OUTPUT_TOKENS: u32 = 8192;
+
+/// Why the output limit's victims were not run, as the model reads it.
+const CUT_CALL: &str = "This tool call was cut off by the output limit before its arguments were complete, so it was not run. Send less at once or split the work into smaller calls.";
 
 pub enum RunStart {
     /// A fresh run answering the transcript's last user turn.
@@ -31,28 +36,17 @@ pub enum RunStart {
     Resume { session: SessionRow, run: RunRow },
 }
 
-/// How a run ended.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Finish {
-    pub reason: FinishReason,
-    pub error: Option<String>,
+/// One streamed answer, before it is committed.
+struct Streamed {
+    message_id: String,
+    reply: Reply,
+    /// When the request went out, for the usage line's duration.
+    started: std::time::Instant,
 }
 
-impl Finish {
-    fn of(reason: FinishReason) -> Self {
-        Self {
-            reason,
-            error: None,
-        }
-    }
-
-    pub fn error(message: impl Into<String>) -> Self {
-        Self {
-            reason: FinishReason::Error,
-            error: Some(message.into()),
-        }
-    }
-}
+/// How a model's stream ended: the model finished for its reason, or the run ends here
+/// (stopped, or the stream failed).
+type StreamEnd = Result<StopReason, RunEnd>;
 
 pub(super) struct RunContext {
     pub inner: Arc<Inner>,
@@ -97,9 +91,9 @@ pub fn spawn_run(inner: Arc<Inner>, start: RunStart, signals: RunSignals) -> Run
     };
     tokio::spawn(async move {
         match context.drive().await {
-            Ok(finish) => context.finish(finish),
+            Ok(end) => context.finish(end),
             Err(RuntimeError::Suspended) => context.suspend(),
-            Err(e) => context.finish(Finish::error(e.to_string())),
+            Err(e) => context.finish(RunEnd::Error(e.to_string())),
         }
     });
     Ok(())
@@ -150,22 +144,13 @@ impl RunContext {
         self.inner.commit(message)
     }
 
-    async fn drive(&mut self) -> RuntimeResult<Finish> {
+    async fn drive(&mut self) -> RuntimeResult<RunEnd> {
         loop {
-            let last = self.inner.store.last_model_message(&self.session_id)?;
-            if let Some(assistant) = last.as_ref().filter(|m| m.role == Role::Assistant) {
-                let has_calls = assistant
-                    .blocks
-                    .iter()
-                    .any(|b| matches!(b, Block::ToolCall { .. }));
-                if !has_calls {
-                    // Resumed after the model already answered: nothing left to do.
-                    return Ok(Finish::of(FinishReason::EndTurn));
-                }
-                self.resolve_tool_calls(assistant).await?;
+            if let Some(end) = self.resolve_open_calls().await? {
+                return Ok(end);
             }
             if self.stopped() {
-                return Ok(Finish::of(FinishReason::Stopped));
+                return Ok(RunEnd::Stopped);
             }
             let session = self
                 .inner
@@ -173,67 +158,112 @@ impl RunContext {
                 .session(&self.session_id)?
                 .ok_or_else(|| RuntimeError::SessionNotFound(self.session_id.clone()))?;
             if self.steps >= session.max_steps {
-                return Ok(Finish::of(FinishReason::MaxIterations));
+                return Ok(RunEnd::MaxIterations);
             }
             let snapshot = self.inner.budget_snapshot(&session)?;
             if let Some(limit) = self.over_budget(&session, &snapshot)? {
-                return Ok(Finish {
-                    reason: FinishReason::BudgetSpent,
-                    error: Some(limit),
-                });
+                return Ok(RunEnd::BudgetSpent(limit));
             }
             self.steps += 1;
             self.inner.store.set_run_steps(&self.run_id, self.steps)?;
-            // The delivery point: tool results are in and another model request follows. Nothing
-            // is taken on the last allowed step: its answer could be tool calls no step follows,
-            // so the model would never answer; the run's end promotes it into the next turn.
-            let continuing = self.steps < session.max_steps
-                && self
-                    .inner
-                    .store
-                    .last_model_message(&self.session_id)?
-                    .is_some_and(|m| m.role == Role::Tool);
-            let leased = match continuing {
-                true => self
-                    .inner
-                    .store
-                    .lease_pending(&self.session_id, &self.run_id)?,
-                false => Vec::new(),
-            };
+            let leased = self.lease_at_delivery_point(&session)?;
             self.emit(Event::Budget {
                 snapshot,
                 actual: None,
             });
-            match self.model_step(&session, leased, snapshot).await? {
-                StepEnd::ToolCalls => continue,
-                StepEnd::Finished(finish) => return Ok(finish),
+            if let ControlFlow::Break(end) = self.model_step(&session, leased, snapshot).await? {
+                return Ok(end);
             }
         }
     }
 
-    /// Streams one model response and commits it.
+    /// Resolves the tool calls of the transcript's last answer, if they are still open; the
+    /// run's end when that answer already ended the turn (a run resumed after it).
+    async fn resolve_open_calls(&mut self) -> RuntimeResult<Option<RunEnd>> {
+        let last = self.inner.store.last_model_message(&self.session_id)?;
+        let Some(assistant) = last.filter(|m| m.role == Role::Assistant) else {
+            return Ok(None);
+        };
+        let has_calls = assistant
+            .blocks
+            .iter()
+            .any(|b| matches!(b, Block::ToolCall { .. }));
+        if !has_calls {
+            return Ok(Some(RunEnd::EndTurn));
+        }
+        self.resolve_tool_calls(&assistant).await?;
+        Ok(None)
+    }
+
+    /// The delivery point: tool results are in and another model request follows, so every
+    /// waiting interjection is taken into it. Nothing is taken on the last allowed step: its
+    /// answer could be tool calls no step follows, so the model would never answer; the
+    /// run's end promotes the queue into the next turn instead.
+    fn lease_at_delivery_point(&self, session: &SessionRow) -> RuntimeResult<Vec<PendingRow>> {
+        let continuing = self.steps < session.max_steps
+            && self
+                .inner
+                .store
+                .last_model_message(&self.session_id)?
+                .is_some_and(|m| m.role == Role::Tool);
+        Ok(match continuing {
+            true => self
+                .inner
+                .store
+                .lease_pending(&self.session_id, &self.run_id)?,
+            false => Vec::new(),
+        })
+    }
+
+    /// One model request: stream the answer, commit it, decide whether the run goes on.
     async fn model_step(
         &mut self,
         session: &SessionRow,
-        mut leased: Vec<PendingRow>,
+        leased: Vec<PendingRow>,
         snapshot: BudgetSnapshot,
-    ) -> RuntimeResult<StepEnd> {
+    ) -> RuntimeResult<ControlFlow<RunEnd>> {
         let driver = match self.inner.driver(&session.account) {
             Ok(driver) => driver,
-            Err(e) => return Ok(StepEnd::Finished(Finish::error(e.to_string()))),
+            Err(e) => return Ok(ControlFlow::Break(RunEnd::Error(e.to_string()))),
         };
+        let request = self.request(session, &leased)?;
+        let (streamed, end) = self.stream(driver.as_ref(), request, leased).await?;
+        let status = match &end {
+            Ok(_) => MessageStatus::Complete,
+            Err(end) => end.message_status(),
+        };
+        let has_calls = self
+            .commit_reply(session, snapshot, streamed, status)
+            .await?;
+        self.decide(end, has_calls)
+    }
+
+    /// What the model is sent: the projected transcript since the last `/clear`, with the
+    /// leased interjections after the tool results.
+    fn request(&self, session: &SessionRow, leased: &[PendingRow]) -> RuntimeResult<ModelRequest> {
         let entries = self.inner.store.messages_after(
             &self.session_id,
             session.context_start_seq,
             usize::MAX,
         )?;
-        let request = ModelRequest {
+        Ok(ModelRequest {
             model: session.model.clone(),
             system: session.system_prompt.clone(),
-            messages: with_interjections(project(&entries), &leased),
+            messages: with_interjections(project(&entries), leased),
             tools: crate::tools::specs(),
             max_output_tokens: MAX_OUTPUT_TOKENS,
-        };
+        })
+    }
+
+    /// Streams the answer to the client as it arrives, until the model finishes, the user
+    /// stops the run or the stream fails. The leased interjections join the transcript once
+    /// the request has gone through.
+    async fn stream(
+        &self,
+        driver: &dyn ModelDriver,
+        request: ModelRequest,
+        mut leased: Vec<PendingRow>,
+    ) -> RuntimeResult<(Streamed, StreamEnd)> {
         let message_id = new_id("msg");
         self.emit(Event::MessageStarted {
             message_id: message_id.clone(),
@@ -243,38 +273,59 @@ impl RunContext {
             .inner
             .events
             .counter(&self.inner.store, &self.session_id)?;
-        let mut reply = Reply::new(TokenCounter::for_model(&session.model), seq);
+        let mut reply = Reply::new(TokenCounter::for_model(&request.model), seq);
         let started = std::time::Instant::now();
         let mut stream = driver.stream(request);
         let mut stop = self.signals.stop.clone();
         // Made once: a fresh wait per delta would register and unregister a waiter each time.
         let mut stopped = std::pin::pin!(stop.wait_for(|s| *s));
-        let ended = loop {
+        let end = loop {
             let next = tokio::select! {
                 biased;
-                _ = &mut stopped => break Ended::Stopped,
+                _ = &mut stopped => break Err(RunEnd::Stopped),
                 next = stream.next() => next,
             };
-            match next {
+            let event = match next {
                 None => {
-                    break Ended::Failed(ProviderError::Stream(
+                    break Err(RunEnd::Error(
                         "the model's stream ended before it finished".into(),
                     ));
                 }
-                Some(Err(e)) => break Ended::Failed(e),
-                Some(Ok(event)) => {
-                    // A retry notice means the request has not gone through yet.
-                    if !leased.is_empty() && !matches!(event, ModelEvent::Notice(_)) {
-                        self.deliver(std::mem::take(&mut leased))?;
-                    }
-                    match event {
-                        ModelEvent::Finished(reason) => break Ended::Finished(reason),
-                        event => self.apply(&message_id, &mut reply, event)?,
-                    }
-                }
+                Some(Err(e)) => break Err(RunEnd::Error(e.to_string())),
+                Some(Ok(event)) => event,
+            };
+            // A retry notice means the request has not gone through yet.
+            if !leased.is_empty() && !matches!(event, ModelEvent::Notice(_)) {
+                self.deliver(std::mem::take(&mut leased))?;
+            }
+            match event {
+                ModelEvent::Finished(reason) => break Ok(reason),
+                event => self.apply(&message_id, &mut reply, event)?,
             }
         };
-        drop(stream);
+        let streamed = Streamed {
+            message_id,
+            reply,
+            started,
+        };
+        Ok((streamed, end))
+    }
+
+    /// Stores what the answer used, commits the answer with `status`, and gives each call the
+    /// output limit cut an error result. Whether the committed answer holds calls to resolve:
+    /// only a whole answer keeps its calls, since a call that never completed must not run.
+    async fn commit_reply(
+        &self,
+        session: &SessionRow,
+        snapshot: BudgetSnapshot,
+        streamed: Streamed,
+        status: MessageStatus,
+    ) -> RuntimeResult<bool> {
+        let Streamed {
+            message_id,
+            mut reply,
+            started,
+        } = streamed;
         if let Some(usage) = reply.usage.take() {
             self.record_usage(session, usage, started)?;
             let actuals = Actuals {
@@ -287,22 +338,15 @@ impl RunContext {
                 actual: Some(actual),
             });
         }
-        let status = match ended {
-            Ended::Finished(_) => MessageStatus::Complete,
-            Ended::Stopped => MessageStatus::Stopped,
-            Ended::Failed(_) => MessageStatus::Failed,
-        };
-        // A call that never completed must not run: keep calls only from a whole response.
         let keep_calls = status == MessageStatus::Complete;
+        let has_calls = keep_calls && reply.has_calls();
         let cut_ids: Vec<String> = reply.cut_calls.iter().map(|(id, _)| id.clone()).collect();
-        let has_calls = keep_calls && !(reply.calls.is_empty() && reply.cut_calls.is_empty());
         let precounted = reply.precounted().await;
-        let blocks = reply.into_blocks(keep_calls);
         let mut message = NewMessage::new(
             &self.session_id,
             Some(&self.run_id),
             Role::Assistant,
-            blocks,
+            reply.into_blocks(keep_calls),
         );
         message.id = Some(message_id);
         message.status = status;
@@ -314,28 +358,30 @@ impl RunContext {
         ));
         self.inner.commit(message)?;
         for id in cut_ids {
-            let output = "This tool call was cut off by the output limit before its arguments were complete, so it was not run. Send less at once or split the work into smaller calls.";
             self.inner.store.set_tool_call_result(
                 &self.session_id,
                 &id,
                 ToolCallStatus::Error,
-                output,
+                CUT_CALL,
                 true,
             )?;
         }
-        Ok(match ended {
-            Ended::Stopped => StepEnd::Finished(Finish::of(FinishReason::Stopped)),
-            Ended::Failed(e) => StepEnd::Finished(Finish::error(e.to_string())),
-            Ended::Finished(_) if has_calls => StepEnd::ToolCalls,
-            Ended::Finished(StopReason::MaxTokens) => {
-                StepEnd::Finished(Finish::of(FinishReason::CutOff))
-            }
-            Ended::Finished(StopReason::Refusal) => {
+        Ok(has_calls)
+    }
+
+    /// Whether the run goes on after a committed answer: on to its tool calls, or to its end.
+    fn decide(&self, end: StreamEnd, has_calls: bool) -> RuntimeResult<ControlFlow<RunEnd>> {
+        let end = match end {
+            Err(end) => end,
+            Ok(_) if has_calls => return Ok(ControlFlow::Continue(())),
+            Ok(StopReason::MaxTokens) => RunEnd::CutOff,
+            Ok(StopReason::Refusal) => {
                 self.notice(NoticeLevel::Warning, "The model declined to answer.")?;
-                StepEnd::Finished(Finish::of(FinishReason::EndTurn))
+                RunEnd::EndTurn
             }
-            Ended::Finished(_) => StepEnd::Finished(Finish::of(FinishReason::EndTurn)),
-        })
+            Ok(_) => RunEnd::EndTurn,
+        };
+        Ok(ControlFlow::Break(end))
     }
 
     /// The request carrying these interjections was sent: they join the transcript, in the
@@ -362,25 +408,6 @@ impl RunContext {
             message_id: entry.id,
         });
         Ok(())
-    }
-
-    /// Turns everything still queued into one new user turn; the next run answers it.
-    fn promote_queue(&self) -> RuntimeResult<bool> {
-        let rows = self.inner.store.open_pending(&self.session_id)?;
-        let Some(message) = promoted_turn(&self.session_id, rows) else {
-            return Ok(false);
-        };
-        let pending_ids = message
-            .settles
-            .as_ref()
-            .map(|s| s.pending_ids.clone())
-            .unwrap_or_default();
-        let entry = self.inner.commit(message)?;
-        self.emit(Event::InterjectionPromoted {
-            pending_ids,
-            message_id: entry.id,
-        });
-        Ok(true)
     }
 
     /// Folds one streamed event into the reply and forwards what the client shows.
@@ -488,220 +515,4 @@ impl RunContext {
         });
         Ok(())
     }
-
-    /// Leaves the registry without ending the run: its approval stays pending in the store.
-    fn suspend(self) {
-        self.inner.runs.release(&self.session_id, &self.run_id);
-        let _ = self.signals.done.send(true);
-        tracing::info!(run_id = %self.run_id, "run suspended on a pending approval");
-    }
-
-    /// What a client that reloads should read about how the run ended, when it did not simply
-    /// answer or get stopped by the user.
-    fn end_notice(&self, finish: &Finish) -> Option<(NoticeLevel, String)> {
-        match finish.reason {
-            FinishReason::EndTurn | FinishReason::Stopped => None,
-            FinishReason::MaxIterations => Some((
-                NoticeLevel::Warning,
-                format!(
-                    "The run stopped after {} steps, the session's step limit (maxSteps). Send a message to let it go on.",
-                    self.steps
-                ),
-            )),
-            FinishReason::CutOff => Some((
-                NoticeLevel::Warning,
-                "The answer got too long and was cut off.".into(),
-            )),
-            FinishReason::BudgetSpent => Some((
-                NoticeLevel::Warning,
-                finish.error.clone().unwrap_or_default(),
-            )),
-            FinishReason::Error => Some((
-                NoticeLevel::Error,
-                finish
-                    .error
-                    .clone()
-                    .unwrap_or_else(|| "The run failed.".into()),
-            )),
-        }
-    }
-
-    /// Records the end, resolves what is still open, leaves the registry, then says so.
-    fn finish(self, finish: Finish) {
-        let store = &self.inner.store;
-        if let Err(e) = store.finish_run(&self.run_id, finish.reason, finish.error.as_deref()) {
-            tracing::error!(run_id = %self.run_id, error = %e, "cannot record the end of a run");
-        }
-        match store.cancel_pending_approvals(&self.run_id) {
-            Ok(ids) => {
-                for approval_id in ids {
-                    self.emit(Event::ApprovalResolved {
-                        approval_id,
-                        decision: ApprovalDecision::Cancelled,
-                    });
-                }
-            }
-            Err(e) => tracing::error!(error = %e, "cannot cancel pending approvals"),
-        }
-        if let Some((level, text)) = self.end_notice(&finish)
-            && let Err(e) = self.notice(level, text)
-        {
-            tracing::error!(error = %e, "cannot store the notice of a run's end");
-        }
-        // A shutdown leaves the queue for the next daemon, which promotes it on start.
-        let shutting_down = self
-            .signals
-            .suspend
-            .load(std::sync::atomic::Ordering::SeqCst);
-        let next = {
-            // Under the registry lock, so no send can queue between the promotion and release.
-            let mut runs = self.inner.runs.lock();
-            let promoted = !shutting_down
-                && self.promote_queue().unwrap_or_else(|e| {
-                    tracing::error!(error = %e, "cannot promote queued input");
-                    false
-                });
-            if runs
-                .get(&self.session_id)
-                .is_some_and(|a| a.run_id == self.run_id)
-            {
-                runs.remove(&self.session_id);
-            }
-            let run_id = new_id("run");
-            promoted
-                .then(|| claim_locked(&mut runs, &self.session_id, &run_id).ok())
-                .flatten()
-                .map(|signals| (run_id, signals))
-        };
-        let _ = self.signals.done.send(true);
-        tracing::info!(run_id = %self.run_id, reason = ?finish.reason, error = ?finish.error, "run finished");
-        self.emit(Event::RunFinished {
-            reason: finish.reason,
-            error: finish.error,
-        });
-        if let Some((run_id, signals)) = next {
-            let started = match self.inner.store.session(&self.session_id) {
-                Ok(Some(session)) => spawn_run(
-                    self.inner.clone(),
-                    RunStart::New {
-                        session,
-                        run_id: run_id.clone(),
-                    },
-                    signals,
-                ),
-                Ok(None) => Err(RuntimeError::SessionNotFound(self.session_id.clone())),
-                Err(e) => Err(e.into()),
-            };
-            if let Err(e) = started {
-                self.inner.runs.release(&self.session_id, &run_id);
-                tracing::error!(error = %e, "cannot start the run for promoted input");
-            }
-        }
-    }
-}
-
-enum StepEnd {
-    ToolCalls,
-    Finished(Finish),
-}
-
-enum Ended {
-    Finished(StopReason),
-    Stopped,
-    Failed(ProviderError),
-}
-
-/// The assistant message being streamed.
-struct Reply {
-    thinking: String,
-    signature: Option<String>,
-    text: String,
-    calls: Vec<(String, String, serde_json::Value)>,
-    cut_calls: Vec<(String, String)>,
-    usage: Option<TokenUsage>,
-    /// The text and the thinking, counted as they arrive so a long answer is not counted at
-    /// the end; taken by [`Reply::precounted`].
-    text_count: Option<StreamingCount>,
-    thinking_count: Option<StreamingCount>,
-    /// The session's event counter, looked up once rather than per delta.
-    seq: SeqCounter,
-}
-
-impl Reply {
-    fn new(counter: TokenCounter, seq: SeqCounter) -> Self {
-        Self {
-            seq,
-            thinking: String::new(),
-            signature: None,
-            text: String::new(),
-            calls: Vec::new(),
-            cut_calls: Vec::new(),
-            usage: None,
-            text_count: Some(StreamingCount::new(counter)),
-            thinking_count: Some(StreamingCount::new(counter)),
-        }
-    }
-
-    /// The counts of the streamed text and thinking.
-    async fn precounted(&mut self) -> Precounted {
-        let mut precounted = Precounted::default();
-        if let Some(count) = self.text_count.take() {
-            precounted.text = Some(count.finish().await);
-        }
-        if let Some(count) = self.thinking_count.take() {
-            precounted.thinking = Some(count.finish().await);
-        }
-        precounted
-    }
-
-    fn into_blocks(self, with_calls: bool) -> Vec<Block> {
-        let mut blocks = Vec::new();
-        if !self.thinking.is_empty() || self.signature.is_some() {
-            blocks.push(Block::Thinking {
-                text: self.thinking,
-                signature: self.signature,
-            });
-        }
-        if !self.text.is_empty() {
-            blocks.push(Block::Text { text: self.text });
-        }
-        if with_calls {
-            blocks.extend(
-                self.calls
-                    .into_iter()
-                    .map(|(id, name, input)| Block::ToolCall { id, name, input }),
-            );
-            blocks.extend(
-                self.cut_calls
-                    .into_iter()
-                    .map(|(id, name)| Block::ToolCall {
-                        id,
-                        name,
-                        input: serde_json::json!({}),
-                    }),
-            );
-        }
-        blocks
-    }
-}
-
-/// Adds leased interjections to the request's last user turn, after the tool results.
-fn with_interjections(
-    mut messages: Vec<crate::provider::ModelMessage>,
-    leased: &[PendingRow],
-) -> Vec<crate::provider::ModelMessage> {
-    if leased.is_empty() {
-        return messages;
-    }
-    let texts = leased.iter().map(|r| crate::provider::ModelContent::Text {
-        text: super::projection::interjection_text(&r.text),
-    });
-    match messages.last_mut() {
-        Some(last) if last.role == crate::provider::ModelRole::User => last.content.extend(texts),
-        _ => messages.push(crate::provider::ModelMessage {
-            role: crate::provider::ModelRole::User,
-            content: texts.collect(),
-        }),
-    }
-    messages
 }

@@ -1,0 +1,187 @@
+//! How a run ends: recorded, what it left open resolved, the queue handed to the next run, and
+//! only then told.
+
+use super::RuntimeError;
+use super::promotion::promoted_turn;
+use super::registry::{RunSignals, claim_locked};
+use super::run::{RunContext, RunStart, spawn_run};
+use crate::protocol::*;
+use crate::util::new_id;
+
+/// How a run ended: the reason `runFinished` gives, with the text that explains a spent budget
+/// or an error.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEnd {
+    EndTurn,
+    Stopped,
+    MaxIterations,
+    /// The limit the next request would have passed, named.
+    BudgetSpent(String),
+    CutOff,
+    Error(String),
+}
+
+impl RunEnd {
+    pub fn reason(&self) -> FinishReason {
+        match self {
+            RunEnd::EndTurn => FinishReason::EndTurn,
+            RunEnd::Stopped => FinishReason::Stopped,
+            RunEnd::MaxIterations => FinishReason::MaxIterations,
+            RunEnd::BudgetSpent(_) => FinishReason::BudgetSpent,
+            RunEnd::CutOff => FinishReason::CutOff,
+            RunEnd::Error(_) => FinishReason::Error,
+        }
+    }
+
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            RunEnd::BudgetSpent(text) | RunEnd::Error(text) => Some(text),
+            _ => None,
+        }
+    }
+
+    /// How an answer cut short by this end is stored.
+    pub fn message_status(&self) -> MessageStatus {
+        match self {
+            RunEnd::Stopped => MessageStatus::Stopped,
+            RunEnd::Error(_) => MessageStatus::Failed,
+            _ => MessageStatus::Complete,
+        }
+    }
+
+    /// What a client that reloads should read about the end, when the run neither simply
+    /// answered nor was stopped by the user.
+    fn notice(&self, steps: u32) -> Option<(NoticeLevel, String)> {
+        match self {
+            RunEnd::EndTurn | RunEnd::Stopped => None,
+            RunEnd::MaxIterations => Some((
+                NoticeLevel::Warning,
+                format!(
+                    "The run stopped after {steps} steps, the session's step limit (maxSteps). Send a message to let it go on."
+                ),
+            )),
+            RunEnd::CutOff => Some((
+                NoticeLevel::Warning,
+                "The answer got too long and was cut off.".into(),
+            )),
+            RunEnd::BudgetSpent(limit) => Some((NoticeLevel::Warning, limit.clone())),
+            RunEnd::Error(error) => Some((NoticeLevel::Error, error.clone())),
+        }
+    }
+}
+
+impl RunContext {
+    /// Leaves the registry without ending the run: its approval stays pending in the store.
+    pub(super) fn suspend(self) {
+        self.inner.runs.release(&self.session_id, &self.run_id);
+        let _ = self.signals.done.send(true);
+        tracing::info!(run_id = %self.run_id, "run suspended on a pending approval");
+    }
+
+    /// Records the end, resolves what is still open, hands the queue over, leaves the
+    /// registry, then says so.
+    pub(super) fn finish(self, end: RunEnd) {
+        self.record_end(&end);
+        let next = self.hand_over();
+        let _ = self.signals.done.send(true);
+        tracing::info!(run_id = %self.run_id, reason = ?end.reason(), error = ?end.error(), "run finished");
+        self.emit(Event::RunFinished {
+            reason: end.reason(),
+            error: end.error().map(str::to_string),
+        });
+        if let Some((run_id, signals)) = next {
+            self.start_next(run_id, signals);
+        }
+    }
+
+    /// Stores how the run ended, cancels its approvals and keeps a notice of the end.
+    fn record_end(&self, end: &RunEnd) {
+        let store = &self.inner.store;
+        if let Err(e) = store.finish_run(&self.run_id, end.reason(), end.error()) {
+            tracing::error!(run_id = %self.run_id, error = %e, "cannot record the end of a run");
+        }
+        match store.cancel_pending_approvals(&self.run_id) {
+            Ok(ids) => {
+                for approval_id in ids {
+                    self.emit(Event::ApprovalResolved {
+                        approval_id,
+                        decision: ApprovalDecision::Cancelled,
+                    });
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "cannot cancel pending approvals"),
+        }
+        if let Some((level, text)) = end.notice(self.steps)
+            && let Err(e) = self.notice(level, text)
+        {
+            tracing::error!(error = %e, "cannot store the notice of a run's end");
+        }
+    }
+
+    /// Promotes the queue into the next user turn and leaves the registry, under the registry
+    /// lock so no send can queue between the two; the claim for the run that answers the
+    /// promoted turn, if any.
+    fn hand_over(&self) -> Option<(String, RunSignals)> {
+        // A shutdown leaves the queue for the next daemon, which promotes it on start.
+        let shutting_down = self
+            .signals
+            .suspend
+            .load(std::sync::atomic::Ordering::SeqCst);
+        let mut runs = self.inner.runs.lock();
+        let promoted = !shutting_down
+            && self.promote_queue().unwrap_or_else(|e| {
+                tracing::error!(error = %e, "cannot promote queued input");
+                false
+            });
+        if runs
+            .get(&self.session_id)
+            .is_some_and(|a| a.run_id == self.run_id)
+        {
+            runs.remove(&self.session_id);
+        }
+        let run_id = new_id("run");
+        promoted
+            .then(|| claim_locked(&mut runs, &self.session_id, &run_id).ok())
+            .flatten()
+            .map(|signals| (run_id, signals))
+    }
+
+    /// Turns everything still queued into one new user turn; the next run answers it.
+    fn promote_queue(&self) -> super::RuntimeResult<bool> {
+        let rows = self.inner.store.open_pending(&self.session_id)?;
+        let Some(message) = promoted_turn(&self.session_id, rows) else {
+            return Ok(false);
+        };
+        let pending_ids = message
+            .settles
+            .as_ref()
+            .map(|s| s.pending_ids.clone())
+            .unwrap_or_default();
+        let entry = self.inner.commit(message)?;
+        self.emit(Event::InterjectionPromoted {
+            pending_ids,
+            message_id: entry.id,
+        });
+        Ok(true)
+    }
+
+    /// Starts the run that answers the promoted turn, or gives its claim back.
+    fn start_next(&self, run_id: String, signals: RunSignals) {
+        let started = match self.inner.store.session(&self.session_id) {
+            Ok(Some(session)) => spawn_run(
+                self.inner.clone(),
+                RunStart::New {
+                    session,
+                    run_id: run_id.clone(),
+                },
+                signals,
+            ),
+            Ok(None) => Err(RuntimeError::SessionNotFound(self.session_id.clone())),
+            Err(e) => Err(e.into()),
+        };
+        if let Err(e) = started {
+            self.inner.runs.release(&self.session_id, &run_id);
+            tracing::error!(error = %e, "cannot start the run for promoted input");
+        }
+    }
+}
