@@ -100,9 +100,121 @@ H.run({
     end,
   },
   {
+    "D on a changed file: its diff beside the file, or a notice when the daemon keeps none",
+    function()
+      local win = H.focus(view.state.transcript)
+      vim.api.nvim_win_set_cursor(win, { #H.lines(), 0 })
+      if not sidechat.supports("session/fileDiff") then
+        H.notes = {}
+        H.press("D")
+        H.eq({
+          {
+            msg = "sidechat: this sidechat keeps no before/after of changed files (no session/fileDiff); <CR> opens the file",
+            level = vim.log.levels.INFO,
+          },
+        }, H.notes, "the notice")
+        return
+      end
+      local tab = vim.api.nvim_get_current_tabpage()
+      H.press("D")
+      H.wait("the diff tab", function()
+        return vim.api.nvim_get_current_tabpage() ~= tab and #vim.api.nvim_tabpage_list_wins(0) == 2
+      end)
+      local wins = vim.api.nvim_tabpage_list_wins(0)
+      local function shown(w)
+        local buf = vim.api.nvim_win_get_buf(w)
+        return {
+          name = vim.api.nvim_buf_get_name(buf),
+          lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false),
+          diff = vim.wo[w].diff,
+        }
+      end
+      H.eq({
+        { name = "sidechat://before/notes.md", lines = { "" }, diff = true },
+        { name = H.ws .. "/notes.md", lines = { "hello" }, diff = true },
+      }, { shown(wins[1]), shown(wins[2]) }, "the diff's two sides")
+      vim.cmd("tabclose")
+    end,
+  },
+  {
     "statusline: context use and pressure, unpriced demo usage",
     function()
       H.eq("ctx 0% normal · unpriced", sidechat.statusline(), "statusline")
+    end,
+  },
+  {
+    "an approval resolved elsewhere: the window closes by itself",
+    function()
+      sidechat.send("create b.md with bye")
+      H.wait("the approval window", function()
+        return approval.is_open()
+      end)
+      local id = approval.state.approval.approvalId
+      local err, result = sidechat.client():request_sync("approval/respond", { approvalId = id, decision = "deny" })
+      H.eq(nil, err, "approval/respond")
+      H.eq({ applied = true, decision = "deny" }, result, "the answer")
+      H.wait("the approval window to close", function()
+        return not approval.is_open()
+      end)
+      H.wait("the run to finish", function()
+        local s = sidechat.current()
+        return s.state == "idle" and #s.entries == 9
+      end)
+      local lines = H.lines()
+      H.eq({
+        "## You",
+        "create b.md with bye",
+        "",
+        "## Assistant",
+        "[demo model, offline] Creating b.md.",
+        "⚙ write b.md (1 lines) · denied",
+        "    The user denied this tool call. Do not retry it; ask the user how to proceed if needed.",
+        "",
+        "## Assistant",
+        "[demo model, offline] The tool reported a problem:",
+        "The user denied this tool call. Do not retry it; ask the user how to proceed if needed.",
+        "",
+        "## Changed files",
+        "notes.md  +1 −0",
+      }, vim.list_slice(lines, 18), "the end of the transcript")
+    end,
+  },
+  {
+    "missed events (a seq gap) are filled from session/transcript",
+    function()
+      local before = H.lines()
+      local client = sidechat.client()
+      local deliver = client.event_listeners[1]
+      local dropped = {}
+      -- Lose every notification about the answer's committed text, as a dropped frame would.
+      client.event_listeners[1] = function(params)
+        if params.event.kind == "messageCompleted" and params.event.entry.role == "assistant" then
+          table.insert(dropped, params.seq)
+          return
+        end
+        deliver(params)
+      end
+      sidechat.send("hello there")
+      H.wait("the run to finish", function()
+        local s = sidechat.current()
+        return s.state == "idle" and #s.entries == 11
+      end)
+      client.event_listeners[1] = deliver
+      H.eq(1, #dropped, "notifications dropped")
+      local expected = vim.list_slice(before, 1, #before - 3)
+      vim.list_extend(expected, {
+        "",
+        "## You",
+        "hello there",
+        "",
+        "## Assistant",
+        sidechat.current().entries[11].blocks[1].text,
+        "",
+        "## Changed files",
+        "notes.md  +1 −0",
+      })
+      H.wait_lines(expected, "the transcript after the gap")
+      H.truthy(expected[#expected - 3]:match('^%[demo model, offline%] You said: "hello there"%.'), "the answer")
     end,
   },
 })

@@ -201,7 +201,7 @@ function Client:start()
   end
   self.rpc = rpc
   self:send_now("initialize", {
-    clientInfo = { name = "sidechat.nvim", version = tostring(vim.version()) },
+    clientInfo = { name = "sidechat.nvim" },
     protocolVersion = 1,
   }, function(err, result)
     if generation ~= self.generation then

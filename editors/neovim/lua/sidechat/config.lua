@@ -28,7 +28,8 @@ M.defaults = {
     send_insert = "<C-s>", -- insert mode
     stop = "<C-c>",
     -- transcript buffer
-    open = "<CR>", -- a changed file: open it (or its diff); elsewhere: toggle a fold
+    open = "<CR>", -- a changed file: open it; elsewhere: toggle a fold
+    diff = "D", -- a changed file: its diff (before the session's first change / now)
     withdraw = "x", -- a waiting message: withdraw it
     resume = "R", -- answer a turn left unanswered
     approvals = "ga", -- show the pending approval again

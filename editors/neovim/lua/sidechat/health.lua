@@ -51,9 +51,11 @@ function M.check()
   local health = vim.health
   health.start("sidechat")
   if vim.fn.has("nvim-0.10") == 0 then
-    health.error("Neovim 0.10 or newer is needed; this is " .. tostring(vim.version()))
+    local v = vim.version()
+    health.error(("Neovim 0.10 or newer is needed; this is %d.%d.%d"):format(v.major, v.minor, v.patch))
   else
-    health.ok("Neovim " .. tostring(vim.version()))
+    local v = vim.version()
+    health.ok(("Neovim %d.%d.%d"):format(v.major, v.minor, v.patch))
   end
   local path, why = client_mod.resolve(config.options.cmd)
   if not path then

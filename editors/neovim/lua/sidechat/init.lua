@@ -137,12 +137,18 @@ function M.new_session(done)
   end)
 end
 
-local function with_session(fn)
+--- Runs `fn(session)` with the shown session, creating one first if none is shown;
+--- `on_fail(err)` when it cannot be created.
+local function with_session(fn, on_fail)
   if st.current then
     return fn(st.current)
   end
   M.new_session(function(err, s)
-    if not err then
+    if err then
+      if on_fail then
+        on_fail(err)
+      end
+    else
       fn(s)
     end
   end)
@@ -201,6 +207,10 @@ function M.send(text, opts)
         opts.on_sent(result)
       end
     end)
+  end, function(err)
+    if opts.on_fail then
+      opts.on_fail(err, nil)
+    end
   end)
 end
 
@@ -323,6 +333,67 @@ function M.open_under_cursor()
   end
   if vim.fn.foldlevel(".") > 0 then
     vim.cmd("normal! za")
+  end
+end
+
+--- Whether the daemon answers `method` (from its `initialize` capabilities).
+function M.supports(method)
+  local init = M.client().init_result
+  return init ~= nil and vim.tbl_contains(init.capabilities.methods, method)
+end
+
+--- Shows what the session did to a changed file: its text before the session's first change
+--- beside the file as it is now, in diff mode, in a new tab (needs `session/fileDiff`).
+---@param path string relative to the session's workspace root
+---@param done fun(err: table?)?
+function M.diff(path, done)
+  local s = st.current
+  if not s then
+    return
+  end
+  local function finish(err)
+    if done then
+      done(err)
+    end
+  end
+  if not M.supports("session/fileDiff") then
+    notify("this sidechat keeps no before/after of changed files (no session/fileDiff); <CR> opens the file")
+    return finish({ message = "session/fileDiff unsupported" })
+  end
+  M.client():request("session/fileDiff", { sessionId = s.id, path = path }, function(err, result)
+    if err then
+      notify("no diff of " .. path .. ": " .. err_text(err), vim.log.levels.ERROR)
+      return finish(err)
+    end
+    if result.omitted then
+      notify(path .. " is too large for a kept diff; opening it")
+    end
+    local root = (s.info and s.info.workspaceRoot) or vim.fn.getcwd()
+    vim.cmd("tabnew " .. vim.fn.fnameescape(root .. "/" .. path))
+    local ft = vim.bo.filetype
+    if not result.omitted then
+      vim.cmd("diffthis")
+      vim.cmd("leftabove vnew")
+      local buf = vim.api.nvim_get_current_buf()
+      vim.bo[buf].buftype = "nofile"
+      vim.bo[buf].bufhidden = "wipe"
+      vim.bo[buf].swapfile = false
+      pcall(vim.api.nvim_buf_set_name, buf, "sidechat://before/" .. path)
+      local before = result.before and vim.split(result.before:gsub("\n$", ""), "\n", { plain = true }) or {}
+      vim.api.nvim_buf_set_lines(buf, 0, -1, false, before)
+      vim.bo[buf].modifiable = false
+      vim.bo[buf].filetype = ft
+      vim.cmd("diffthis")
+      vim.cmd("wincmd l")
+    end
+    finish(nil)
+  end)
+end
+
+function M.diff_under_cursor()
+  local span = view.span(vim.api.nvim_win_get_cursor(0)[1])
+  if span and span.kind == "file" then
+    M.diff(span.path)
   end
 end
 

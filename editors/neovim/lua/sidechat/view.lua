@@ -65,6 +65,7 @@ function M.buffers()
     vim.bo[st.transcript].modifiable = false
     local b = st.transcript
     map(b, "n", keys.open, api.open_under_cursor, "sidechat: open the changed file, or toggle a fold")
+    map(b, "n", keys.diff, api.diff_under_cursor, "sidechat: the changed file's diff")
     map(b, "n", keys.withdraw, api.withdraw_under_cursor, "sidechat: withdraw the waiting message")
     map(b, "n", keys.resume, api.resume_turn, "sidechat: answer the unanswered turn")
     map(b, "n", keys.approvals, api.show_approval, "sidechat: show the pending approval")
@@ -207,6 +208,8 @@ function M.redraw()
   folds = r.folds
   spans = r.spans
   st.rendered = r
+  -- Statusline items (require("sidechat").statusline()) follow the session too.
+  vim.cmd("redrawstatus")
   if first > #old and first > #new then
     return
   end
