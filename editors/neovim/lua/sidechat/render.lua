@@ -73,11 +73,31 @@ function Builder:add(text, fold, span)
   self.spans[n] = span
 end
 
+--- `text` without trailing newlines (a pattern anchored at the end would scan the whole text).
+local function chomp(text)
+  local last = #text
+  while last > 0 and text:byte(last) == 10 do
+    last = last - 1
+  end
+  return last == #text and text or text:sub(1, last)
+end
+
 --- Adds text that may hold newlines, one buffer line each.
 function Builder:text(text, prefix, fold, span)
-  text = (text or ""):gsub("\n+$", "")
+  text = chomp(text or "")
   for _, line in ipairs(vim.split(text, "\n", { plain = true })) do
     self:add((prefix or "") .. line, fold, span)
+  end
+end
+
+--- Appends the lines of another builder (one entry's, kept in a cache).
+function Builder:append(other)
+  if #other.lines == 0 then
+    return
+  end
+  self:blank()
+  for i, line in ipairs(other.lines) do
+    self:add(line, other.folds[i], other.spans[i])
   end
 end
 
@@ -106,7 +126,7 @@ function Builder:tool_call(session, block)
   if not output or output == "" then
     return
   end
-  local lines = vim.split(output:gsub("\n+$", ""), "\n", { plain = true })
+  local lines = vim.split(chomp(output), "\n", { plain = true })
   for i = 1, math.min(#lines, M.OUTPUT_LINES) do
     self:add("    " .. lines[i], 1)
   end
@@ -153,6 +173,59 @@ function Builder:entry(session, entry)
   end
 end
 
+--- Whether an entry's lines can no longer change: every tool call it made has its result.
+local function settled(session, entry)
+  for _, block in ipairs(entry.blocks) do
+    if block.type == "toolCall" and not session.results[block.id] then
+      return false
+    end
+  end
+  return true
+end
+
+--- The lines of the header and of the longest run of settled entries from the start, kept on
+--- the session and extended as entries settle.
+function M.prefix(session, header)
+  local p = session.render_prefix
+  local valid = p ~= nil and p.header == header and #p.entries <= #session.entries
+  if valid then
+    for i, entry in ipairs(p.entries) do
+      if session.entries[i] ~= entry then
+        valid = false
+        break
+      end
+    end
+  end
+  if not valid then
+    p = { header = header, entries = {}, b = builder() }
+    p.b:add(header)
+  end
+  local k = #p.entries
+  while k < #session.entries and settled(session, session.entries[k + 1]) do
+    k = k + 1
+    p.entries[k] = session.entries[k]
+    p.b:append(M.entry(session, session.entries[k]))
+  end
+  session.render_prefix = p
+  return p
+end
+
+--- One committed entry's lines, cached on the session once they cannot change, so a long
+--- transcript costs little to redraw while an answer streams below it.
+function M.entry(session, entry)
+  local cache = session.render_cache
+  local hit = cache[entry.id]
+  if hit and hit.entry == entry then
+    return hit.lines
+  end
+  local b = builder()
+  b:entry(session, entry)
+  if settled(session, entry) then
+    cache[entry.id] = { entry = entry, lines = b }
+  end
+  return b
+end
+
 function Builder:live(message)
   self:heading(message.role == "user" and "You" or "Assistant")
   self:thinking(message.thinking)
@@ -171,11 +244,17 @@ local STATE_LINE = {
 ---@param session sidechat.Session
 ---@return { lines: string[], folds: table<integer, any>, spans: table<integer, table> }
 function M.session(session)
-  local b = builder()
   local info = session.info or {}
-  b:add("# " .. (info.title or "New chat") .. (info.model and (" (" .. info.model .. ")") or ""))
-  for _, entry in ipairs(session.entries) do
-    b:entry(session, entry)
+  local header = "# " .. (info.title or "New chat") .. (info.model and (" (" .. info.model .. ")") or "")
+  local prefix = M.prefix(session, header)
+  -- The settled prefix is copied, not rebuilt: what streams below it costs the same however
+  -- long the session.
+  local b = builder()
+  local n = #prefix.b.lines
+  table.move(prefix.b.lines, 1, n, 1, b.lines)
+  table.move(prefix.b.folds, 1, n, 1, b.folds)
+  for i = #prefix.entries + 1, #session.entries do
+    b:append(M.entry(session, session.entries[i]))
   end
   for _, message in ipairs(session.live) do
     b:live(message)

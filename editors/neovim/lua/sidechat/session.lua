@@ -22,6 +22,7 @@ function M.new(client, id)
     live = {}, -- messages being streamed, in start order: { id, role, text, thinking, partial }
     tools = {}, -- call id -> { status, output } from events
     results = {}, -- call id -> the committed toolResult block
+    render_cache = {}, -- entry id -> its rendered lines (see render.entry)
     approvals = {}, -- pending approvals, oldest first
     waiting = {}, -- interjections not yet delivered: { pendingId, text }
     state = "idle",
