@@ -32,7 +32,7 @@ local view = require("sidechat.view")
 local approval = require("sidechat.approval")
 
 local FIRST = {
-  "# New chat (replay)",
+  "# think first (replay)",
   "",
   "## You",
   "think first",

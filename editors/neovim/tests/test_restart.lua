@@ -34,7 +34,7 @@ H.run({
       end)
       local approval_id = approval.state.approval.approvalId
       local waiting = {
-        "# New chat (demo)",
+        "# create a.txt with one (demo)",
         "",
         "## You",
         "create a.txt with one",
@@ -69,7 +69,7 @@ H.run({
         return s.state == "idle" and s.info and #s.info.changedFiles == 1
       end)
       H.wait_lines({
-        "# New chat (demo)",
+        "# create a.txt with one (demo)",
         "",
         "## You",
         "create a.txt with one",

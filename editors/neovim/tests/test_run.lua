@@ -33,7 +33,7 @@ H.run({
       H.type_prompt("also check the spelling")
       sidechat.submit()
       H.wait_lines({
-        "# New chat (demo)",
+        "# create notes.md with hello (demo)",
         "",
         "## You",
         "create notes.md with hello",
@@ -54,7 +54,7 @@ H.run({
         return s.state == "idle" and s.info and #s.info.changedFiles == 1
       end)
       H.wait_lines({
-        "# New chat (demo)",
+        "# create notes.md with hello (demo)",
         "",
         "## You",
         "create notes.md with hello",

@@ -38,7 +38,7 @@ H.run({
       H.eq(STORY_START, text:sub(1, #STORY_START), "the answer's start")
       H.truthy(#text < 500, "the answer was cut short")
       H.wait_lines({
-        "# New chat (demo)",
+        "# tell me a story (demo)",
         "",
         "## You",
         "tell me a story",
@@ -63,7 +63,7 @@ H.run({
       local before = H.lines()
       local id = sidechat.current().id
       H.eq({
-        "# New chat (demo)",
+        "# tell me a story (demo)",
         "",
         "## You",
         "tell me a story",
@@ -109,8 +109,25 @@ H.run({
       end)
       H.eq(1, #offered, "sessions offered")
       H.eq(id, offered[1].id, "the session offered")
-      H.truthy(offered[1].label:match("^New chat · demo · %d%d%d%d%-%d%d%-%d%d %d%d:%d%d · idle$"), "label " .. offered[1].label)
+      H.truthy(offered[1].label:match("^tell me a story · demo · %d%d%d%d%-%d%d%-%d%d %d%d:%d%d · idle$"), "label " .. offered[1].label)
       H.wait_lines(before, "transcript redrawn from the daemon")
+    end,
+  },
+  {
+    ":SidechatNew shows a new, empty session of this directory",
+    function()
+      local old = sidechat.current().id
+      vim.cmd("SidechatNew")
+      H.wait("the new session", function()
+        local s = sidechat.current()
+        return s.id ~= old and s.loaded
+      end)
+      H.wait_lines({ "# New chat (demo)" })
+      local err, list = sidechat.client():request_sync("session/list", { workspaceRoot = H.ws })
+      H.eq(nil, err, "session/list")
+      H.eq({ sidechat.current().id, old }, vim.tbl_map(function(s)
+        return s.id
+      end, list.sessions), "this directory's sessions, newest first")
     end,
   },
 })

@@ -122,10 +122,20 @@ function M.attach(id, done)
   return s
 end
 
+--- A session's title from its first message: the first line that has text, shortened.
+local function title_of(text)
+  local line = vim.trim((text or ""):match("[^\n]*%S[^\n]*") or "")
+  if vim.fn.strchars(line) > 60 then
+    line = vim.fn.strcharpart(line, 0, 59) .. "…"
+  end
+  return line ~= "" and line or nil
+end
+
 --- Creates a session for the working directory and shows it.
 ---@param done fun(err: table?, session: sidechat.Session?)?
-function M.new_session(done)
-  M.client():request("session/create", { workspaceRoot = vim.fn.getcwd() }, function(err, info)
+---@param title string? the daemon's default ("New chat") when nil
+function M.new_session(done, title)
+  M.client():request("session/create", { workspaceRoot = vim.fn.getcwd(), title = title }, function(err, info)
     if err then
       notify("cannot create a session: " .. err_text(err), vim.log.levels.ERROR)
       if done then
@@ -139,7 +149,7 @@ end
 
 --- Runs `fn(session)` with the shown session, creating one first if none is shown;
 --- `on_fail(err)` when it cannot be created.
-local function with_session(fn, on_fail)
+local function with_session(fn, on_fail, first_text)
   if st.current then
     return fn(st.current)
   end
@@ -151,7 +161,7 @@ local function with_session(fn, on_fail)
     else
       fn(s)
     end
-  end)
+  end, title_of(first_text))
 end
 
 --- Lists the working directory's sessions and resumes the one picked (`vim.ui.select`).
@@ -211,7 +221,7 @@ function M.send(text, opts)
     if opts.on_fail then
       opts.on_fail(err, nil)
     end
-  end)
+  end, text)
 end
 
 --- Sends the prompt's text. It leaves the prompt at once and comes back to it if the daemon
