@@ -170,4 +170,27 @@ H.run({
       }, sidechat.current().entries[9].blocks, "the message's blocks")
     end,
   },
+  {
+    ":'<,'>SidechatAsk without a question: the lines go with the next message",
+    function()
+      vim.cmd("wincmd t")
+      H.eq(H.ws .. "/code.lua", vim.api.nvim_buf_get_name(0), "the buffer asked about")
+      vim.cmd("1,1SidechatAsk")
+      local prompt_win = vim.fn.win_findbuf(view.state.prompt)[1]
+      H.eq(prompt_win, vim.api.nvim_get_current_win(), "the prompt is focused")
+      H.eq("📎 code.lua:1-1", vim.wo[prompt_win].winbar, "the prompt's bar")
+      H.type_prompt("and this?")
+      sidechat.submit()
+      H.eq("", vim.wo[prompt_win].winbar, "the prompt's bar once sent")
+      H.wait("the message", function()
+        local last = sidechat.current().entries[11]
+        return last and last.role == "user"
+      end)
+      H.eq({
+        { type = "text", text = "and this?" },
+        { type = "attachment", name = "code.lua:1-1", text = "```lua\nlocal a = 1\n```" },
+      }, sidechat.current().entries[11].blocks, "the message's blocks")
+      vim.cmd("SidechatStop")
+    end,
+  },
 })

@@ -100,21 +100,11 @@ H.run({
     end,
   },
   {
-    "D on a changed file: its diff beside the file, or a notice when the daemon keeps none",
+    "D on a changed file: what it was before the session beside it now, in diff mode",
     function()
       local win = H.focus(view.state.transcript)
       vim.api.nvim_win_set_cursor(win, { #H.lines(), 0 })
-      if not sidechat.supports("session/fileDiff") then
-        H.notes = {}
-        H.press("D")
-        H.eq({
-          {
-            msg = "sidechat: this sidechat keeps no before/after of changed files (no session/fileDiff); <CR> opens the file",
-            level = vim.log.levels.INFO,
-          },
-        }, H.notes, "the notice")
-        return
-      end
+      H.truthy(sidechat.supports("session/fileDiff"), "the daemon keeps before/after of changed files")
       local tab = vim.api.nvim_get_current_tabpage()
       H.press("D")
       H.wait("the diff tab", function()

@@ -233,6 +233,7 @@ function M.submit()
     return
   end
   st.attachments = {}
+  view.show_attachments({})
   local id = (st.retry and st.retry.text == text) and st.retry.id or new_id()
   st.retry = nil
   M.send(text, {
@@ -241,6 +242,7 @@ function M.submit()
     on_fail = function()
       st.retry = { text = text, id = id }
       st.attachments = attachments
+      view.show_attachments(attachments)
       view.restore_prompt(text)
     end,
   })
@@ -506,7 +508,12 @@ function M.ask(line1, line2, question)
     M.send(question, { attachments = { attachment } })
   else
     table.insert(st.attachments, attachment)
-    notify("attached " .. attachment.name .. " to the next message")
+    view.show_attachments(st.attachments)
+    local _, prompt = view.buffers()
+    local win = vim.fn.win_findbuf(prompt)[1]
+    if win then
+      vim.api.nvim_set_current_win(win)
+    end
   end
 end
 

@@ -138,6 +138,7 @@ function M.open()
   vim.api.nvim_win_set_buf(pwin, prompt)
   vim.api.nvim_win_set_height(pwin, config.options.prompt_height)
   set_window_options(pwin, false)
+  M.show_attachments(M.state.attachments or {})
   M.follow(true)
 end
 
@@ -223,6 +224,20 @@ end
 --- The transcript buffer's lines, as shown.
 function M.lines()
   return vim.api.nvim_buf_get_lines(M.state.transcript, 0, -1, false)
+end
+
+--- Names what goes with the next message in the prompt window's bar (empty: nothing).
+---@param attachments { name: string }[]
+function M.show_attachments(attachments)
+  M.state.attachments = attachments
+  local names = {}
+  for _, a in ipairs(attachments) do
+    table.insert(names, "📎 " .. a.name)
+  end
+  local bar = table.concat(names, "  ")
+  for _, win in ipairs(windows_of(M.state.prompt)) do
+    vim.wo[win].winbar = bar
+  end
 end
 
 --- Takes the prompt's text, leaving it empty.
