@@ -164,4 +164,47 @@ H.run({
       H.eq("", H.prompt_text(), "the prompt")
     end,
   },
+  {
+    "killed mid-answer: the turn shows unanswered and R answers it",
+    function()
+      -- A slower daemon from the next start, so the answer is still streaming when it is killed.
+      require("sidechat.config").options.env.SIDECHAT_DEMO_DELAY_MS = "40"
+      wait_restarted(kill_daemon())
+      local s = sidechat.current()
+      local before = #s.entries
+      sidechat.send("tell me a story")
+      H.wait("the story to stream", function()
+        local live = s.live[1]
+        return live and #live.text > 60
+      end)
+      wait_restarted(kill_daemon())
+      H.wait("the turn left unanswered", function()
+        return s.state == "unanswered" and #s.live == 0
+      end)
+      H.eq(before + 2, #s.entries, "entries: the question and what the restarted daemon noted")
+      local lines = H.lines()
+      H.eq({
+        "",
+        "## You",
+        "tell me a story",
+        "",
+        "_error: interrupted: sidechat stopped during the run_",
+        "",
+        "## Changed files",
+        "a.txt  +1 −0",
+        "",
+        "_this turn has no answer yet: `R` or :SidechatResume answers it_",
+      }, vim.list_slice(lines, #lines - 9), "the end of the transcript")
+      H.focus(view.state.transcript)
+      H.press("R")
+      H.wait("the answer", function()
+        local last = s.entries[#s.entries]
+        return s.state == "idle" and last.role == "assistant"
+      end)
+      local last = s.entries[#s.entries]
+      H.eq("complete", last.status, "the answer's status")
+      H.truthy(last.blocks[1].text:match("^%[demo model, offline%] Once upon a time.*the whole point%.$"), "the whole story")
+      require("sidechat.config").options.env.SIDECHAT_DEMO_DELAY_MS = nil
+    end,
+  },
 })

@@ -60,6 +60,12 @@ H.run({
       H.wait("the changed files and spend", function()
         return sidechat.current().info.tokens > 0
       end)
+      -- A slash command the daemon does not know: a notice, stored and shown.
+      sidechat.send("/bogus")
+      H.wait("the notice", function()
+        local s = sidechat.current()
+        return #s.entries == 7
+      end)
       local before = H.lines()
       local id = sidechat.current().id
       H.eq({
@@ -83,6 +89,8 @@ H.run({
         "## Assistant",
         "[demo model, offline] Done. The tool answered:",
         ". is empty.",
+        "",
+        "_warning: Unknown command /bogus; nothing was sent to the model. Type /help for the list, or start with // to send a slash. You typed: /bogus_",
       }, before, "transcript before")
       -- A session of another directory, which the list leaves out.
       local err = sidechat.client():request_sync("session/create", { workspaceRoot = H.tmp })

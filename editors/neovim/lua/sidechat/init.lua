@@ -36,11 +36,10 @@ local function on_session_change(session, what)
   end
   view.schedule()
   approval.sync(session)
-  if what == "runFinished" then
+  local last = session.entries[#session.entries]
+  if what == "runFinished" or (what == "messageCompleted" and last and last.role == "tool") then
+    -- Spend and changed files, once a run or a step's tools are done.
     session:refresh_info()
-  elseif what == "notice" then
-    local n = session.notices[#session.notices]
-    notify(n.message, n.level == "error" and vim.log.levels.ERROR or vim.log.levels.WARN)
   end
 end
 
@@ -55,6 +54,10 @@ function M.client()
     local s = st.sessions[params.sessionId]
     if s then
       s:event(params)
+    end
+    local ev = params.event
+    if ev.kind == "notice" and (s == nil or s == st.current) then
+      notify(ev.message, ev.level == "error" and vim.log.levels.ERROR or vim.log.levels.WARN)
     end
   end)
   c:on_ready(function(restarted)

@@ -140,7 +140,7 @@ local ENDED = { stopped = "_(stopped)_", failed = "_(failed)_" }
 function Builder:entry(session, entry)
   local role = entry.role
   local first = entry.blocks[1]
-  if role == "user" and first and first.type == "interjection" then
+  if role == "user" and first and first.type == "interjection" and not first.promoted then
     -- Typed during the run and delivered with tool results: its own heading follows.
   elseif role == "user" then
     self:heading("You")
@@ -160,7 +160,10 @@ function Builder:entry(session, entry)
     elseif t == "toolCall" then
       self:tool_call(session, block)
     elseif t == "interjection" then
-      self:heading("You (during the run)")
+      -- Promoted: it became (part of) a user turn of its own, under the "You" heading.
+      if not block.promoted then
+        self:heading("You (during the run)")
+      end
       self:text(block.text)
     elseif t == "attachment" then
       self:add(("📎 %s (%d lines)"):format(block.name, count_lines(block.text)))

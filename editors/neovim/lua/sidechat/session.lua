@@ -27,7 +27,7 @@ function M.new(client, id)
     waiting = {}, -- interjections not yet delivered: { pendingId, text }
     state = "idle",
     budget = nil, -- the latest budget snapshot
-    notices = {}, -- { level, message } told during this attach
+    notices = {}, -- { level, message } of a daemon that does not store its notices
     fetching = false,
     buffered = {}, -- events that arrived while fetching
     loaded = false,
@@ -145,7 +145,19 @@ function Session:apply(params)
       return gone[w.pendingId]
     end)
   elseif kind == "notice" then
-    table.insert(self.notices, { level = ev.level, message = ev.message })
+    if ev.messageId then
+      -- Stored as a transcript entry under this event's seq, as session/transcript returns it.
+      self:add_entry({
+        id = ev.messageId,
+        seq = params.seq,
+        role = "notice",
+        status = "complete",
+        runId = params.runId,
+        blocks = { { type = "notice", level = ev.level, text = ev.message } },
+      })
+    else
+      table.insert(self.notices, { level = ev.level, message = ev.message })
+    end
   elseif kind == "budget" then
     self.budget = ev.snapshot
   elseif kind == "runFinished" then
