@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use crate::context::{DEFAULT_RESPONSE_RESERVE, Thresholds};
 use crate::cost::ModelPrice;
-use crate::protocol::AccountInfo;
+use crate::protocol::{AccountInfo, ProviderKind};
 use crate::provider::HttpSettings;
 
 /// Default most model steps in one run.
@@ -52,11 +52,16 @@ impl Remote {
 
 impl AccountKind {
     pub fn name(&self) -> &'static str {
+        self.provider_kind().as_str()
+    }
+
+    /// The kind as clients see it in `initialize`.
+    pub fn provider_kind(&self) -> ProviderKind {
         match self {
-            AccountKind::Demo { .. } => "demo",
-            AccountKind::Replay { .. } => "replay",
-            AccountKind::Anthropic(_) => "anthropic",
-            AccountKind::OpenAi { .. } => "openai",
+            AccountKind::Demo { .. } => ProviderKind::Demo,
+            AccountKind::Replay { .. } => ProviderKind::Replay,
+            AccountKind::Anthropic(_) => ProviderKind::Anthropic,
+            AccountKind::OpenAi { .. } => ProviderKind::OpenAi,
         }
     }
 }
@@ -281,7 +286,7 @@ impl Config {
             .iter()
             .map(|a| AccountInfo {
                 name: a.name.clone(),
-                kind: a.kind.name().to_string(),
+                kind: a.kind.provider_kind(),
                 default_model: a.default_model.clone(),
                 is_demo: matches!(a.kind, AccountKind::Demo { .. }),
             })

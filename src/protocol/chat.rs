@@ -1,3 +1,4 @@
+use super::InterjectionStatus;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -52,7 +53,7 @@ pub struct InterjectionCancelResult {
     /// False when it was too late: the interjection was already on its way or settled.
     pub cancelled: bool,
     /// Its state after the call: `cancelled`, `leased`, `delivered` or `promoted`.
-    pub status: String,
+    pub status: InterjectionStatus,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -40,13 +40,39 @@ pub struct ServerCapabilities {
     pub events: Vec<String>,
 }
 
+/// Which kind of model source an account is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ProviderKind {
+    /// The built-in offline demo model.
+    Demo,
+    /// A scripted model replaying turns from a file (end-to-end tests, editor demos).
+    Replay,
+    /// Anthropic's Messages API.
+    Anthropic,
+    /// OpenAI's Chat Completions API, also serving OpenAI-compatible servers.
+    #[serde(rename = "openai")]
+    OpenAi,
+}
+
+impl ProviderKind {
+    /// The name on the wire, in the configuration file and in usage lines.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Demo => "demo",
+            ProviderKind::Replay => "replay",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::OpenAi => "openai",
+        }
+    }
+}
+
 /// A model source the daemon can talk to (the built-in demo model when none is configured).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AccountInfo {
     pub name: String,
-    /// `demo`, `anthropic` or `openai` (also OpenAI-compatible servers).
-    pub kind: String,
+    pub kind: ProviderKind,
     pub default_model: String,
     /// True for the offline demo model, so a client can label it.
     pub is_demo: bool,

@@ -49,6 +49,19 @@ pub enum ToolCallStatus {
     Cancelled,
 }
 
+/// Where an interjection (input typed while a run works) stands. It moves pending → leased
+/// (taken into a model request) → delivered (that request was sent), or → promoted (it became
+/// a user turn of its own), or → cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum InterjectionStatus {
+    Pending,
+    Leased,
+    Delivered,
+    Promoted,
+    Cancelled,
+}
+
 /// One part of a message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(
@@ -146,7 +159,7 @@ pub struct PendingInterjection {
     pub pending_id: String,
     pub text: String,
     /// `pending`, or `leased` while a model request carrying it is being sent.
-    pub status: String,
+    pub status: InterjectionStatus,
     pub created_at: String,
 }
 

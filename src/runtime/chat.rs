@@ -159,7 +159,7 @@ impl Runtime {
                 id: pending_id.to_string(),
             }),
             CancelOutcome::Settled(status) => Ok(InterjectionCancelResult {
-                cancelled: status == "cancelled",
+                cancelled: status == InterjectionStatus::Cancelled,
                 status,
             }),
             CancelOutcome::Cancelled(row) => {
@@ -171,7 +171,7 @@ impl Runtime {
                 );
                 Ok(InterjectionCancelResult {
                     cancelled: true,
-                    status: "cancelled".into(),
+                    status: InterjectionStatus::Cancelled,
                 })
             }
         }

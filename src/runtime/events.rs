@@ -1,14 +1,26 @@
 //! Numbering and publishing of session events.
 //!
-//! Each session has one `seq` counter shared by events and committed messages, so a committed
-//! message's `seq` is the `seq` of its `messageCompleted` event. The counter lives in memory
-//! (no write per streamed delta) and starts from the session's stored `last_seq`.
+//! Each session has one `seq` sequence shared by events and committed messages, so a committed
+//! message's `seq` is the `seq` of its `messageCompleted` event.
+//!
+//! **The rule: a session's `seq` strictly increases and never repeats, across stops, crashes
+//! and restarts too; it may jump.** Streamed deltas are never stored (no write per delta), so
+//! the last committed `seq` cannot tell a restarted daemon which numbers a client already saw.
+//! The counter therefore hands out only numbers at or below a mark persisted ahead of use
+//! (`sessions.seq_reserved`), reserved [`RESERVE_BLOCK`] at a time, and a daemon starts each
+//! session's counter at that mark. A commit extends the mark in its own transaction when it runs
+//! low, so a write of its own is rare. Numbers reserved and not used before a stop are skipped.
+//!
+//! **Order:** a session's events reach the sink in `seq` order. A commit takes its number, then
+//! writes without holding the counter (a slow disk must not hold anyone waiting to number an
+//! event), then publishes; an event numbered after a commit still being written waits in the
+//! counter until that commit is published, or has failed (its number is then skipped).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use crate::protocol::{Block, Event, Role, SessionEventParams, TranscriptEntry};
-use crate::store::{NewMessage, Store};
+use crate::store::{NewMessage, SessionRow, Store};
 
 use super::RuntimeResult;
 use crate::util::lock;
@@ -83,8 +95,86 @@ fn announcement(entry: &TranscriptEntry) -> Event {
     }
 }
 
-/// A session's last published `seq`.
-pub type SeqCounter = Arc<Mutex<u64>>;
+/// How many numbers one reservation covers: a write per this many events at most.
+pub const RESERVE_BLOCK: u64 = 1024;
+
+/// A session's event numbering, shared by everything that publishes its events.
+pub type SeqCounter = Arc<SessionSeq>;
+
+pub struct SessionSeq {
+    session_id: String,
+    /// For reservations made while numbering a delta.
+    store: Store,
+    state: Mutex<SeqState>,
+}
+
+struct SeqState {
+    /// The last number handed out.
+    last: u64,
+    /// The highest number known to be persisted as reserved (or committed).
+    reserved: u64,
+    /// Commits numbered but not yet published.
+    writing: BTreeSet<u64>,
+    /// Events numbered after a commit still being written, waiting for it, by `seq`.
+    held: BTreeMap<u64, SessionEventParams>,
+}
+
+impl SessionSeq {
+    fn new(session: &SessionRow, store: Store) -> Self {
+        let start = session.next_free_seq() - 1;
+        Self {
+            session_id: session.id.clone(),
+            store,
+            state: Mutex::new(SeqState {
+                last: start,
+                reserved: start,
+                writing: BTreeSet::new(),
+                held: BTreeMap::new(),
+            }),
+        }
+    }
+
+    /// The next number for an event published now, reserving a block first when the
+    /// persisted mark is used up.
+    fn next(&self, state: &mut SeqState) -> u64 {
+        let seq = state.last + 1;
+        if seq > state.reserved {
+            let through = seq + RESERVE_BLOCK - 1;
+            match self.store.reserve_seq(&self.session_id, through) {
+                Ok(()) => state.reserved = through,
+                // The event still goes out: the client is live, and a store that cannot write
+                // fails the run's next commit anyway. Only a crash right after could repeat.
+                Err(e) => tracing::warn!(
+                    session_id = %self.session_id,
+                    error = %e,
+                    "cannot reserve event numbers"
+                ),
+            }
+        }
+        state.last = seq;
+        seq
+    }
+
+    /// Publishes now, or holds the event while an earlier commit is being written.
+    fn publish(&self, sink: &dyn EventSink, state: &mut SeqState, event: SessionEventParams) {
+        if state.writing.first().is_some_and(|&w| w < event.seq) {
+            state.held.insert(event.seq, event);
+        } else {
+            sink.emit(&event);
+        }
+    }
+
+    /// Publishes the held events no commit in flight precedes, in order.
+    fn release_held(&self, sink: &dyn EventSink, state: &mut SeqState) {
+        let first_writing = state.writing.first().copied().unwrap_or(u64::MAX);
+        while let Some(entry) = state.held.first_entry() {
+            if *entry.key() > first_writing {
+                break;
+            }
+            sink.emit(&entry.remove());
+        }
+    }
+}
 
 pub struct Events {
     sink: Arc<dyn EventSink>,
@@ -99,18 +189,18 @@ impl Events {
         }
     }
 
-    /// The session's `seq` counter, shared by everything that publishes its events.
+    /// The session's `seq` counter, shared by everything that publishes its events. A new one
+    /// starts past every number an earlier daemon may have handed out.
     pub fn counter(&self, store: &Store, session_id: &str) -> RuntimeResult<SeqCounter> {
         if let Some(counter) = lock(&self.counters).get(session_id) {
             return Ok(counter.clone());
         }
-        let last = store
+        let session = store
             .session(session_id)?
-            .map(|s| s.last_seq)
             .ok_or_else(|| super::RuntimeError::SessionNotFound(session_id.to_string()))?;
         Ok(lock(&self.counters)
             .entry(session_id.to_string())
-            .or_insert_with(|| Arc::new(Mutex::new(last)))
+            .or_insert_with(|| Arc::new(SessionSeq::new(&session, store.clone())))
             .clone())
     }
 
@@ -123,14 +213,15 @@ impl Events {
                 return;
             }
         };
-        let mut seq = lock(&counter);
-        *seq += 1;
-        self.sink.emit(&SessionEventParams {
+        let mut state = lock(&counter.state);
+        let seq = counter.next(&mut state);
+        let event = SessionEventParams {
             session_id: session_id.to_string(),
-            seq: *seq,
+            seq,
             run_id: run_id.map(str::to_string),
             event,
-        });
+        };
+        counter.publish(&*self.sink, &mut state, event);
     }
 
     /// Publishes one streamed delta with the session's next `seq`, through `counter` (from
@@ -144,38 +235,170 @@ impl Events {
         message_id: &str,
         text: &str,
     ) {
-        let mut seq = lock(counter);
-        *seq += 1;
-        self.sink.emit_delta(&Delta {
+        let mut state = lock(&counter.state);
+        let delta = Delta {
             session_id,
-            seq: *seq,
+            seq: counter.next(&mut state),
             run_id,
             kind,
             message_id,
             text,
-        });
+        };
+        if state.writing.is_empty() {
+            self.sink.emit_delta(&delta);
+        } else {
+            counter.publish(&*self.sink, &mut state, delta.to_event());
+        }
     }
 
     /// Commits a message and then announces it, under one `seq`: persisted before told. A
     /// notice is announced by the `notice` event, anything else by `messageCompleted`.
-    /// The message's own `seq` is ignored; the session's next one is used.
+    /// The message's own `seq` is ignored; the session's next one is used. The counter is not
+    /// held during the write, so other events of the session can be numbered meanwhile; they
+    /// are published after this one.
     pub fn commit(&self, store: &Store, mut message: NewMessage) -> RuntimeResult<TranscriptEntry> {
         let counter = self.counter(store, &message.session_id)?;
-        let mut seq = lock(&counter);
-        message.seq = *seq + 1;
-        let entry = store.append_message(&message)?;
-        *seq = entry.seq;
-        self.sink.emit(&SessionEventParams {
-            session_id: message.session_id,
-            seq: entry.seq,
-            run_id: message.run_id,
-            event: announcement(&entry),
-        });
-        Ok(entry)
+        {
+            let mut state = lock(&counter.state);
+            let seq = state.last + 1;
+            state.last = seq;
+            state.writing.insert(seq);
+            message.seq = seq;
+            // The commit persists its own number; it extends the mark when half a block or
+            // less is left, so deltas seldom need a write of their own.
+            if state.reserved < seq + RESERVE_BLOCK / 2 {
+                message.reserve_seq_through = seq + RESERVE_BLOCK - 1;
+            }
+        }
+        let written = store.append_message(&message);
+        let mut state = lock(&counter.state);
+        state.writing.remove(&message.seq);
+        let entry = match written {
+            Ok(entry) => {
+                state.reserved = state
+                    .reserved
+                    .max(message.reserve_seq_through.max(entry.seq));
+                let event = SessionEventParams {
+                    session_id: message.session_id,
+                    seq: entry.seq,
+                    run_id: message.run_id,
+                    event: announcement(&entry),
+                };
+                counter.publish(&*self.sink, &mut state, event);
+                Ok(entry)
+            }
+            Err(e) => Err(e.into()),
+        };
+        counter.release_held(&*self.sink, &mut state);
+        entry
     }
 
     /// Forgets a deleted session's counter.
     pub fn forget(&self, session_id: &str) {
         lock(&self.counters).remove(session_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Block, NoticeLevel, Role};
+    use crate::store::NewSession;
+    use pretty_assertions::assert_eq;
+
+    /// Keeps every published event's `seq`.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<u64>>);
+
+    impl EventSink for Recorder {
+        fn emit(&self, event: &SessionEventParams) {
+            lock(&self.0).push(event.seq);
+        }
+    }
+
+    fn session(store: &Store) -> String {
+        store
+            .insert_session(&NewSession {
+                title: "t".into(),
+                account: "demo".into(),
+                model: "demo".into(),
+                system_prompt: None,
+                workspace_root: None,
+                max_steps: 25,
+                cap_usd: None,
+                max_seconds: None,
+            })
+            .unwrap()
+            .id
+    }
+
+    fn notice() -> Event {
+        Event::Notice {
+            level: NoticeLevel::Info,
+            message: "hi".into(),
+            message_id: "msg_notice".into(),
+        }
+    }
+
+    #[test]
+    fn numbers_are_reserved_before_use_and_a_new_counter_starts_past_them() {
+        let store = Store::open_in_memory().unwrap();
+        let id = session(&store);
+        let recorder = Arc::new(Recorder::default());
+        let events = Events::new(recorder.clone());
+        events.emit(&store, &id, None, notice());
+        let counter = events.counter(&store, &id).unwrap();
+        events.emit_delta(&counter, &id, None, DeltaKind::Text, "msg_1", "a");
+        assert_eq!(*lock(&recorder.0), vec![1, 2]);
+        let stored = store.session(&id).unwrap().unwrap();
+        assert_eq!((stored.last_seq, stored.seq_reserved), (0, RESERVE_BLOCK));
+
+        // A later daemon (a fresh `Events`) continues past everything reserved.
+        let later = Events::new(recorder.clone());
+        later.emit(&store, &id, None, notice());
+        let entry = later
+            .commit(
+                &store,
+                NewMessage::new(
+                    &id,
+                    None,
+                    Role::User,
+                    vec![Block::Text { text: "x".into() }],
+                ),
+            )
+            .unwrap();
+        assert_eq!(
+            *lock(&recorder.0),
+            vec![1, 2, RESERVE_BLOCK + 1, RESERVE_BLOCK + 2]
+        );
+        assert_eq!(entry.seq, RESERVE_BLOCK + 2);
+        // The commit extended the reservation in its own transaction.
+        let stored = store.session(&id).unwrap().unwrap();
+        assert_eq!(
+            (stored.last_seq, stored.seq_reserved),
+            (RESERVE_BLOCK + 2, 2 * RESERVE_BLOCK)
+        );
+    }
+
+    #[test]
+    fn a_failed_commit_skips_its_number_and_tells_nobody() {
+        let store = Store::open_in_memory().unwrap();
+        let id = session(&store);
+        let recorder = Arc::new(Recorder::default());
+        let events = Events::new(recorder.clone());
+        let mut orphan = NewMessage::new(&id, None, Role::User, vec![]);
+        // A tool call id that was already used makes the insert fail inside the transaction.
+        orphan.run_id = Some("run_x".into());
+        orphan.blocks = vec![
+            Block::ToolCall {
+                id: "call_1".into(),
+                name: "read_file".into(),
+                input: serde_json::json!({}),
+            };
+            2
+        ];
+        assert!(events.commit(&store, orphan).is_err());
+        events.emit(&store, &id, None, notice());
+        assert_eq!(*lock(&recorder.0), vec![2]);
     }
 }

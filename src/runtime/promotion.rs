@@ -4,7 +4,7 @@
 //! session reports `unanswered` until `chat/resume`), so both keep the same words and ids.
 
 use crate::protocol::{Block, Role};
-use crate::store::{NewMessage, PendingRow, Settle};
+use crate::store::{NewMessage, PendingRow, Settle, Settled};
 
 /// The user turn made of `rows`, in order, each block keeping its `pendingId`; committing it
 /// settles the rows as promoted in the same transaction. `None` when nothing is queued.
@@ -24,7 +24,7 @@ pub fn promoted_turn(session_id: &str, rows: Vec<PendingRow>) -> Option<NewMessa
     let mut message = NewMessage::new(session_id, None, Role::User, blocks);
     message.settles = Some(Settle {
         pending_ids,
-        status: "promoted",
+        status: Settled::Promoted,
     });
     Some(message)
 }

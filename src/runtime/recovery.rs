@@ -87,12 +87,12 @@ fn promote_stranded_input(store: &Store) -> RuntimeResult<()> {
     Ok(())
 }
 
-/// Commits without an event: no client is connected yet; the transcript tells it later.
+/// Commits without an event: no client is connected yet; the transcript tells it later. The
+/// message is numbered past every `seq` the stopped daemon may have handed out.
 fn append_quietly(store: &Store, mut message: NewMessage) -> RuntimeResult<()> {
-    let last_seq = store
+    message.seq = store
         .session(&message.session_id)?
-        .map_or(0, |s| s.last_seq);
-    message.seq = last_seq + 1;
+        .map_or(1, |s| s.next_free_seq());
     store.append_message(&message)?;
     Ok(())
 }

@@ -20,7 +20,9 @@ use crate::config::AccountKind;
 use crate::context::{Actuals, BudgetSnapshot, TokenCounter};
 use crate::protocol::*;
 use crate::provider::{ModelDriver, ModelEvent, ModelRequest, StopReason, TokenUsage};
-use crate::store::{NewMessage, PendingRow, RunRow, SessionRow, Settle, UsageRow, elapsed_ms};
+use crate::store::{
+    NewMessage, PendingRow, RunRow, SessionRow, Settle, Settled, UsageRow, elapsed_ms,
+};
 use crate::util::new_id;
 
 /// Output budget asked of the model for one step.
@@ -399,7 +401,7 @@ impl RunContext {
         let mut message = NewMessage::new(&self.session_id, Some(&self.run_id), Role::User, blocks);
         message.settles = Some(Settle {
             pending_ids: pending_ids.clone(),
-            status: "delivered",
+            status: Settled::Delivered,
         });
         let entry = self.inner.commit(message)?;
         self.emit(Event::InterjectionDelivered {

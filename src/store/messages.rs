@@ -4,7 +4,7 @@ use rusqlite::{OptionalExtension, Row, params};
 
 use super::{Store, StoreError, StoreResult};
 use crate::context::Counted;
-use crate::protocol::{Block, MessageStatus, Role, TranscriptEntry};
+use crate::protocol::{Block, InterjectionStatus, MessageStatus, Role, TranscriptEntry};
 use crate::util::{new_id, now_ms, rfc3339};
 
 /// A message to append. The caller numbers it: the runtime owns each session's `seq` counter
@@ -25,14 +25,35 @@ pub struct NewMessage {
     pub settles: Option<Settle>,
     /// The message's token count for the session's model, counted once when it is complete.
     pub tokens: Option<Counted>,
+    /// Also reserve event numbers up to this one in the same transaction (0: none beyond
+    /// `seq`), so the event counter seldom needs a write of its own.
+    pub reserve_seq_through: u64,
 }
 
 /// What becomes of the interjections a message carries.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settle {
     pub pending_ids: Vec<String>,
-    /// `delivered` (sent to the model inside a tool-results turn) or `promoted` (a user turn).
-    pub status: &'static str,
+    pub status: Settled,
+}
+
+/// How a message carries interjections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Sent to the model inside a tool-results turn.
+    Delivered,
+    /// Made a user turn of their own.
+    Promoted,
+}
+
+impl Settled {
+    /// The interjections' stored status afterwards.
+    pub fn stored(self) -> InterjectionStatus {
+        match self {
+            Settled::Delivered => InterjectionStatus::Delivered,
+            Settled::Promoted => InterjectionStatus::Promoted,
+        }
+    }
 }
 
 impl NewMessage {
@@ -49,29 +70,18 @@ impl NewMessage {
             client_message_id: None,
             settles: None,
             tokens: None,
+            reserve_seq_through: 0,
         }
     }
-}
-
-fn enum_to_text<T: serde::Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => String::new(),
-    }
-}
-
-fn text_to_enum<T: serde::de::DeserializeOwned>(text: String) -> Result<T, StoreError> {
-    serde_json::from_value(serde_json::Value::String(text.clone()))
-        .map_err(|_| StoreError::Corrupt(format!("unknown value {text:?}")))
 }
 
 struct RawMessage {
     id: String,
     seq: i64,
     run_id: Option<String>,
-    role: String,
+    role: Role,
     blocks: String,
-    status: String,
+    status: MessageStatus,
     created_at: i64,
 }
 
@@ -94,8 +104,8 @@ impl RawMessage {
                 .map_err(|e| StoreError::Corrupt(format!("message {}: {e}", self.id)))?,
             id: self.id,
             seq: self.seq as u64,
-            role: text_to_enum(self.role)?,
-            status: text_to_enum(self.status)?,
+            role: self.role,
+            status: self.status,
             run_id: self.run_id,
             created_at: rfc3339(self.created_at),
         })
@@ -108,7 +118,7 @@ impl Store {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         let seq = new.seq;
-        record_seq(&tx, &new.session_id, seq)?;
+        record_seq(&tx, &new.session_id, seq, new.reserve_seq_through.max(seq))?;
         let id = new.id.clone().unwrap_or_else(|| new_id("msg"));
         let now = now_ms();
         let blocks = serde_json::to_string(&new.blocks)
@@ -122,9 +132,9 @@ impl Store {
                 new.session_id,
                 seq as i64,
                 new.run_id,
-                enum_to_text(&new.role),
+                new.role,
                 blocks,
-                enum_to_text(&new.status),
+                new.status,
                 now,
                 new.tokens.map(|c| c.tokens as i64),
                 new.tokens.is_some_and(|c| c.exact)
@@ -192,22 +202,15 @@ impl Store {
         )?;
         let rows = stmt
             .query_map(params![session_id, after_seq as i64], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, Option<i64>>(1)?,
-                    r.get::<_, bool>(2)?,
-                ))
-            })?
-            .collect::<Result<Vec<_>, _>>()?;
-        rows.into_iter()
-            .map(|(role, tokens, exact)| {
-                let count = tokens.map(|t| Counted {
+                let exact: bool = r.get(2)?;
+                let count = r.get::<_, Option<i64>>(1)?.map(|t| Counted {
                     tokens: t as u64,
                     exact,
                 });
-                Ok((text_to_enum(role)?, count))
-            })
-            .collect()
+                Ok((r.get::<_, Role>(0)?, count))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
     }
 
     /// Entries with `seq` greater than `after_seq`, oldest first, at most `limit`.
@@ -231,15 +234,19 @@ impl Store {
     }
 }
 
-/// Raises the session's `last_seq` to `seq` and touches it, inside a transaction.
+/// Raises the session's `last_seq` to `seq` and its reserved mark to `reserve_through`, and
+/// touches it, inside a transaction.
 pub(super) fn record_seq(
     tx: &rusqlite::Transaction<'_>,
     session_id: &str,
     seq: u64,
+    reserve_through: u64,
 ) -> StoreResult<()> {
     tx.execute(
-        "UPDATE sessions SET last_seq = MAX(last_seq, ?2), updated_at = ?3 WHERE id = ?1",
-        params![session_id, seq as i64, now_ms()],
+        "UPDATE sessions SET last_seq = MAX(last_seq, ?2), updated_at = ?3,
+                             seq_reserved = MAX(seq_reserved, ?4)
+         WHERE id = ?1",
+        params![session_id, seq as i64, now_ms(), reserve_through as i64],
     )?;
     Ok(())
 }

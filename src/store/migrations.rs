@@ -159,6 +159,11 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX file_changes_by_path ON file_changes (session_id, path, id);
     "#,
+    // 7: the highest event `seq` reserved for a session, persisted before any event uses it,
+    // so a restarted daemon never hands out a number a client has already seen.
+    r#"
+    ALTER TABLE sessions ADD COLUMN seq_reserved INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// Brings the schema to the newest version this build knows.

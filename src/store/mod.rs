@@ -9,21 +9,23 @@ mod migrations;
 mod pending;
 mod runs;
 mod sessions;
+mod sql_text;
 mod tool_calls;
 mod usage;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rusqlite::Connection;
 
 pub use file_changes::{FileChange, FileDiffRow, SNAPSHOT_CAP};
-pub use messages::{NewMessage, Settle};
+pub use messages::{NewMessage, Settle, Settled};
 pub use pending::{CancelOutcome, EarlierSend, PendingRow};
-pub use runs::RunRow;
+pub use runs::{RunRow, RunStatus};
 pub use sessions::{NewSession, SessionPage, SessionRow, SessionUpdate};
-pub use tool_calls::{ApprovalOutcome, ApprovalRow, ToolCallRow};
+pub use sql_text::TextError;
+pub use tool_calls::{ApprovalOutcome, ApprovalRow, ApprovalStatus, ToolCallRow};
 pub use usage::{UsageRow, elapsed_ms};
 
 #[derive(Debug, thiserror::Error)]
@@ -45,8 +47,10 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// A cheap handle: clones share one database connection.
+#[derive(Clone)]
 pub struct Store {
-    conn: Mutex<Connection>,
+    conn: Arc<Mutex<Connection>>,
 }
 
 impl Store {
@@ -81,7 +85,7 @@ impl Store {
         // WAL + NORMAL: a commit survives a killed process; only power loss can lose the tail.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         Ok(Self {
-            conn: Mutex::new(conn),
+            conn: Arc::new(Mutex::new(conn)),
         })
     }
 

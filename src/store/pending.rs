@@ -10,6 +10,7 @@ use rusqlite::{OptionalExtension, Row, params};
 
 use super::messages::Settle;
 use super::{Store, StoreResult};
+use crate::protocol::InterjectionStatus;
 use crate::util::{new_id, now_ms, rfc3339};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -17,7 +18,7 @@ pub struct PendingRow {
     pub id: String,
     pub session_id: String,
     pub text: String,
-    pub status: String,
+    pub status: InterjectionStatus,
     pub created_at: String,
 }
 
@@ -26,7 +27,7 @@ pub struct PendingRow {
 pub enum CancelOutcome {
     Cancelled(PendingRow),
     /// Too late: it was already leased, delivered, promoted or cancelled.
-    Settled(String),
+    Settled(InterjectionStatus),
     NotFound,
 }
 
@@ -53,7 +54,7 @@ pub(super) fn settle(
          WHERE id = ?1 AND status IN ('pending', 'leased')",
     )?;
     for id in &settle.pending_ids {
-        stmt.execute(params![id, settle.status, message_id, now_ms()])?;
+        stmt.execute(params![id, settle.status.stored(), message_id, now_ms()])?;
     }
     Ok(())
 }
@@ -72,14 +73,22 @@ impl Store {
         let now = now_ms();
         self.conn().execute(
             "INSERT INTO pending_input (id, session_id, run_id, client_message_id, text, status, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?6)",
-            params![id, session_id, run_id, client_message_id, text, now],
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+            params![
+                id,
+                session_id,
+                run_id,
+                client_message_id,
+                text,
+                InterjectionStatus::Pending,
+                now
+            ],
         )?;
         Ok(PendingRow {
             id,
             session_id: session_id.to_string(),
             text: text.to_string(),
-            status: "pending".into(),
+            status: InterjectionStatus::Pending,
             created_at: rfc3339(now),
         })
     }
@@ -113,11 +122,14 @@ impl Store {
     pub fn lease_pending(&self, session_id: &str, run_id: &str) -> StoreResult<Vec<PendingRow>> {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached(&format!(
-            "UPDATE pending_input SET status = 'leased', run_id = ?2, updated_at = ?3
+            "UPDATE pending_input SET status = ?4, run_id = ?2, updated_at = ?3
              WHERE session_id = ?1 AND status = 'pending' RETURNING {COLUMNS}"
         ))?;
         let mut rows = stmt
-            .query_map(params![session_id, run_id, now_ms()], from_row)?
+            .query_map(
+                params![session_id, run_id, now_ms(), InterjectionStatus::Leased],
+                from_row,
+            )?
             .collect::<Result<Vec<_>, _>>()?;
         // RETURNING has no order of its own; ids are time-ordered.
         rows.sort_by(|a, b| a.id.cmp(&b.id));
@@ -128,9 +140,9 @@ impl Store {
     /// run that took them.
     pub fn unlease_all(&self, session_id: &str) -> StoreResult<()> {
         self.conn().execute(
-            "UPDATE pending_input SET status = 'pending', updated_at = ?2
+            "UPDATE pending_input SET status = ?3, updated_at = ?2
              WHERE session_id = ?1 AND status = 'leased'",
-            params![session_id, now_ms()],
+            params![session_id, now_ms(), InterjectionStatus::Pending],
         )?;
         Ok(())
     }
@@ -140,17 +152,17 @@ impl Store {
         let cancelled = conn
             .query_row(
                 &format!(
-                    "UPDATE pending_input SET status = 'cancelled', updated_at = ?2
+                    "UPDATE pending_input SET status = ?3, updated_at = ?2
                      WHERE id = ?1 AND status = 'pending' RETURNING {COLUMNS}"
                 ),
-                params![pending_id, now_ms()],
+                params![pending_id, now_ms(), InterjectionStatus::Cancelled],
                 from_row,
             )
             .optional()?;
         if let Some(row) = cancelled {
             return Ok(CancelOutcome::Cancelled(row));
         }
-        let status: Option<String> = conn
+        let status: Option<InterjectionStatus> = conn
             .query_row(
                 "SELECT status FROM pending_input WHERE id = ?1",
                 [pending_id],

@@ -6,6 +6,15 @@ use super::{Store, StoreResult};
 use crate::protocol::FinishReason;
 use crate::util::now_ms;
 
+/// Whether a run is still open. A run the daemon stopped under stays `running` until start-up
+/// recovery closes or resumes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RunStatus {
+    Running,
+    Finished,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunRow {
     pub id: String,
@@ -18,8 +27,8 @@ pub struct RunRow {
 impl Store {
     pub fn insert_run(&self, id: &str, session_id: &str, model: &str) -> StoreResult<()> {
         self.conn().execute(
-            "INSERT INTO runs (id, session_id, model, status, started_at) VALUES (?1, ?2, ?3, 'running', ?4)",
-            params![id, session_id, model, now_ms()],
+            "INSERT INTO runs (id, session_id, model, status, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![id, session_id, model, RunStatus::Running, now_ms()],
         )?;
         Ok(())
     }
@@ -35,7 +44,7 @@ impl Store {
                         id: r.get(0)?,
                         session_id: r.get(1)?,
                         model: r.get(2)?,
-                        finished: r.get::<_, String>(3)? == "finished",
+                        finished: r.get::<_, RunStatus>(3)? == RunStatus::Finished,
                         steps: r.get(4)?,
                     })
                 },
@@ -98,12 +107,9 @@ impl Store {
         reason: FinishReason,
         error: Option<&str>,
     ) -> StoreResult<()> {
-        let reason = serde_json::to_value(reason)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string));
         self.conn().execute(
-            "UPDATE runs SET status = 'finished', reason = ?2, error = ?3, finished_at = ?4 WHERE id = ?1",
-            params![id, reason, error, now_ms()],
+            "UPDATE runs SET status = ?2, reason = ?3, error = ?4, finished_at = ?5 WHERE id = ?1",
+            params![id, RunStatus::Finished, reason, error, now_ms()],
         )?;
         Ok(())
     }

@@ -24,6 +24,16 @@ pub struct SessionRow {
     pub max_seconds: Option<u64>,
     /// Messages with this `seq` or lower are not sent to the model (`/clear`).
     pub context_start_seq: u64,
+    /// The highest event `seq` reserved; events may have used any number up to it.
+    pub seq_reserved: u64,
+}
+
+impl SessionRow {
+    /// The lowest `seq` no event or message of the session can have used: past both the last
+    /// committed message and every number reserved for events.
+    pub fn next_free_seq(&self) -> u64 {
+        self.last_seq.max(self.seq_reserved) + 1
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -62,7 +72,8 @@ pub struct SessionPage {
 }
 
 const COLUMNS: &str = "id, title, account, model, system_prompt, workspace_root, max_steps, \
-                       created_at, updated_at, last_seq, cap_usd, max_seconds, context_start_seq";
+                       created_at, updated_at, last_seq, cap_usd, max_seconds, context_start_seq, \
+                       seq_reserved";
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
     Ok(SessionRow {
@@ -79,6 +90,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
         cap_usd: row.get(10)?,
         max_seconds: row.get::<_, Option<i64>>(11)?.map(|s| s as u64),
         context_start_seq: row.get::<_, i64>(12)? as u64,
+        seq_reserved: row.get::<_, i64>(13)? as u64,
     })
 }
 
@@ -99,10 +111,11 @@ impl Store {
             cap_usd: new.cap_usd,
             max_seconds: new.max_seconds,
             context_start_seq: 0,
+            seq_reserved: 0,
         };
         self.conn().execute(
             &format!(
-                "INSERT INTO sessions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, ?11, 0)"
+                "INSERT INTO sessions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, ?11, 0, 0)"
             ),
             params![
                 row.id,
@@ -209,6 +222,15 @@ impl Store {
             .conn()
             .execute("DELETE FROM sessions WHERE id = ?1", [id])?
             > 0)
+    }
+
+    /// Persists that event numbers up to `through` may be handed out (never lowers the mark).
+    pub fn reserve_seq(&self, session_id: &str, through: u64) -> StoreResult<()> {
+        self.conn().execute(
+            "UPDATE sessions SET seq_reserved = MAX(seq_reserved, ?2) WHERE id = ?1",
+            params![session_id, through as i64],
+        )?;
+        Ok(())
     }
 
     /// Starts the model's context after the session's current last message (`/clear`).

@@ -37,16 +37,39 @@ pub struct ApprovalRow {
     pub tool: String,
 }
 
-fn text<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_value(value)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
+/// Where an approval stands: waiting, answered with a decision, or cancelled with its run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ApprovalStatus {
+    Pending,
+    Allow,
+    AllowAlways,
+    Deny,
+    Cancelled,
 }
 
-fn parse<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
-    serde_json::from_value(serde_json::Value::String(text.to_string()))
-        .map_err(|_| StoreError::Corrupt(format!("unknown value {text:?}")))
+impl From<ApprovalDecision> for ApprovalStatus {
+    fn from(decision: ApprovalDecision) -> Self {
+        match decision {
+            ApprovalDecision::Allow => ApprovalStatus::Allow,
+            ApprovalDecision::AllowAlways => ApprovalStatus::AllowAlways,
+            ApprovalDecision::Deny => ApprovalStatus::Deny,
+            ApprovalDecision::Cancelled => ApprovalStatus::Cancelled,
+        }
+    }
+}
+
+impl ApprovalStatus {
+    /// The decision once it is made (the user's, or `cancelled` by the run's end).
+    fn decision(self) -> Option<ApprovalDecision> {
+        match self {
+            ApprovalStatus::Pending => None,
+            ApprovalStatus::Allow => Some(ApprovalDecision::Allow),
+            ApprovalStatus::AllowAlways => Some(ApprovalDecision::AllowAlways),
+            ApprovalStatus::Deny => Some(ApprovalDecision::Deny),
+            ApprovalStatus::Cancelled => Some(ApprovalDecision::Cancelled),
+        }
+    }
 }
 
 /// Inserts the tool calls of a freshly appended assistant message (same transaction).
@@ -59,7 +82,7 @@ pub(super) fn insert_calls(
 ) -> StoreResult<()> {
     let mut stmt = tx.prepare_cached(
         "INSERT INTO tool_calls (id, session_id, run_id, message_id, position, name, input, status)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending')",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?;
     for (position, (id, name, input)) in calls.iter().enumerate() {
         stmt.execute(params![
@@ -69,7 +92,8 @@ pub(super) fn insert_calls(
             message_id,
             position as i64,
             name,
-            input.to_string()
+            input.to_string(),
+            ToolCallStatus::Pending
         ])?;
     }
     Ok(())
@@ -91,7 +115,7 @@ impl Store {
                     r.get::<_, String>(2)?,
                     r.get::<_, String>(3)?,
                     r.get::<_, String>(4)?,
-                    r.get::<_, String>(5)?,
+                    r.get::<_, ToolCallStatus>(5)?,
                     r.get::<_, Option<String>>(6)?,
                     r.get::<_, bool>(7)?,
                 ))
@@ -103,7 +127,7 @@ impl Store {
                     Ok(ToolCallRow {
                         input: serde_json::from_str(&input)
                             .map_err(|e| StoreError::Corrupt(format!("tool call {id}: {e}")))?,
-                        status: parse(&status)?,
+                        status,
                         id,
                         run_id,
                         message_id,
@@ -124,7 +148,7 @@ impl Store {
     ) -> StoreResult<()> {
         self.conn().execute(
             "UPDATE tool_calls SET status = ?3 WHERE session_id = ?1 AND id = ?2",
-            params![session_id, call_id, text(&status)],
+            params![session_id, call_id, status],
         )?;
         Ok(())
     }
@@ -141,7 +165,7 @@ impl Store {
         self.conn().execute(
             "UPDATE tool_calls SET status = ?3, output = ?4, is_error = ?5
              WHERE session_id = ?1 AND id = ?2 AND output IS NULL",
-            params![session_id, call_id, text(&status), output, is_error],
+            params![session_id, call_id, status, output, is_error],
         )?;
         Ok(())
     }
@@ -149,7 +173,7 @@ impl Store {
     pub fn insert_approval(&self, approval: &PendingApproval, session_id: &str) -> StoreResult<()> {
         self.conn().execute(
             "INSERT INTO approvals (id, session_id, run_id, call_id, tool, input, summary, status, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![
                 approval.approval_id,
                 session_id,
@@ -158,6 +182,7 @@ impl Store {
                 approval.tool,
                 approval.input.to_string(),
                 approval.summary,
+                ApprovalStatus::Pending,
                 now_ms()
             ],
         )?;
@@ -170,7 +195,7 @@ impl Store {
         session_id: &str,
         call_id: &str,
     ) -> StoreResult<Option<ApprovalDecision>> {
-        let status: Option<String> = self
+        let status: Option<ApprovalStatus> = self
             .conn()
             .query_row(
                 "SELECT status FROM approvals WHERE session_id = ?1 AND call_id = ?2
@@ -179,10 +204,7 @@ impl Store {
                 |r| r.get(0),
             )
             .optional()?;
-        match status.as_deref() {
-            None | Some("pending") => Ok(None),
-            Some(other) => Ok(Some(parse(other)?)),
-        }
+        Ok(status.and_then(ApprovalStatus::decision))
     }
 
     /// Whether the call already has an approval row (pending or answered).
@@ -254,7 +276,7 @@ impl Store {
                             call_id: r.get(2)?,
                             tool: r.get(3)?,
                         },
-                        r.get::<_, String>(4)?,
+                        r.get::<_, ApprovalStatus>(4)?,
                     ))
                 },
             )
@@ -262,12 +284,12 @@ impl Store {
         let Some((row, status)) = row else {
             return Ok(ApprovalOutcome::NotFound);
         };
-        if status != "pending" {
-            return Ok(ApprovalOutcome::AlreadyResolved(parse(&status)?));
+        if let Some(earlier) = status.decision() {
+            return Ok(ApprovalOutcome::AlreadyResolved(earlier));
         }
         tx.execute(
             "UPDATE approvals SET status = ?2, resolved_at = ?3 WHERE id = ?1",
-            params![id, text(&decision), now_ms()],
+            params![id, ApprovalStatus::from(decision), now_ms()],
         )?;
         if decision == ApprovalDecision::AllowAlways {
             tx.execute(
@@ -283,11 +305,13 @@ impl Store {
     pub fn cancel_pending_approvals(&self, run_id: &str) -> StoreResult<Vec<String>> {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached(
-            "UPDATE approvals SET status = 'cancelled', resolved_at = ?2
+            "UPDATE approvals SET status = ?3, resolved_at = ?2
              WHERE run_id = ?1 AND status = 'pending' RETURNING id",
         )?;
         let ids = stmt
-            .query_map(params![run_id, now_ms()], |r| r.get(0))?
+            .query_map(params![run_id, now_ms(), ApprovalStatus::Cancelled], |r| {
+                r.get(0)
+            })?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(ids)
     }

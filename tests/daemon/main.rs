@@ -12,6 +12,7 @@ mod providers;
 mod run_ends;
 mod runs;
 mod secrets;
+mod seq;
 mod terminal;
 #[path = "../support/upstream.rs"]
 mod upstream;

@@ -1,0 +1,73 @@
+//! Event numbering across a crash: `seq` never repeats, even for events that were never
+//! stored (streamed deltas).
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use sidechat::protocol::{Event, FinishReason};
+
+use crate::harness::{Daemon, Options, Scratch};
+
+#[tokio::test]
+async fn seq_keeps_increasing_after_a_daemon_killed_mid_stream() {
+    let scratch = Scratch::new();
+    // Slow enough that the daemon is killed while it streams.
+    let script = json!({"turns": [{"text": "word ".repeat(400), "delayMs": 5}]});
+    let mut daemon = Daemon::start(
+        &scratch.db(),
+        Options::with_env(scratch.replay(script.clone())),
+    )
+    .await;
+    let session = daemon
+        .create_session(json!({"account": "replay", "workspaceRoot": scratch.workspace().display().to_string()}))
+        .await;
+    daemon.send(&session, "talk").await;
+    let mut seen = Vec::new();
+    let mut deltas = 0;
+    while deltas < 20 {
+        let event = daemon.next_event().await;
+        deltas += usize::from(matches!(event.event, Event::TextDelta { .. }));
+        seen.push(event.seq);
+    }
+    // SIGKILL: nothing gets to run on the way out.
+    daemon.conn.child_mut().kill().await.unwrap();
+    let highest_before = *seen.iter().max().unwrap();
+
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
+    let transcript = daemon.transcript(&session).await;
+    assert_eq!(transcript["state"], "unanswered");
+    daemon
+        .call("chat/resume", json!({"sessionId": session}))
+        .await;
+    let events = daemon.until_finished().await;
+    assert!(matches!(
+        events.last().map(|e| &e.event),
+        Some(Event::RunFinished {
+            reason: FinishReason::EndTurn,
+            ..
+        })
+    ));
+    let after: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert!(
+        after[0] > highest_before,
+        "the first event after the restart has seq {} but {highest_before} was seen before",
+        after[0]
+    );
+    assert!(
+        after.windows(2).all(|w| w[0] < w[1]),
+        "seq must increase: {after:?}"
+    );
+    // Committed messages keep the numbers their events carried.
+    let transcript = daemon.transcript(&session).await;
+    let stored: Vec<u64> = transcript["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert!(stored.windows(2).all(|w| w[0] < w[1]), "{stored:?}");
+    assert!(
+        stored.iter().skip(1).all(|s| *s > highest_before),
+        "{stored:?}"
+    );
+    daemon.close().await;
+}
