@@ -5,13 +5,15 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum SessionState {
-    /// Nothing running, nothing waiting.
+    /// Nothing running, nothing waiting; also after a run the user stopped or that used up
+    /// its steps.
     Idle,
     /// A run is streaming or executing tools.
     Running,
     /// A run waits for the user to answer an approval prompt.
     AwaitingApproval,
-    /// The last turn is the user's (or tool results) and no run answers it; `chat/resume` does.
+    /// The last turn is the user's (or tool results) and no run answers it, as after a crash;
+    /// `chat/resume` does.
     Unanswered,
 }
 

@@ -185,3 +185,55 @@ impl RunContext {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn each_end_says_its_reason_error_message_status_and_notice() {
+        let ends = [
+            RunEnd::EndTurn,
+            RunEnd::Stopped,
+            RunEnd::MaxIterations,
+            RunEnd::BudgetSpent("capUsd: spent".into()),
+            RunEnd::CutOff,
+            RunEnd::Error("HTTP 500".into()),
+        ];
+        let described: Vec<_> = ends
+            .iter()
+            .map(|end| {
+                (
+                    end.reason(),
+                    end.error().map(str::to_string),
+                    end.message_status(),
+                    end.notice(3).map(|(level, _)| level),
+                )
+            })
+            .collect();
+        use FinishReason as F;
+        use MessageStatus as M;
+        use NoticeLevel as N;
+        assert_eq!(
+            described,
+            vec![
+                (F::EndTurn, None, M::Complete, None),
+                (F::Stopped, None, M::Stopped, None),
+                (F::MaxIterations, None, M::Complete, Some(N::Warning)),
+                (
+                    F::BudgetSpent,
+                    Some("capUsd: spent".into()),
+                    M::Complete,
+                    Some(N::Warning)
+                ),
+                (F::CutOff, None, M::Complete, Some(N::Warning)),
+                (F::Error, Some("HTTP 500".into()), M::Failed, Some(N::Error)),
+            ]
+        );
+        assert_eq!(
+            RunEnd::MaxIterations.notice(3).map(|(_, text)| text),
+            Some("The run stopped after 3 steps, the session's step limit (maxSteps). Send a message to let it go on.".into())
+        );
+    }
+}
