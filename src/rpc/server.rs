@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use futures::future::join_all;
 use jsonrpsee::core::server::{ConnectionId, MethodCallback};
 use jsonrpsee::{Extensions, RpcModule};
 use jsonrpsee_types::{Id, Params};
@@ -99,6 +98,46 @@ impl Message {
     }
 }
 
+/// Where a request's answer goes.
+#[derive(Clone)]
+enum ReplyTo {
+    /// Out on its own.
+    Alone,
+    /// Into its place in a batch's answer.
+    Batch {
+        batch: Arc<Mutex<BatchReply>>,
+        slot: usize,
+    },
+}
+
+/// A batch's answer while its members run: one slot per member that is answered, in the
+/// order of the batch, sent as one array once every slot is filled.
+#[derive(Default)]
+struct BatchReply {
+    slots: Vec<Option<String>>,
+    /// Slots still waiting for a call to end.
+    missing: usize,
+    /// Every member has been read, so no more slots will be added.
+    sealed: bool,
+}
+
+impl BatchReply {
+    /// The batch's answer once it is complete and not yet taken.
+    fn take_if_complete(&mut self) -> Option<String> {
+        if !self.sealed || self.missing > 0 || self.slots.is_empty() {
+            return None;
+        }
+        let answers: Vec<String> = self.slots.drain(..).flatten().collect();
+        Some(format!("[{}]", answers.join(",")))
+    }
+}
+
+/// A request being answered on its own task.
+struct InFlight {
+    task: AbortHandle,
+    reply_to: ReplyTo,
+}
+
 /// The runtime once its store is open, with the method table over it.
 struct Ready {
     runtime: Runtime,
@@ -115,8 +154,9 @@ struct Dispatcher {
     ready: tokio::sync::OnceCell<Result<Ready, String>>,
     peer: Peer,
     state: Mutex<Lifecycle>,
-    /// In-flight requests by their id's JSON text, so `$/cancelRequest` can end them.
-    inflight: Mutex<HashMap<String, AbortHandle>>,
+    /// In-flight requests by their id's JSON text, so `$/cancelRequest` can end them. An id is
+    /// in here at most once: a request reusing one still in flight is refused.
+    inflight: Mutex<HashMap<String, InFlight>>,
     /// Signalled whenever an in-flight request ends, so `shutdown` can wait for them.
     request_ended: tokio::sync::Notify,
 }
@@ -241,18 +281,18 @@ impl Dispatcher {
                 false
             }
             Outcome::Call { id, method, params } => {
-                self.spawn_call(id, method, params);
+                self.spawn_call(id, method, params, ReplyTo::Alone);
                 false
             }
             Outcome::Exit => true,
         }
     }
 
-    /// A batch: every element handled, the answers sent together as one array.
+    /// A batch: every member handled as it would be alone (calls on their own tasks, each
+    /// cancellable), the answers sent together as one array once the last call has ended.
     async fn handle_batch(self: Arc<Self>, items: Vec<&RawValue>) -> bool {
         let mut exit = false;
-        let mut replies = Vec::new();
-        let mut calls = Vec::new();
+        let batch = Arc::new(Mutex::new(BatchReply::default()));
         for item in items {
             let outcome = match Message::read(item.get().as_bytes()) {
                 Ok(message) => self.classify(message).await,
@@ -260,23 +300,52 @@ impl Dispatcher {
             };
             match outcome {
                 Outcome::Silent => {}
-                Outcome::Reply(text) => replies.push(text),
-                Outcome::Call { id, method, params } => calls.push((id, method, params)),
+                Outcome::Reply(text) => lock(&batch).slots.push(Some(text)),
+                Outcome::Call { id, method, params } => {
+                    let slot = {
+                        let mut batch = lock(&batch);
+                        batch.slots.push(None);
+                        batch.missing += 1;
+                        batch.slots.len() - 1
+                    };
+                    let reply_to = ReplyTo::Batch {
+                        batch: batch.clone(),
+                        slot,
+                    };
+                    self.clone().spawn_call(id, method, params, reply_to);
+                }
                 Outcome::Exit => exit = true,
             }
         }
-        let this = &self;
-        let answered = join_all(
-            calls
-                .into_iter()
-                .map(|(id, method, params)| async move { this.call(&id, &method, params).await }),
-        )
-        .await;
-        replies.extend(answered);
-        if !replies.is_empty() {
-            self.peer.outbox().send(format!("[{}]", replies.join(",")));
+        let complete = {
+            let mut batch = lock(&batch);
+            batch.sealed = true;
+            batch.take_if_complete()
+        };
+        if let Some(answer) = complete {
+            self.peer.outbox().send(answer);
         }
         exit
+    }
+
+    /// Sends a request's answer where it belongs.
+    fn deliver(&self, reply_to: &ReplyTo, answer: String) {
+        match reply_to {
+            ReplyTo::Alone => self.peer.outbox().send(answer),
+            ReplyTo::Batch { batch, slot } => {
+                let complete = {
+                    let mut batch = lock(batch);
+                    if let Some(place) = batch.slots.get_mut(*slot) {
+                        *place = Some(answer);
+                    }
+                    batch.missing = batch.missing.saturating_sub(1);
+                    batch.take_if_complete()
+                };
+                if let Some(answer) = complete {
+                    self.peer.outbox().send(answer);
+                }
+            }
+        }
     }
 
     async fn classify(&self, message: Message) -> Outcome {
@@ -413,30 +482,55 @@ impl Dispatcher {
         Outcome::Silent
     }
 
-    /// Runs a request on its own task so a slow method never blocks the connection.
-    fn spawn_call(self: Arc<Self>, id: Value, method: String, params: Option<Box<RawValue>>) {
+    /// Runs a request on its own task so a slow method never blocks the connection. A request
+    /// whose id is still in flight is refused (-32600, as LSP servers do): answering both
+    /// would give the client two answers it cannot tell apart, and the first would lose its
+    /// place in the in-flight map, so `$/cancelRequest` and `shutdown` could no longer see it.
+    fn spawn_call(
+        self: Arc<Self>,
+        id: Value,
+        method: String,
+        params: Option<Box<RawValue>>,
+        reply_to: ReplyTo,
+    ) {
         let key = id.to_string();
+        // Hold the lock while spawning so the task cannot finish before it is registered.
+        let mut inflight = lock(&self.inflight);
+        if inflight.contains_key(&key) {
+            drop(inflight);
+            tracing::warn!(%id, method, "refused a request reusing the id of one in flight");
+            let message = format!("Invalid Request: request {id} is still in flight");
+            self.deliver(
+                &reply_to,
+                error_response(&id, INVALID_REQUEST, &message, None),
+            );
+            return;
+        }
         let this = self.clone();
         let task_key = key.clone();
-        let task_id = id.clone();
-        // Hold the lock while spawning so the task cannot finish before it is registered.
-        let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
         let task = tokio::spawn(async move {
-            let reply = this.call(&task_id, &method, params).await;
-            let still_wanted = this
-                .inflight
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&task_key)
-                .is_some();
-            if still_wanted {
-                this.peer.outbox().send(reply);
+            let answer = this.call(&id, &method, params).await;
+            {
+                let mut inflight = lock(&this.inflight);
+                // Only this task's own entry: once cancelled, the id may belong to a new
+                // request, and the cancellation has answered this one.
+                let own = inflight
+                    .get(&task_key)
+                    .is_some_and(|entry| entry.task.id() == tokio::task::id());
+                if own && let Some(entry) = inflight.remove(&task_key) {
+                    // Under the lock, so a cancellation cannot answer it as well.
+                    this.deliver(&entry.reply_to, answer);
+                }
             }
             this.request_ended.notify_waiters();
         });
-        if inflight.insert(key, task.abort_handle()).is_some() {
-            tracing::warn!(%id, "a request reused the id of one still in flight");
-        }
+        inflight.insert(
+            key,
+            InFlight {
+                task: task.abort_handle(),
+                reply_to,
+            },
+        );
     }
 
     /// Waits until every request accepted before `shutdown` has been answered.
@@ -445,12 +539,7 @@ impl Dispatcher {
             let ended = self.request_ended.notified();
             tokio::pin!(ended);
             ended.as_mut().enable();
-            if self
-                .inflight
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_empty()
-            {
+            if lock(&self.inflight).is_empty() {
                 return;
             }
             ended.await;
@@ -458,19 +547,12 @@ impl Dispatcher {
     }
 
     fn cancel(&self, id: &Value) {
-        let handle = self
-            .inflight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id.to_string());
-        if let Some(handle) = handle {
-            handle.abort();
-            self.peer.outbox().send(error_response(
-                id,
-                REQUEST_CANCELLED,
-                "Request cancelled",
-                None,
-            ));
+        let mut inflight = lock(&self.inflight);
+        if let Some(entry) = inflight.remove(&id.to_string()) {
+            entry.task.abort();
+            let answer = error_response(id, REQUEST_CANCELLED, "Request cancelled", None);
+            self.deliver(&entry.reply_to, answer);
+            drop(inflight);
             self.request_ended.notify_waiters();
         }
     }
@@ -533,12 +615,20 @@ impl Dispatcher {
     }
 }
 
+/// Locks a mutex whose data stays valid even if a holder panicked.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn result_response<T: serde::Serialize>(id: &Value, result: &T) -> String {
     serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
 }
 
 #[cfg(test)]
 mod tests {
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
     use super::*;
     use crate::rpc::framing::Framing;
     use crate::runtime::NoClient;
@@ -555,7 +645,10 @@ mod tests {
         }
     }
 
-    fn dispatcher(sink: Sink) -> Arc<Dispatcher> {
+    /// A dispatcher over an in-memory store, with two methods of its own: `test/sleep`, which
+    /// never ends by itself, and `test/gate`, which ends when the returned semaphore gives it
+    /// a permit.
+    fn gated_dispatcher(sink: Sink) -> (Arc<Dispatcher>, Arc<tokio::sync::Semaphore>) {
         let config = crate::config::Config::from_env();
         let store = crate::store::Store::open_in_memory().unwrap();
         let runtime = Runtime::new(store, config, Arc::new(NoClient)).unwrap();
@@ -566,8 +659,19 @@ mod tests {
                 Ok::<_, jsonrpsee_types::ErrorObjectOwned>(())
             })
             .unwrap();
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let opens = gate.clone();
+        module
+            .register_async_method("test/gate", move |_, _, _| {
+                let opens = opens.clone();
+                async move {
+                    opens.acquire().await.map(|permit| permit.forget()).ok();
+                    Ok::<_, jsonrpsee_types::ErrorObjectOwned>("opened")
+                }
+            })
+            .unwrap();
         let framing = Arc::new(OnceLock::from(Framing::Line));
-        Arc::new(Dispatcher {
+        let dispatcher = Arc::new(Dispatcher {
             init: crate::runtime::describe(&crate::config::Config::from_env()),
             opening: tokio::sync::Mutex::new(None),
             ready: tokio::sync::OnceCell::new_with(Some(Ok(Ready { runtime, module }))),
@@ -575,7 +679,12 @@ mod tests {
             state: Mutex::new(Lifecycle::Running),
             inflight: Mutex::default(),
             request_ended: tokio::sync::Notify::new(),
-        })
+        });
+        (dispatcher, gate)
+    }
+
+    fn dispatcher(sink: Sink) -> Arc<Dispatcher> {
+        gated_dispatcher(sink).0
     }
 
     fn frames(sink: &Sink) -> Vec<Value> {
@@ -609,6 +718,128 @@ mod tests {
             vec![
                 (serde_json::json!(7), serde_json::json!(-32800)),
                 (serde_json::json!(8), Value::Null)
+            ]
+        );
+    }
+
+    /// A guard against a hang, not a timing assertion.
+    const HANG_GUARD: std::time::Duration = std::time::Duration::from_secs(60);
+
+    /// Each answer's id and result, or error code.
+    fn answers(frames: &[Value]) -> Vec<Value> {
+        frames
+            .iter()
+            .map(|frame| match frame {
+                Value::Array(items) => Value::Array(answers(items)),
+                one => match one.get("error") {
+                    Some(error) => json!([one["id"], error["code"]]),
+                    None => json!([one["id"], one["result"].is_null()]),
+                },
+            })
+            .collect()
+    }
+
+    /// Waits until the writer has sent a frame answering `id`.
+    async fn answered(dispatcher: &Dispatcher, sink: &Sink, id: Value) {
+        let wait = async {
+            loop {
+                dispatcher.peer.outbox().flush().await;
+                if frames(sink).iter().any(|f| f["id"] == id) {
+                    return;
+                }
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(HANG_GUARD, wait).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_request_reusing_an_in_flight_id_is_refused_and_the_first_still_answered() {
+        let sink = Sink::default();
+        let (dispatcher, gate) = gated_dispatcher(sink.clone());
+        let first = br#"{"jsonrpc":"2.0","id":7,"method":"test/gate"}"#;
+        dispatcher.clone().handle_frame(first).await;
+        let again = br#"{"jsonrpc":"2.0","id":7,"method":"session/list"}"#;
+        dispatcher.clone().handle_frame(again).await;
+        answered(&dispatcher, &sink, json!(7)).await;
+        // The same id as a string is another id.
+        let text_id = br#"{"jsonrpc":"2.0","id":"7","method":"session/list"}"#;
+        dispatcher.clone().handle_frame(text_id).await;
+        answered(&dispatcher, &sink, json!("7")).await;
+        gate.add_permits(1);
+        // Shutdown's wait still sees the first request.
+        tokio::time::timeout(HANG_GUARD, dispatcher.requests_drained())
+            .await
+            .unwrap();
+        dispatcher.peer.outbox().flush().await;
+        let sent = frames(&sink);
+        assert_eq!(
+            answers(&sent),
+            vec![json!([7, -32600]), json!(["7", false]), json!([7, false])]
+        );
+        assert_eq!(sent[2]["result"], json!("opened"));
+        assert!(
+            sent[0]["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("in flight"),
+            "{}",
+            sent[0]
+        );
+        // Once answered, the id may be used again.
+        dispatcher.clone().handle_frame(again).await;
+        dispatcher.requests_drained().await;
+        dispatcher.peer.outbox().flush().await;
+        assert_eq!(answers(&frames(&sink)[3..]), vec![json!([7, false])]);
+    }
+
+    #[tokio::test]
+    async fn batch_members_run_like_single_calls() {
+        let sink = Sink::default();
+        let (dispatcher, gate) = gated_dispatcher(sink.clone());
+        let batch = br#"[
+            {"jsonrpc":"2.0","id":1,"method":"test/gate"},
+            {"jsonrpc":"2.0","id":2,"method":"session/list"},
+            {"jsonrpc":"2.0","method":"x/y"},
+            {"jsonrpc":"2.0","id":3,"method":"no/such"},
+            {"jsonrpc":"2.0","id":4,"method":"test/sleep"},
+            {"jsonrpc":"2.0","id":5,"method":"test/gate"},
+            7
+        ]"#;
+        // The reading loop goes on at once, whatever the members do.
+        let exit = tokio::time::timeout(HANG_GUARD, dispatcher.clone().handle_frame(batch))
+            .await
+            .expect("the batch was awaited on the reading loop");
+        assert!(!exit);
+        // A later frame is answered while the batch works.
+        let later = br#"{"jsonrpc":"2.0","id":6,"method":"session/list"}"#;
+        dispatcher.clone().handle_frame(later).await;
+        answered(&dispatcher, &sink, json!(6)).await;
+        // Members are cancelled like single calls; a member reusing an id in flight is refused.
+        let cancel = br#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":4}}"#;
+        dispatcher.clone().handle_frame(cancel).await;
+        let reused = br#"{"jsonrpc":"2.0","id":5,"method":"session/list"}"#;
+        dispatcher.clone().handle_frame(reused).await;
+        answered(&dispatcher, &sink, json!(5)).await;
+        gate.add_permits(2);
+        tokio::time::timeout(HANG_GUARD, dispatcher.requests_drained())
+            .await
+            .unwrap();
+        dispatcher.peer.outbox().flush().await;
+        // One array for the batch, in the order of its members, once all have finished.
+        assert_eq!(
+            answers(&frames(&sink)),
+            vec![
+                json!([6, false]),
+                json!([5, -32600]),
+                json!([
+                    [1, false],
+                    [2, false],
+                    [3, -32601],
+                    [4, -32800],
+                    [5, false],
+                    [null, -32600]
+                ]),
             ]
         );
     }
