@@ -76,6 +76,7 @@ async fn chat(options: ChatOptions) -> anyhow::Result<i32> {
     let mut running = false;
     let mut pending_approval: Option<String> = None;
     let mut interrupts = 0u32;
+    let mut ctrl_c = CtrlC::listen()?;
     screen.prompt();
     loop {
         tokio::select! {
@@ -134,7 +135,7 @@ async fn chat(options: ChatOptions) -> anyhow::Result<i32> {
                     }
                 }
             }
-            _ = tokio::signal::ctrl_c() => {
+            _ = ctrl_c.pressed() => {
                 interrupts += 1;
                 if running && interrupts == 1 {
                     screen.line("^C stopping the run (Ctrl-C again to quit)");
@@ -148,6 +149,33 @@ async fn chat(options: ChatOptions) -> anyhow::Result<i32> {
     screen.line("Bye.");
     let code = connection.close().await?;
     Ok(if code == 0 { 0 } else { 1 })
+}
+
+/// Ctrl-C presses, heard by one listener kept for the whole chat: a listener made anew on each
+/// turn of the loop misses a press that lands while the loop is drawing an event.
+struct CtrlC {
+    #[cfg(unix)]
+    signal: tokio::signal::unix::Signal,
+}
+
+impl CtrlC {
+    fn listen() -> std::io::Result<Self> {
+        Ok(Self {
+            #[cfg(unix)]
+            signal: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?,
+        })
+    }
+
+    async fn pressed(&mut self) {
+        #[cfg(unix)]
+        if self.signal.recv().await.is_none() {
+            std::future::pending::<()>().await;
+        }
+        #[cfg(not(unix))]
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 async fn open_session(connection: &Connection, options: &ChatOptions) -> anyhow::Result<Value> {
