@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::context::{DEFAULT_RESPONSE_RESERVE, Thresholds};
+use crate::context::DEFAULT_RESPONSE_RESERVE;
 use crate::cost::ModelPrice;
+use crate::protocol::Thresholds;
 use crate::protocol::{AccountInfo, ProviderKind};
 use crate::provider::HttpSettings;
 

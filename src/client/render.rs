@@ -5,7 +5,7 @@ use std::io::Write;
 use serde_json::Value;
 
 use super::flush;
-use crate::context::Pressure;
+use crate::protocol::Pressure;
 use crate::protocol::{Event, FinishReason, InitializeResult, NoticeLevel, Role, ToolCallStatus};
 
 pub struct Screen<W: Write> {

@@ -10,9 +10,11 @@ pub mod streaming;
 pub mod tokens;
 pub mod window;
 
+/// The budget's wire types, defined in [`crate::protocol`] with the rest of the contract; also
+/// reachable here, where the code computing them has always found them.
+pub use crate::protocol::{BudgetError, BudgetSnapshot, Pressure, Reconciliation, Thresholds};
 pub use budget::{
-    Actuals, BudgetError, BudgetInput, BudgetSnapshot, Correction, CorrectionTable,
-    DEFAULT_RESPONSE_RESERVE, HistoryTally, Pressure, Reconciliation, Thresholds,
+    Actuals, BudgetInput, Correction, CorrectionTable, DEFAULT_RESPONSE_RESERVE, HistoryTally,
 };
 pub use streaming::StreamingCount;
 pub use tokens::{

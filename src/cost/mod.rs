@@ -6,11 +6,12 @@
 pub mod prices;
 pub mod usage;
 
+/// The cost's wire types, defined in [`crate::protocol`] with the rest of the contract; also
+/// reachable here, where the code computing them has always found them.
+pub use crate::protocol::{
+    CostSummary, KindCosts, ModelCost, PriceSource, TokenUsage, UnpricedUsage,
+};
 pub use prices::{
-    ModelPrice, PriceBook, PriceEntry, PriceError, PriceMatch, PriceSource, PriceTier, Rates,
-    parse_price_table,
+    ModelPrice, PriceBook, PriceEntry, PriceError, PriceMatch, PriceTier, Rates, parse_price_table,
 };
-pub use usage::{
-    CostSummary, KindCosts, ModelCost, TokenUsage, UnpricedUsage, UsageLine, cost_summary,
-    line_cost,
-};
+pub use usage::{UsageLine, cost_summary, line_cost};

@@ -11,6 +11,8 @@ use std::sync::OnceLock;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::protocol::PriceSource;
+
 const BUILTIN_JSON: &str = include_str!("../../data/prices.json");
 
 /// Picodollars (1e-12 USD) per token are the same unit as microdollars per million tokens, so a
@@ -125,14 +127,6 @@ struct Row {
 struct BuiltinPrices {
     as_of: String,
     rows: Vec<Row>,
-}
-
-/// Which table a price came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum PriceSource {
-    Override,
-    Builtin,
 }
 
 /// The price found for a model.

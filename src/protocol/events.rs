@@ -111,9 +111,9 @@ pub enum Event {
     /// The context budget: before each model request, and again with the provider's actual
     /// counts once it answered.
     Budget {
-        snapshot: crate::context::BudgetSnapshot,
+        snapshot: super::BudgetSnapshot,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        actual: Option<crate::context::Reconciliation>,
+        actual: Option<super::Reconciliation>,
     },
     /// Token counts the provider reported for one model request (facts, no prices).
     Usage {
@@ -131,4 +131,39 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+}
+
+/// Which streamed text a [`Delta`] adds to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeltaKind {
+    Text,
+    Thinking,
+}
+
+/// A `textDelta` or `thinkingDelta` event, borrowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delta<'a> {
+    pub session_id: &'a str,
+    pub seq: u64,
+    pub run_id: Option<&'a str>,
+    pub kind: DeltaKind,
+    pub message_id: &'a str,
+    pub text: &'a str,
+}
+
+impl Delta<'_> {
+    /// The event as every other event is published.
+    pub fn to_event(&self) -> SessionEventParams {
+        let message_id = self.message_id.to_string();
+        let text = self.text.to_string();
+        SessionEventParams {
+            session_id: self.session_id.to_string(),
+            seq: self.seq,
+            run_id: self.run_id.map(str::to_string),
+            event: match self.kind {
+                DeltaKind::Text => Event::TextDelta { message_id, text },
+                DeltaKind::Thinking => Event::ThinkingDelta { message_id, text },
+            },
+        }
+    }
 }

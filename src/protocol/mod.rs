@@ -3,7 +3,9 @@
 //! They live in one place so that the JSON Schema in `schema/` can be generated from them
 //! (`sidechat schema`) and a test can tell when the checked-in copy is stale.
 
+mod budget;
 mod chat;
+mod cost;
 mod events;
 mod lifecycle;
 mod methods;
@@ -11,7 +13,9 @@ mod schema;
 mod session;
 mod transcript;
 
+pub use budget::*;
 pub use chat::*;
+pub use cost::*;
 pub use events::*;
 pub use lifecycle::*;
 pub use methods::*;

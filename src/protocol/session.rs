@@ -227,7 +227,7 @@ pub struct SessionDeleteResult {
 pub struct SessionBudgetResult {
     pub session_id: String,
     pub model: String,
-    pub snapshot: crate::context::BudgetSnapshot,
+    pub snapshot: super::BudgetSnapshot,
 }
 
 /// `session/cost`: what the session's model requests cost, priced now.
@@ -235,7 +235,7 @@ pub struct SessionBudgetResult {
 #[serde(rename_all = "camelCase")]
 pub struct SessionCostResult {
     pub session_id: String,
-    pub cost: crate::cost::CostSummary,
+    pub cost: super::CostSummary,
     /// The spend cap in force, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cap_usd: Option<f64>,

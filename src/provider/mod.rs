@@ -81,7 +81,7 @@ pub struct ModelRequest {
 }
 
 /// Token counts the provider reported for one request: facts, priced only when read.
-pub use crate::cost::TokenUsage;
+pub use crate::protocol::TokenUsage;
 
 /// Why the model stopped.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

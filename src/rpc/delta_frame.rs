@@ -7,7 +7,7 @@
 //! checks, so a client cannot tell the two paths apart.
 
 use crate::json_text::next_special;
-use crate::runtime::{Delta, DeltaKind};
+use crate::protocol::{Delta, DeltaKind};
 
 /// The `session/event` frame of a text or thinking delta.
 #[cfg(test)]

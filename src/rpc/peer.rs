@@ -12,8 +12,7 @@ use tokio::sync::oneshot;
 
 use super::delta_frame::write_delta_frame;
 use super::transport::Outbox;
-use crate::protocol::SessionEventParams;
-use crate::runtime::Delta;
+use crate::protocol::{Delta, SessionEventParams};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum PeerError {

@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use crate::protocol::{Block, Event, Role, SessionEventParams, TranscriptEntry};
+pub(super) use crate::protocol::{Delta, DeltaKind};
 use crate::store::{NewMessage, SessionRow, Store};
 
 use super::RuntimeResult;
@@ -33,41 +34,6 @@ pub trait EventSink: Send + Sync + 'static {
     /// it without building the event first.
     fn emit_delta(&self, delta: &Delta<'_>) {
         self.emit(&delta.to_event());
-    }
-}
-
-/// Which streamed text a [`Delta`] adds to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeltaKind {
-    Text,
-    Thinking,
-}
-
-/// A `textDelta` or `thinkingDelta` event, borrowed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Delta<'a> {
-    pub session_id: &'a str,
-    pub seq: u64,
-    pub run_id: Option<&'a str>,
-    pub kind: DeltaKind,
-    pub message_id: &'a str,
-    pub text: &'a str,
-}
-
-impl Delta<'_> {
-    /// The event as every other event is published.
-    pub fn to_event(&self) -> SessionEventParams {
-        let message_id = self.message_id.to_string();
-        let text = self.text.to_string();
-        SessionEventParams {
-            session_id: self.session_id.to_string(),
-            seq: self.seq,
-            run_id: self.run_id.map(str::to_string),
-            event: match self.kind {
-                DeltaKind::Text => Event::TextDelta { message_id, text },
-                DeltaKind::Thinking => Event::ThinkingDelta { message_id, text },
-            },
-        }
     }
 }
 

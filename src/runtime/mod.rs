@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 pub use accounting::count_blocks;
 pub use error::{RuntimeError, RuntimeResult};
-pub use events::{Delta, DeltaKind, EventSink, NoClient};
+pub use events::{EventSink, NoClient};
 pub use projection::project;
 
 use crate::config::{AccountKind, Config};
