@@ -153,7 +153,8 @@ struct FileAccount {
     api_key_env: Option<String>,
     default_model: String,
     context_window: Option<u64>,
-    /// Send `max_tokens` instead of `max_completion_tokens` (local OpenAI-compatible servers).
+    /// Send `max_tokens` instead of `max_completion_tokens` (local OpenAI-compatible servers),
+    /// except to OpenAI's reasoning models, which refuse it (`provider::openai::LimitField`).
     compat: Option<bool>,
     /// Price overrides for the models this account serves.
     #[serde(default)]

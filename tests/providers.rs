@@ -1079,3 +1079,172 @@ async fn connection_errors_name_neither_key_nor_query() {
         "{debug}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The output-limit field on OpenAI-compatible servers
+// ---------------------------------------------------------------------------------------------
+
+/// A gateway (any base URL that is not OpenAI's) serving `model`.
+fn gateway(fake: &Upstream) -> OpenAiDriver {
+    openai(fake).with_compat(true)
+}
+
+fn request_for(model: &str) -> ModelRequest {
+    ModelRequest {
+        model: model.into(),
+        ..hello_request()
+    }
+}
+
+/// Which output-limit fields a request body carried.
+fn limit_fields(body: &Value) -> Vec<&'static str> {
+    ["max_tokens", "max_completion_tokens"]
+        .into_iter()
+        .filter(|field| body.get(*field).is_some())
+        .collect()
+}
+
+/// OpenAI's own answer to `max_tokens` for a reasoning model.
+fn max_tokens_refused() -> Reply {
+    error(
+        400,
+        json!({"error": {
+            "message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+            "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}}),
+    )
+}
+
+#[tokio::test]
+async fn a_gateway_sends_reasoning_models_max_completion_tokens_and_others_max_tokens() {
+    let models = ["gpt-5", "openai/o3-mini", "o1", "llama3.1", "gpt-4o"];
+    let fake = upstream::start(
+        models
+            .iter()
+            .map(|_| stream(o_hello(NoChoices::Empty)))
+            .collect(),
+    );
+    let driver = gateway(&fake);
+    for model in models {
+        assert_eq!(run(&driver, request_for(model)).await, o_hello_events());
+    }
+    let sent: Vec<_> = fake
+        .seen()
+        .iter()
+        .map(|seen| {
+            (
+                seen.body["model"].as_str().unwrap().to_owned(),
+                limit_fields(&seen.body),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        [
+            ("gpt-5".to_owned(), vec!["max_completion_tokens"]),
+            ("openai/o3-mini".to_owned(), vec!["max_completion_tokens"]),
+            ("o1".to_owned(), vec!["max_completion_tokens"]),
+            ("llama3.1".to_owned(), vec!["max_tokens"]),
+            ("gpt-4o".to_owned(), vec!["max_tokens"]),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_refused_max_tokens_is_sent_again_as_max_completion_tokens_and_remembered() {
+    // An Azure deployment named beyond recognition, serving a reasoning model.
+    let fake = upstream::start(vec![
+        max_tokens_refused(),
+        stream(o_hello(NoChoices::Empty)),
+        stream(o_hello(NoChoices::Empty)),
+        stream(o_hello(NoChoices::Empty)),
+    ]);
+    let driver = gateway(&fake);
+    assert_eq!(
+        run(&driver, request_for("prod-reasoner")).await,
+        o_hello_events()
+    );
+    assert_eq!(
+        run(&driver, request_for("prod-reasoner")).await,
+        o_hello_events()
+    );
+    // Another model of the same account keeps its own rule.
+    assert_eq!(
+        run(&driver, request_for("llama3.1")).await,
+        o_hello_events()
+    );
+    let fields: Vec<_> = fake.seen().iter().map(|s| limit_fields(&s.body)).collect();
+    assert_eq!(
+        fields,
+        [
+            vec!["max_tokens"],
+            vec!["max_completion_tokens"],
+            vec!["max_completion_tokens"],
+            vec!["max_tokens"],
+        ]
+    );
+    let bodies: Vec<_> = fake
+        .seen()
+        .into_iter()
+        .map(|mut seen| {
+            let body = seen.body.as_object_mut().unwrap();
+            body.remove("max_tokens");
+            body.remove("max_completion_tokens");
+            seen.body
+        })
+        .collect();
+    assert_eq!(bodies[0], bodies[1], "only the field changes");
+}
+
+#[tokio::test]
+async fn a_refused_max_completion_tokens_is_sent_again_as_max_tokens() {
+    let refused = error(
+        400,
+        json!({"error": {"message": "Unrecognized request argument supplied: max_completion_tokens",
+                         "type": "invalid_request_error", "param": null, "code": null}}),
+    );
+    let fake = upstream::start(vec![refused, stream(o_hello(NoChoices::Empty))]);
+    // OpenAI's kind of account (not compat), pointed at an older server.
+    assert_eq!(
+        run(&openai(&fake), request_for("gpt-4o")).await,
+        o_hello_events()
+    );
+    let fields: Vec<_> = fake.seen().iter().map(|s| limit_fields(&s.body)).collect();
+    assert_eq!(fields, [vec!["max_completion_tokens"], vec!["max_tokens"]]);
+}
+
+#[tokio::test]
+async fn the_other_field_is_tried_once_and_other_400s_not_at_all() {
+    let too_large = error(
+        400,
+        json!({"error": {"message": "max_tokens is too large: 100000. This model supports at most 4096 completion tokens.",
+                         "type": "invalid_request_error", "param": "max_tokens", "code": null}}),
+    );
+    let fake = upstream::start(vec![too_large]);
+    let events = run(&gateway(&fake), request_for("llama3.1")).await;
+    assert_eq!(
+        events,
+        [Err(ProviderError::Http {
+            status: 400,
+            message: "invalid_request_error: max_tokens is too large: 100000. This model supports at most 4096 completion tokens.".into(),
+        })]
+    );
+    assert_eq!(fake.seen().len(), 1);
+
+    let both_refused = error(
+        400,
+        json!({"error": {"message": "Unsupported parameter: 'max_completion_tokens'.",
+                         "type": "invalid_request_error"}}),
+    );
+    let fake = upstream::start(vec![max_tokens_refused(), both_refused]);
+    let driver = gateway(&fake);
+    let events = run(&driver, request_for("strict-model")).await;
+    assert_eq!(
+        events,
+        [Err(ProviderError::Http {
+            status: 400,
+            message: "invalid_request_error: Unsupported parameter: 'max_completion_tokens'."
+                .into(),
+        })]
+    );
+    assert_eq!(fake.seen().len(), 2);
+}

@@ -2,9 +2,12 @@
 //! hosted OpenAI-compatible servers (Ollama, llama.cpp, vLLM, LM Studio…) also speak.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::mem;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
 
 use reqwest::header::AUTHORIZATION;
 use serde::Deserialize;
@@ -25,8 +28,95 @@ pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
 /// Streams answers from a Chat Completions endpoint.
 pub struct OpenAiDriver {
-    upstream: Upstream,
+    upstream: Arc<Upstream>,
     compat: bool,
+    /// The output-limit field each model turned out to need, learned from a server that refused
+    /// the other one. Kept in memory for the driver's life (the daemon keeps one driver per
+    /// account for its whole run), so a restarted daemon learns it again with one more request.
+    learned: Arc<Mutex<HashMap<String, LimitField>>>,
+}
+
+/// The request field that carries the output limit. OpenAI's reasoning models (`gpt-5`, the
+/// o-series) refuse the older `max_tokens` with a 400, whoever serves them (OpenAI, Azure, a
+/// gateway); Ollama and llama.cpp ignore the newer `max_completion_tokens`, so the limit would
+/// silently not apply there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitField {
+    MaxTokens,
+    MaxCompletionTokens,
+}
+
+impl LimitField {
+    pub fn name(self) -> &'static str {
+        match self {
+            LimitField::MaxTokens => "max_tokens",
+            LimitField::MaxCompletionTokens => "max_completion_tokens",
+        }
+    }
+
+    fn other(self) -> Self {
+        match self {
+            LimitField::MaxTokens => LimitField::MaxCompletionTokens,
+            LimitField::MaxCompletionTokens => LimitField::MaxTokens,
+        }
+    }
+
+    /// The field to send first: the newer one to OpenAI itself and to any server for a model of
+    /// a reasoning family, the older one to other models on a compatible server.
+    pub fn for_model(model: &str, compat: bool) -> Self {
+        if !compat || is_reasoning_family(model) {
+            LimitField::MaxCompletionTokens
+        } else {
+            LimitField::MaxTokens
+        }
+    }
+}
+
+/// `gpt-5…` and the o-series (`o1`, `o3-mini`, `o4-mini`…), also behind a gateway's vendor
+/// prefix (`openai/gpt-5`). A deployment renamed beyond recognition (Azure) is caught by the
+/// retry in [`OpenAiDriver::stream`] instead.
+pub fn is_reasoning_family(model: &str) -> bool {
+    let name = model
+        .rsplit('/')
+        .next()
+        .unwrap_or(model)
+        .to_ascii_lowercase();
+    name.starts_with("gpt-5")
+        || name
+            .strip_prefix('o')
+            .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+}
+
+/// Whether `error` is a server refusing the output-limit field `field` (and not, say, its
+/// value): a 400 whose message names the field, before any mention of the other one (which
+/// OpenAI's message suggests instead), and says it is not supported or not known.
+fn refuses(error: &ProviderError, field: LimitField) -> bool {
+    const REFUSALS: [&str; 7] = [
+        "unsupported",
+        "not supported",
+        "unrecognized",
+        "unknown",
+        "not permitted",
+        "not allowed",
+        "extra",
+    ];
+    let ProviderError::Http {
+        status: 400,
+        message,
+    } = error
+    else {
+        return false;
+    };
+    let message = message.to_ascii_lowercase();
+    let named_first = match (
+        message.find(field.name()),
+        message.find(field.other().name()),
+    ) {
+        (Some(at), Some(other)) => at < other,
+        (found, None) => found.is_some(),
+        (None, Some(_)) => false,
+    };
+    named_first && REFUSALS.iter().any(|word| message.contains(word))
 }
 
 impl OpenAiDriver {
@@ -43,15 +133,16 @@ impl OpenAiDriver {
             upstream.secret_header(AUTHORIZATION, &format!("Bearer {key}"), key)?;
         }
         Ok(Self {
-            upstream,
+            upstream: Arc::new(upstream),
             compat: false,
+            learned: Arc::default(),
         })
     }
 
     /// Compatibility mode for OpenAI-compatible servers: the output limit is sent as the older
-    /// `max_tokens`, because Ollama and llama.cpp ignore OpenAI's current
-    /// `max_completion_tokens` (so the limit would silently not apply). OpenAI itself rejects
-    /// `max_tokens` for its reasoning models, hence not the default.
+    /// `max_tokens` (see [`LimitField`]), except for models of OpenAI's reasoning families,
+    /// which refuse it wherever they are served. Not the default, because OpenAI itself
+    /// refuses `max_tokens` for those models.
     pub fn with_compat(mut self, compat: bool) -> Self {
         self.compat = compat;
         self
@@ -63,19 +154,61 @@ impl fmt::Debug for OpenAiDriver {
         f.debug_struct("OpenAiDriver")
             .field("upstream", &self.upstream)
             .field("compat", &self.compat)
-            .finish()
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpenAiDriver {
+    /// The field to send for `model`: what the server taught, else the family's rule.
+    fn limit_field(&self, model: &str) -> LimitField {
+        let learned = self.learned.lock().unwrap_or_else(|p| p.into_inner());
+        learned
+            .get(model)
+            .copied()
+            .unwrap_or_else(|| LimitField::for_model(model, self.compat))
     }
 }
 
 impl ModelDriver for OpenAiDriver {
+    /// Streams the answer. When the server refuses the output-limit field before anything
+    /// else (a 400 naming it), the request is sent once more with the other field, and the
+    /// field that worked is remembered for the model.
     fn stream(&self, request: ModelRequest) -> ModelStream {
-        self.upstream
-            .stream::<OpenAiDecoder>(&request_body(&request, self.compat))
+        let field = self.limit_field(&request.model);
+        let first = self
+            .upstream
+            .stream::<OpenAiDecoder>(&request_body(&request, field));
+        let (upstream, learned) = (self.upstream.clone(), self.learned.clone());
+        let answer = async move {
+            let (head, rest) = first.into_future().await;
+            match head {
+                Some(Err(refusal)) if refuses(&refusal, field) => {
+                    let other = field.other();
+                    tracing::info!(
+                        model = request.model,
+                        refused = field.name(),
+                        "the server refused the output-limit field; sending {} instead",
+                        other.name()
+                    );
+                    let second = upstream.stream::<OpenAiDecoder>(&request_body(&request, other));
+                    let (head, rest) = second.into_future().await;
+                    if !matches!(&head, Some(Err(error)) if refuses(error, other)) {
+                        learned
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(request.model, other);
+                    }
+                    futures::stream::iter(head).chain(rest)
+                }
+                head => futures::stream::iter(head).chain(rest),
+            }
+        };
+        Box::pin(futures::stream::once(answer).flatten())
     }
 }
 
 /// The JSON body of a streamed Chat Completions request.
-fn request_body(request: &ModelRequest, compat: bool) -> Value {
+fn request_body(request: &ModelRequest, limit: LimitField) -> Value {
     let mut body = json!({
         "model": request.model,
         "stream": true,
@@ -83,12 +216,7 @@ fn request_body(request: &ModelRequest, compat: bool) -> Value {
         "stream_options": {"include_usage": true},
         "messages": messages(request),
     });
-    let limit = if compat {
-        "max_tokens"
-    } else {
-        "max_completion_tokens"
-    };
-    body[limit] = json!(request.max_output_tokens);
+    body[limit.name()] = json!(request.max_output_tokens);
     // Some compatible servers reject an empty tool list, so it is left out.
     if !request.tools.is_empty() {
         body["tools"] = tools(&request.tools);
@@ -596,7 +724,7 @@ mod tests {
             max_output_tokens: 64,
         };
         assert_eq!(
-            request_body(&request, true),
+            request_body(&request, LimitField::for_model("llama", true)),
             json!({
                 "model": "llama",
                 "stream": true,
@@ -608,6 +736,64 @@ mod tests {
                 ],
             })
         );
+    }
+
+    #[test]
+    fn the_limit_field_follows_the_model_family_on_compatible_servers() {
+        let fields: Vec<_> = [
+            "gpt-5",
+            "gpt-5-mini",
+            "openai/gpt-5.1",
+            "o1",
+            "o3-mini",
+            "openai/o4-mini",
+            "gpt-4o",
+            "llama3.1",
+            "ollama",
+            "qwen2.5-coder",
+        ]
+        .into_iter()
+        .map(|model| (model, LimitField::for_model(model, true).name()))
+        .collect();
+        assert_eq!(
+            fields,
+            [
+                ("gpt-5", "max_completion_tokens"),
+                ("gpt-5-mini", "max_completion_tokens"),
+                ("openai/gpt-5.1", "max_completion_tokens"),
+                ("o1", "max_completion_tokens"),
+                ("o3-mini", "max_completion_tokens"),
+                ("openai/o4-mini", "max_completion_tokens"),
+                ("gpt-4o", "max_tokens"),
+                ("llama3.1", "max_tokens"),
+                ("ollama", "max_tokens"),
+                ("qwen2.5-coder", "max_tokens"),
+            ]
+        );
+        assert_eq!(
+            LimitField::for_model("llama3.1", false),
+            LimitField::MaxCompletionTokens
+        );
+    }
+
+    #[test]
+    fn only_a_400_refusing_the_field_itself_is_a_refusal() {
+        let http = |status, message: &str| ProviderError::Http {
+            status,
+            message: message.into(),
+        };
+        let openai = "invalid_request_error: Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.";
+        assert!(refuses(&http(400, openai), LimitField::MaxTokens));
+        assert!(!refuses(
+            &http(400, openai),
+            LimitField::MaxCompletionTokens
+        ));
+        assert!(!refuses(&http(500, openai), LimitField::MaxTokens));
+        let azure = "Unrecognized request argument supplied: max_completion_tokens";
+        assert!(refuses(&http(400, azure), LimitField::MaxCompletionTokens));
+        let value =
+            "max_tokens is too large: 100000. This model supports at most 4096 completion tokens.";
+        assert!(!refuses(&http(400, value), LimitField::MaxTokens));
     }
 
     #[test]
