@@ -42,14 +42,17 @@
 //! (so no config file of the machine is read), the provider variables and `SIDECHAT_LOG=warn`.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::thread::JoinHandle;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+#[path = "../tests/support/upstream.rs"]
+mod upstream;
 
 const SIDECHAT: &str = env!("CARGO_BIN_EXE_sidechat");
 
@@ -91,28 +94,25 @@ enum Feed {
 /// The largest write of [`Feed::Coalesced`], the size of a TLS record.
 const COALESCED_WRITE: usize = 16 * 1024;
 
-/// A fake provider answering one request with `deltas` chunks; the thread returns when each
-/// chunk was written.
+/// The fake provider (the tests' own, `tests/support/upstream.rs`) answering one request with
+/// `deltas` chunks, and when each chunk was written.
 struct Upstream {
     url: String,
-    thread: JoinHandle<Vec<Instant>>,
+    sent: mpsc::Receiver<Vec<Instant>>,
 }
 
 fn start_upstream(deltas: usize, feed: Feed) -> Upstream {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("cannot listen on 127.0.0.1");
-    let url = format!(
-        "http://{}",
-        listener.local_addr().expect("the listener has an address")
-    );
-    let thread = std::thread::Builder::new()
-        .name("fake-upstream".into())
-        .spawn(move || {
-            // Rendered before the daemon connects, so only writing is timed.
-            let stream = render_stream(deltas);
-            serve_stream(&listener, &stream, feed)
-        })
-        .expect("cannot start the fake upstream");
-    Upstream { url, thread }
+    // Rendered before the daemon connects, so only writing is timed.
+    let stream = render_stream(deltas);
+    let (report, sent) = mpsc::channel();
+    let fake = upstream::start(vec![upstream::Reply::writer(move |socket| {
+        let _ = report.send(feed_stream(socket, &stream, feed)?);
+        Ok(())
+    })]);
+    Upstream {
+        url: fake.url,
+        sent,
+    }
 }
 
 /// The response body: `deltas` text chunks, then the end of the answer.
@@ -139,17 +139,13 @@ fn render_stream(deltas: usize) -> RenderedStream {
     RenderedStream { bytes, ends }
 }
 
-fn serve_stream(listener: &TcpListener, stream: &RenderedStream, feed: Feed) -> Vec<Instant> {
-    let (mut socket, _) = listener.accept().expect("the daemon never connected");
-    socket
-        .set_nodelay(true)
-        .expect("cannot set TCP_NODELAY on the fake upstream");
-    read_request(&socket);
-    socket
-        .write_all(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n",
-        )
-        .expect("cannot answer the daemon");
+/// Writes the body after the fake upstream's `200 text/event-stream` head (its sockets have
+/// `TCP_NODELAY`); when each chunk's write returned.
+fn feed_stream(
+    socket: &mut TcpStream,
+    stream: &RenderedStream,
+    feed: Feed,
+) -> std::io::Result<Vec<Instant>> {
     let deltas = stream.ends.len();
     let mut sent = Vec::with_capacity(deltas);
     let started = Instant::now();
@@ -176,41 +172,13 @@ fn serve_stream(listener: &TcpListener, stream: &RenderedStream, feed: Feed) -> 
             }
         };
         let to = stream.ends[upto - 1];
-        socket
-            .write_all(&stream.bytes[from..to])
-            .expect("the daemon stopped reading the stream");
+        socket.write_all(&stream.bytes[from..to])?;
         let at = Instant::now();
         sent.resize(upto, at);
         from = to;
     }
-    socket
-        .write_all(&stream.bytes[from..])
-        .expect("the daemon stopped reading the stream");
-    let _ = socket.shutdown(std::net::Shutdown::Write);
-    sent
-}
-
-/// Reads one HTTP request: headers, then a body of `content-length` bytes.
-fn read_request(socket: &TcpStream) {
-    let mut reader = BufReader::new(socket);
-    let mut length = 0;
-    loop {
-        let mut line = String::new();
-        let n = reader
-            .read_line(&mut line)
-            .expect("cannot read the daemon's request");
-        assert!(n > 0, "the daemon closed the connection mid-request");
-        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-            length = value.trim().parse().expect("a numeric content-length");
-        }
-        if line == "\r\n" {
-            break;
-        }
-    }
-    let mut body = vec![0; length];
-    reader
-        .read_exact(&mut body)
-        .expect("cannot read the daemon's request body");
+    socket.write_all(&stream.bytes[from..])?;
+    Ok(sent)
 }
 
 /// `sidechat serve` driven over its stdio, one JSON object per line.
@@ -493,7 +461,10 @@ fn stream_run(home: &Path, db: &Path, deltas: usize, feed: Feed) -> StreamRun {
     let (last_at, after) = last_delta.expect("the last delta arrived");
     let peak_rss_kib = daemon.peak_rss_kib();
     daemon.stop();
-    let sent = upstream.thread.join().expect("the fake upstream failed");
+    let sent = upstream
+        .sent
+        .recv()
+        .expect("the fake upstream failed to write the stream");
     assert_eq!(count, deltas, "deltas lost on the way");
     let latencies = sent
         .iter()
