@@ -367,4 +367,35 @@ mod tests {
         events.emit(&store, &id, None, notice());
         assert_eq!(*lock(&recorder.0), vec![2]);
     }
+
+    #[test]
+    fn an_event_numbered_during_a_slow_commit_waits_for_it_without_blocking() {
+        let store = Store::open_in_memory().unwrap();
+        let id = session(&store);
+        // Long enough that the other side surely finishes first, even on a loaded machine.
+        store.slow_commits(&id, std::time::Duration::from_secs(4));
+        let recorder = Arc::new(Recorder::default());
+        let events = Arc::new(Events::new(recorder.clone()));
+        events.emit(&store, &id, None, notice());
+        let counter = events.counter(&store, &id).unwrap();
+        let committing = std::thread::spawn({
+            let (events, store, id) = (events.clone(), store.clone(), id.clone());
+            move || {
+                let text = vec![Block::Text { text: "x".into() }];
+                events
+                    .commit(&store, NewMessage::new(&id, None, Role::User, text))
+                    .unwrap()
+                    .seq
+            }
+        });
+        while lock(&counter.state).writing.is_empty() {
+            std::thread::yield_now();
+        }
+        // Numbered at once, published only after the commit before it.
+        events.emit(&store, &id, None, notice());
+        assert!(!committing.is_finished(), "the event waited for the write");
+        assert_eq!(*lock(&recorder.0), vec![1]);
+        assert_eq!(committing.join().unwrap(), 2);
+        assert_eq!(*lock(&recorder.0), vec![1, 2, 3]);
+    }
 }

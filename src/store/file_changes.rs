@@ -39,53 +39,56 @@ pub struct FileDiffRow {
 
 impl Store {
     pub fn record_file_change(&self, session_id: &str, change: &FileChange<'_>) -> StoreResult<()> {
-        let too_big =
-            change.before.map_or(0, str::len) > SNAPSHOT_CAP || change.after.len() > SNAPSHOT_CAP;
-        let (before, after) = if too_big {
-            (None, None)
-        } else {
-            (change.before, Some(change.after))
-        };
-        self.conn().execute(
-            "INSERT INTO file_changes (session_id, call_id, path, before, after, omitted, at)
+        self.write(|conn| {
+            let too_big = change.before.map_or(0, str::len) > SNAPSHOT_CAP
+                || change.after.len() > SNAPSHOT_CAP;
+            let (before, after) = if too_big {
+                (None, None)
+            } else {
+                (change.before, Some(change.after))
+            };
+            conn.execute(
+                "INSERT INTO file_changes (session_id, call_id, path, before, after, omitted, at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![
-                session_id,
-                change.call_id,
-                change.path,
-                before,
-                after,
-                too_big,
-                now_ms()
-            ],
-        )?;
-        Ok(())
+                params![
+                    session_id,
+                    change.call_id,
+                    change.path,
+                    before,
+                    after,
+                    too_big,
+                    now_ms()
+                ],
+            )?;
+            Ok(())
+        })
     }
 
     /// The session's whole change to `path`, or `None` when it never changed that file.
     pub fn file_diff(&self, session_id: &str, path: &str) -> StoreResult<Option<FileDiffRow>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(
-            "SELECT first.before, first.omitted, last.after, last.omitted, counted.n
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT first.before, first.omitted, last.after, last.omitted, counted.n
              FROM (SELECT MIN(id) AS first_id, MAX(id) AS last_id, COUNT(*) AS n
                    FROM file_changes WHERE session_id = ?1 AND path = ?2) AS counted
              JOIN file_changes AS first ON first.id = counted.first_id
              JOIN file_changes AS last ON last.id = counted.last_id",
-        )?;
-        let row = stmt
-            .query_row(params![session_id, path], |r| {
-                let first_omitted: bool = r.get(1)?;
-                let last_omitted: bool = r.get(3)?;
-                let omitted = first_omitted || last_omitted;
-                Ok(FileDiffRow {
-                    before: if omitted { None } else { r.get(0)? },
-                    after: if omitted { None } else { r.get(2)? },
-                    omitted,
-                    changes: r.get(4)?,
+            )?;
+            let row = stmt
+                .query_row(params![session_id, path], |r| {
+                    let first_omitted: bool = r.get(1)?;
+                    let last_omitted: bool = r.get(3)?;
+                    let omitted = first_omitted || last_omitted;
+                    Ok(FileDiffRow {
+                        before: if omitted { None } else { r.get(0)? },
+                        after: if omitted { None } else { r.get(2)? },
+                        omitted,
+                        changes: r.get(4)?,
+                    })
                 })
-            })
-            .optional()?;
-        Ok(row)
+                .optional()?;
+            Ok(row)
+        })
     }
 }
 
@@ -160,8 +163,7 @@ mod tests {
             })
         );
         let stored: Option<String> = store
-            .conn()
-            .query_row("SELECT after FROM file_changes", [], |r| r.get(0))
+            .read(|conn| Ok(conn.query_row("SELECT after FROM file_changes", [], |r| r.get(0))?))
             .unwrap();
         assert_eq!(stored, None);
     }

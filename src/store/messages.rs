@@ -115,7 +115,8 @@ impl RawMessage {
 impl Store {
     /// Appends a message and raises the session's `last_seq` to it, in one transaction.
     pub fn append_message(&self, new: &NewMessage) -> StoreResult<TranscriptEntry> {
-        let mut conn = self.conn();
+        self.write(|conn| {
+        self.slow_commit(&new.session_id);
         let tx = conn.transaction()?;
         let seq = new.seq;
         record_seq(&tx, &new.session_id, seq, new.reserve_seq_through.max(seq))?;
@@ -172,12 +173,13 @@ impl Store {
             run_id: new.run_id.clone(),
             created_at: rfc3339(now),
         })
+            })
     }
 
     /// The newest message that is not a note: what the model would answer next.
     pub fn last_model_message(&self, session_id: &str) -> StoreResult<Option<TranscriptEntry>> {
-        let row = self
-            .conn()
+        self.read(|conn| {
+        let row = conn
             .query_row(
                 "SELECT id, seq, run_id, role, blocks, status, created_at FROM messages
                  WHERE session_id = ?1 AND role NOT IN ('note', 'notice') ORDER BY seq DESC LIMIT 1",
@@ -186,6 +188,7 @@ impl Store {
             )
             .optional()?;
         row.map(RawMessage::into_entry).transpose()
+            })
     }
 
     /// Stored token counts of the messages after `after_seq` that a model is sent, oldest
@@ -195,22 +198,23 @@ impl Store {
         session_id: &str,
         after_seq: u64,
     ) -> StoreResult<Vec<(Role, Option<Counted>)>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(
-            "SELECT role, tokens, tokens_exact FROM messages
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT role, tokens, tokens_exact FROM messages
              WHERE session_id = ?1 AND seq > ?2 AND role NOT IN ('note', 'notice') ORDER BY seq",
-        )?;
-        let rows = stmt
-            .query_map(params![session_id, after_seq as i64], |r| {
-                let exact: bool = r.get(2)?;
-                let count = r.get::<_, Option<i64>>(1)?.map(|t| Counted {
-                    tokens: t as u64,
-                    exact,
-                });
-                Ok((r.get::<_, Role>(0)?, count))
-            })?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows)
+            )?;
+            let rows = stmt
+                .query_map(params![session_id, after_seq as i64], |r| {
+                    let exact: bool = r.get(2)?;
+                    let count = r.get::<_, Option<i64>>(1)?.map(|t| Counted {
+                        tokens: t as u64,
+                        exact,
+                    });
+                    Ok((r.get::<_, Role>(0)?, count))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
     }
 
     /// Entries with `seq` greater than `after_seq`, oldest first, at most `limit`.
@@ -220,17 +224,17 @@ impl Store {
         after_seq: u64,
         limit: usize,
     ) -> StoreResult<Vec<TranscriptEntry>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(
-            "SELECT id, seq, run_id, role, blocks, status, created_at FROM messages
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT id, seq, run_id, role, blocks, status, created_at FROM messages
              WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-        )?;
-        let rows = stmt
-            .query_map(params![session_id, after_seq as i64, limit as i64], raw)?
-            .collect::<Result<Vec<_>, _>>()?;
-        drop(stmt);
-        drop(conn);
-        rows.into_iter().map(RawMessage::into_entry).collect()
+            )?;
+            let rows = stmt
+                .query_map(params![session_id, after_seq as i64, limit as i64], raw)?
+                .collect::<Result<Vec<_>, _>>()?;
+            drop(stmt);
+            rows.into_iter().map(RawMessage::into_entry).collect()
+        })
     }
 }
 

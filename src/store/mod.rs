@@ -1,7 +1,14 @@
 //! The single source of truth: one SQLite file in WAL mode.
 //!
-//! Every state change a client is told about is committed here first. Calls are short and
-//! synchronous; the connection sits behind a mutex because SQLite serialises writers anyway.
+//! Every state change a client is told about is committed here first.
+//!
+//! The store never blocks an async worker. Its methods stay synchronous, so callers need no
+//! `.await`, and each runs its SQLite work through [`off_worker`]: on tokio's multi-threaded
+//! runtime that hands the worker's other tasks to another thread for the duration
+//! (`block_in_place`), so a slow commit (a slow fsync) holds up only the task that waits for
+//! it, never another session's stream. Writes go through one connection, because SQLite
+//! serialises writers anyway; reads use connections of their own, which in WAL mode read the
+//! last commit while a write is in progress, so a read never queues behind a write.
 
 mod file_changes;
 mod messages;
@@ -14,10 +21,11 @@ mod tool_calls;
 mod usage;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::Duration;
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
 
 pub use file_changes::{FileChange, FileDiffRow, SNAPSHOT_CAP};
 pub use messages::{NewMessage, Settle, Settled};
@@ -43,14 +51,76 @@ pub enum StoreError {
         "the database was written by a newer sidechat (schema version {found}, this build knows {known})"
     )]
     TooNew { found: i64, known: i64 },
+    #[error(
+        "{SLOW_COMMIT_VAR} must be `<session id>:<milliseconds>`, not {0:?} (it is for tests only)"
+    )]
+    BadSlowCommit(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// A cheap handle: clones share one database connection.
+/// How many connections read beside the writer.
+const READERS: usize = 2;
+
+/// Test-only: `<session id>:<milliseconds>` makes every message commit of that session sleep
+/// that long while it holds the writer, as a slow disk would. It exists for the load benchmark
+/// and for tests of the store's concurrency; it changes nothing else, and is logged when set.
+pub const SLOW_COMMIT_VAR: &str = "SIDECHAT_TEST_SLOW_COMMIT";
+
+/// A cheap handle: clones share the same connections.
 #[derive(Clone)]
 pub struct Store {
-    conn: Arc<Mutex<Connection>>,
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    /// The one connection that writes.
+    writer: Mutex<Connection>,
+    /// Connections that only read; empty for an in-memory database, where the writer reads.
+    readers: Vec<Mutex<Connection>>,
+    /// Which reader a read waits for when all are busy.
+    next_reader: AtomicUsize,
+    /// See [`SLOW_COMMIT_VAR`].
+    slow_commit: OnceLock<SlowCommit>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct SlowCommit {
+    session_id: String,
+    delay: Duration,
+}
+
+impl SlowCommit {
+    fn parse(value: &str) -> StoreResult<Self> {
+        let bad = || StoreError::BadSlowCommit(value.to_string());
+        let (session_id, ms) = value.rsplit_once(':').ok_or_else(bad)?;
+        let ms: u64 = ms.trim().parse().map_err(|_| bad())?;
+        if session_id.is_empty() {
+            return Err(bad());
+        }
+        Ok(Self {
+            session_id: session_id.to_string(),
+            delay: Duration::from_millis(ms),
+        })
+    }
+}
+
+/// Runs blocking store work without holding up an async worker: on a multi-threaded tokio
+/// runtime the worker's other tasks move to another thread while `work` runs. Elsewhere (no
+/// runtime, a blocking thread, a current-thread runtime in unit tests) it simply runs.
+fn off_worker<R>(work: impl FnOnce() -> R) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
+    }
+}
+
+/// A poisoned lock is still usable: every write is a transaction.
+fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
+    conn.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
 impl Store {
@@ -62,16 +132,54 @@ impl Store {
                 source,
             })?;
         }
-        let conn = Connection::open(path)?;
-        Self::prepare(conn)
+        let writer = Self::prepare(Connection::open(path)?)?;
+        // Opened after the writer has made the file a WAL database.
+        let readers = (0..READERS)
+            .map(|_| open_reader(path))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let store = Self::with_connections(writer, readers);
+        if let Some(value) = std::env::var(SLOW_COMMIT_VAR)
+            .ok()
+            .filter(|v| !v.is_empty())
+        {
+            let slow = SlowCommit::parse(&value)?;
+            tracing::warn!(
+                session_id = %slow.session_id,
+                delay_ms = slow.delay.as_millis() as u64,
+                "{SLOW_COMMIT_VAR} is set: commits of this session are slowed on purpose"
+            );
+            store.slow_commits(&slow.session_id, slow.delay);
+        }
+        Ok(store)
     }
 
     /// A private in-memory database, for unit tests and benchmarks.
     pub fn open_in_memory() -> StoreResult<Self> {
-        Self::prepare(Connection::open_in_memory()?)
+        let writer = Self::prepare(Connection::open_in_memory()?)?;
+        Ok(Self::with_connections(writer, Vec::new()))
     }
 
-    fn prepare(mut conn: Connection) -> StoreResult<Self> {
+    /// Test-only (see [`SLOW_COMMIT_VAR`]): every later message commit of `session_id` sleeps
+    /// `delay` while it holds the writer. Set once; a second call changes nothing.
+    pub fn slow_commits(&self, session_id: &str, delay: Duration) {
+        let _ = self.shared.slow_commit.set(SlowCommit {
+            session_id: session_id.to_string(),
+            delay,
+        });
+    }
+
+    fn with_connections(writer: Connection, readers: Vec<Connection>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                writer: Mutex::new(writer),
+                readers: readers.into_iter().map(Mutex::new).collect(),
+                next_reader: AtomicUsize::new(0),
+                slow_commit: OnceLock::new(),
+            }),
+        }
+    }
+
+    fn prepare(mut conn: Connection) -> StoreResult<Connection> {
         conn.busy_timeout(Duration::from_secs(5))?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         // A brand-new file holds nothing to lose: build its schema without waiting for the disk
@@ -84,17 +192,53 @@ impl Store {
         migrations::apply(&mut conn)?;
         // WAL + NORMAL: a commit survives a killed process; only power loss can lose the tail.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
-        Ok(Self {
-            conn: Arc::new(Mutex::new(conn)),
+        Ok(conn)
+    }
+
+    /// Runs `work` on the writer, off the async workers.
+    fn write<R>(&self, work: impl FnOnce(&mut Connection) -> StoreResult<R>) -> StoreResult<R> {
+        off_worker(|| work(&mut lock(&self.shared.writer)))
+    }
+
+    /// Runs `work` on a reader (an idle one if any), off the async workers.
+    fn read<R>(&self, work: impl FnOnce(&Connection) -> StoreResult<R>) -> StoreResult<R> {
+        off_worker(|| {
+            let readers = &self.shared.readers;
+            if readers.is_empty() {
+                return work(&lock(&self.shared.writer));
+            }
+            for reader in readers {
+                match reader.try_lock() {
+                    Ok(conn) => return work(&conn),
+                    Err(TryLockError::Poisoned(poison)) => return work(&poison.into_inner()),
+                    Err(TryLockError::WouldBlock) => {}
+                }
+            }
+            let pick = self.shared.next_reader.fetch_add(1, Ordering::Relaxed) % readers.len();
+            work(&lock(&readers[pick]))
         })
     }
 
-    /// The connection; a poisoned lock is still usable because every write is a transaction.
-    fn conn(&self) -> MutexGuard<'_, Connection> {
-        self.conn
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
+    /// Sleeps before a message commit of the session named by [`SLOW_COMMIT_VAR`], if any.
+    fn slow_commit(&self, session_id: &str) {
+        if let Some(slow) = self.shared.slow_commit.get()
+            && slow.session_id == session_id
+        {
+            std::thread::sleep(slow.delay);
+        }
     }
+}
+
+/// A connection that only reads (the writer has already set the file up).
+fn open_reader(path: &Path) -> StoreResult<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI,
+    )?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    Ok(conn)
 }
 
 #[cfg(test)]
@@ -124,9 +268,109 @@ mod tests {
         let store = Store::open(&path).unwrap();
         assert_eq!(store.session(&id).unwrap().unwrap().title, "kept");
         let mode: String = store
-            .conn()
-            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .read(|conn| Ok(conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?))
             .unwrap();
         assert_eq!(mode, "wal");
+    }
+
+    fn new_session(store: &Store) -> String {
+        store
+            .insert_session(&NewSession {
+                title: "t".into(),
+                account: "demo".into(),
+                model: "demo".into(),
+                system_prompt: None,
+                workspace_root: None,
+                max_steps: 25,
+                cap_usd: None,
+                max_seconds: None,
+            })
+            .unwrap()
+            .id
+    }
+
+    fn user_message(session_id: &str, seq: u64) -> NewMessage {
+        NewMessage {
+            seq,
+            ..NewMessage::new(
+                session_id,
+                None,
+                crate::protocol::Role::User,
+                vec![crate::protocol::Block::Text { text: "hi".into() }],
+            )
+        }
+    }
+
+    /// Long enough that the other side surely finishes first, even on a loaded machine.
+    const SLOW: Duration = Duration::from_secs(4);
+
+    #[test]
+    fn a_read_does_not_wait_for_a_slow_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db")).unwrap();
+        let slow = new_session(&store);
+        store.slow_commits(&slow, SLOW);
+        let writer = std::thread::spawn({
+            let store = store.clone();
+            let slow = slow.clone();
+            move || store.append_message(&user_message(&slow, 1)).unwrap()
+        });
+        // Wait until the write holds the writer.
+        while store.shared.writer.try_lock().is_ok() {
+            std::thread::yield_now();
+        }
+        assert_eq!(store.session(&slow).unwrap().unwrap().last_seq, 0);
+        assert!(!writer.is_finished(), "the read waited for the write");
+        assert_eq!(writer.join().unwrap().seq, 1);
+        assert_eq!(store.session(&slow).unwrap().unwrap().last_seq, 1);
+    }
+
+    #[test]
+    fn a_slow_commit_leaves_the_only_async_worker_free() {
+        let store = Store::open_in_memory().unwrap();
+        let slow = new_session(&store);
+        store.slow_commits(&slow, SLOW);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let commit = tokio::spawn({
+                let store = store.clone();
+                async move {
+                    store.append_message(&user_message(&slow, 1)).unwrap();
+                }
+            });
+            while store.shared.writer.try_lock().is_ok() {
+                tokio::task::yield_now().await;
+            }
+            // Another task keeps running on the one worker while the commit sleeps.
+            let ticks = tokio::spawn(async {
+                for _ in 0..5 {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            });
+            ticks.await.unwrap();
+            assert!(!commit.is_finished(), "the ticks waited for the commit");
+            commit.await.unwrap();
+        });
+    }
+
+    #[test]
+    fn the_slow_commit_setting_is_checked() {
+        assert_eq!(
+            SlowCommit::parse("ses_1:250").unwrap(),
+            SlowCommit {
+                session_id: "ses_1".into(),
+                delay: Duration::from_millis(250)
+            }
+        );
+        for bad in ["ses_1", ":250", "ses_1:soon", "ses_1:-1"] {
+            assert!(
+                matches!(SlowCommit::parse(bad), Err(StoreError::BadSlowCommit(v)) if v == bad),
+                "{bad}"
+            );
+        }
     }
 }

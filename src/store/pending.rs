@@ -69,9 +69,10 @@ impl Store {
         client_message_id: Option<&str>,
         text: &str,
     ) -> StoreResult<PendingRow> {
+        self.write(|conn| {
         let id = new_id("inj");
         let now = now_ms();
-        self.conn().execute(
+        conn.execute(
             "INSERT INTO pending_input (id, session_id, run_id, client_message_id, text, status, created_at, updated_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
             params![
@@ -91,85 +92,92 @@ impl Store {
             status: InterjectionStatus::Pending,
             created_at: rfc3339(now),
         })
+            })
     }
 
     /// Rows still waiting (pending or leased), oldest first.
     pub fn open_pending(&self, session_id: &str) -> StoreResult<Vec<PendingRow>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM pending_input
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM pending_input
              WHERE session_id = ?1 AND status IN ('pending', 'leased') ORDER BY rowid"
-        ))?;
-        let rows = stmt
-            .query_map([session_id], from_row)?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows)
+            ))?;
+            let rows = stmt
+                .query_map([session_id], from_row)?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
     }
 
     /// Sessions that have rows still waiting, for start-up recovery.
     pub fn sessions_with_open_pending(&self) -> StoreResult<Vec<String>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
+        self.read(|conn| {
+            let mut stmt = conn.prepare(
             "SELECT DISTINCT session_id FROM pending_input WHERE status IN ('pending', 'leased')",
         )?;
-        let ids = stmt
-            .query_map([], |r| r.get(0))?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(ids)
+            let ids = stmt
+                .query_map([], |r| r.get(0))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(ids)
+        })
     }
 
     /// Takes every pending row of the session for the run's next model request, in order.
     pub fn lease_pending(&self, session_id: &str, run_id: &str) -> StoreResult<Vec<PendingRow>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(&format!(
-            "UPDATE pending_input SET status = ?4, run_id = ?2, updated_at = ?3
+        self.write(|conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "UPDATE pending_input SET status = ?4, run_id = ?2, updated_at = ?3
              WHERE session_id = ?1 AND status = 'pending' RETURNING {COLUMNS}"
-        ))?;
-        let mut rows = stmt
-            .query_map(
-                params![session_id, run_id, now_ms(), InterjectionStatus::Leased],
-                from_row,
-            )?
-            .collect::<Result<Vec<_>, _>>()?;
-        // RETURNING has no order of its own; ids are time-ordered.
-        rows.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(rows)
+            ))?;
+            let mut rows = stmt
+                .query_map(
+                    params![session_id, run_id, now_ms(), InterjectionStatus::Leased],
+                    from_row,
+                )?
+                .collect::<Result<Vec<_>, _>>()?;
+            // RETURNING has no order of its own; ids are time-ordered.
+            rows.sort_by(|a, b| a.id.cmp(&b.id));
+            Ok(rows)
+        })
     }
 
     /// Puts leased rows back to pending (their request was never sent); they stay with the
     /// run that took them.
     pub fn unlease_all(&self, session_id: &str) -> StoreResult<()> {
-        self.conn().execute(
-            "UPDATE pending_input SET status = ?3, updated_at = ?2
+        self.write(|conn| {
+            conn.execute(
+                "UPDATE pending_input SET status = ?3, updated_at = ?2
              WHERE session_id = ?1 AND status = 'leased'",
-            params![session_id, now_ms(), InterjectionStatus::Pending],
-        )?;
-        Ok(())
+                params![session_id, now_ms(), InterjectionStatus::Pending],
+            )?;
+            Ok(())
+        })
     }
 
     pub fn cancel_pending(&self, pending_id: &str) -> StoreResult<CancelOutcome> {
-        let conn = self.conn();
-        let cancelled = conn
-            .query_row(
-                &format!(
-                    "UPDATE pending_input SET status = ?3, updated_at = ?2
+        self.write(|conn| {
+            let cancelled = conn
+                .query_row(
+                    &format!(
+                        "UPDATE pending_input SET status = ?3, updated_at = ?2
                      WHERE id = ?1 AND status = 'pending' RETURNING {COLUMNS}"
-                ),
-                params![pending_id, now_ms(), InterjectionStatus::Cancelled],
-                from_row,
-            )
-            .optional()?;
-        if let Some(row) = cancelled {
-            return Ok(CancelOutcome::Cancelled(row));
-        }
-        let status: Option<InterjectionStatus> = conn
-            .query_row(
-                "SELECT status FROM pending_input WHERE id = ?1",
-                [pending_id],
-                |r| r.get(0),
-            )
-            .optional()?;
-        Ok(status.map_or(CancelOutcome::NotFound, CancelOutcome::Settled))
+                    ),
+                    params![pending_id, now_ms(), InterjectionStatus::Cancelled],
+                    from_row,
+                )
+                .optional()?;
+            if let Some(row) = cancelled {
+                return Ok(CancelOutcome::Cancelled(row));
+            }
+            let status: Option<InterjectionStatus> = conn
+                .query_row(
+                    "SELECT status FROM pending_input WHERE id = ?1",
+                    [pending_id],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            Ok(status.map_or(CancelOutcome::NotFound, CancelOutcome::Settled))
+        })
     }
 
     /// The earlier answer to a send with this client id: a queued row or a stored message.
@@ -178,7 +186,7 @@ impl Store {
         session_id: &str,
         client_message_id: &str,
     ) -> StoreResult<Option<EarlierSend>> {
-        let conn = self.conn();
+        self.read(|conn| {
         let queued = conn
             .query_row(
                 "SELECT id, run_id FROM pending_input WHERE session_id = ?1 AND client_message_id = ?2",
@@ -202,6 +210,7 @@ impl Store {
             )
             .optional()?;
         Ok(sent)
+            })
     }
 }
 

@@ -26,50 +26,54 @@ pub struct RunRow {
 
 impl Store {
     pub fn insert_run(&self, id: &str, session_id: &str, model: &str) -> StoreResult<()> {
-        self.conn().execute(
-            "INSERT INTO runs (id, session_id, model, status, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![id, session_id, model, RunStatus::Running, now_ms()],
-        )?;
-        Ok(())
+        self.write(|conn| {
+            conn.execute(
+                "INSERT INTO runs (id, session_id, model, status, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![id, session_id, model, RunStatus::Running, now_ms()],
+            )?;
+            Ok(())
+        })
     }
 
     pub fn run(&self, id: &str) -> StoreResult<Option<RunRow>> {
-        Ok(self
-            .conn()
-            .query_row(
-                "SELECT id, session_id, model, status, steps FROM runs WHERE id = ?1",
-                [id],
-                |r| {
-                    Ok(RunRow {
-                        id: r.get(0)?,
-                        session_id: r.get(1)?,
-                        model: r.get(2)?,
-                        finished: r.get::<_, RunStatus>(3)? == RunStatus::Finished,
-                        steps: r.get(4)?,
-                    })
-                },
-            )
-            .optional()?)
+        self.read(|conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT id, session_id, model, status, steps FROM runs WHERE id = ?1",
+                    [id],
+                    |r| {
+                        Ok(RunRow {
+                            id: r.get(0)?,
+                            session_id: r.get(1)?,
+                            model: r.get(2)?,
+                            finished: r.get::<_, RunStatus>(3)? == RunStatus::Finished,
+                            steps: r.get(4)?,
+                        })
+                    },
+                )
+                .optional()?)
+        })
     }
 
     /// Runs that never finished (the daemon stopped under them).
     pub fn open_runs(&self) -> StoreResult<Vec<RunRow>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT id, session_id, model, status, steps FROM runs WHERE status <> 'finished' ORDER BY started_at",
-        )?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok(RunRow {
-                    id: r.get(0)?,
-                    session_id: r.get(1)?,
-                    model: r.get(2)?,
-                    finished: false,
-                    steps: r.get(4)?,
-                })
-            })?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows)
+        self.read(|conn| {
+            let mut stmt = conn.prepare(
+                "SELECT id, session_id, model, status, steps FROM runs WHERE status <> 'finished' ORDER BY started_at",
+            )?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok(RunRow {
+                        id: r.get(0)?,
+                        session_id: r.get(1)?,
+                        model: r.get(2)?,
+                        finished: false,
+                        steps: r.get(4)?,
+                    })
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
     }
 
     /// The unfinished run of a session that waits for an approval, whether or not a task
@@ -85,20 +89,24 @@ impl Store {
 
     /// How a finished run ended; `None` while it is open (or for an unknown id).
     pub fn run_reason(&self, id: &str) -> StoreResult<Option<FinishReason>> {
-        let reason: Option<String> = self
-            .conn()
-            .query_row("SELECT reason FROM runs WHERE id = ?1", [id], |r| r.get(0))
-            .optional()?
-            .flatten();
-        Ok(reason.and_then(|r| serde_json::from_value(serde_json::Value::String(r)).ok()))
+        self.read(|conn| {
+            Ok(conn
+                .query_row("SELECT reason FROM runs WHERE id = ?1", [id], |r| {
+                    r.get::<_, Option<FinishReason>>(0)
+                })
+                .optional()?
+                .flatten())
+        })
     }
 
     pub fn set_run_steps(&self, id: &str, steps: u32) -> StoreResult<()> {
-        self.conn().execute(
-            "UPDATE runs SET steps = ?2 WHERE id = ?1",
-            params![id, steps],
-        )?;
-        Ok(())
+        self.write(|conn| {
+            conn.execute(
+                "UPDATE runs SET steps = ?2 WHERE id = ?1",
+                params![id, steps],
+            )?;
+            Ok(())
+        })
     }
 
     pub fn finish_run(
@@ -107,10 +115,12 @@ impl Store {
         reason: FinishReason,
         error: Option<&str>,
     ) -> StoreResult<()> {
-        self.conn().execute(
-            "UPDATE runs SET status = ?2, reason = ?3, error = ?4, finished_at = ?5 WHERE id = ?1",
-            params![id, RunStatus::Finished, reason, error, now_ms()],
-        )?;
-        Ok(())
+        self.write(|conn| {
+            conn.execute(
+                "UPDATE runs SET status = ?2, reason = ?3, error = ?4, finished_at = ?5 WHERE id = ?1",
+                params![id, RunStatus::Finished, reason, error, now_ms()],
+            )?;
+            Ok(())
+        })
     }
 }

@@ -113,36 +113,40 @@ impl Store {
             context_start_seq: 0,
             seq_reserved: 0,
         };
-        self.conn().execute(
-            &format!(
-                "INSERT INTO sessions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, ?11, 0, 0)"
-            ),
-            params![
-                row.id,
-                row.title,
-                row.account,
-                row.model,
-                row.system_prompt,
-                row.workspace_root,
-                row.max_steps,
-                row.created_at,
-                row.updated_at,
-                row.cap_usd,
-                row.max_seconds.map(|s| s as i64)
-            ],
-        )?;
+        self.write(|conn| {
+            conn.execute(
+                &format!(
+                    "INSERT INTO sessions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, ?11, 0, 0)"
+                ),
+                params![
+                    row.id,
+                    row.title,
+                    row.account,
+                    row.model,
+                    row.system_prompt,
+                    row.workspace_root,
+                    row.max_steps,
+                    row.created_at,
+                    row.updated_at,
+                    row.cap_usd,
+                    row.max_seconds.map(|s| s as i64)
+                ],
+            )?;
+            Ok(())
+        })?;
         Ok(row)
     }
 
     pub fn session(&self, id: &str) -> StoreResult<Option<SessionRow>> {
-        Ok(self
-            .conn()
-            .query_row(
-                &format!("SELECT {COLUMNS} FROM sessions WHERE id = ?1"),
-                [id],
-                from_row,
-            )
-            .optional()?)
+        self.read(|conn| {
+            Ok(conn
+                .query_row(
+                    &format!("SELECT {COLUMNS} FROM sessions WHERE id = ?1"),
+                    [id],
+                    from_row,
+                )
+                .optional()?)
+        })
     }
 
     /// Sessions newest first (by last update), starting after `after` (a previous page's end).
@@ -153,20 +157,22 @@ impl Store {
         workspace_root: Option<&str>,
     ) -> StoreResult<SessionPage> {
         let (after_at, after_id) = after.unwrap_or((i64::MAX, String::new()));
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM sessions
-             WHERE (?1 IS NULL OR workspace_root = ?1)
-               AND (updated_at < ?2 OR (updated_at = ?2 AND (?3 = '' OR id < ?3)))
-             ORDER BY updated_at DESC, id DESC
-             LIMIT ?4"
-        ))?;
-        let mut sessions = stmt
-            .query_map(
-                params![workspace_root, after_at, after_id, limit as i64 + 1],
-                from_row,
-            )?
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut sessions = self.read(|conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM sessions
+                 WHERE (?1 IS NULL OR workspace_root = ?1)
+                   AND (updated_at < ?2 OR (updated_at = ?2 AND (?3 = '' OR id < ?3)))
+                 ORDER BY updated_at DESC, id DESC
+                 LIMIT ?4"
+            ))?;
+            let rows = stmt
+                .query_map(
+                    params![workspace_root, after_at, after_id, limit as i64 + 1],
+                    from_row,
+                )?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })?;
         let next = if sessions.len() > limit {
             sessions.truncate(limit);
             sessions.last().map(|s| (s.updated_at, s.id.clone()))
@@ -182,8 +188,9 @@ impl Store {
         id: &str,
         update: &SessionUpdate,
     ) -> StoreResult<Option<SessionRow>> {
-        let changed = self.conn().execute(
-            "UPDATE sessions SET
+        let changed = self.write(|conn| {
+            Ok(conn.execute(
+                "UPDATE sessions SET
                 title = COALESCE(?2, title),
                 model = COALESCE(?3, model),
                 system_prompt = CASE WHEN ?4 THEN ?5 ELSE system_prompt END,
@@ -194,22 +201,23 @@ impl Store {
                 account = COALESCE(?12, account),
                 workspace_root = COALESCE(?13, workspace_root)
              WHERE id = ?1",
-            params![
-                id,
-                update.title,
-                update.model,
-                update.system_prompt.is_some(),
-                update.system_prompt.clone().flatten(),
-                update.max_steps,
-                now_ms(),
-                update.cap_usd.is_some(),
-                update.cap_usd.flatten(),
-                update.max_seconds.is_some(),
-                update.max_seconds.flatten().map(|s| s as i64),
-                update.account,
-                update.workspace_root
-            ],
-        )?;
+                params![
+                    id,
+                    update.title,
+                    update.model,
+                    update.system_prompt.is_some(),
+                    update.system_prompt.clone().flatten(),
+                    update.max_steps,
+                    now_ms(),
+                    update.cap_usd.is_some(),
+                    update.cap_usd.flatten(),
+                    update.max_seconds.is_some(),
+                    update.max_seconds.flatten().map(|s| s as i64),
+                    update.account,
+                    update.workspace_root
+                ],
+            )?)
+        })?;
         if changed == 0 {
             return Ok(None);
         }
@@ -218,29 +226,30 @@ impl Store {
 
     /// Deletes a session and, by cascade, everything that belongs to it.
     pub fn delete_session(&self, id: &str) -> StoreResult<bool> {
-        Ok(self
-            .conn()
-            .execute("DELETE FROM sessions WHERE id = ?1", [id])?
-            > 0)
+        self.write(|conn| Ok(conn.execute("DELETE FROM sessions WHERE id = ?1", [id])? > 0))
     }
 
     /// Persists that event numbers up to `through` may be handed out (never lowers the mark).
     pub fn reserve_seq(&self, session_id: &str, through: u64) -> StoreResult<()> {
-        self.conn().execute(
-            "UPDATE sessions SET seq_reserved = MAX(seq_reserved, ?2) WHERE id = ?1",
-            params![session_id, through as i64],
-        )?;
-        Ok(())
+        self.write(|conn| {
+            conn.execute(
+                "UPDATE sessions SET seq_reserved = MAX(seq_reserved, ?2) WHERE id = ?1",
+                params![session_id, through as i64],
+            )?;
+            Ok(())
+        })
     }
 
     /// Starts the model's context after the session's current last message (`/clear`).
     pub fn clear_context(&self, id: &str) -> StoreResult<u64> {
-        Ok(self.conn().query_row(
-            "UPDATE sessions SET context_start_seq = last_seq, updated_at = ?2 WHERE id = ?1
-             RETURNING context_start_seq",
-            params![id, now_ms()],
-            |r| r.get::<_, i64>(0),
-        )? as u64)
+        self.write(|conn| {
+            Ok(conn.query_row(
+                "UPDATE sessions SET context_start_seq = last_seq, updated_at = ?2 WHERE id = ?1
+                 RETURNING context_start_seq",
+                params![id, now_ms()],
+                |r| r.get::<_, i64>(0),
+            )? as u64)
+        })
     }
 }
 

@@ -102,42 +102,43 @@ pub(super) fn insert_calls(
 impl Store {
     /// The tool calls of one assistant message, in the order the model made them.
     pub fn tool_calls_of_message(&self, message_id: &str) -> StoreResult<Vec<ToolCallRow>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
             "SELECT id, run_id, message_id, name, input, status, output, is_error FROM tool_calls
              WHERE message_id = ?1 ORDER BY position",
         )?;
-        let raw = stmt
-            .query_map([message_id], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, ToolCallStatus>(5)?,
-                    r.get::<_, Option<String>>(6)?,
-                    r.get::<_, bool>(7)?,
-                ))
-            })?
-            .collect::<Result<Vec<_>, _>>()?;
-        raw.into_iter()
-            .map(
-                |(id, run_id, message_id, name, input, status, output, is_error)| {
-                    Ok(ToolCallRow {
-                        input: serde_json::from_str(&input)
-                            .map_err(|e| StoreError::Corrupt(format!("tool call {id}: {e}")))?,
-                        status,
-                        id,
-                        run_id,
-                        message_id,
-                        name,
-                        output,
-                        is_error,
-                    })
-                },
-            )
-            .collect()
+            let raw = stmt
+                .query_map([message_id], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, String>(4)?,
+                        r.get::<_, ToolCallStatus>(5)?,
+                        r.get::<_, Option<String>>(6)?,
+                        r.get::<_, bool>(7)?,
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            raw.into_iter()
+                .map(
+                    |(id, run_id, message_id, name, input, status, output, is_error)| {
+                        Ok(ToolCallRow {
+                            input: serde_json::from_str(&input)
+                                .map_err(|e| StoreError::Corrupt(format!("tool call {id}: {e}")))?,
+                            status,
+                            id,
+                            run_id,
+                            message_id,
+                            name,
+                            output,
+                            is_error,
+                        })
+                    },
+                )
+                .collect()
+        })
     }
 
     pub fn set_tool_call_status(
@@ -146,11 +147,13 @@ impl Store {
         call_id: &str,
         status: ToolCallStatus,
     ) -> StoreResult<()> {
-        self.conn().execute(
-            "UPDATE tool_calls SET status = ?3 WHERE session_id = ?1 AND id = ?2",
-            params![session_id, call_id, status],
-        )?;
-        Ok(())
+        self.write(|conn| {
+            conn.execute(
+                "UPDATE tool_calls SET status = ?3 WHERE session_id = ?1 AND id = ?2",
+                params![session_id, call_id, status],
+            )?;
+            Ok(())
+        })
     }
 
     /// Stores a call's result; a call that already has one keeps it (exactly one result).
@@ -162,16 +165,19 @@ impl Store {
         output: &str,
         is_error: bool,
     ) -> StoreResult<()> {
-        self.conn().execute(
-            "UPDATE tool_calls SET status = ?3, output = ?4, is_error = ?5
+        self.write(|conn| {
+            conn.execute(
+                "UPDATE tool_calls SET status = ?3, output = ?4, is_error = ?5
              WHERE session_id = ?1 AND id = ?2 AND output IS NULL",
-            params![session_id, call_id, status, output, is_error],
-        )?;
-        Ok(())
+                params![session_id, call_id, status, output, is_error],
+            )?;
+            Ok(())
+        })
     }
 
     pub fn insert_approval(&self, approval: &PendingApproval, session_id: &str) -> StoreResult<()> {
-        self.conn().execute(
+        self.write(|conn| {
+        conn.execute(
             "INSERT INTO approvals (id, session_id, run_id, call_id, tool, input, summary, status, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![
@@ -187,6 +193,7 @@ impl Store {
             ],
         )?;
         Ok(())
+            })
     }
 
     /// The decision on a call's approval: `None` while pending or when none was asked.
@@ -195,64 +202,68 @@ impl Store {
         session_id: &str,
         call_id: &str,
     ) -> StoreResult<Option<ApprovalDecision>> {
-        let status: Option<ApprovalStatus> = self
-            .conn()
-            .query_row(
-                "SELECT status FROM approvals WHERE session_id = ?1 AND call_id = ?2
+        self.read(|conn| {
+            let status: Option<ApprovalStatus> = conn
+                .query_row(
+                    "SELECT status FROM approvals WHERE session_id = ?1 AND call_id = ?2
                  ORDER BY created_at DESC LIMIT 1",
-                params![session_id, call_id],
-                |r| r.get(0),
-            )
-            .optional()?;
-        Ok(status.and_then(ApprovalStatus::decision))
+                    params![session_id, call_id],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            Ok(status.and_then(ApprovalStatus::decision))
+        })
     }
 
     /// Whether the call already has an approval row (pending or answered).
     pub fn has_approval(&self, session_id: &str, call_id: &str) -> StoreResult<bool> {
-        Ok(self
-            .conn()
-            .query_row(
-                "SELECT 1 FROM approvals WHERE session_id = ?1 AND call_id = ?2",
-                params![session_id, call_id],
-                |_| Ok(()),
-            )
-            .optional()?
-            .is_some())
+        self.read(|conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT 1 FROM approvals WHERE session_id = ?1 AND call_id = ?2",
+                    params![session_id, call_id],
+                    |_| Ok(()),
+                )
+                .optional()?
+                .is_some())
+        })
     }
 
     pub fn pending_approvals(&self, session_id: &str) -> StoreResult<Vec<PendingApproval>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(
-            "SELECT id, run_id, call_id, tool, input, summary, created_at FROM approvals
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT id, run_id, call_id, tool, input, summary, created_at FROM approvals
              WHERE session_id = ?1 AND status = 'pending' ORDER BY created_at",
-        )?;
-        let raw = stmt
-            .query_map([session_id], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, String>(5)?,
-                    r.get::<_, i64>(6)?,
-                ))
-            })?
-            .collect::<Result<Vec<_>, _>>()?;
-        raw.into_iter()
-            .map(|(approval_id, run_id, call_id, tool, input, summary, at)| {
-                Ok(PendingApproval {
-                    input: serde_json::from_str(&input)
-                        .map_err(|e| StoreError::Corrupt(format!("approval {approval_id}: {e}")))?,
-                    approval_id,
-                    run_id,
-                    call_id,
-                    tool,
-                    summary,
-                    created_at: rfc3339(at),
+            )?;
+            let raw = stmt
+                .query_map([session_id], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, String>(4)?,
+                        r.get::<_, String>(5)?,
+                        r.get::<_, i64>(6)?,
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            raw.into_iter()
+                .map(|(approval_id, run_id, call_id, tool, input, summary, at)| {
+                    Ok(PendingApproval {
+                        input: serde_json::from_str(&input).map_err(|e| {
+                            StoreError::Corrupt(format!("approval {approval_id}: {e}"))
+                        })?,
+                        approval_id,
+                        run_id,
+                        call_id,
+                        tool,
+                        summary,
+                        created_at: rfc3339(at),
+                    })
                 })
-            })
-            .collect()
+                .collect()
+        })
     }
 
     /// Records the user's answer once; `allowAlways` also allows the tool for the session.
@@ -261,76 +272,80 @@ impl Store {
         id: &str,
         decision: ApprovalDecision,
     ) -> StoreResult<ApprovalOutcome> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        let row = tx
-            .query_row(
-                "SELECT session_id, run_id, call_id, tool, status FROM approvals WHERE id = ?1",
-                [id],
-                |r| {
-                    Ok((
-                        ApprovalRow {
-                            id: id.to_string(),
-                            session_id: r.get(0)?,
-                            run_id: r.get(1)?,
-                            call_id: r.get(2)?,
-                            tool: r.get(3)?,
-                        },
-                        r.get::<_, ApprovalStatus>(4)?,
-                    ))
-                },
-            )
-            .optional()?;
-        let Some((row, status)) = row else {
-            return Ok(ApprovalOutcome::NotFound);
-        };
-        if let Some(earlier) = status.decision() {
-            return Ok(ApprovalOutcome::AlreadyResolved(earlier));
-        }
-        tx.execute(
-            "UPDATE approvals SET status = ?2, resolved_at = ?3 WHERE id = ?1",
-            params![id, ApprovalStatus::from(decision), now_ms()],
-        )?;
-        if decision == ApprovalDecision::AllowAlways {
+        self.write(|conn| {
+            let tx = conn.transaction()?;
+            let row = tx
+                .query_row(
+                    "SELECT session_id, run_id, call_id, tool, status FROM approvals WHERE id = ?1",
+                    [id],
+                    |r| {
+                        Ok((
+                            ApprovalRow {
+                                id: id.to_string(),
+                                session_id: r.get(0)?,
+                                run_id: r.get(1)?,
+                                call_id: r.get(2)?,
+                                tool: r.get(3)?,
+                            },
+                            r.get::<_, ApprovalStatus>(4)?,
+                        ))
+                    },
+                )
+                .optional()?;
+            let Some((row, status)) = row else {
+                return Ok(ApprovalOutcome::NotFound);
+            };
+            if let Some(earlier) = status.decision() {
+                return Ok(ApprovalOutcome::AlreadyResolved(earlier));
+            }
             tx.execute(
-                "INSERT OR IGNORE INTO allowed_tools (session_id, tool) VALUES (?1, ?2)",
-                params![row.session_id, row.tool],
+                "UPDATE approvals SET status = ?2, resolved_at = ?3 WHERE id = ?1",
+                params![id, ApprovalStatus::from(decision), now_ms()],
             )?;
-        }
-        tx.commit()?;
-        Ok(ApprovalOutcome::Applied(row))
+            if decision == ApprovalDecision::AllowAlways {
+                tx.execute(
+                    "INSERT OR IGNORE INTO allowed_tools (session_id, tool) VALUES (?1, ?2)",
+                    params![row.session_id, row.tool],
+                )?;
+            }
+            tx.commit()?;
+            Ok(ApprovalOutcome::Applied(row))
+        })
     }
 
     /// Cancels every approval of a run still pending; returns their ids.
     pub fn cancel_pending_approvals(&self, run_id: &str) -> StoreResult<Vec<String>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(
-            "UPDATE approvals SET status = ?3, resolved_at = ?2
+        self.write(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "UPDATE approvals SET status = ?3, resolved_at = ?2
              WHERE run_id = ?1 AND status = 'pending' RETURNING id",
-        )?;
-        let ids = stmt
-            .query_map(params![run_id, now_ms(), ApprovalStatus::Cancelled], |r| {
-                r.get(0)
-            })?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(ids)
+            )?;
+            let ids = stmt
+                .query_map(params![run_id, now_ms(), ApprovalStatus::Cancelled], |r| {
+                    r.get(0)
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(ids)
+        })
     }
 
     pub fn is_tool_allowed(&self, session_id: &str, tool: &str) -> StoreResult<bool> {
-        Ok(self
-            .conn()
-            .query_row(
-                "SELECT 1 FROM allowed_tools WHERE session_id = ?1 AND tool = ?2",
-                params![session_id, tool],
-                |_| Ok(()),
-            )
-            .optional()?
-            .is_some())
+        self.read(|conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT 1 FROM allowed_tools WHERE session_id = ?1 AND tool = ?2",
+                    params![session_id, tool],
+                    |_| Ok(()),
+                )
+                .optional()?
+                .is_some())
+        })
     }
 
     /// Adds a successful write's line counts to the session's changed files.
     pub fn record_changed_file(&self, session_id: &str, change: &ChangedFile) -> StoreResult<()> {
-        self.conn().execute(
+        self.write(|conn| {
+            conn.execute(
             "INSERT INTO changed_files (session_id, path, added, removed) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (session_id, path) DO UPDATE SET
                 added = added + excluded.added, removed = removed + excluded.removed",
@@ -341,23 +356,25 @@ impl Store {
                 change.removed as i64
             ],
         )?;
-        Ok(())
+            Ok(())
+        })
     }
 
     pub fn changed_files(&self, session_id: &str) -> StoreResult<Vec<ChangedFile>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
             "SELECT path, added, removed FROM changed_files WHERE session_id = ?1 ORDER BY path",
         )?;
-        let files = stmt
-            .query_map([session_id], |r| {
-                Ok(ChangedFile {
-                    path: r.get(0)?,
-                    added: r.get::<_, i64>(1)? as u64,
-                    removed: r.get::<_, i64>(2)? as u64,
-                })
-            })?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(files)
+            let files = stmt
+                .query_map([session_id], |r| {
+                    Ok(ChangedFile {
+                        path: r.get(0)?,
+                        added: r.get::<_, i64>(1)? as u64,
+                        removed: r.get::<_, i64>(2)? as u64,
+                    })
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(files)
+        })
     }
 }

@@ -19,7 +19,8 @@ pub struct UsageRow {
 impl Store {
     pub fn insert_usage(&self, session_id: &str, row: &UsageRow) -> StoreResult<()> {
         let t = &row.tokens;
-        self.conn().execute(
+        self.write(|conn| {
+            conn.execute(
             "INSERT INTO usage_lines (session_id, run_id, provider, model, input, output, cache_read,
                                       cache_write, reasoning, at, duration_ms)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
@@ -37,35 +38,37 @@ impl Store {
                 row.duration_ms as i64
             ],
         )?;
-        Ok(())
+            Ok(())
+        })
     }
 
     pub fn usage_lines(&self, session_id: &str) -> StoreResult<Vec<UsageRow>> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
             "SELECT run_id, provider, model, input, output, cache_read, cache_write, reasoning, at,
                     duration_ms
              FROM usage_lines WHERE session_id = ?1 ORDER BY at, id",
         )?;
-        let rows = stmt
-            .query_map([session_id], |r| {
-                Ok(UsageRow {
-                    run_id: r.get(0)?,
-                    provider: r.get(1)?,
-                    model: r.get(2)?,
-                    tokens: TokenUsage {
-                        input: r.get::<_, i64>(3)? as u64,
-                        output: r.get::<_, i64>(4)? as u64,
-                        cache_read: r.get::<_, i64>(5)? as u64,
-                        cache_write: r.get::<_, i64>(6)? as u64,
-                        reasoning: r.get::<_, i64>(7)? as u64,
-                    },
-                    at: r.get(8)?,
-                    duration_ms: r.get::<_, i64>(9)? as u64,
-                })
-            })?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows)
+            let rows = stmt
+                .query_map([session_id], |r| {
+                    Ok(UsageRow {
+                        run_id: r.get(0)?,
+                        provider: r.get(1)?,
+                        model: r.get(2)?,
+                        tokens: TokenUsage {
+                            input: r.get::<_, i64>(3)? as u64,
+                            output: r.get::<_, i64>(4)? as u64,
+                            cache_read: r.get::<_, i64>(5)? as u64,
+                            cache_write: r.get::<_, i64>(6)? as u64,
+                            reasoning: r.get::<_, i64>(7)? as u64,
+                        },
+                        at: r.get(8)?,
+                        duration_ms: r.get::<_, i64>(9)? as u64,
+                    })
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
     }
 }
 
