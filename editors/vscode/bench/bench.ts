@@ -1,0 +1,178 @@
+// Benchmark of the chat page (npm run bench), two figures:
+//
+// 1. Streaming: the real daemon replays a 20,000-word reply (one text delta per word) to a
+//    plain client (the extension's JSON-RPC client layer alone, timing send → runFinished) and,
+//    in the same invocation, to the chat page in headless Chromium through the host controller
+//    (timing send → the finished reply rendered in the DOM). Runs are interleaved; medians.
+//    Goal: the page within 1.5× of the plain client.
+// 2. A 2,000-entry transcript posted to the page: time from the message to the end of the frame
+//    that rendered it, layout included. Goal: one frame budget (16.7 ms) per 100 entries.
+//
+// SIDECHAT_BIN picks the binary (default: target/release/sidechat when built, else debug).
+
+import { existsSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+import { launchChromium, openChat, REPO_ROOT, Scratch, servePage } from '../test/harness';
+import type { SessionTranscriptResult, TranscriptEntry } from '../src/model/wire';
+
+const WORDS = 20_000;
+const RUNS = 3;
+const ENTRIES = 2_000;
+
+function binary(): string {
+  if (process.env.SIDECHAT_BIN) return process.env.SIDECHAT_BIN;
+  const release = join(REPO_ROOT, 'target', 'release', 'sidechat');
+  return existsSync(release) ? release : join(REPO_ROOT, 'target', 'debug', 'sidechat');
+}
+
+/** A long Markdown reply of exactly `count` words: paragraphs, lists and code blocks. */
+function longReply(count: number): string {
+  const vocabulary = 'the daemon streams each token to the editor which renders markdown as it arrives while the user keeps typing'.split(' ');
+  const parts: string[] = [];
+  let words = 0;
+  let paragraph = 0;
+  while (words < count) {
+    const kind = paragraph % 10;
+    const take = Math.min(kind === 9 ? 12 : 40, count - words);
+    const chunk = Array.from({ length: take }, (_, i) => vocabulary[(words + i) % vocabulary.length]);
+    words += take;
+    if (kind === 9) parts.push('```rust\n' + chunk.join(' ').replace(/(\S+ \S+ \S+) /g, '$1\n') + '\n```');
+    else if (kind === 4) parts.push(chunk.map((w, i) => (i % 8 === 0 ? `\n- ${w}` : w)).join(' ').trim());
+    else parts.push(chunk.join(' '));
+    paragraph++;
+  }
+  return parts.join('\n\n');
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)];
+}
+
+async function streaming(): Promise<void> {
+  const scratch = new Scratch();
+  const reply = longReply(WORDS);
+  const script = join(scratch.dir, 'script.json');
+  writeFileSync(script, JSON.stringify({ turns: Array.from({ length: 2 * RUNS + 2 }, () => ({ text: reply })) }));
+  const daemon = scratch.daemon({ SIDECHAT_REPLAY_SCRIPT: script, SIDECHAT_ACCOUNT: 'replay' }, binary());
+  await daemon.start();
+  const browser = await launchChromium();
+  const served = await servePage();
+  const plain: number[] = [];
+  const page: number[] = [];
+  let deltas = 0;
+  try {
+    for (let run = 0; run < RUNS; run++) {
+      // Plain client: the JSON-RPC layer, counting deltas until the run ends.
+      const session = await daemon.request('session/create', { workspaceRoot: scratch.workspace });
+      let count = 0;
+      const finished = new Promise<void>((resolve) => {
+        const off = daemon.onEvent((p) => {
+          if (p.sessionId !== session.id) return;
+          if (p.event.kind === 'textDelta') count++;
+          if (p.event.kind === 'runFinished') {
+            off();
+            resolve();
+          }
+        });
+      });
+      const t0 = performance.now();
+      await daemon.request('chat/send', { sessionId: session.id, text: 'go' });
+      await finished;
+      plain.push(performance.now() - t0);
+      deltas = count;
+
+      // The page: host controller → postMessage batches → page model → DOM.
+      const chat = await openChat(browser, served.url, daemon, scratch.workspace);
+      await chat.page.waitForSelector('.daemon-status[data-state="ready"]', { state: 'attached' });
+      await chat.controller.handle({ type: 'newSession' });
+      await chat.settled();
+      const t1 = performance.now();
+      await chat.page.fill('textarea.input', 'go');
+      await chat.page.press('textarea.input', 'Enter');
+      const expected = reply.length;
+      for (;;) {
+        const done = await chat.page.evaluate((length) => {
+          const entry = document.querySelector('.entry.assistant[data-streaming="false"]');
+          return entry !== null && (entry.textContent ?? '').length >= length * 0.9;
+        }, expected);
+        if (done) break;
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+      page.push(performance.now() - t1);
+      chat.controller.dispose();
+      await chat.page.close();
+    }
+  } finally {
+    await browser.close();
+    served.server.close();
+    await daemon.stop();
+    scratch.dispose();
+  }
+  const ratio = median(page) / median(plain);
+  console.log(`streaming ${deltas} deltas (${reply.length} characters of Markdown), ${RUNS} interleaved runs, binary ${binary()}`);
+  console.log(`  plain client, send → runFinished:     median ${median(plain).toFixed(0)} ms  (${plain.map((t) => t.toFixed(0)).join(', ')})`);
+  console.log(`  chat page, send → reply rendered:     median ${median(page).toFixed(0)} ms  (${page.map((t) => t.toFixed(0)).join(', ')})`);
+  console.log(`  page / plain: ${ratio.toFixed(2)}× (goal ≤ 1.5×)`);
+}
+
+function transcriptOf(count: number): SessionTranscriptResult {
+  const entries: TranscriptEntry[] = [];
+  for (let i = 0; i < count; i++) {
+    const seq = i + 1;
+    const common = { id: `msg_${seq}`, seq, status: 'complete' as const, createdAt: '2026-01-01T00:00:00Z' };
+    if (i % 2 === 0) {
+      entries.push({ ...common, role: 'user', blocks: [{ type: 'text', text: `Question ${seq}: how does the panel keep up with a long stream of deltas?` }] });
+    } else {
+      const text = `Answer ${seq}. The page applies **every message** of a frame at once, then redraws *only* what changed.\n\n- one render per frame\n- entries by revision\n\n\`\`\`ts\nconst frame = requestAnimationFrame(flush);\n\`\`\``;
+      entries.push({ ...common, role: 'assistant', blocks: [{ type: 'text', text }] });
+    }
+  }
+  return { sessionId: 'ses_bench', state: 'idle', entries, hasMore: false, lastSeq: count, pendingApprovals: [], pendingInterjections: [] };
+}
+
+async function bigTranscript(): Promise<void> {
+  const browser = await launchChromium();
+  const served = await servePage();
+  const times: number[] = [];
+  try {
+    const page = await browser.newPage({ viewport: { width: 480, height: 900 } });
+    await page.addInitScript(() => {
+      (window as unknown as { acquireVsCodeApi: () => unknown }).acquireVsCodeApi = () => ({
+        postMessage: () => undefined,
+        getState: () => undefined,
+        setState: () => undefined,
+      });
+    });
+    await page.goto(served.url);
+    const transcript = transcriptOf(ENTRIES);
+    for (let run = 0; run < RUNS; run++) {
+      const ms = await page.evaluate(
+        (t) =>
+          new Promise<number>((resolve) => {
+            const start = performance.now();
+            window.dispatchEvent(new MessageEvent('message', { data: { type: 'reset', sessionId: `${t.sessionId}_${start}`, transcript: t } }));
+            // Runs after the view's own frame callback, which was queued first.
+            requestAnimationFrame(() => {
+              void document.body.offsetHeight;
+              resolve(performance.now() - start);
+            });
+          }),
+        transcript,
+      );
+      const rendered = await page.locator('.transcript .entry').count();
+      if (rendered !== ENTRIES) throw new Error(`rendered ${rendered} entries, expected ${ENTRIES}`);
+      times.push(ms);
+    }
+  } finally {
+    await browser.close();
+    served.server.close();
+  }
+  const budget = (ENTRIES / 100) * (1000 / 60);
+  console.log(`transcript of ${ENTRIES} entries (half Markdown replies with a list and a code block), ${RUNS} runs`);
+  console.log(`  message → rendered and laid out: median ${median(times).toFixed(0)} ms (${times.map((t) => t.toFixed(0)).join(', ')}); budget ${budget.toFixed(0)} ms`);
+}
+
+await streaming();
+await bigTranscript();

@@ -1,0 +1,347 @@
+/**
+ * The host side of the chat view: answers the page's messages with daemon requests, and feeds
+ * the page the active session's transcript and events.
+ *
+ * It keeps its own `SessionModel` of the active session to notice gaps in `seq` (and refetch),
+ * successful writes (and refresh changed files) and spend (and refresh cost). Events are batched
+ * into one message per tick so a fast stream is a few messages, not thousands. After the daemon
+ * restarts, the view is rebuilt from `session/transcript`.
+ *
+ * No `vscode` import: the extension supplies a `HostUi`; the end-to-end test supplies one that
+ * talks to a page in Chromium.
+ */
+
+import { SessionModel } from '../model/session';
+import type { DaemonStatus, HostToPage, PageToHost } from '../model/messages';
+import type { Attachment, Requests, SessionEventParams, SessionTranscriptResult } from '../model/wire';
+
+/** What the controller needs of the daemon (`Daemon` provides it). */
+export interface DaemonLike {
+  status: DaemonStatus;
+  request<M extends keyof Requests>(method: M, params: Requests[M]['params']): Promise<Requests[M]['result']>;
+  onEvent(listener: (params: SessionEventParams) => void): () => void;
+  onStatus(listener: (status: DaemonStatus) => void): () => void;
+  restart(): Promise<void>;
+}
+
+/** What the controller needs of the editor. */
+export interface HostUi {
+  post(message: HostToPage): void;
+  confirm(message: string): Promise<boolean>;
+  openDiff(path: string, before: string, after: string): Promise<void>;
+  openSettings(): void;
+  copy(text: string): void;
+  openLink(href: string): void;
+  log(line: string): void;
+}
+
+export interface ControllerOptions {
+  /** The open folder: sessions are listed for it and new ones are rooted there. */
+  workspaceRoot?: string;
+  /** How long events gather before they go to the page in one message. */
+  batchMs?: number;
+}
+
+const PAGE = 500;
+
+export class ChatController {
+  private active: SessionModel | undefined;
+  /** Events that arrive while the active session's transcript loads. */
+  private buffered: SessionEventParams[] | undefined;
+  private outbox: SessionEventParams[] = [];
+  private flushTimer: NodeJS.Timeout | undefined;
+  private refreshTimers = new Map<string, NodeJS.Timeout>();
+  private loading: Promise<void> | undefined;
+  private readonly disposers: (() => void)[] = [];
+  private pageReady = false;
+  private wanted: string | undefined;
+  private serial: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly daemon: DaemonLike,
+    private readonly ui: HostUi,
+    private readonly options: ControllerOptions = {},
+  ) {
+    this.disposers.push(
+      daemon.onEvent((params) => this.onEvent(params)),
+      daemon.onStatus((status) => this.onStatus(status)),
+    );
+  }
+
+  dispose(): void {
+    for (const dispose of this.disposers) dispose();
+    clearTimeout(this.flushTimer);
+    for (const timer of this.refreshTimers.values()) clearTimeout(timer);
+  }
+
+  get activeSessionId(): string | undefined {
+    return this.active?.sessionId;
+  }
+
+  /** Adds the selection to the composer. */
+  attach(attachment: Attachment): void {
+    this.ui.post({ type: 'attach', attachment });
+  }
+
+  /** Handles the page's messages one at a time, in order, so a load never races a send. */
+  handle(message: PageToHost): Promise<void> {
+    return this.serially(() => this.dispatch(message));
+  }
+
+  private serially(task: () => Promise<void>): Promise<void> {
+    const run = this.serial.then(task).catch((error) => this.ui.post({ type: 'error', message: errorText(error) }));
+    this.serial = run;
+    return run;
+  }
+
+  private async dispatch(message: PageToHost): Promise<void> {
+    switch (message.type) {
+      case 'ready':
+        this.pageReady = true;
+        this.wanted = message.activeId ?? this.active?.sessionId;
+        this.active = undefined;
+        this.ui.post({ type: 'daemon', status: this.daemon.status });
+        if (this.daemon.status.state === 'ready') await this.rebuild();
+        return;
+      case 'send':
+        return this.send(message.text, message.attachments, message.clientMessageId);
+      case 'stop':
+        if (this.active) await this.daemon.request('chat/stop', { sessionId: this.active.sessionId });
+        return;
+      case 'approve':
+        await this.daemon.request('approval/respond', { approvalId: message.approvalId, decision: message.decision });
+        return;
+      case 'withdraw':
+        await this.daemon.request('interjection/cancel', { pendingId: message.pendingId });
+        return;
+      case 'newSession':
+        await this.load((await this.createSession()).id);
+        await this.refreshSessions();
+        return;
+      case 'switchSession':
+        await this.load(message.sessionId);
+        await this.refreshSessions();
+        return;
+      case 'renameSession':
+        await this.daemon.request('session/update', { sessionId: message.sessionId, title: message.title });
+        await this.refreshSessions();
+        return;
+      case 'deleteSession': {
+        if (!(await this.ui.confirm('Delete this chat and its transcript?'))) return;
+        await this.daemon.request('session/delete', { sessionId: message.sessionId });
+        if (this.active?.sessionId === message.sessionId) {
+          this.active = undefined;
+          const list = await this.listSessions();
+          if (list[0]) await this.load(list[0].id);
+        }
+        await this.refreshSessions();
+        return;
+      }
+      case 'openDiff': {
+        if (!this.active) return;
+        const diff = await this.daemon.request('session/fileDiff', { sessionId: this.active.sessionId, path: message.path });
+        if (diff.omitted) {
+          this.ui.post({ type: 'error', message: `${message.path} is too large to keep a copy of; open the file to see it.` });
+          return;
+        }
+        await this.ui.openDiff(message.path, diff.before ?? '', diff.after ?? '');
+        return;
+      }
+      case 'copy':
+        this.ui.copy(message.text);
+        return;
+      case 'openLink':
+        this.ui.openLink(message.href);
+        return;
+      case 'openSettings':
+        this.ui.openSettings();
+        return;
+      case 'restartDaemon':
+        await this.daemon.restart();
+        return;
+    }
+  }
+
+  private async send(text: string, attachments: Attachment[], clientMessageId: string): Promise<void> {
+    try {
+      if (!this.active) await this.load((await this.createSession()).id);
+      if (this.loading) await this.loading;
+      const sessionId = this.active?.sessionId;
+      if (!sessionId) throw new Error('no session to send to');
+      const result = await this.daemon.request('chat/send', {
+        sessionId,
+        text,
+        clientMessageId,
+        ...(attachments.length > 0 ? { attachments } : {}),
+      });
+      this.ui.post({ type: 'sent', clientMessageId, queued: result.queued });
+      this.scheduleRefresh('sessions', () => this.refreshSessions());
+    } catch (error) {
+      this.ui.post({ type: 'sent', clientMessageId, queued: false, error: errorText(error) });
+    }
+  }
+
+  private createSession() {
+    return this.daemon.request('session/create', this.options.workspaceRoot ? { workspaceRoot: this.options.workspaceRoot } : {});
+  }
+
+  private listSessions() {
+    return this.daemon
+      .request('session/list', this.options.workspaceRoot ? { workspaceRoot: this.options.workspaceRoot, limit: 200 } : { limit: 200 })
+      .then((r) => r.sessions);
+  }
+
+  private async refreshSessions(): Promise<void> {
+    const sessions = await this.listSessions();
+    this.ui.post({ type: 'sessions', sessions, activeId: this.active?.sessionId });
+  }
+
+  /** After the page (re)loads or the daemon restarts: the list, then the session in view. */
+  private async rebuild(): Promise<void> {
+    const sessions = await this.listSessions();
+    const wanted = this.wanted ?? this.active?.sessionId;
+    const target = sessions.find((s) => s.id === wanted) ?? sessions[0];
+    this.active = undefined;
+    if (target) await this.load(target.id);
+    this.ui.post({ type: 'sessions', sessions, activeId: this.activeSessionId });
+  }
+
+  /** Makes `sessionId` the session in view: its whole transcript, then live events. */
+  private load(sessionId: string): Promise<void> {
+    this.flush();
+    this.wanted = sessionId;
+    const model = new SessionModel(sessionId);
+    this.active = model;
+    this.buffered = [];
+    const loading = (async () => {
+      const transcript = await this.fetchTranscript(sessionId, 0);
+      if (this.active !== model) return;
+      model.applyTranscript(transcript);
+      this.ui.post({ type: 'reset', sessionId, transcript });
+      const buffered = this.buffered ?? [];
+      this.buffered = undefined;
+      for (const params of buffered) this.accept(model, params);
+      this.flush();
+      await this.refreshDetails(model);
+    })();
+    const tracked: Promise<void> = loading
+      .catch(() => undefined)
+      .finally(() => {
+        if (this.loading === tracked) this.loading = undefined;
+      });
+    this.loading = tracked;
+    return loading;
+  }
+
+  /** Every entry after `afterSeq`, following `hasMore`, as one result. */
+  private async fetchTranscript(sessionId: string, afterSeq: number): Promise<SessionTranscriptResult> {
+    let result = await this.daemon.request('session/transcript', { sessionId, afterSeq, limit: PAGE });
+    const entries = [...result.entries];
+    while (result.hasMore && result.entries.length > 0) {
+      const last = result.entries[result.entries.length - 1].seq;
+      result = await this.daemon.request('session/transcript', { sessionId, afterSeq: last, limit: PAGE });
+      entries.push(...result.entries);
+    }
+    return { ...result, entries, hasMore: false };
+  }
+
+  private async refreshDetails(model: SessionModel): Promise<void> {
+    const sessionId = model.sessionId;
+    const [session, budget, cost] = await Promise.all([
+      this.daemon.request('session/get', { sessionId }),
+      this.daemon.request('session/budget', { sessionId }),
+      this.daemon.request('session/cost', { sessionId }),
+    ]);
+    if (this.active !== model) return;
+    model.setChangedFiles(session.changedFiles);
+    this.ui.post({ type: 'session', session });
+    this.ui.post({ type: 'budget', sessionId, snapshot: budget.snapshot });
+    this.ui.post({ type: 'cost', sessionId, cost: cost.cost });
+  }
+
+  private onEvent(params: SessionEventParams): void {
+    const model = this.active;
+    if (!model || params.sessionId !== model.sessionId) {
+      const kind = params.event.kind;
+      if (kind === 'runStarted' || kind === 'runFinished') this.scheduleRefresh('sessions', () => this.refreshSessions());
+      return;
+    }
+    if (this.buffered) {
+      this.buffered.push(params);
+      return;
+    }
+    this.accept(model, params);
+  }
+
+  private accept(model: SessionModel, params: SessionEventParams): void {
+    const applied = model.apply(params);
+    if (applied.duplicate) return;
+    this.outbox.push(params);
+    if (this.flushTimer === undefined) this.flushTimer = setTimeout(() => this.flush(), this.options.batchMs ?? 16);
+    if (applied.gapAfter !== undefined) void this.refetch(model, applied.gapAfter);
+    const sessionId = model.sessionId;
+    if (applied.filesChanged) {
+      this.scheduleRefresh('session', async () => {
+        const session = await this.daemon.request('session/get', { sessionId });
+        if (this.active !== model) return;
+        model.setChangedFiles(session.changedFiles);
+        this.ui.post({ type: 'session', session });
+      });
+    }
+    if (applied.spendChanged) {
+      this.scheduleRefresh('cost', async () => {
+        const { cost } = await this.daemon.request('session/cost', { sessionId });
+        if (this.active === model) this.ui.post({ type: 'cost', sessionId, cost });
+      });
+    }
+    const kind = params.event.kind;
+    if (kind === 'runStarted' || kind === 'runFinished') this.scheduleRefresh('sessions', () => this.refreshSessions());
+  }
+
+  private async refetch(model: SessionModel, afterSeq: number): Promise<void> {
+    try {
+      const transcript = await this.fetchTranscript(model.sessionId, afterSeq);
+      if (this.active !== model) return;
+      model.applyTranscript(transcript);
+      this.flush();
+      this.ui.post({ type: 'merge', sessionId: model.sessionId, transcript });
+    } catch (error) {
+      this.ui.log(`refetch after a gap failed: ${errorText(error)}`);
+    }
+  }
+
+  private flush(): void {
+    clearTimeout(this.flushTimer);
+    this.flushTimer = undefined;
+    if (this.outbox.length === 0 || !this.active) {
+      this.outbox = [];
+      return;
+    }
+    const events = this.outbox;
+    this.outbox = [];
+    this.ui.post({ type: 'events', sessionId: this.active.sessionId, events });
+  }
+
+  /** Runs `task` once shortly, however many times it is asked for meanwhile. */
+  private scheduleRefresh(name: string, task: () => Promise<void>): void {
+    if (this.refreshTimers.has(name)) return;
+    this.refreshTimers.set(
+      name,
+      setTimeout(() => {
+        this.refreshTimers.delete(name);
+        task().catch((error) => this.ui.log(`refreshing ${name} failed: ${errorText(error)}`));
+      }, 50),
+    );
+  }
+
+  private onStatus(status: DaemonStatus): void {
+    this.ui.post({ type: 'daemon', status });
+    if (status.state === 'ready' && this.pageReady) void this.serially(() => this.rebuild());
+  }
+}
+
+function errorText(error: unknown): string {
+  if (error instanceof Error) return error.message;
+  if (typeof error === 'object' && error !== null && 'message' in error) return String((error as { message: unknown }).message);
+  return String(error);
+}

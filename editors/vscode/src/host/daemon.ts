@@ -1,0 +1,252 @@
+/**
+ * The `sidechat serve` process and its JSON-RPC connection (vscode-jsonrpc over stdio).
+ *
+ * Finds the binary (the `sidechat.path` setting, else `PATH`, else `~/.cargo/bin`), spawns it,
+ * completes the `initialize` handshake, sends its stderr to a log, and when it exits without
+ * being asked to, restarts it with exponential backoff. Listeners hear every status change, so
+ * the view can say what happened and rebuild itself once the daemon is ready again.
+ *
+ * No `vscode` import: the extension wires it to settings and an output channel, and the tests
+ * drive the real daemon through it.
+ */
+
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { accessSync, constants, statSync } from 'node:fs';
+import { delimiter, join } from 'node:path';
+import { createMessageConnection, StreamMessageReader, StreamMessageWriter, type MessageConnection } from 'vscode-jsonrpc/node';
+
+import type { DaemonStatus } from '../model/messages';
+import type { InitializeResult, Requests, SessionEventParams } from '../model/wire';
+
+export interface DaemonOptions {
+  /** The `sidechat.path` setting; empty or undefined to search. */
+  configuredPath?: string;
+  /** Arguments after `serve`. */
+  args?: string[];
+  /** The child's whole environment. */
+  env: NodeJS.ProcessEnv;
+  /** For `~/.cargo/bin`. */
+  home: string;
+  /** Receives the daemon's stderr and our own lifecycle lines. */
+  log: (line: string) => void;
+  clientName?: string;
+  /** First restart delay; doubles per crash up to `maxBackoffMs`. */
+  initialBackoffMs?: number;
+  maxBackoffMs?: number;
+  /** A run this long resets the backoff. */
+  stableAfterMs?: number;
+}
+
+/** The binary to start, or every path tried when there is none. */
+export function resolveBinary(
+  configured: string | undefined,
+  envPath: string | undefined,
+  home: string,
+): { path?: string; tried: string[] } {
+  const name = process.platform === 'win32' ? 'sidechat.exe' : 'sidechat';
+  if (configured && configured.trim() !== '') {
+    const path = configured.trim().replace(/^~(?=$|[\\/])/, home);
+    return isExecutable(path) ? { path, tried: [path] } : { tried: [path] };
+  }
+  const candidates = [
+    ...(envPath ?? '').split(delimiter).filter((dir) => dir !== '').map((dir) => join(dir, name)),
+    join(home, '.cargo', 'bin', name),
+  ];
+  const path = candidates.find(isExecutable);
+  return path ? { path, tried: candidates.slice(0, candidates.indexOf(path) + 1) } : { tried: candidates };
+}
+
+function isExecutable(path: string): boolean {
+  try {
+    if (!statSync(path).isFile()) return false;
+    accessSync(path, constants.X_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+type Listener<T> = (value: T) => void;
+
+export class Daemon {
+  status: DaemonStatus = { state: 'starting' };
+  info: InitializeResult | undefined;
+
+  private child: ChildProcessWithoutNullStreams | undefined;
+  private connection: MessageConnection | undefined;
+  private ready: Promise<MessageConnection> | undefined;
+  private stopping = false;
+  private crashes = 0;
+  private restartTimer: NodeJS.Timeout | undefined;
+  private readonly eventListeners = new Set<Listener<SessionEventParams>>();
+  private readonly statusListeners = new Set<Listener<DaemonStatus>>();
+
+  constructor(private options: DaemonOptions) {}
+
+  onEvent(listener: Listener<SessionEventParams>): () => void {
+    this.eventListeners.add(listener);
+    return () => this.eventListeners.delete(listener);
+  }
+
+  onStatus(listener: Listener<DaemonStatus>): () => void {
+    this.statusListeners.add(listener);
+    return () => this.statusListeners.delete(listener);
+  }
+
+  /** New settings take effect at the next start. */
+  configure(options: Partial<DaemonOptions>): void {
+    this.options = { ...this.options, ...options };
+  }
+
+  /** Starts the daemon unless it is running; resolves once `initialize` has answered. */
+  start(): Promise<MessageConnection> {
+    if (!this.ready) {
+      this.stopping = false;
+      this.ready = this.spawn();
+      this.ready.catch(() => undefined);
+    }
+    return this.ready;
+  }
+
+  /** Stops and starts again at once, with the current settings. */
+  async restart(): Promise<void> {
+    await this.stop();
+    this.crashes = 0;
+    await this.start().catch(() => undefined);
+  }
+
+  async request<M extends keyof Requests>(method: M, params: Requests[M]['params']): Promise<Requests[M]['result']> {
+    const connection = await this.start();
+    return (await connection.sendRequest(method, params)) as Requests[M]['result'];
+  }
+
+  /** `shutdown` and `exit`, then a kill if it lingers. */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    clearTimeout(this.restartTimer);
+    this.restartTimer = undefined;
+    const child = this.child;
+    const connection = this.connection;
+    this.ready = undefined;
+    this.connection = undefined;
+    if (!child) return;
+    const exited = new Promise<void>((resolve) => {
+      if (child.exitCode !== null || child.signalCode !== null) resolve();
+      else child.once('exit', () => resolve());
+    });
+    if (connection) {
+      const handshake = (async () => {
+        await connection.sendRequest('shutdown', null);
+        await connection.sendNotification('exit');
+      })();
+      // A daemon that does not answer in time is killed below.
+      await Promise.race([handshake.catch(() => undefined), delay(1000)]);
+    }
+    const killer = setTimeout(() => child.kill('SIGKILL'), 2000);
+    await exited;
+    clearTimeout(killer);
+    connection?.dispose();
+    this.child = undefined;
+  }
+
+  private setStatus(status: DaemonStatus): void {
+    this.status = status;
+    for (const listener of this.statusListeners) listener(status);
+  }
+
+  private spawn(): Promise<MessageConnection> {
+    const options = this.options;
+    const { path, tried } = resolveBinary(options.configuredPath, options.env.PATH, options.home);
+    if (!path) {
+      const message = options.configuredPath
+        ? `sidechat was not found at ${tried[0]} (the sidechat.path setting).`
+        : `sidechat was not found on PATH or in ~/.cargo/bin. Install it (cargo install --path .) or set sidechat.path.`;
+      this.options.log(`${message} Tried: ${tried.join(', ')}`);
+      this.setStatus({ state: 'failed', message, tried });
+      this.ready = undefined;
+      return Promise.reject(new Error(message));
+    }
+    this.setStatus({ state: 'starting' });
+    const args = ['serve', ...(options.args ?? [])];
+    options.log(`starting ${path} ${args.join(' ')}`);
+    const started = Date.now();
+    let child: ChildProcessWithoutNullStreams;
+    try {
+      child = spawn(path, args, { env: options.env, stdio: ['pipe', 'pipe', 'pipe'] });
+    } catch (error) {
+      const message = `sidechat could not be started from ${path}: ${String(error)}`;
+      this.setStatus({ state: 'failed', message, tried });
+      this.ready = undefined;
+      return Promise.reject(new Error(message));
+    }
+    this.child = child;
+    child.stderr.setEncoding('utf8');
+    let partial = '';
+    child.stderr.on('data', (chunk: string) => {
+      const lines = (partial + chunk).split('\n');
+      partial = lines.pop() ?? '';
+      for (const line of lines) options.log(line);
+    });
+    const connection = createMessageConnection(new StreamMessageReader(child.stdout), new StreamMessageWriter(child.stdin));
+    connection.onNotification('session/event', (params: SessionEventParams) => {
+      for (const listener of this.eventListeners) listener(params);
+    });
+    connection.onError(() => undefined);
+    connection.listen();
+    this.connection = connection;
+
+    const exited = new Promise<never>((_, reject) => {
+      child.once('error', (error) => reject(new Error(`sidechat could not be started from ${path}: ${error.message}`)));
+      child.once('exit', (code, signal) => {
+        if (partial) options.log(partial);
+        reject(new Error(`sidechat exited (${signal ?? `code ${code}`}) before it was ready`));
+        this.onExit(child, code, signal, Date.now() - started);
+      });
+    });
+    exited.catch(() => undefined);
+    const handshake = (async () => {
+      const info = (await connection.sendRequest('initialize', {
+        clientInfo: { name: options.clientName ?? 'sidechat-vscode' },
+        protocolVersion: 1,
+      })) as InitializeResult;
+      await connection.sendNotification('initialized', {});
+      return info;
+    })();
+    return Promise.race([handshake, exited]).then((info) => {
+      this.info = info;
+      const demo = info.accounts.find((a) => a.name === info.defaultAccount)?.isDemo ?? false;
+      options.log(`ready: ${info.serverInfo.name} ${info.serverInfo.version}`);
+      this.setStatus({ state: 'ready', server: `${info.serverInfo.name} ${info.serverInfo.version}`, demo });
+      return connection;
+    });
+  }
+
+  private onExit(child: ChildProcessWithoutNullStreams, code: number | null, signal: NodeJS.Signals | null, ranMs: number): void {
+    if (this.child !== child) return;
+    this.connection?.dispose();
+    this.connection = undefined;
+    this.child = undefined;
+    this.ready = undefined;
+    if (this.stopping) return;
+    if (ranMs >= (this.options.stableAfterMs ?? 30_000)) this.crashes = 0;
+    const initial = this.options.initialBackoffMs ?? 500;
+    const restartInMs = Math.min(initial * 2 ** this.crashes, this.options.maxBackoffMs ?? 30_000);
+    this.crashes++;
+    const message = `sidechat stopped unexpectedly (${signal ?? `exit code ${code}`}); restarting in ${Math.round(restartInMs / 100) / 10} s.`;
+    this.options.log(message);
+    this.setStatus({ state: 'crashed', message, restartInMs });
+    this.restartTimer = setTimeout(() => {
+      this.restartTimer = undefined;
+      if (!this.stopping) this.start().catch(() => undefined);
+    }, restartInMs);
+  }
+
+  /** The process id, for tests that kill it. */
+  get pid(): number | undefined {
+    return this.child?.pid;
+  }
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

@@ -1,0 +1,186 @@
+/**
+ * The extension: starts the daemon, registers the chat view and the commands.
+ *
+ * Everything that does not need `vscode` lives in `daemon.ts` and `controller.ts`; this file
+ * only adapts them to VS Code (settings, output channel, webview, diff editor, clipboard).
+ */
+
+import { homedir } from 'node:os';
+import { relative } from 'node:path';
+import * as vscode from 'vscode';
+
+import type { DaemonStatus, PageToHost } from '../model/messages';
+import { chatHtml, randomNonce } from '../webview/html';
+import { ChatController, type HostUi } from './controller';
+import { Daemon, type DaemonOptions } from './daemon';
+
+const DIFF_SCHEME = 'sidechat-diff';
+
+/** Daemon options from the `sidechat.*` settings. */
+export function daemonOptions(log: (line: string) => void): DaemonOptions {
+  const config = vscode.workspace.getConfiguration('sidechat');
+  const extraEnv = config.get<Record<string, string>>('env') ?? {};
+  return {
+    configuredPath: config.get<string>('path') ?? '',
+    args: config.get<string[]>('extraArgs') ?? [],
+    env: { ...process.env, ...extraEnv },
+    home: homedir(),
+    log,
+    clientName: 'sidechat-vscode',
+  };
+}
+
+/** Texts of the diff editor's two sides, by URI. */
+class DiffContents implements vscode.TextDocumentContentProvider {
+  private readonly texts = new Map<string, string>();
+  private counter = 0;
+
+  put(text: string, path: string, side: 'before' | 'after'): vscode.Uri {
+    const uri = vscode.Uri.from({ scheme: DIFF_SCHEME, path: `/${path}`, query: `${side}-${this.counter++}` });
+    this.texts.set(uri.toString(), text);
+    return uri;
+  }
+
+  provideTextDocumentContent(uri: vscode.Uri): string {
+    return this.texts.get(uri.toString()) ?? '';
+  }
+}
+
+export class ChatViewProvider implements vscode.WebviewViewProvider {
+  static readonly viewType = 'sidechat.chat';
+  private controller: ChatController | undefined;
+  private view: vscode.WebviewView | undefined;
+  private pendingAttachment: { name: string; text: string } | undefined;
+
+  constructor(
+    private readonly context: vscode.ExtensionContext,
+    private readonly daemon: Daemon,
+    private readonly output: vscode.OutputChannel,
+    private readonly diffs: DiffContents,
+  ) {}
+
+  resolveWebviewView(view: vscode.WebviewView): void {
+    this.view = view;
+    const media = vscode.Uri.joinPath(this.context.extensionUri, 'media');
+    const dist = vscode.Uri.joinPath(this.context.extensionUri, 'dist');
+    view.webview.options = { enableScripts: true, localResourceRoots: [media, dist] };
+    view.webview.html = chatHtml({
+      cspSource: view.webview.cspSource,
+      nonce: randomNonce(),
+      scriptUri: view.webview.asWebviewUri(vscode.Uri.joinPath(dist, 'webview.js')).toString(),
+      styleUri: view.webview.asWebviewUri(vscode.Uri.joinPath(media, 'chat.css')).toString(),
+    });
+    const ui: HostUi = {
+      post: (message) => void view.webview.postMessage(message),
+      confirm: async (message) => (await vscode.window.showWarningMessage(message, { modal: true }, 'Delete')) === 'Delete',
+      openDiff: async (path, before, after) => {
+        const left = this.diffs.put(before, path, 'before');
+        const right = this.diffs.put(after, path, 'after');
+        await vscode.commands.executeCommand('vscode.diff', left, right, `${path} (sidechat's changes)`);
+      },
+      openSettings: () => void vscode.commands.executeCommand('workbench.action.openSettings', 'sidechat.path'),
+      copy: (text) => void vscode.env.clipboard.writeText(text),
+      openLink: (href) => {
+        if (/^https?:/i.test(href)) void vscode.env.openExternal(vscode.Uri.parse(href));
+      },
+      log: (line) => this.output.appendLine(line),
+    };
+    this.controller?.dispose();
+    const controller = new ChatController(this.daemon, ui, {
+      workspaceRoot: vscode.workspace.workspaceFolders?.[0]?.uri.fsPath,
+    });
+    this.controller = controller;
+    view.webview.onDidReceiveMessage(async (message: PageToHost) => {
+      await controller.handle(message);
+      if (message.type === 'ready' && this.pendingAttachment) {
+        controller.attach(this.pendingAttachment);
+        this.pendingAttachment = undefined;
+      }
+    });
+    view.onDidDispose(() => {
+      controller.dispose();
+      if (this.controller === controller) this.controller = undefined;
+    });
+  }
+
+  /** Puts the selection into the composer, opening the view first if needed. */
+  async attach(attachment: { name: string; text: string }): Promise<void> {
+    if (this.controller && this.view?.visible) {
+      this.controller.attach(attachment);
+      this.view.show(false);
+      return;
+    }
+    this.pendingAttachment = attachment;
+    await vscode.commands.executeCommand(`${ChatViewProvider.viewType}.focus`);
+    if (this.controller && this.pendingAttachment) {
+      this.controller.attach(this.pendingAttachment);
+      this.pendingAttachment = undefined;
+    }
+  }
+
+  newSession(): void {
+    void this.controller?.handle({ type: 'newSession' });
+  }
+}
+
+/** `src/a.ts:3-9` with the selected text, for "Ask sidechat about the selection". */
+export function selectionAttachment(editor: vscode.TextEditor, workspaceRoot: string | undefined): { name: string; text: string } | undefined {
+  const selection = editor.selection;
+  if (selection.isEmpty) return undefined;
+  const file = editor.document.uri.fsPath;
+  const shown = workspaceRoot && file.startsWith(workspaceRoot) ? relative(workspaceRoot, file) : file;
+  const start = selection.start.line + 1;
+  const end = selection.end.character === 0 && selection.end.line > selection.start.line ? selection.end.line : selection.end.line + 1;
+  const lines = start === end ? `${start}` : `${start}-${end}`;
+  return { name: `${shown}:${lines}`, text: editor.document.getText(selection) };
+}
+
+export function activate(context: vscode.ExtensionContext): void {
+  const output = vscode.window.createOutputChannel('sidechat');
+  const daemon = new Daemon(daemonOptions((line) => output.appendLine(line)));
+  const diffs = new DiffContents();
+  const provider = new ChatViewProvider(context, daemon, output, diffs);
+
+  let lastState: DaemonStatus['state'] | undefined;
+  const unsubscribe = daemon.onStatus((status) => {
+    if (status.state === 'failed' && lastState !== 'failed') {
+      void vscode.window.showErrorMessage(status.message, 'Open setting').then((choice) => {
+        if (choice === 'Open setting') void vscode.commands.executeCommand('workbench.action.openSettings', 'sidechat.path');
+      });
+    }
+    lastState = status.state;
+  });
+
+  context.subscriptions.push(
+    output,
+    { dispose: unsubscribe },
+    // Returned so that a caller that can wait (the tests) waits for the process to end.
+    { dispose: () => daemon.stop() },
+    vscode.workspace.registerTextDocumentContentProvider(DIFF_SCHEME, diffs),
+    vscode.window.registerWebviewViewProvider(ChatViewProvider.viewType, provider, {
+      webviewOptions: { retainContextWhenHidden: true },
+    }),
+    vscode.commands.registerCommand('sidechat.askAboutSelection', async () => {
+      const editor = vscode.window.activeTextEditor;
+      const attachment = editor && selectionAttachment(editor, vscode.workspace.workspaceFolders?.[0]?.uri.fsPath);
+      if (!attachment) {
+        void vscode.window.showInformationMessage('Select some text first.');
+        return;
+      }
+      await provider.attach(attachment);
+    }),
+    vscode.commands.registerCommand('sidechat.newSession', () => provider.newSession()),
+    vscode.commands.registerCommand('sidechat.restartDaemon', () => daemon.restart()),
+    vscode.workspace.onDidChangeConfiguration((event) => {
+      if (event.affectsConfiguration('sidechat')) {
+        daemon.configure(daemonOptions((line) => output.appendLine(line)));
+        void daemon.restart();
+      }
+    }),
+  );
+  void daemon.start().catch(() => undefined);
+}
+
+export function deactivate(): void {
+  // The daemon is stopped by its disposable in `context.subscriptions`.
+}

@@ -1,0 +1,57 @@
+/**
+ * The messages between the extension host and the chat page (`postMessage` both ways).
+ *
+ * The host owns the daemon connection; the page owns the DOM. Both keep a `SessionModel` of the
+ * active session, fed with the same transcript results and events.
+ */
+
+import type {
+  Attachment,
+  ApprovalDecision,
+  CostSummary,
+  BudgetSnapshot,
+  Session,
+  SessionEventParams,
+  SessionSummary,
+  SessionTranscriptResult,
+} from './wire';
+
+/** Where the daemon is, as the page shows it. */
+export type DaemonStatus =
+  | { state: 'starting' }
+  | { state: 'ready'; server: string; demo: boolean }
+  | { state: 'crashed'; message: string; restartInMs: number }
+  | { state: 'failed'; message: string; tried: string[] };
+
+export type HostToPage =
+  | { type: 'daemon'; status: DaemonStatus }
+  | { type: 'sessions'; sessions: SessionSummary[]; activeId: string | undefined }
+  /** Start over with this session: its whole transcript. */
+  | { type: 'reset'; sessionId: string; transcript: SessionTranscriptResult }
+  /** Entries fetched after a gap, merged into what is shown. */
+  | { type: 'merge'; sessionId: string; transcript: SessionTranscriptResult }
+  /** Events of the active session, in order, batched. */
+  | { type: 'events'; sessionId: string; events: SessionEventParams[] }
+  | { type: 'session'; session: Session }
+  | { type: 'budget'; sessionId: string; snapshot: BudgetSnapshot }
+  | { type: 'cost'; sessionId: string; cost: CostSummary }
+  /** A send finished: its local "sending" mark can go. */
+  | { type: 'sent'; clientMessageId: string; queued: boolean; error?: string }
+  | { type: 'attach'; attachment: Attachment }
+  | { type: 'error'; message: string };
+
+export type PageToHost =
+  | { type: 'ready'; activeId?: string }
+  | { type: 'send'; text: string; attachments: Attachment[]; clientMessageId: string }
+  | { type: 'stop' }
+  | { type: 'approve'; approvalId: string; decision: Exclude<ApprovalDecision, 'cancelled'> }
+  | { type: 'withdraw'; pendingId: string }
+  | { type: 'newSession' }
+  | { type: 'switchSession'; sessionId: string }
+  | { type: 'renameSession'; sessionId: string; title: string }
+  | { type: 'deleteSession'; sessionId: string }
+  | { type: 'openDiff'; path: string }
+  | { type: 'copy'; text: string }
+  | { type: 'openLink'; href: string }
+  | { type: 'openSettings' }
+  | { type: 'restartDaemon' };

@@ -1,0 +1,456 @@
+/**
+ * The session model: one session's transcript as a client draws it, built from
+ * `session/transcript` results and `session/event` notifications.
+ *
+ * Pure TypeScript with no `vscode` import, so the extension host (gap detection, refreshes) and
+ * the chat page (rendering) run the same code on the same events. It tolerates what a stream
+ * over a restartable process delivers: deltas before their message, duplicated events, gaps
+ * (reported through `gapAfter` so the owner can refetch) and approvals resolved elsewhere.
+ */
+
+import type {
+  BudgetSnapshot,
+  ChangedFile,
+  CostSummary,
+  MessageStatus,
+  NoticeLevel,
+  PendingApproval,
+  PendingInterjection,
+  SessionEventParams,
+  SessionState,
+  SessionTranscriptResult,
+  ToolCallStatus,
+  TranscriptEntry,
+} from './wire';
+
+export type AssistantBlock = { type: 'text' | 'thinking'; text: string };
+
+interface EntryBase {
+  /** Stable key: message id, `tool:<callId>`, `inj:<pendingId>`, `notice:<seq>`. */
+  key: string;
+  /** The `seq` that placed it; live entries not yet committed have none. */
+  seq?: number;
+  /** Increases whenever the entry changes, so a renderer redraws only what changed. */
+  rev: number;
+}
+
+export interface UserEntry extends EntryBase {
+  kind: 'user';
+  text: string;
+  attachments: string[];
+  /** `interjection` when typed while a run worked and delivered with tool results. */
+  source: 'turn' | 'interjection';
+}
+
+export interface AssistantEntry extends EntryBase {
+  kind: 'assistant';
+  blocks: AssistantBlock[];
+  streaming: boolean;
+  status: MessageStatus;
+}
+
+export interface ToolEntry extends EntryBase {
+  kind: 'tool';
+  callId: string;
+  tool: string;
+  summary: string;
+  input: unknown;
+  status: ToolCallStatus;
+  output?: string;
+}
+
+export interface NoticeEntry extends EntryBase {
+  kind: 'notice';
+  level: NoticeLevel;
+  message: string;
+}
+
+export interface NoteEntry extends EntryBase {
+  kind: 'note';
+  text: string;
+}
+
+/** A compaction of older entries, once the daemon writes them. */
+export interface SummaryEntry extends EntryBase {
+  kind: 'summary';
+  text: string;
+}
+
+export type Entry = UserEntry | AssistantEntry | ToolEntry | NoticeEntry | NoteEntry | SummaryEntry;
+
+/** A message typed while a run works, not yet delivered or folded into the next turn. */
+export interface Waiting {
+  pendingId: string;
+  text: string;
+  /** `leased` while a model request carrying it is on its way. */
+  status: string;
+}
+
+/** Changed file as listed; counts are absent until `session/get` reports them. */
+export interface ChangedFileView {
+  path: string;
+  added?: number;
+  removed?: number;
+}
+
+/** What applying one event did, for the owner to react. */
+export interface Applied {
+  /** Already seen (its `seq` is not above the last one). */
+  duplicate: boolean;
+  /** Events were missed: refetch `session/transcript` after this `seq`. */
+  gapAfter?: number;
+  /** A write or edit succeeded: `session/get` has new changed-file counts. */
+  filesChanged: boolean;
+  /** The run used tokens or ended: budget and cost are worth asking again. */
+  spendChanged: boolean;
+}
+
+const WRITING_TOOLS = new Set(['write_file', 'edit_file']);
+
+function textOf(blocks: TranscriptEntry['blocks']): string {
+  return blocks
+    .map((b) => (b.type === 'text' ? b.text : ''))
+    .filter((t) => t.length > 0)
+    .join('\n\n');
+}
+
+function pathOf(input: unknown): string | undefined {
+  if (typeof input === 'object' && input !== null && 'path' in input) {
+    const path = (input as { path: unknown }).path;
+    return typeof path === 'string' ? path : undefined;
+  }
+  return undefined;
+}
+
+export class SessionModel {
+  readonly sessionId: string;
+  state: SessionState = 'idle';
+  lastSeq = 0;
+  /** The running run's id, when one is known. */
+  runId: string | undefined;
+  budget: BudgetSnapshot | undefined;
+  cost: CostSummary | undefined;
+  approvals = new Map<string, PendingApproval>();
+  waiting = new Map<string, Waiting>();
+  changedFiles = new Map<string, ChangedFileView>();
+  /** Increases on any change of state, approvals, waiting messages, files, budget or cost. */
+  chromeRev = 0;
+
+  private entries = new Map<string, Entry>();
+  private order: string[] = [];
+  private orderRev = 0;
+  private revCounter = 0;
+
+  constructor(sessionId: string) {
+    this.sessionId = sessionId;
+  }
+
+  /** Entries in display order. */
+  list(): Entry[] {
+    return this.order.map((key) => this.entries.get(key)).filter((e): e is Entry => e !== undefined);
+  }
+
+  get(key: string): Entry | undefined {
+    return this.entries.get(key);
+  }
+
+  /** Changes whenever entries are added, removed or reordered. */
+  get structureRev(): number {
+    return this.orderRev;
+  }
+
+  /** Builds or merges from a `session/transcript` result (a load, a reload, or a gap refetch). */
+  applyTranscript(result: SessionTranscriptResult): void {
+    for (const entry of result.entries) this.applyEntry(entry);
+    this.state = result.state;
+    this.approvals = new Map(result.pendingApprovals.map((a) => [a.approvalId, a]));
+    this.waiting = new Map(result.pendingInterjections.map((p) => [p.pendingId, waitingOf(p)]));
+    for (const approval of result.pendingApprovals) this.markTool(approval.callId, 'awaitingApproval');
+    if (result.state === 'idle' || result.state === 'unanswered') this.endStreaming(undefined);
+    this.lastSeq = Math.max(this.lastSeq, result.lastSeq);
+    this.chromeRev++;
+  }
+
+  /** Applies one `session/event`. */
+  apply(params: SessionEventParams): Applied {
+    const applied: Applied = { duplicate: false, filesChanged: false, spendChanged: false };
+    if (params.seq <= this.lastSeq) {
+      applied.duplicate = true;
+      return applied;
+    }
+    if (params.seq > this.lastSeq + 1) applied.gapAfter = this.lastSeq;
+    this.lastSeq = params.seq;
+    const event = params.event;
+    switch (event.kind) {
+      case 'runStarted':
+        this.runId = params.runId ?? undefined;
+        this.setState('running');
+        break;
+      case 'messageStarted':
+        if (event.role === 'assistant') this.assistant(event.messageId);
+        break;
+      case 'textDelta':
+      case 'thinkingDelta': {
+        const entry = this.assistant(event.messageId);
+        const type = event.kind === 'textDelta' ? 'text' : 'thinking';
+        const last = entry.blocks[entry.blocks.length - 1];
+        if (last && last.type === type) last.text += event.text;
+        else entry.blocks.push({ type, text: event.text });
+        this.touch(entry);
+        break;
+      }
+      case 'messageCompleted':
+        this.applyEntry(event.entry);
+        break;
+      case 'toolCallStarted': {
+        const tool = this.tool(event.callId, event.tool, event.input);
+        tool.summary = event.summary;
+        this.touch(tool);
+        break;
+      }
+      case 'toolCallUpdated': {
+        const tool = this.entries.get(`tool:${event.callId}`);
+        if (tool && tool.kind === 'tool') {
+          tool.status = event.status;
+          if (event.output !== undefined && event.output !== null) tool.output = event.output;
+          this.touch(tool);
+          if (event.status === 'done' && WRITING_TOOLS.has(tool.tool)) {
+            const path = pathOf(tool.input);
+            if (path !== undefined && !this.changedFiles.has(path)) this.changedFiles.set(path, { path });
+            applied.filesChanged = true;
+            this.chromeRev++;
+          }
+        } else if (event.status === 'done') {
+          // A tool we never saw start (missed events): the counts come from `session/get`.
+          applied.filesChanged = true;
+        }
+        break;
+      }
+      case 'approvalRequested':
+        this.approvals.set(event.approval.approvalId, event.approval);
+        this.tool(event.approval.callId, event.approval.tool, event.approval.input);
+        this.markTool(event.approval.callId, 'awaitingApproval');
+        this.setState('awaitingApproval');
+        break;
+      case 'approvalResolved':
+        if (this.approvals.delete(event.approvalId)) this.chromeRev++;
+        if (this.state === 'awaitingApproval' && this.approvals.size === 0) this.setState('running');
+        break;
+      case 'interjectionQueued':
+        this.waiting.set(event.pendingId, { pendingId: event.pendingId, text: event.text, status: 'pending' });
+        this.chromeRev++;
+        break;
+      case 'interjectionDelivered':
+      case 'interjectionPromoted':
+        for (const id of event.pendingIds) {
+          const waiting = this.waiting.get(id);
+          this.waiting.delete(id);
+          if (event.kind === 'interjectionDelivered' && waiting && !this.entries.has(`inj:${id}`)) {
+            // The tool message carrying it may come later; show the words where they went.
+            this.insert({ kind: 'user', key: `inj:${id}`, rev: 0, text: waiting.text, attachments: [], source: 'interjection' });
+          }
+        }
+        this.chromeRev++;
+        break;
+      case 'interjectionCancelled':
+        if (this.waiting.delete(event.pendingId)) this.chromeRev++;
+        break;
+      case 'notice':
+        this.insert({ kind: 'notice', key: `notice:${params.seq}`, seq: params.seq, rev: 0, level: event.level, message: event.message });
+        break;
+      case 'budget':
+        this.budget = event.snapshot;
+        this.chromeRev++;
+        break;
+      case 'usage':
+        applied.spendChanged = true;
+        break;
+      case 'runFinished':
+        this.endStreaming(event.reason === 'stopped' ? 'stopped' : event.reason === 'error' ? 'failed' : undefined);
+        this.runId = undefined;
+        for (const [id, approval] of this.approvals) {
+          if (approval.runId === params.runId) this.approvals.delete(id);
+        }
+        this.setState(this.approvals.size > 0 ? 'awaitingApproval' : 'idle');
+        applied.spendChanged = true;
+        break;
+    }
+    return applied;
+  }
+
+  /** The authoritative list from `session/get`. */
+  setChangedFiles(files: ChangedFile[]): void {
+    this.changedFiles = new Map(files.map((f) => [f.path, { path: f.path, added: f.added, removed: f.removed }]));
+    this.chromeRev++;
+  }
+
+  setBudget(snapshot: BudgetSnapshot): void {
+    this.budget = snapshot;
+    this.chromeRev++;
+  }
+
+  setCost(cost: CostSummary): void {
+    this.cost = cost;
+    this.chromeRev++;
+  }
+
+  private setState(state: SessionState): void {
+    if (this.state !== state) {
+      this.state = state;
+      this.chromeRev++;
+    }
+  }
+
+  private touch(entry: Entry): void {
+    entry.rev = ++this.revCounter;
+  }
+
+  /** Appends, or for an entry with a `seq`, inserts before the first later committed entry. */
+  private insert(entry: Entry, after?: string): void {
+    this.entries.set(entry.key, entry);
+    this.touch(entry);
+    let at = this.order.length;
+    if (after !== undefined) {
+      const index = this.order.indexOf(after);
+      if (index >= 0) {
+        at = index + 1;
+        // Keep entries already placed after `after` for the same message (its other tool calls).
+        while (at < this.order.length && this.entries.get(this.order[at])?.kind === 'tool') at++;
+      }
+    } else if (entry.seq !== undefined) {
+      const seq = entry.seq;
+      // Before anything committed later, and before a reply still streaming (it commits later).
+      const later = this.order.findIndex((key) => {
+        const other = this.entries.get(key);
+        if (!other) return false;
+        if (other.seq !== undefined) return other.seq > seq;
+        return other.kind === 'assistant' && other.streaming;
+      });
+      if (later >= 0) at = later;
+    }
+    this.order.splice(at, 0, entry.key);
+    this.orderRev++;
+  }
+
+  private assistant(messageId: string): AssistantEntry {
+    const existing = this.entries.get(messageId);
+    if (existing && existing.kind === 'assistant') return existing;
+    const entry: AssistantEntry = { kind: 'assistant', key: messageId, rev: 0, blocks: [], streaming: true, status: 'complete' };
+    this.insert(entry);
+    return entry;
+  }
+
+  private tool(callId: string, name: string, input: unknown, after?: string): ToolEntry {
+    const key = `tool:${callId}`;
+    const existing = this.entries.get(key);
+    if (existing && existing.kind === 'tool') return existing;
+    const entry: ToolEntry = { kind: 'tool', key, rev: 0, callId, tool: name, summary: toolSummary(name, input), input, status: 'pending' };
+    this.insert(entry, after);
+    return entry;
+  }
+
+  private markTool(callId: string, status: ToolCallStatus): void {
+    const tool = this.entries.get(`tool:${callId}`);
+    if (tool && tool.kind === 'tool' && tool.status !== status) {
+      tool.status = status;
+      this.touch(tool);
+    }
+  }
+
+  private endStreaming(status: MessageStatus | undefined): void {
+    for (const entry of this.entries.values()) {
+      if (entry.kind === 'assistant' && entry.streaming) {
+        entry.streaming = false;
+        if (status) entry.status = status;
+        this.touch(entry);
+      }
+    }
+  }
+
+  /** One committed transcript entry, as `session/transcript` or `messageCompleted` gives it. */
+  private applyEntry(wire: TranscriptEntry): void {
+    const role = wire.role as string;
+    if (role === 'assistant') {
+      const entry = this.assistant(wire.id);
+      entry.blocks = wire.blocks.flatMap((b) =>
+        b.type === 'text' || b.type === 'thinking' ? [{ type: b.type, text: b.text }] : [],
+      );
+      entry.streaming = false;
+      entry.status = wire.status;
+      this.touch(entry);
+      this.place(entry, wire.seq);
+      let previous = entry.key;
+      for (const block of wire.blocks) {
+        if (block.type === 'toolCall') {
+          const tool = this.tool(block.id, block.name, block.input, previous);
+          tool.input = block.input;
+          previous = tool.key;
+        }
+      }
+      return;
+    }
+    // Delivered interjections: the user's words, where the model read them.
+    let previous: string | undefined;
+    for (const block of wire.blocks) {
+      if (block.type === 'toolResult') {
+        const tool = this.entries.get(`tool:${block.callId}`);
+        if (tool && tool.kind === 'tool') {
+          tool.status = block.status;
+          tool.output = block.output;
+          this.touch(tool);
+          previous = tool.key;
+        }
+      } else if (block.type === 'interjection') {
+        this.waiting.delete(block.pendingId);
+        const key = `inj:${block.pendingId}`;
+        const existing = this.entries.get(key);
+        if (existing) {
+          if (existing.seq === undefined) existing.seq = wire.seq;
+        } else {
+          this.insert({ kind: 'user', key, seq: wire.seq, rev: 0, text: block.text, attachments: [], source: 'interjection' }, previous);
+        }
+        previous = key;
+        this.chromeRev++;
+      }
+    }
+    if (role === 'tool' || this.entries.has(wire.id)) return;
+    const text = textOf(wire.blocks);
+    if (role === 'user') {
+      const attachments = wire.blocks.flatMap((b) => (b.type === 'attachment' ? [b.name] : []));
+      if (text === '' && attachments.length === 0) return;
+      this.insert({ kind: 'user', key: wire.id, seq: wire.seq, rev: 0, text, attachments, source: 'turn' });
+    } else if (role === 'note') {
+      this.insert({ kind: 'note', key: wire.id, seq: wire.seq, rev: 0, text });
+    } else if (role === 'summary') {
+      this.insert({ kind: 'summary', key: wire.id, seq: wire.seq, rev: 0, text });
+    }
+  }
+
+  /** Gives a live entry its committed `seq`, moving it if entries committed later precede it. */
+  private place(entry: Entry, seq: number): void {
+    if (entry.seq === seq) return;
+    entry.seq = seq;
+    const index = this.order.indexOf(entry.key);
+    const laterBefore = this.order.slice(0, index).some((key) => {
+      const other = this.entries.get(key);
+      return other?.seq !== undefined && other.seq > seq && other.kind !== 'tool';
+    });
+    if (laterBefore) {
+      this.order.splice(index, 1);
+      this.entries.delete(entry.key);
+      this.insert(entry);
+    }
+  }
+}
+
+/** One line for a tool call whose `toolCallStarted` summary was not seen (e.g. after a reload). */
+export function toolSummary(name: string, input: unknown): string {
+  if (typeof input !== 'object' || input === null) return name;
+  const fields = input as Record<string, unknown>;
+  const subject = ['command', 'path', 'pattern'].map((k) => fields[k]).find((v): v is string => typeof v === 'string');
+  return subject === undefined ? name : `${name} ${subject}`;
+}
+
+function waitingOf(p: PendingInterjection): Waiting {
+  return { pendingId: p.pendingId, text: p.text, status: p.status };
+}

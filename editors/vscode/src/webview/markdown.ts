@@ -1,0 +1,115 @@
+/**
+ * Assistant text as Markdown: markdown-it with raw HTML off (so `<script>` in a reply is shown
+ * as text), then DOMPurify over its output as a second wall, then copy buttons on code blocks.
+ *
+ * A streaming message is rendered in chunks: the text up to its last blank line outside a code
+ * fence is rendered once, chunk by chunk, and only the unfinished tail is rendered again on each
+ * frame. A long reply therefore costs each frame only its newest paragraph. When the message is
+ * complete it is rendered whole once, so constructs that span chunks come out right.
+ */
+
+import DOMPurify from 'dompurify';
+import MarkdownIt from 'markdown-it';
+
+const md = new MarkdownIt({ html: false, linkify: true, breaks: false });
+// Only links with a scheme or `www.`: a file name such as notes.md is not a web address.
+md.linkify.set({ fuzzyLink: false });
+
+/** Markdown to sanitised HTML. */
+export function renderMarkdown(text: string): string {
+  return DOMPurify.sanitize(md.render(text), { USE_PROFILES: { html: true } });
+}
+
+/** Fills `target` with the rendered text and gives each code block a copy button. */
+function fill(target: HTMLElement, text: string, onCopy: (text: string) => void): void {
+  target.innerHTML = renderMarkdown(text);
+  for (const pre of target.querySelectorAll('pre')) {
+    const code = pre.textContent ?? '';
+    const button = document.createElement('button');
+    button.className = 'copy';
+    button.type = 'button';
+    button.textContent = 'Copy';
+    button.title = 'Copy the code';
+    button.addEventListener('click', () => {
+      onCopy(code);
+      button.textContent = 'Copied';
+      setTimeout(() => (button.textContent = 'Copy'), 1200);
+    });
+    pre.classList.add('code');
+    pre.prepend(button);
+  }
+}
+
+const FENCE = /^ {0,3}(```|~~~)/;
+
+export class MarkdownBlock {
+  readonly el: HTMLElement;
+  private text = '';
+  /** Length of the text already rendered into finished chunks. */
+  private stableEnd = 0;
+  /** Where scanning for chunk boundaries resumes (a line start). */
+  private scanned = 0;
+  private inFence = false;
+  private boundary = 0;
+  private tail: HTMLElement | undefined;
+  private whole = false;
+
+  constructor(private readonly onCopy: (text: string) => void) {
+    this.el = document.createElement('div');
+    this.el.className = 'markdown';
+  }
+
+  update(text: string, final: boolean): void {
+    if (final) {
+      if (this.whole && text === this.text) return;
+      this.reset();
+      this.text = text;
+      fill(this.el, text, this.onCopy);
+      this.whole = true;
+      return;
+    }
+    if (this.whole || !text.startsWith(this.text)) this.reset();
+    if (text === this.text && this.tail) return;
+    this.text = text;
+    this.scan();
+    if (this.boundary > this.stableEnd) {
+      const chunk = document.createElement('div');
+      chunk.className = 'chunk';
+      fill(chunk, text.slice(this.stableEnd, this.boundary), this.onCopy);
+      this.el.insertBefore(chunk, this.tail ?? null);
+      this.stableEnd = this.boundary;
+    }
+    if (!this.tail) {
+      this.tail = document.createElement('div');
+      this.tail.className = 'chunk tail';
+      this.el.appendChild(this.tail);
+    }
+    fill(this.tail, text.slice(this.stableEnd), this.onCopy);
+  }
+
+  /** Moves `boundary` to the end of the last blank line outside a fence, over complete lines. */
+  private scan(): void {
+    const text = this.text;
+    let start = this.scanned;
+    for (;;) {
+      const end = text.indexOf('\n', start);
+      if (end < 0) break;
+      const line = text.slice(start, end);
+      if (FENCE.test(line)) this.inFence = !this.inFence;
+      else if (!this.inFence && line.trim() === '') this.boundary = end + 1;
+      start = end + 1;
+    }
+    this.scanned = start;
+  }
+
+  private reset(): void {
+    this.el.replaceChildren();
+    this.text = '';
+    this.stableEnd = 0;
+    this.scanned = 0;
+    this.inFence = false;
+    this.boundary = 0;
+    this.tail = undefined;
+    this.whole = false;
+  }
+}

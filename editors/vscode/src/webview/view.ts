@@ -1,0 +1,636 @@
+/**
+ * The chat page: the session list, the transcript, approval cards, changed files, waiting
+ * messages, the context bar with cost, and the composer.
+ *
+ * Messages from the host are queued and applied once per animation frame, then only what
+ * changed is redrawn (entries by revision, the rest by the model's `chromeRev`), so a fast
+ * stream costs one render per frame however many deltas it carries. Everything from the model
+ * or the daemon is inserted as text, except assistant Markdown, which is sanitised.
+ */
+
+import { SessionModel, type AssistantEntry, type Entry } from '../model/session';
+import type { DaemonStatus, HostToPage, PageToHost } from '../model/messages';
+import type { Attachment, CostSummary, PendingApproval, SessionSummary } from '../model/wire';
+import { MarkdownBlock } from './markdown';
+
+export interface PageState {
+  activeId?: string;
+  draft?: string;
+}
+
+const SLASH_COMMANDS: [string, string][] = [
+  ['/cost', 'what this chat has cost'],
+  ['/model ', 'switch model: /model <id>'],
+  ['/system ', 'set the system prompt: /system <text>'],
+  ['/clear', 'start the model fresh (the transcript stays)'],
+  ['/help', 'list the commands'],
+];
+
+function el<K extends keyof HTMLElementTagNameMap>(tag: K, className?: string, text?: string): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function button(label: string, className: string, onClick: () => void, title?: string): HTMLButtonElement {
+  const node = el('button', className, label);
+  node.type = 'button';
+  if (title) node.title = title;
+  node.addEventListener('click', onClick);
+  return node;
+}
+
+function formatTokens(n: number): string {
+  return n.toLocaleString('en-US');
+}
+
+/** `$0.0123`, `$0.01 + unpriced`, `unpriced`, or nothing yet. */
+export function costLabel(cost: CostSummary | undefined): string {
+  if (!cost) return '';
+  const priced = cost.pricedLines > 0;
+  const unpriced = cost.unpriced.lines > 0;
+  if (!priced && !unpriced) return 'no cost yet';
+  if (!priced) return 'unpriced';
+  const usd = cost.totalUsd < 0.01 ? cost.totalUsd.toFixed(4) : cost.totalUsd.toFixed(2);
+  return unpriced || cost.partial ? `$${usd} + unpriced` : `$${usd}`;
+}
+
+/** The lines an approval card shows for what it would do. */
+export function approvalPreview(approval: Pick<PendingApproval, 'tool' | 'input'>): { kind: 'command' | 'diff' | 'json'; lines: string[] } {
+  const input = (approval.input ?? {}) as Record<string, unknown>;
+  const str = (key: string) => (typeof input[key] === 'string' ? (input[key] as string) : undefined);
+  const lines = (text: string | undefined) => (text ?? '').replace(/\n$/, '').split('\n');
+  if (approval.tool === 'run_command' && str('command') !== undefined) {
+    return { kind: 'command', lines: [`$ ${str('command')}`] };
+  }
+  if (approval.tool === 'write_file' && str('content') !== undefined) {
+    return { kind: 'diff', lines: [`+++ ${str('path') ?? ''}`, ...lines(str('content')).map((l) => `+${l}`)] };
+  }
+  if (approval.tool === 'edit_file' && str('old_string') !== undefined) {
+    return {
+      kind: 'diff',
+      lines: [
+        `--- ${str('path') ?? ''}`,
+        ...lines(str('old_string')).map((l) => `-${l}`),
+        ...lines(str('new_string')).map((l) => `+${l}`),
+      ],
+    };
+  }
+  return { kind: 'json', lines: JSON.stringify(approval.input, null, 2).split('\n') };
+}
+
+interface Sending {
+  clientMessageId: string;
+  text: string;
+}
+
+export class ChatView {
+  private model: SessionModel | undefined;
+  private sessions: SessionSummary[] = [];
+  private title = '';
+  private status: DaemonStatus = { state: 'starting' };
+  private cost: CostSummary | undefined;
+  private sending: Sending[] = [];
+  private attachments: Attachment[] = [];
+  private errors: string[] = [];
+  private renaming: string | undefined;
+  private sessionsOpen = false;
+
+  private queue: HostToPage[] = [];
+  private scheduled = false;
+  private uiRev = 1;
+  private renderedUiRev = 0;
+  private renderedChromeRev = -1;
+  private renderedModel: SessionModel | undefined;
+  private renderedStructure = -1;
+  private readonly nodes = new Map<string, { node: HTMLElement; rev: number }>();
+  private readonly markdown = new WeakMap<HTMLElement, MarkdownBlock[]>();
+  private counter = 0;
+
+  private readonly root: HTMLElement;
+  private readonly header = el('div', 'top');
+  private readonly titleButton = el('button', 'session-title');
+  private readonly statusLabel = el('span', 'daemon-status');
+  private readonly sessionList = el('div', 'sessions');
+  private readonly banner = el('div', 'banner');
+  private readonly transcript = el('div', 'transcript');
+  private readonly approvals = el('div', 'approvals');
+  private readonly files = el('div', 'files');
+  private readonly waiting = el('div', 'waiting');
+  private readonly errorBox = el('div', 'errors');
+  private readonly context = el('div', 'context');
+  private readonly attachmentBox = el('div', 'attachments');
+  private readonly input = el('textarea', 'input');
+  private readonly sendButton: HTMLButtonElement;
+  private readonly stopButton: HTMLButtonElement;
+  private readonly slash = el('ul', 'slash');
+
+  constructor(
+    root: HTMLElement,
+    private readonly post: (message: PageToHost) => void,
+    private readonly state: { get(): PageState; set(state: PageState): void },
+  ) {
+    this.root = root;
+    this.titleButton.type = 'button';
+    this.titleButton.title = 'Chats';
+    this.titleButton.addEventListener('click', () => {
+      this.sessionsOpen = !this.sessionsOpen;
+      this.changed();
+    });
+    this.header.append(
+      this.titleButton,
+      this.statusLabel,
+      button('+', 'new-session', () => this.post({ type: 'newSession' }), 'New chat'),
+    );
+    this.sendButton = button('Send', 'send', () => this.submit(), 'Send (Enter)');
+    this.stopButton = button('Stop', 'stop', () => this.post({ type: 'stop' }), 'Stop the run');
+    this.input.placeholder = 'Ask sidechat… (/ for commands, Shift+Enter for a new line)';
+    this.input.rows = 3;
+    this.input.value = state.get().draft ?? '';
+    this.input.addEventListener('keydown', (e) => {
+      if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+        e.preventDefault();
+        this.submit();
+      }
+    });
+    this.input.addEventListener('input', () => {
+      this.state.set({ ...this.state.get(), draft: this.input.value });
+      this.renderSlash();
+    });
+    const composer = el('div', 'composer');
+    const buttons = el('div', 'buttons');
+    buttons.append(this.sendButton, this.stopButton);
+    composer.append(this.input, buttons);
+    const dock = el('div', 'dock');
+    dock.append(this.approvals, this.files, this.waiting, this.errorBox, this.context, this.attachmentBox, this.slash, composer);
+    this.transcript.addEventListener('click', (e) => {
+      const link = (e.target as HTMLElement).closest('a');
+      if (link) {
+        e.preventDefault();
+        const href = link.getAttribute('href');
+        if (href) this.post({ type: 'openLink', href });
+      }
+    });
+    this.slash.hidden = true;
+    root.append(this.header, this.sessionList, this.banner, this.transcript, dock);
+    this.render();
+  }
+
+  /** Takes a message from the host; it is applied on the next animation frame. */
+  enqueue(message: HostToPage): void {
+    this.queue.push(message);
+    if (!this.scheduled) {
+      this.scheduled = true;
+      requestAnimationFrame(() => this.flush());
+    }
+  }
+
+  private flush(): void {
+    this.scheduled = false;
+    const queue = this.queue;
+    this.queue = [];
+    for (const message of queue) this.apply(message);
+    this.render();
+  }
+
+  private changed(): void {
+    this.uiRev++;
+    if (!this.scheduled) {
+      this.scheduled = true;
+      requestAnimationFrame(() => this.flush());
+    }
+  }
+
+  private apply(message: HostToPage): void {
+    switch (message.type) {
+      case 'daemon':
+        this.status = message.status;
+        break;
+      case 'sessions':
+        this.sessions = message.sessions;
+        this.title = message.sessions.find((s) => s.id === message.activeId)?.title ?? this.title;
+        break;
+      case 'reset':
+        this.model = new SessionModel(message.sessionId);
+        this.model.applyTranscript(message.transcript);
+        this.cost = undefined;
+        this.title = this.sessions.find((s) => s.id === message.sessionId)?.title ?? '';
+        this.state.set({ ...this.state.get(), activeId: message.sessionId });
+        break;
+      case 'merge':
+        if (this.model?.sessionId === message.sessionId) this.model.applyTranscript(message.transcript);
+        break;
+      case 'events':
+        if (this.model?.sessionId === message.sessionId) for (const params of message.events) this.model.apply(params);
+        break;
+      case 'session':
+        if (this.model?.sessionId === message.session.id) {
+          this.model.setChangedFiles(message.session.changedFiles);
+          this.title = message.session.title;
+        }
+        break;
+      case 'budget':
+        if (this.model?.sessionId === message.sessionId) this.model.setBudget(message.snapshot);
+        break;
+      case 'cost':
+        if (this.model?.sessionId === message.sessionId) this.cost = message.cost;
+        break;
+      case 'sent':
+        this.sending = this.sending.filter((s) => s.clientMessageId !== message.clientMessageId);
+        if (message.error) this.errors.push(message.error);
+        break;
+      case 'attach':
+        this.attachments.push(message.attachment);
+        this.input.focus();
+        break;
+      case 'error':
+        this.errors.push(message.message);
+        break;
+    }
+    this.uiRev++;
+  }
+
+  private submit(): void {
+    const text = this.input.value;
+    if (text.trim() === '' && this.attachments.length === 0) return;
+    const clientMessageId = `cm_${Date.now().toString(36)}_${(this.counter++).toString(36)}`;
+    this.post({ type: 'send', text, attachments: this.attachments, clientMessageId });
+    this.sending.push({ clientMessageId, text });
+    this.attachments = [];
+    this.input.value = '';
+    this.state.set({ ...this.state.get(), draft: '' });
+    this.renderSlash();
+    this.changed();
+  }
+
+  private render(): void {
+    this.renderTranscript();
+    const chromeRev = this.model?.chromeRev ?? -1;
+    if (this.renderedUiRev === this.uiRev && this.renderedChromeRev === chromeRev) return;
+    this.renderedUiRev = this.uiRev;
+    this.renderedChromeRev = chromeRev;
+    this.renderHeader();
+    this.renderBanner();
+    this.renderApprovals();
+    this.renderFiles();
+    this.renderWaiting();
+    this.renderErrors();
+    this.renderContext();
+    this.renderAttachments();
+    const state = this.model?.state ?? 'idle';
+    const working = state === 'running' || state === 'awaitingApproval';
+    this.stopButton.disabled = !working;
+    this.root.dataset.state = state;
+  }
+
+  // ---- transcript ----------------------------------------------------------------------------
+
+  private renderTranscript(): void {
+    const model = this.model;
+    if (model !== this.renderedModel) {
+      this.transcript.replaceChildren();
+      this.nodes.clear();
+      this.renderedModel = model;
+      this.renderedStructure = -1;
+    }
+    if (!model) return;
+    const entries = model.list();
+    const atBottom = this.transcript.scrollHeight - this.transcript.scrollTop - this.transcript.clientHeight < 40;
+    const structural = model.structureRev !== this.renderedStructure;
+    for (const entry of entries) {
+      const known = this.nodes.get(entry.key);
+      if (known && known.rev === entry.rev) continue;
+      const node = known?.node ?? this.entryNode(entry);
+      this.fillEntry(node, entry);
+      this.nodes.set(entry.key, { node, rev: entry.rev });
+    }
+    if (structural) {
+      this.renderedStructure = model.structureRev;
+      let cursor: ChildNode | null = this.transcript.firstChild;
+      for (const entry of entries) {
+        const node = this.nodes.get(entry.key)?.node;
+        if (!node) continue;
+        if (node !== cursor) this.transcript.insertBefore(node, cursor);
+        else cursor = cursor.nextSibling;
+      }
+      while (cursor) {
+        const next: ChildNode | null = cursor.nextSibling;
+        cursor.remove();
+        cursor = next;
+      }
+    }
+    if (atBottom) this.transcript.scrollTop = this.transcript.scrollHeight;
+  }
+
+  private entryNode(entry: Entry): HTMLElement {
+    const node = el('div', `entry ${entry.kind}`);
+    node.dataset.key = entry.key;
+    return node;
+  }
+
+  private fillEntry(node: HTMLElement, entry: Entry): void {
+    switch (entry.kind) {
+      case 'user': {
+        node.replaceChildren();
+        node.classList.toggle('interjection', entry.source === 'interjection');
+        if (entry.source === 'interjection') node.append(el('div', 'label', 'added while working'));
+        for (const name of entry.attachments) node.append(el('span', 'chip', name));
+        node.append(el('div', 'text', entry.text));
+        return;
+      }
+      case 'assistant':
+        this.fillAssistant(node, entry);
+        return;
+      case 'tool': {
+        node.replaceChildren();
+        node.dataset.status = entry.status;
+        const head = el('div', 'head');
+        head.append(el('span', `badge status-${entry.status}`, entry.status), el('span', 'summary', entry.summary));
+        node.append(head);
+        if (entry.output) {
+          const details = el('details', 'output');
+          details.append(el('summary', undefined, 'Output'), el('pre', undefined, entry.output));
+          node.append(details);
+        }
+        return;
+      }
+      case 'notice':
+        node.replaceChildren(el('span', `notice-${entry.level}`, entry.message));
+        node.dataset.level = entry.level;
+        return;
+      case 'note':
+        node.replaceChildren(el('div', 'text', entry.text));
+        return;
+      case 'summary': {
+        const details = el('details', 'summary-block');
+        const body = new MarkdownBlock((text) => this.post({ type: 'copy', text }));
+        body.update(entry.text, true);
+        details.append(el('summary', undefined, 'Summary of earlier messages'), body.el);
+        node.replaceChildren(details);
+        return;
+      }
+    }
+  }
+
+  private fillAssistant(node: HTMLElement, entry: AssistantEntry): void {
+    let blocks = this.markdown.get(node);
+    const shape = entry.blocks.map((b) => b.type).join(',');
+    if (!blocks || node.dataset.shape !== shape) {
+      node.replaceChildren();
+      blocks = [];
+      for (const block of entry.blocks) {
+        if (block.type === 'thinking') {
+          const details = el('details', 'thinking');
+          details.append(el('summary', undefined, 'Thinking'), el('div', 'thinking-text'));
+          node.append(details);
+          blocks.push(new MarkdownBlock(() => undefined));
+        } else {
+          const md = new MarkdownBlock((text) => this.post({ type: 'copy', text }));
+          node.append(md.el);
+          blocks.push(md);
+        }
+      }
+      node.append(el('div', 'status-line'));
+      this.markdown.set(node, blocks);
+      node.dataset.shape = shape;
+    }
+    const children = node.children;
+    entry.blocks.forEach((block, i) => {
+      if (block.type === 'thinking') {
+        const text = children[i].querySelector('.thinking-text');
+        if (text && text.textContent !== block.text) text.textContent = block.text;
+      } else {
+        blocks[i].update(block.text, !entry.streaming);
+      }
+    });
+    node.dataset.streaming = String(entry.streaming);
+    node.dataset.status = entry.status;
+    const status = node.lastElementChild as HTMLElement;
+    status.textContent = entry.status === 'stopped' ? 'stopped' : entry.status === 'failed' ? 'failed' : entry.streaming ? '…' : '';
+  }
+
+  // ---- chrome --------------------------------------------------------------------------------
+
+  private renderHeader(): void {
+    this.titleButton.textContent = `☰ ${this.title || 'sidechat'}`;
+    const s = this.status;
+    this.statusLabel.textContent =
+      s.state === 'ready' ? (s.demo ? 'demo model' : '') : s.state === 'starting' ? 'starting…' : s.state === 'crashed' ? 'restarting…' : 'not running';
+    this.statusLabel.dataset.state = s.state;
+    this.sessionList.hidden = !this.sessionsOpen;
+    if (!this.sessionsOpen) return;
+    const list = el('ul');
+    for (const session of this.sessions) {
+      const item = el('li');
+      item.dataset.sessionId = session.id;
+      if (session.id === this.model?.sessionId) item.classList.add('active');
+      if (this.renaming === session.id) {
+        const field = el('input', 'rename');
+        field.value = session.title;
+        field.addEventListener('keydown', (e) => {
+          if (e.key === 'Enter' && field.value.trim() !== '') {
+            this.post({ type: 'renameSession', sessionId: session.id, title: field.value.trim() });
+            this.renaming = undefined;
+            this.changed();
+          } else if (e.key === 'Escape') {
+            this.renaming = undefined;
+            this.changed();
+          }
+        });
+        item.append(field);
+        queueMicrotask(() => field.focus());
+      } else {
+        item.append(
+          button(session.title, 'open', () => {
+            this.sessionsOpen = false;
+            this.post({ type: 'switchSession', sessionId: session.id });
+            this.changed();
+          }),
+          el('span', `state state-${session.state}`, session.state === 'idle' ? '' : session.state),
+          button('✎', 'rename', () => {
+            this.renaming = session.id;
+            this.changed();
+          }, 'Rename'),
+          button('×', 'delete', () => this.post({ type: 'deleteSession', sessionId: session.id }), 'Delete'),
+        );
+      }
+      list.append(item);
+    }
+    if (this.sessions.length === 0) list.append(el('li', 'empty', 'No chats in this workspace yet.'));
+    this.sessionList.replaceChildren(list);
+  }
+
+  private renderBanner(): void {
+    const s = this.status;
+    this.banner.replaceChildren();
+    this.banner.hidden = s.state === 'ready' || s.state === 'starting';
+    this.banner.dataset.state = s.state;
+    if (s.state === 'failed') {
+      this.banner.append(el('div', 'message', s.message));
+      if (s.tried.length > 0) this.banner.append(el('div', 'tried', `Tried: ${s.tried.join(', ')}`));
+      this.banner.append(
+        button('Open setting', 'open-settings', () => this.post({ type: 'openSettings' })),
+        button('Retry', 'retry', () => this.post({ type: 'restartDaemon' })),
+      );
+    } else if (s.state === 'crashed') {
+      this.banner.append(el('div', 'message', s.message));
+    }
+  }
+
+  private renderApprovals(): void {
+    const approvals = [...(this.model?.approvals.values() ?? [])];
+    this.approvals.replaceChildren(
+      ...approvals.map((approval) => {
+        const card = el('div', 'approval');
+        card.dataset.approvalId = approval.approvalId;
+        card.append(el('div', 'title', `Allow ${approval.tool}?`), el('div', 'summary', approval.summary));
+        const preview = approvalPreview(approval);
+        const pre = el('pre', `preview ${preview.kind}`);
+        for (const line of preview.lines) {
+          const kind = preview.kind === 'diff' ? (line.startsWith('+++') || line.startsWith('---') ? 'file' : line[0] === '+' ? 'add' : line[0] === '-' ? 'del' : '') : '';
+          pre.append(el('span', `line ${kind}`, `${line}\n`));
+        }
+        const actions = el('div', 'actions');
+        const answer = (decision: 'allow' | 'allowAlways' | 'deny') => () => {
+          for (const b of actions.querySelectorAll('button')) b.disabled = true;
+          this.post({ type: 'approve', approvalId: approval.approvalId, decision });
+        };
+        actions.append(
+          button('Allow once', 'allow', answer('allow')),
+          button('Always', 'allow-always', answer('allowAlways'), `Allow ${approval.tool} for the rest of this chat`),
+          button('Deny', 'deny', answer('deny')),
+        );
+        card.append(pre, actions);
+        return card;
+      }),
+    );
+  }
+
+  private renderFiles(): void {
+    const files = [...(this.model?.changedFiles.values() ?? [])];
+    this.files.replaceChildren();
+    if (files.length === 0) return;
+    this.files.append(el('div', 'label', 'Changed files'));
+    const list = el('ul');
+    for (const file of files) {
+      const item = el('li');
+      item.dataset.path = file.path;
+      item.append(button(file.path, 'file', () => this.post({ type: 'openDiff', path: file.path }), 'Show the diff'));
+      if (file.added !== undefined) {
+        item.append(el('span', 'added', `+${file.added}`), el('span', 'removed', `−${file.removed ?? 0}`));
+      }
+      list.append(item);
+    }
+    this.files.append(list);
+  }
+
+  private renderWaiting(): void {
+    const waiting = [...(this.model?.waiting.values() ?? [])];
+    const items = waiting.map((w) => {
+      const item = el('div', 'waiting-item');
+      item.dataset.pendingId = w.pendingId;
+      item.append(
+        el('span', 'badge', w.status === 'leased' ? 'sending to the model' : 'waiting'),
+        el('span', 'text', w.text),
+        button('Withdraw', 'withdraw', () => this.post({ type: 'withdraw', pendingId: w.pendingId }), 'Withdraw this message'),
+      );
+      return item;
+    });
+    const sending = this.sending.map((s) => {
+      const item = el('div', 'waiting-item sending');
+      item.append(el('span', 'badge', 'sending'), el('span', 'text', s.text));
+      return item;
+    });
+    this.waiting.replaceChildren(...items, ...sending);
+  }
+
+  private renderErrors(): void {
+    this.errorBox.replaceChildren(
+      ...this.errors.map((message, i) => {
+        const item = el('div', 'error');
+        item.append(
+          el('span', 'text', message),
+          button('×', 'dismiss', () => {
+            this.errors.splice(i, 1);
+            this.changed();
+          }, 'Dismiss'),
+        );
+        return item;
+      }),
+    );
+  }
+
+  private renderContext(): void {
+    const snapshot = this.model?.budget;
+    this.context.replaceChildren();
+    if (!snapshot) {
+      this.context.hidden = this.cost === undefined;
+      if (this.cost) this.context.append(el('span', 'cost', costLabel(this.cost)));
+      return;
+    }
+    this.context.hidden = false;
+    this.context.dataset.pressure = snapshot.pressure;
+    const usable = Math.max(1, snapshot.usableTokens);
+    const scale = Math.max(1, snapshot.inputTokens / usable);
+    const bar = el('div', 'bar');
+    const segment = (name: string, tokens: number) => {
+      const part = el('span', `segment ${name}`);
+      part.style.width = `${Math.max(0, (tokens * snapshot.correctionFactor) / usable / scale) * 100}%`;
+      part.title = `${name}: ${formatTokens(Math.round(tokens * snapshot.correctionFactor))} tokens`;
+      part.dataset.tokens = String(tokens);
+      return part;
+    };
+    bar.append(
+      segment('system', snapshot.systemTokens),
+      segment('tools', snapshot.toolTokens),
+      segment('history', snapshot.historyTokens),
+      segment('latest', snapshot.latestUserTokens),
+    );
+    const remaining = el('span', 'segment remaining');
+    remaining.style.flex = '1';
+    remaining.title = `remaining: ${formatTokens(snapshot.remainingTokens)} tokens`;
+    bar.append(remaining);
+    const percent = Math.round(snapshot.utilisation * 1000) / 10;
+    const approx = snapshot.exact ? '' : '~';
+    this.context.append(
+      bar,
+      el('span', 'label', `${approx}${percent}% of ${formatTokens(snapshot.usableTokens)}`),
+      el('span', 'cost', costLabel(this.cost)),
+    );
+  }
+
+  private renderAttachments(): void {
+    this.attachmentBox.replaceChildren(
+      ...this.attachments.map((a, i) => {
+        const chip = el('span', 'chip', a.name);
+        chip.append(
+          button('×', 'remove', () => {
+            this.attachments.splice(i, 1);
+            this.changed();
+          }, 'Remove'),
+        );
+        return chip;
+      }),
+    );
+  }
+
+  private renderSlash(): void {
+    const value = this.input.value;
+    const open = value.startsWith('/') && !value.startsWith('//') && !value.includes('\n');
+    const matches = open ? SLASH_COMMANDS.filter(([name]) => name.trimEnd().startsWith(value.split(' ')[0])) : [];
+    this.slash.hidden = matches.length === 0 || (matches.length === 1 && value.startsWith(matches[0][0]) && value !== matches[0][0].trimEnd());
+    this.slash.replaceChildren(
+      ...matches.map(([name, help]) => {
+        const item = el('li');
+        item.append(el('span', 'name', name.trimEnd()), el('span', 'help', help));
+        item.addEventListener('click', () => {
+          this.input.value = name;
+          this.input.focus();
+          this.renderSlash();
+        });
+        return item;
+      }),
+    );
+  }
+}

@@ -1,0 +1,192 @@
+// End to end in a real browser: the real daemon (demo model) spawned by the extension's client
+// layer, the real chat page in headless Chromium, `acquireVsCodeApi` bridged to the real host
+// controller. Checks the DOM at each step and saves screenshots to artifacts/.
+
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Server } from 'node:http';
+
+import type { Browser, Page } from 'playwright-core';
+
+import { launchChromium, openChat, Scratch, screenshot, servePage } from './harness';
+
+/** A guard against a hung step, not a performance assertion. */
+const STEP = { timeout: 30_000 };
+
+let browser: Browser;
+let served: { url: string; server: Server };
+
+before(async () => {
+  browser = await launchChromium();
+  served = await servePage();
+});
+
+after(async () => {
+  await browser?.close();
+  served?.server.close();
+});
+
+async function send(page: Page, text: string): Promise<void> {
+  await page.fill('textarea.input', text);
+  await page.press('textarea.input', 'Enter');
+}
+
+const lastAssistant = '.transcript .entry.assistant >> nth=-1';
+
+test('a chat in the page: stream, approval, interjection, changed file, stop, context bar, reload, crash', { timeout: 120_000 }, async () => {
+  const scratch = new Scratch();
+  const daemon = scratch.daemon({ SIDECHAT_DEMO_DELAY_MS: '25' });
+  await daemon.start();
+  const chat = await openChat(browser, served.url, daemon, scratch.workspace);
+  const { page } = chat;
+  try {
+    // 1. A streamed reply: seen while streaming, then whole.
+    await send(page, 'hello there');
+    await page.waitForSelector('.entry.assistant[data-streaming="true"]', STEP);
+    await screenshot(page, '01-streaming');
+    await page.waitForSelector('.entry.assistant[data-streaming="false"]', STEP);
+    const reply = await page.textContent(lastAssistant);
+    assert.match(reply ?? '', /\[demo model, offline\] You said: "hello there"/);
+    assert.equal(await page.textContent('.entry.user >> nth=0'), 'hello there');
+
+    // 2. The context bar and the cost.
+    await page.waitForSelector('.context .bar .segment.tools', STEP);
+    const toolsWidth = await page.$eval('.context .segment.tools', (e) => (e as HTMLElement).getBoundingClientRect().width);
+    assert.ok(toolsWidth > 0, 'the tools segment has a width');
+    assert.match((await page.textContent('.context .label')) ?? '', /% of 123,904$/);
+    await waitIn(page, () => document.querySelector('.context .cost')?.textContent === 'unpriced');
+    assert.equal(await page.getAttribute('.context', 'data-pressure'), 'normal');
+
+    // 3. An approval card showing the write, and a message typed while it waits.
+    await send(page, 'create notes.md with hello');
+    await page.waitForSelector('.approval', STEP);
+    assert.equal(await page.textContent('.approval .title'), 'Allow write_file?');
+    assert.equal(await page.textContent('.approval pre .line.add'), '+hello\n');
+    await send(page, 'also check the README');
+    await page.waitForSelector('.waiting-item[data-pending-id]', STEP);
+    assert.equal(await page.textContent('.waiting-item[data-pending-id] .badge'), 'waiting');
+    assert.equal(await page.textContent('.waiting-item[data-pending-id] .text'), 'also check the README');
+    await screenshot(page, '02-approval-and-waiting');
+
+    // 4. A reload rebuilds the view from the transcript: the card and the waiting message return.
+    await page.reload();
+    await page.waitForSelector('.approval', STEP);
+    await page.waitForSelector('.waiting-item[data-pending-id]', STEP);
+    assert.match((await page.textContent('.transcript')) ?? '', /You said: "hello there"/);
+
+    // 5. Allow: the card goes, the write happens, the waiting message is delivered in place.
+    await page.click('.approval button.allow');
+    await page.waitForSelector('.approval', { state: 'detached', ...STEP });
+    await page.waitForSelector('.entry.user.interjection', STEP);
+    assert.match((await page.textContent('.entry.user.interjection')) ?? '', /also check the README/);
+    await page.waitForSelector('.waiting-item[data-pending-id]', { state: 'detached', ...STEP });
+    assert.equal(readFileSync(join(scratch.workspace, 'notes.md'), 'utf8'), 'hello\n');
+    await page.waitForSelector('.entry.tool[data-status="done"]', STEP);
+
+    // 6. The changed file with its counts opens the daemon's before and after.
+    await page.waitForSelector('.files li[data-path="notes.md"] .added', STEP);
+    assert.equal(await page.textContent('.files li[data-path="notes.md"] .added'), '+1');
+    assert.equal(await page.textContent('.files li[data-path="notes.md"] .removed'), '−0');
+    await page.click('.files li[data-path="notes.md"] button.file');
+    await waitFor(() => chat.calls.diffs.length === 1);
+    assert.deepEqual(chat.calls.diffs, [{ path: 'notes.md', before: '', after: 'hello\n' }]);
+    await waitIn(page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
+    await screenshot(page, '03-after-allow');
+
+    // 7. Stop mid-stream: the partial reply is kept and marked, and the run ends.
+    await send(page, 'tell me a story');
+    await waitIn(page, 
+      () => {
+        const last = [...document.querySelectorAll('.entry.assistant')].pop();
+        return last?.getAttribute('data-streaming') === 'true' && (last.textContent ?? '').length > 60;
+      },
+    );
+    await page.click('button.stop');
+    await page.waitForSelector('.entry.assistant[data-status="stopped"]', STEP);
+    await waitIn(page, () => (document.querySelector('button.stop') as HTMLButtonElement).disabled);
+    await screenshot(page, '04-stopped');
+
+    // 8. A reply carrying HTML and script is shown as text and runs nothing.
+    const payload = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>';
+    await send(page, payload);
+    await waitIn(page, 
+      () => {
+        const last = [...document.querySelectorAll('.entry.assistant')].pop();
+        return last?.getAttribute('data-streaming') === 'false' && (last.textContent ?? '').includes('You said');
+      },
+    );
+    assert.ok(((await page.textContent(lastAssistant)) ?? '').includes('You said: "<img src=x onerror="window.__pwned=1"><script>'));
+    assert.equal(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned), undefined);
+    assert.equal(await page.locator('.transcript img').count(), 0);
+    assert.equal(await page.locator('.transcript script').count(), 0);
+    await screenshot(page, '05-html-as-text');
+
+    // 9. The daemon crashes mid-run: the view says so, it restarts, and the state comes back.
+    await send(page, 'tell me a story');
+    await page.waitForSelector('.entry.assistant[data-streaming="true"]', STEP);
+    const before = await page.locator('.transcript .entry.user').count();
+    process.kill(daemon.pid ?? 0, 'SIGKILL');
+    await page.waitForSelector('.banner[data-state="crashed"]:not([hidden])', STEP);
+    await screenshot(page, '06-crashed');
+    await page.waitForSelector('.banner[data-state="ready"]', { state: 'attached', ...STEP });
+    await waitIn(page, () => document.querySelector('.daemon-status')?.getAttribute('data-state') === 'ready');
+    await waitIn(page, (n) => document.querySelectorAll('.transcript .entry.user').length === n, before);
+    assert.equal(await page.locator('.entry.assistant[data-streaming="true"]').count(), 0);
+    assert.match((await page.textContent('.transcript')) ?? '', /also check the README/);
+    await screenshot(page, '07-recovered');
+
+    assert.deepEqual(chat.pageErrors, []);
+  } catch (error) {
+    await screenshot(page, 'failure').catch(() => undefined);
+    console.error('page errors:', chat.pageErrors);
+    console.error(await page.evaluate(() => [...document.querySelectorAll('.entry')].map((e) => `${e.className} ${JSON.stringify((e as HTMLElement).dataset)} ${(e.textContent ?? '').slice(0, 80)}`).join('\n')).catch(() => ''));
+    throw error;
+  } finally {
+    chat.controller.dispose();
+    await page.close();
+    await daemon.stop();
+    scratch.dispose();
+  }
+});
+
+test('a missing daemon: the page names the path tried and opens the setting', { timeout: 120_000 }, async () => {
+  const scratch = new Scratch();
+  const missing = join(scratch.dir, 'no-such', 'sidechat');
+  const daemon = scratch.daemon({}, missing);
+  await daemon.start().catch(() => undefined);
+  const chat = await openChat(browser, served.url, daemon, scratch.workspace);
+  try {
+    await chat.page.waitForSelector('.banner[data-state="failed"]', STEP);
+    assert.match((await chat.page.textContent('.banner .message')) ?? '', /sidechat was not found at .*no-such\/sidechat/);
+    assert.equal(await chat.page.textContent('.banner .tried'), `Tried: ${missing}`);
+    await chat.page.click('.banner button.open-settings');
+    await waitFor(() => chat.calls.settingsOpened === 1);
+    await screenshot(chat.page, '08-missing-daemon');
+  } finally {
+    chat.controller.dispose();
+    await chat.page.close();
+    scratch.dispose();
+  }
+});
+
+/**
+ * Polls `predicate` in the page until it holds. (Playwright's waitForFunction compiles its
+ * predicate with eval, which the page's Content Security Policy rightly refuses.)
+ */
+async function waitIn(page: Page, predicate: (arg: number) => boolean, arg = 0, timeoutMs = 30_000): Promise<void> {
+  const start = Date.now();
+  while (!(await page.evaluate(predicate, arg))) {
+    if (Date.now() - start > timeoutMs) throw new Error(`page condition not met in time: ${predicate.toString()}`);
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
+
+async function waitFor(condition: () => boolean, timeoutMs = 30_000): Promise<void> {
+  const start = Date.now();
+  while (!condition()) {
+    if (Date.now() - start > timeoutMs) throw new Error('condition not met in time');
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}

@@ -1,0 +1,165 @@
+// The extension host with a stubbed `vscode` module and the real daemon: activation, the
+// webview's HTML and CSP, the page's first messages, a send, "Ask sidechat about the
+// selection", a missing binary, and finding the binary.
+
+import { test, afterEach } from 'node:test';
+import assert from 'node:assert/strict';
+import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+import * as vscode from 'vscode';
+import { __stub } from './stubs/vscode';
+import { activate, type ChatViewProvider } from '../src/host/extension';
+import { resolveBinary } from '../src/host/daemon';
+import type { HostToPage, PageToHost } from '../src/model/messages';
+import { Scratch, sidechatBinary } from './harness';
+
+const contexts: { subscriptions: { dispose(): unknown }[] }[] = [];
+const scratches: Scratch[] = [];
+
+afterEach(async () => {
+  for (const context of contexts.splice(0)) for (const s of context.subscriptions) await s.dispose();
+  for (const scratch of scratches.splice(0)) scratch.dispose();
+  __stub.reset();
+});
+
+function activateWith(config: Record<string, unknown>) {
+  // The daemon inherits the host's environment: keep this machine's keys and settings out.
+  for (const key of Object.keys(process.env)) {
+    if (/^(SIDECHAT_|ANTHROPIC_|OPENAI_)/.test(key)) delete process.env[key];
+  }
+  const scratch = new Scratch();
+  scratches.push(scratch);
+  __stub.config = config;
+  __stub.workspaceFolders = [{ uri: vscode.Uri.file(scratch.workspace) }];
+  const context = { subscriptions: [] as { dispose(): unknown }[], extensionUri: vscode.Uri.file('/ext') };
+  contexts.push(context);
+  activate(context as never);
+  return { scratch, context };
+}
+
+/** A webview view as VS Code hands it to the provider, recording what the host posts. */
+function fakeView() {
+  const posted: HostToPage[] = [];
+  let receive: ((message: PageToHost) => Promise<void>) | undefined;
+  const view = {
+    visible: true,
+    show: () => undefined,
+    onDidDispose: () => ({ dispose: () => undefined }),
+    webview: {
+      options: {} as Record<string, unknown>,
+      html: '',
+      cspSource: 'https://webview.test',
+      asWebviewUri: (uri: vscode.Uri) => uri,
+      postMessage: async (message: HostToPage) => {
+        posted.push(message);
+        return true;
+      },
+      onDidReceiveMessage: (handler: (message: PageToHost) => Promise<void>) => {
+        receive = handler;
+        return { dispose: () => undefined };
+      },
+    },
+  };
+  return { view, posted, send: (message: PageToHost) => receive?.(message) ?? Promise.resolve() };
+}
+
+async function until<T>(find: () => T | undefined, what: string): Promise<T> {
+  const start = Date.now();
+  for (;;) {
+    const found = find();
+    if (found !== undefined) return found;
+    if (Date.now() - start > 30_000) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+test('activation serves a strict page, and the page drives the real daemon', { timeout: 120_000 }, async () => {
+  const scratch0 = new Scratch();
+  scratches.push(scratch0);
+  const { scratch } = activateWith({
+    'sidechat.path': sidechatBinary(),
+    'sidechat.extraArgs': ['--db', join(scratch0.dir, 'sidechat.db')],
+    'sidechat.env': { HOME: scratch0.dir, XDG_CONFIG_HOME: join(scratch0.dir, 'c'), XDG_DATA_HOME: join(scratch0.dir, 'd'), SIDECHAT_DEMO_DELAY_MS: '0', SIDECHAT_ACCOUNT: 'demo' },
+  });
+  const provider = __stub.viewProviders.get('sidechat.chat') as ChatViewProvider;
+  assert.ok(provider, 'the chat view provider is registered');
+  assert.deepEqual([...__stub.commands.keys()].sort(), ['sidechat.askAboutSelection', 'sidechat.newSession', 'sidechat.restartDaemon']);
+
+  const { view, posted, send } = fakeView();
+  provider.resolveWebviewView(view as never);
+  const html = view.webview.html;
+  const nonce = /script-src 'nonce-([A-Za-z0-9]+)'/.exec(html)?.[1];
+  assert.ok(nonce, 'the CSP allows scripts by nonce only');
+  assert.match(html, new RegExp(`<script nonce="${nonce}" src="file:///ext/dist/webview.js"></script>`));
+  assert.match(html, /default-src 'none'/);
+  assert.doesNotMatch(html, /unsafe-inline|unsafe-eval/);
+  assert.equal(view.webview.options.enableScripts, true);
+
+  await send({ type: 'ready' });
+  await until(() => posted.find((m) => m.type === 'daemon' && m.status.state === 'ready'), 'the daemon to be ready');
+  await send({ type: 'send', text: 'hello', attachments: [], clientMessageId: 'c1' });
+  const sent = await until(() => posted.find((m) => m.type === 'sent'), 'the send to be answered');
+  assert.deepEqual(sent, { type: 'sent', clientMessageId: 'c1', queued: false });
+  const reset = await until(() => posted.find((m) => m.type === 'reset'), 'the new session to load');
+  assert.equal(reset.type === 'reset' && reset.transcript.sessionId.startsWith('ses_'), true);
+  await until(
+    () => posted.find((m) => m.type === 'events' && m.events.some((e) => e.event.kind === 'runFinished')),
+    'the run to finish',
+  );
+  const sessions = await until(() => [...posted].reverse().find((m) => m.type === 'sessions' && m.sessions.length === 1), 'the session list');
+  assert.equal(sessions.type === 'sessions' && sessions.sessions[0].workspaceRoot, scratch.workspace);
+
+  // Ask about the selection: the file, relative to the workspace, and its line range.
+  __stub.activeTextEditor = {
+    selection: { isEmpty: false, start: { line: 1, character: 0 }, end: { line: 2, character: 5 } },
+    document: { uri: vscode.Uri.file(join(scratch.workspace, 'src', 'a.ts')), getText: () => 'const a = 1;\nlet b' },
+  };
+  await vscode.commands.executeCommand('sidechat.askAboutSelection');
+  const attach = posted.find((m) => m.type === 'attach');
+  assert.deepEqual(attach, { type: 'attach', attachment: { name: 'src/a.ts:2-3', text: 'const a = 1;\nlet b' } });
+
+  // Copy from a code block goes to the editor's clipboard.
+  await send({ type: 'copy', text: 'cargo build' });
+  assert.equal(__stub.clipboard, 'cargo build');
+});
+
+test('a missing binary: an error naming the path, with a button that opens the setting', { timeout: 120_000 }, async () => {
+  __stub.errorChoice = 'Open setting';
+  activateWith({ 'sidechat.path': '/nowhere/sidechat' });
+  await until(() => __stub.errors[0], 'the error message');
+  assert.equal(__stub.errors[0], 'sidechat was not found at /nowhere/sidechat (the sidechat.path setting).');
+  await until(() => __stub.executed.find((c) => c[0] === 'workbench.action.openSettings'), 'the settings to open');
+  assert.deepEqual(
+    __stub.executed.find((c) => c[0] === 'workbench.action.openSettings'),
+    ['workbench.action.openSettings', 'sidechat.path'],
+  );
+  assert.ok(__stub.output.some((line) => line.includes('Tried: /nowhere/sidechat')));
+});
+
+test('the binary is found in the setting, then PATH, then ~/.cargo/bin', { timeout: 120_000 }, () => {
+  const scratch = new Scratch();
+  scratches.push(scratch);
+  const make = (dir: string) => {
+    mkdirSync(dir, { recursive: true });
+    const path = join(dir, 'sidechat');
+    writeFileSync(path, '#!/bin/sh\n');
+    chmodSync(path, 0o755);
+    return path;
+  };
+  const home = scratch.dir;
+  const onPath = join(home, 'bin2');
+  const empty = join(home, 'bin1');
+  mkdirSync(empty);
+  const cargo = make(join(home, '.cargo', 'bin'));
+  assert.deepEqual(resolveBinary('', `${empty}:${onPath}`, home), {
+    path: cargo,
+    tried: [join(empty, 'sidechat'), join(onPath, 'sidechat'), cargo],
+  });
+  const first = make(onPath);
+  assert.deepEqual(resolveBinary(undefined, `${empty}:${onPath}`, home), { path: first, tried: [join(empty, 'sidechat'), first] });
+  assert.deepEqual(resolveBinary('~/.cargo/bin/sidechat', '', home), { path: cargo, tried: [cargo] });
+  const notExecutable = join(home, 'plain');
+  writeFileSync(notExecutable, '');
+  assert.deepEqual(resolveBinary(notExecutable, onPath, home), { tried: [notExecutable] });
+});

@@ -1,0 +1,180 @@
+/**
+ * Test plumbing: the real daemon in a scratch home, and the real chat page in headless
+ * Chromium with `acquireVsCodeApi` bridged to the real host-side controller.
+ */
+
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { AddressInfo } from 'node:net';
+
+import { chromium, type Browser, type Page } from 'playwright-core';
+
+import { ChatController, type HostUi } from '../src/host/controller';
+import { Daemon } from '../src/host/daemon';
+import type { HostToPage, PageToHost } from '../src/model/messages';
+import { chatHtml, randomNonce } from '../src/webview/html';
+
+/** editors/vscode */
+export const EXTENSION_ROOT = fileURLToPath(new URL('../..', import.meta.url));
+export const REPO_ROOT = join(EXTENSION_ROOT, '..', '..');
+export const ARTIFACTS = join(EXTENSION_ROOT, 'artifacts');
+
+export function sidechatBinary(): string {
+  const bin = process.env.SIDECHAT_BIN ?? join(REPO_ROOT, 'target', 'debug', 'sidechat');
+  if (!existsSync(bin)) throw new Error(`no sidechat binary at ${bin}: run \`cargo build\` or set SIDECHAT_BIN`);
+  return bin;
+}
+
+export function chromiumPath(): string {
+  return process.env.CHROMIUM ?? '/usr/bin/chromium';
+}
+
+/** A scratch home: database, config and data folders, and a workspace, all removed by `dispose`. */
+export class Scratch {
+  readonly dir = mkdtempSync(join(tmpdir(), 'sidechat-vscode-'));
+  readonly workspace = join(this.dir, 'ws');
+  constructor() {
+    mkdirSync(this.workspace);
+  }
+  /** A cleared environment: nothing of this machine's config or keys reaches the daemon. */
+  env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+    return {
+      PATH: '/usr/bin:/bin',
+      HOME: this.dir,
+      XDG_CONFIG_HOME: join(this.dir, 'config'),
+      XDG_DATA_HOME: join(this.dir, 'data'),
+      SIDECHAT_LOG: 'warn',
+      ...extra,
+    };
+  }
+  daemon(extraEnv: Record<string, string> = {}, configuredPath = sidechatBinary()): Daemon {
+    return new Daemon({
+      configuredPath,
+      args: ['--db', join(this.dir, 'sidechat.db')],
+      env: this.env(extraEnv),
+      home: this.dir,
+      log: (line) => {
+        if (process.env.SIDECHAT_TEST_LOG) console.error(`[daemon] ${line}`);
+      },
+      clientName: 'sidechat-vscode-tests',
+      initialBackoffMs: 200,
+    });
+  }
+  dispose(): void {
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/** Serves the page the way the webview does: our HTML (with its CSP), script and stylesheet. */
+export async function servePage(): Promise<{ url: string; server: Server }> {
+  const server = createServer((req, res) => {
+    const origin = `http://${req.headers.host}`;
+    const path = (req.url ?? '/').split('?')[0];
+    const files: Record<string, [string, string]> = {
+      '/dist/webview.js': [join(EXTENSION_ROOT, 'dist', 'webview.js'), 'text/javascript'],
+      '/media/chat.css': [join(EXTENSION_ROOT, 'media', 'chat.css'), 'text/css'],
+    };
+    if (path === '/') {
+      res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
+      res.end(chatHtml({ cspSource: origin, nonce: randomNonce(), scriptUri: `${origin}/dist/webview.js`, styleUri: `${origin}/media/chat.css` }));
+      return;
+    }
+    const file = files[path];
+    if (!file) {
+      res.writeHead(404).end();
+      return;
+    }
+    res.writeHead(200, { 'content-type': file[1] });
+    res.end(readFileSync(file[0]));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return { url: `http://127.0.0.1:${port}/`, server };
+}
+
+/** Debian's Chromium; Playwright gives each launch a fresh, temporary profile folder. */
+export async function launchChromium(): Promise<Browser> {
+  return chromium.launch({
+    executablePath: chromiumPath(),
+    args: [
+      '--no-sandbox',
+      '--headless',
+      '--disable-gpu',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--no-first-run',
+    ],
+  });
+}
+
+/** What the page asked of the editor, for assertions. */
+export interface UiCalls {
+  diffs: { path: string; before: string; after: string }[];
+  copies: string[];
+  settingsOpened: number;
+  confirms: string[];
+}
+
+/**
+ * Opens the chat page and wires it to a controller over `daemon`, exactly as the extension's
+ * webview provider does, with `acquireVsCodeApi` bridged through Playwright bindings.
+ */
+export async function openChat(browser: Browser, url: string, daemon: Daemon, workspaceRoot: string) {
+  const page = await browser.newPage({ viewport: { width: 480, height: 900 } });
+  const calls: UiCalls = { diffs: [], copies: [], settingsOpened: 0, confirms: [] };
+  const pageErrors: string[] = [];
+  page.on('pageerror', (error) => pageErrors.push(String(error)));
+  page.on('dialog', (dialog) => {
+    pageErrors.push(`dialog: ${dialog.message()}`);
+    void dialog.dismiss();
+  });
+  let chain: Promise<unknown> = Promise.resolve();
+  const ui: HostUi = {
+    post: (message: HostToPage) => {
+      if (process.env.SIDECHAT_TEST_LOG) {
+        const t = message.type;
+        const detail = t === 'reset' || t === 'merge' ? `${message.transcript.entries.length} entries, lastSeq ${message.transcript.lastSeq}, state ${message.transcript.state}` : t === 'events' ? message.events.map((e) => `${e.seq}:${e.event.kind}`).join(' ').slice(0, 300) : t === 'daemon' ? JSON.stringify(message.status) : '';
+        console.error(`[post] ${t} ${detail}`);
+      }
+      chain = chain
+        .then(() => page.evaluate((m) => window.dispatchEvent(new MessageEvent('message', { data: m })), message))
+        .catch(() => undefined);
+    },
+    confirm: async (message) => {
+      calls.confirms.push(message);
+      return true;
+    },
+    openDiff: async (path, before, after) => {
+      calls.diffs.push({ path, before, after });
+    },
+    openSettings: () => {
+      calls.settingsOpened++;
+    },
+    copy: (text) => calls.copies.push(text),
+    openLink: () => undefined,
+    log: () => undefined,
+  };
+  const controller = new ChatController(daemon, ui, { workspaceRoot });
+  await page.exposeBinding('__sidechatToHost', (_source, message: PageToHost) => {
+    void controller.handle(message);
+  });
+  await page.addInitScript(() => {
+    const w = window as unknown as { acquireVsCodeApi: () => unknown; __sidechatToHost: (m: unknown) => void };
+    w.acquireVsCodeApi = () => ({
+      postMessage: (message: unknown) => w.__sidechatToHost(message),
+      getState: () => JSON.parse(sessionStorage.getItem('vscode-state') ?? 'null') ?? undefined,
+      setState: (state: unknown) => sessionStorage.setItem('vscode-state', JSON.stringify(state)),
+    });
+  });
+  await page.goto(url);
+  return { page, controller, calls, pageErrors, settled: () => chain };
+}
+
+export async function screenshot(page: Page, name: string): Promise<void> {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  await page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
+}

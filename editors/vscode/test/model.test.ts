@@ -1,0 +1,275 @@
+// The session model against the event sequences the daemon produces, including the ones a
+// restartable stream produces: deltas before their message, duplicates, gaps, approvals
+// resolved by another client.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { SessionModel, type Entry } from '../src/model/session';
+import type { Event, SessionEventParams, SessionTranscriptResult, TranscriptEntry } from '../src/model/wire';
+
+const SID = 'ses_1';
+
+/** Feeds events numbered from `from`. */
+function feed(model: SessionModel, events: Event[], from = model.lastSeq + 1, runId = 'run_1') {
+  return events.map((event, i) => model.apply({ sessionId: SID, seq: from + i, runId, event } satisfies SessionEventParams));
+}
+
+function entry(id: string, seq: number, role: TranscriptEntry['role'], blocks: TranscriptEntry['blocks']): TranscriptEntry {
+  return { id, seq, role, blocks, status: 'complete', createdAt: '2026-01-01T00:00:00Z' };
+}
+
+function transcript(entries: TranscriptEntry[], extra: Partial<SessionTranscriptResult> = {}): SessionTranscriptResult {
+  return {
+    sessionId: SID,
+    state: 'idle',
+    entries,
+    hasMore: false,
+    lastSeq: entries.length ? entries[entries.length - 1].seq : 0,
+    pendingApprovals: [],
+    pendingInterjections: [],
+    ...extra,
+  };
+}
+
+/** A compact view of entries: kind and main text. */
+function shape(entries: Entry[]): string[] {
+  return entries.map((e) => {
+    switch (e.kind) {
+      case 'user':
+        return `${e.source === 'interjection' ? 'user+' : 'user'}: ${e.text}`;
+      case 'assistant':
+        return `assistant${e.streaming ? '…' : ''}: ${e.blocks.map((b) => (b.type === 'thinking' ? `(${b.text})` : b.text)).join('|')}`;
+      case 'tool':
+        return `tool ${e.tool} ${e.status}${e.output ? `: ${e.output}` : ''}`;
+      case 'notice':
+        return `notice ${e.level}: ${e.message}`;
+      case 'note':
+        return `note: ${e.text}`;
+      case 'summary':
+        return `summary: ${e.text}`;
+    }
+  });
+}
+
+test('a plain turn streams, then the committed text replaces the deltas', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  feed(model, [
+    { kind: 'messageCompleted', entry: entry('m1', 1, 'user', [{ type: 'text', text: 'hi' }]) },
+    { kind: 'runStarted', model: 'demo' },
+    { kind: 'messageStarted', messageId: 'm2', role: 'assistant' },
+    { kind: 'thinkingDelta', messageId: 'm2', text: 'hmm' },
+    { kind: 'textDelta', messageId: 'm2', text: 'Hel' },
+    { kind: 'textDelta', messageId: 'm2', text: 'lo' },
+  ]);
+  assert.equal(model.state, 'running');
+  assert.deepEqual(shape(model.list()), ['user: hi', 'assistant…: (hmm)|Hello']);
+  const streamedRev = model.get('m2')?.rev;
+  feed(model, [{ kind: 'messageCompleted', entry: entry('m2', 7, 'assistant', [{ type: 'thinking', text: 'hmm' }, { type: 'text', text: 'Hello' }]) }]);
+  assert.notEqual(model.get('m2')?.rev, streamedRev, 'completion is a change a renderer must redraw');
+  feed(model, [{ kind: 'runFinished', reason: 'end_turn' }]);
+  assert.deepEqual(shape(model.list()), ['user: hi', 'assistant: (hmm)|Hello']);
+  assert.equal(model.state, 'idle');
+});
+
+test('deltas before their message start an entry that the message then completes', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  feed(model, [
+    { kind: 'textDelta', messageId: 'm2', text: 'early ' },
+    { kind: 'messageStarted', messageId: 'm2', role: 'assistant' },
+    { kind: 'textDelta', messageId: 'm2', text: 'words' },
+  ]);
+  assert.deepEqual(shape(model.list()), ['assistant…: early words']);
+  feed(model, [{ kind: 'messageCompleted', entry: entry('m2', 4, 'assistant', [{ type: 'text', text: 'early words' }]) }]);
+  assert.deepEqual(shape(model.list()), ['assistant: early words']);
+});
+
+test('a duplicated event changes nothing', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  feed(model, [
+    { kind: 'messageStarted', messageId: 'm1', role: 'assistant' },
+    { kind: 'textDelta', messageId: 'm1', text: 'once' },
+  ]);
+  const again = model.apply({ sessionId: SID, seq: 2, event: { kind: 'textDelta', messageId: 'm1', text: 'once' } });
+  assert.equal(again.duplicate, true);
+  assert.deepEqual(shape(model.list()), ['assistant…: once']);
+});
+
+test('a gap is reported with the seq to refetch after, and the refetch fills it', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  feed(model, [{ kind: 'messageCompleted', entry: entry('m1', 1, 'user', [{ type: 'text', text: 'q' }]) }]);
+  const [applied] = feed(model, [{ kind: 'runFinished', reason: 'end_turn' }], 9);
+  assert.equal(applied.gapAfter, 1);
+  assert.equal(model.lastSeq, 9);
+  model.applyTranscript(
+    transcript([entry('m2', 8, 'assistant', [{ type: 'text', text: 'missed answer' }])], { lastSeq: 9 }),
+  );
+  assert.deepEqual(shape(model.list()), ['user: q', 'assistant: missed answer']);
+  const [next] = feed(model, [{ kind: 'notice', level: 'info', message: 'after' }]);
+  assert.equal(next.gapAfter, undefined);
+});
+
+test('a refetched entry lands in seq order among the ones already shown', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  model.applyTranscript(transcript([entry('a', 1, 'user', [{ type: 'text', text: 'one' }]), entry('c', 5, 'user', [{ type: 'text', text: 'three' }])]));
+  model.applyTranscript(transcript([entry('b', 3, 'assistant', [{ type: 'text', text: 'two' }])], { lastSeq: 5 }));
+  assert.deepEqual(shape(model.list()), ['user: one', 'assistant: two', 'user: three']);
+});
+
+test('an approval resolved by another client disappears, and the tool goes on', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  const approval = { approvalId: 'apr_1', runId: 'run_1', callId: 'call_1', tool: 'write_file', input: { path: 'a.md', content: 'x\n' }, summary: 'write a.md (1 lines)', createdAt: 't' };
+  feed(model, [
+    { kind: 'runStarted', model: 'demo' },
+    { kind: 'messageCompleted', entry: entry('m1', 2, 'assistant', [{ type: 'text', text: 'Writing.' }, { type: 'toolCall', id: 'call_1', name: 'write_file', input: approval.input }]) },
+    { kind: 'toolCallStarted', callId: 'call_1', tool: 'write_file', input: approval.input, summary: approval.summary },
+    { kind: 'approvalRequested', approval },
+  ]);
+  assert.equal(model.state, 'awaitingApproval');
+  assert.deepEqual([...model.approvals.keys()], ['apr_1']);
+  assert.deepEqual(shape(model.list()), ['assistant: Writing.', 'tool write_file awaitingApproval']);
+  feed(model, [
+    { kind: 'approvalResolved', approvalId: 'apr_1', decision: 'allow' },
+    { kind: 'toolCallUpdated', callId: 'call_1', status: 'running' },
+  ]);
+  assert.equal(model.approvals.size, 0);
+  assert.equal(model.state, 'running');
+  assert.deepEqual(shape(model.list()), ['assistant: Writing.', 'tool write_file running']);
+});
+
+test('a pending approval reappears from the transcript after a reload', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  const approval = { approvalId: 'apr_1', runId: 'run_1', callId: 'call_1', tool: 'run_command', input: { command: 'ls' }, summary: 'run ls', createdAt: 't' };
+  model.applyTranscript(
+    transcript([entry('m1', 3, 'assistant', [{ type: 'toolCall', id: 'call_1', name: 'run_command', input: { command: 'ls' } }])], {
+      state: 'awaitingApproval',
+      pendingApprovals: [approval],
+    }),
+  );
+  assert.equal(model.state, 'awaitingApproval');
+  assert.deepEqual(shape(model.list()), ['assistant: ', 'tool run_command awaitingApproval']);
+  assert.deepEqual([...model.approvals.values()], [approval]);
+});
+
+test('changed files are listed only when a write succeeds', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  const input = (path: string) => ({ path, content: 'x' });
+  const results = feed(model, [
+    { kind: 'toolCallStarted', callId: 'c1', tool: 'write_file', input: input('bad.md'), summary: 'write bad.md' },
+    { kind: 'toolCallUpdated', callId: 'c1', status: 'error', output: 'Cannot write' },
+    { kind: 'toolCallStarted', callId: 'c2', tool: 'write_file', input: input('no.md'), summary: 'write no.md' },
+    { kind: 'toolCallUpdated', callId: 'c2', status: 'denied' },
+    { kind: 'toolCallStarted', callId: 'c3', tool: 'read_file', input: input('r.md'), summary: 'read r.md' },
+    { kind: 'toolCallUpdated', callId: 'c3', status: 'done', output: 'text' },
+  ]);
+  assert.deepEqual([...model.changedFiles.keys()], []);
+  assert.equal(results.some((r) => r.filesChanged), false);
+  const [done] = feed(model, [
+    { kind: 'toolCallStarted', callId: 'c4', tool: 'write_file', input: input('ok.md'), summary: 'write ok.md' },
+    { kind: 'toolCallUpdated', callId: 'c4', status: 'done', output: 'Created ok.md (+1 -0 lines).' },
+  ]).slice(1);
+  assert.equal(done.filesChanged, true);
+  assert.deepEqual([...model.changedFiles.values()], [{ path: 'ok.md' }]);
+  model.setChangedFiles([{ path: 'ok.md', added: 1, removed: 0 }]);
+  assert.deepEqual([...model.changedFiles.values()], [{ path: 'ok.md', added: 1, removed: 0 }]);
+});
+
+test('an interjection waits, then is delivered with the tool results in the users words', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  feed(model, [
+    { kind: 'runStarted', model: 'demo' },
+    { kind: 'messageCompleted', entry: entry('m1', 2, 'assistant', [{ type: 'toolCall', id: 'c1', name: 'read_file', input: { path: 'a' } }]) },
+    { kind: 'interjectionQueued', pendingId: 'inj_1', text: 'also check b' },
+  ]);
+  assert.deepEqual([...model.waiting.values()], [{ pendingId: 'inj_1', text: 'also check b', status: 'pending' }]);
+  feed(model, [
+    { kind: 'toolCallUpdated', callId: 'c1', status: 'done', output: 'A' },
+    { kind: 'messageCompleted', entry: entry('m2', 5, 'tool', [{ type: 'toolResult', callId: 'c1', output: 'A', isError: false, status: 'done' }]) },
+    { kind: 'messageStarted', messageId: 'm4', role: 'assistant' },
+    { kind: 'messageCompleted', entry: entry('m3', 7, 'user', [{ type: 'interjection', pendingId: 'inj_1', text: 'also check b' }]) },
+    { kind: 'interjectionDelivered', pendingIds: ['inj_1'], step: 2, messageId: 'm3' },
+    { kind: 'textDelta', messageId: 'm4', text: 'Reading b.' },
+    { kind: 'messageCompleted', entry: entry('m4', 10, 'assistant', [{ type: 'text', text: 'Reading b.' }]) },
+  ]);
+  assert.equal(model.waiting.size, 0);
+  // It went with the next request, whose reply was already streaming: the words stay above it.
+  assert.deepEqual(shape(model.list()), ['assistant: ', 'tool read_file done: A', 'user+: also check b', 'assistant: Reading b.']);
+  // The same session loaded afresh shows the same entries.
+  const reloaded = new SessionModel(SID);
+  reloaded.applyTranscript(
+    transcript([
+      entry('m1', 2, 'assistant', [{ type: 'toolCall', id: 'c1', name: 'read_file', input: { path: 'a' } }]),
+      entry('m2', 5, 'tool', [{ type: 'toolResult', callId: 'c1', output: 'A', isError: false, status: 'done' }]),
+      entry('m3', 7, 'user', [{ type: 'interjection', pendingId: 'inj_1', text: 'also check b' }]),
+      entry('m4', 10, 'assistant', [{ type: 'text', text: 'Reading b.' }]),
+    ]),
+  );
+  assert.deepEqual(shape(reloaded.list()), shape(model.list()));
+});
+
+test('an interjection promoted to the next turn, and one withdrawn', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  feed(model, [
+    { kind: 'runStarted', model: 'demo' },
+    { kind: 'interjectionQueued', pendingId: 'inj_1', text: 'next' },
+    { kind: 'interjectionQueued', pendingId: 'inj_2', text: 'never mind' },
+    { kind: 'interjectionCancelled', pendingId: 'inj_2' },
+  ]);
+  assert.deepEqual([...model.waiting.keys()], ['inj_1']);
+  feed(model, [
+    { kind: 'messageCompleted', entry: entry('m5', 5, 'user', [{ type: 'text', text: 'next' }]) },
+    { kind: 'interjectionPromoted', pendingIds: ['inj_1'], messageId: 'm5' },
+    { kind: 'runFinished', reason: 'end_turn' },
+  ]);
+  assert.equal(model.waiting.size, 0);
+  assert.deepEqual(shape(model.list()), ['user: next']);
+});
+
+test('waiting interjections reappear from the transcript after a reload', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  model.applyTranscript(
+    transcript([], { state: 'running', lastSeq: 4, pendingInterjections: [{ pendingId: 'inj_1', text: 'wait', status: 'pending', createdAt: 't' }] }),
+  );
+  assert.deepEqual([...model.waiting.values()], [{ pendingId: 'inj_1', text: 'wait', status: 'pending' }]);
+  assert.equal(model.state, 'running');
+});
+
+test('stop ends streaming and marks the cut message', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  feed(model, [
+    { kind: 'runStarted', model: 'demo' },
+    { kind: 'messageStarted', messageId: 'm1', role: 'assistant' },
+    { kind: 'textDelta', messageId: 'm1', text: 'partial' },
+    { kind: 'runFinished', reason: 'stopped' },
+  ]);
+  const [assistant] = model.list();
+  assert.equal(assistant.kind === 'assistant' && assistant.status, 'stopped');
+  assert.equal(model.state, 'idle');
+});
+
+test('notes, notices and a summary entry are shown in order', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  const summary = { ...entry('s1', 1, 'user', [{ type: 'text', text: 'Earlier: the user set up a project.' }]), role: 'summary' } as unknown as TranscriptEntry;
+  model.applyTranscript(transcript([summary, entry('n1', 2, 'note', [{ type: 'text', text: 'Cost: unpriced' }])]));
+  feed(model, [{ kind: 'notice', level: 'warning', message: 'retrying' }]);
+  assert.deepEqual(shape(model.list()), ['summary: Earlier: the user set up a project.', 'note: Cost: unpriced', 'notice warning: retrying']);
+});
+
+test('budget and usage events update the chrome and ask for fresh spend', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  const before = model.chromeRev;
+  const snapshot = {
+    contextWindow: 1000, responseReserve: 100, usableTokens: 900, systemTokens: 10, toolTokens: 20, historyTokens: 600,
+    historyMessages: 4, latestUserTokens: 5, rawInputTokens: 635, inputTokens: 635, correctionFactor: 1,
+    countedByEstimate: false, exact: true, remainingTokens: 265, utilisation: 0.705, pressure: 'high' as const,
+    thresholds: { high: 0.7, critical: 0.9 },
+  };
+  const [budget, usage] = feed(model, [
+    { kind: 'budget', snapshot },
+    { kind: 'usage', provider: 'p', model: 'm', input: 1, output: 1, cacheRead: 0, cacheWrite: 0, reasoning: 0, durationMs: 1 },
+  ]);
+  assert.equal(budget.spendChanged, false);
+  assert.equal(usage.spendChanged, true);
+  assert.equal(model.budget?.pressure, 'high');
+  assert.ok(model.chromeRev > before);
+});

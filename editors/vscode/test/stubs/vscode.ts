@@ -1,0 +1,124 @@
+/**
+ * A stand-in for the `vscode` module in tests of the extension host (VS Code itself cannot be
+ * run here). It implements just what the extension calls, records the calls, and lets a test
+ * set settings, the active editor and the answers to prompts through `__stub`.
+ */
+
+type Fn = (...args: never[]) => unknown;
+const disposable = { dispose: () => undefined };
+
+export class Uri {
+  private constructor(
+    readonly scheme: string,
+    readonly path: string,
+    readonly query = '',
+  ) {}
+  static file(path: string): Uri {
+    return new Uri('file', path);
+  }
+  static parse(value: string): Uri {
+    const url = new URL(value);
+    return new Uri(url.protocol.replace(/:$/, ''), url.pathname, url.search.replace(/^\?/, ''));
+  }
+  static from(parts: { scheme: string; path: string; query?: string }): Uri {
+    return new Uri(parts.scheme, parts.path, parts.query ?? '');
+  }
+  static joinPath(base: Uri, ...segments: string[]): Uri {
+    return new Uri(base.scheme, [base.path, ...segments].join('/').replace(/\/+/g, '/'), base.query);
+  }
+  get fsPath(): string {
+    return this.path;
+  }
+  toString(): string {
+    return `${this.scheme}://${this.path}${this.query ? `?${this.query}` : ''}`;
+  }
+}
+
+export const __stub = {
+  config: {} as Record<string, unknown>,
+  commands: new Map<string, Fn>(),
+  executed: [] as unknown[][],
+  errors: [] as string[],
+  infos: [] as string[],
+  errorChoice: undefined as string | undefined,
+  warningChoice: undefined as string | undefined,
+  output: [] as string[],
+  clipboard: '',
+  viewProviders: new Map<string, unknown>(),
+  contentProviders: new Map<string, unknown>(),
+  activeTextEditor: undefined as unknown,
+  workspaceFolders: undefined as { uri: Uri }[] | undefined,
+  reset(): void {
+    this.config = {};
+    this.commands.clear();
+    this.executed = [];
+    this.errors = [];
+    this.infos = [];
+    this.errorChoice = undefined;
+    this.warningChoice = undefined;
+    this.output = [];
+    this.clipboard = '';
+    this.viewProviders.clear();
+    this.contentProviders.clear();
+    this.activeTextEditor = undefined;
+    this.workspaceFolders = undefined;
+  },
+};
+
+export const workspace = {
+  getConfiguration: (section: string) => ({
+    get: <T>(key: string): T | undefined => __stub.config[`${section}.${key}`] as T | undefined,
+  }),
+  get workspaceFolders() {
+    return __stub.workspaceFolders;
+  },
+  registerTextDocumentContentProvider: (scheme: string, provider: unknown) => {
+    __stub.contentProviders.set(scheme, provider);
+    return disposable;
+  },
+  onDidChangeConfiguration: () => disposable,
+};
+
+export const window = {
+  createOutputChannel: () => ({
+    appendLine: (line: string) => void __stub.output.push(line),
+    dispose: () => undefined,
+  }),
+  registerWebviewViewProvider: (id: string, provider: unknown) => {
+    __stub.viewProviders.set(id, provider);
+    return disposable;
+  },
+  showErrorMessage: async (message: string) => {
+    __stub.errors.push(message);
+    return __stub.errorChoice;
+  },
+  showInformationMessage: async (message: string) => {
+    __stub.infos.push(message);
+    return undefined;
+  },
+  showWarningMessage: async () => __stub.warningChoice,
+  get activeTextEditor() {
+    return __stub.activeTextEditor;
+  },
+};
+
+export const commands = {
+  registerCommand: (id: string, handler: Fn) => {
+    __stub.commands.set(id, handler);
+    return disposable;
+  },
+  executeCommand: async (id: string, ...args: unknown[]) => {
+    __stub.executed.push([id, ...args]);
+    const handler = __stub.commands.get(id) as ((...a: unknown[]) => unknown) | undefined;
+    return handler?.(...args);
+  },
+};
+
+export const env = {
+  clipboard: {
+    writeText: async (text: string) => {
+      __stub.clipboard = text;
+    },
+  },
+  openExternal: async () => true,
+};
