@@ -136,18 +136,20 @@ async function bigTranscript(): Promise<void> {
   const browser = await launchChromium();
   const served = await servePage();
   const times: number[] = [];
+  const transcript = transcriptOf(ENTRIES);
   try {
-    const page = await browser.newPage({ viewport: { width: 480, height: 900 } });
-    await page.addInitScript(() => {
-      (window as unknown as { acquireVsCodeApi: () => unknown }).acquireVsCodeApi = () => ({
-        postMessage: () => undefined,
-        getState: () => undefined,
-        setState: () => undefined,
-      });
-    });
-    await page.goto(served.url);
-    const transcript = transcriptOf(ENTRIES);
     for (let run = 0; run < RUNS; run++) {
+      // A fresh page each run, as a reloaded view is.
+      const page = await browser.newPage({ viewport: { width: 480, height: 900 } });
+      await page.addInitScript(() => {
+        (window as unknown as { acquireVsCodeApi: () => unknown }).acquireVsCodeApi = () => ({
+          postMessage: () => undefined,
+          getState: () => undefined,
+          setState: () => undefined,
+        });
+      });
+      await page.goto(served.url);
+      await page.evaluate(() => new Promise((resolve) => requestAnimationFrame(resolve)));
       const ms = await page.evaluate(
         (t) =>
           new Promise<number>((resolve) => {
@@ -164,6 +166,7 @@ async function bigTranscript(): Promise<void> {
       const rendered = await page.locator('.transcript .entry').count();
       if (rendered !== ENTRIES) throw new Error(`rendered ${rendered} entries, expected ${ENTRIES}`);
       times.push(ms);
+      await page.close();
     }
   } finally {
     await browser.close();

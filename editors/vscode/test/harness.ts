@@ -140,8 +140,10 @@ export async function openChat(browser: Browser, url: string, daemon: Daemon, wo
         const detail = t === 'reset' || t === 'merge' ? `${message.transcript.entries.length} entries, lastSeq ${message.transcript.lastSeq}, state ${message.transcript.state}` : t === 'events' ? message.events.map((e) => `${e.seq}:${e.event.kind}`).join(' ').slice(0, 300) : t === 'daemon' ? JSON.stringify(message.status) : '';
         console.error(`[post] ${t} ${detail}`);
       }
+      // As a webview's postMessage does, the message crosses as JSON.
+      const json = JSON.stringify(message);
       chain = chain
-        .then(() => page.evaluate((m) => window.dispatchEvent(new MessageEvent('message', { data: m })), message))
+        .then(() => page.evaluate((m) => window.dispatchEvent(new MessageEvent('message', { data: JSON.parse(m) })), json))
         .catch(() => undefined);
     },
     confirm: async (message) => {

@@ -105,7 +105,7 @@ test('a gap is reported with the seq to refetch after, and the refetch fills it'
     transcript([entry('m2', 8, 'assistant', [{ type: 'text', text: 'missed answer' }])], { lastSeq: 9 }),
   );
   assert.deepEqual(shape(model.list()), ['user: q', 'assistant: missed answer']);
-  const [next] = feed(model, [{ kind: 'notice', level: 'info', message: 'after' }]);
+  const [next] = feed(model, [{ kind: 'notice', level: 'info', message: 'after', messageId: 'n9' }]);
   assert.equal(next.gapAfter, undefined);
 });
 
@@ -217,7 +217,7 @@ test('an interjection promoted to the next turn, and one withdrawn', { timeout: 
   ]);
   assert.deepEqual([...model.waiting.keys()], ['inj_1']);
   feed(model, [
-    { kind: 'messageCompleted', entry: entry('m5', 5, 'user', [{ type: 'text', text: 'next' }]) },
+    { kind: 'messageCompleted', entry: entry('m5', 5, 'user', [{ type: 'interjection', pendingId: 'inj_1', text: 'next', promoted: true }]) },
     { kind: 'interjectionPromoted', pendingIds: ['inj_1'], messageId: 'm5' },
     { kind: 'runFinished', reason: 'end_turn' },
   ]);
@@ -251,8 +251,15 @@ test('notes, notices and a summary entry are shown in order', { timeout: 120_000
   const model = new SessionModel(SID);
   const summary = { ...entry('s1', 1, 'user', [{ type: 'text', text: 'Earlier: the user set up a project.' }]), role: 'summary' } as unknown as TranscriptEntry;
   model.applyTranscript(transcript([summary, entry('n1', 2, 'note', [{ type: 'text', text: 'Cost: unpriced' }])]));
-  feed(model, [{ kind: 'notice', level: 'warning', message: 'retrying' }]);
-  assert.deepEqual(shape(model.list()), ['summary: Earlier: the user set up a project.', 'note: Cost: unpriced', 'notice warning: retrying']);
+  feed(model, [{ kind: 'notice', level: 'warning', message: 'retrying', messageId: 'n3' }]);
+  const expected = ['summary: Earlier: the user set up a project.', 'note: Cost: unpriced', 'notice warning: retrying'];
+  assert.deepEqual(shape(model.list()), expected);
+  // The stored notice, fetched again (after a gap), is the same entry, not a second one.
+  model.applyTranscript(transcript([entry('n3', 3, 'notice', [{ type: 'notice', level: 'warning', text: 'retrying' }])]));
+  assert.deepEqual(shape(model.list()), expected);
+  const fresh = new SessionModel(SID);
+  fresh.applyTranscript(transcript([summary, entry('n1', 2, 'note', [{ type: 'text', text: 'Cost: unpriced' }]), entry('n3', 3, 'notice', [{ type: 'notice', level: 'warning', text: 'retrying' }])]));
+  assert.deepEqual(shape(fresh.list()), expected);
 });
 
 test('budget and usage events update the chrome and ask for fresh spend', { timeout: 120_000 }, () => {

@@ -317,7 +317,7 @@ export class ChatController {
       this.outbox = [];
       return;
     }
-    const events = this.outbox;
+    const events = coalesceDeltas(this.outbox);
     this.outbox = [];
     this.ui.post({ type: 'events', sessionId: this.active.sessionId, events });
   }
@@ -338,6 +338,43 @@ export class ChatController {
     this.ui.post({ type: 'daemon', status });
     if (status.state === 'ready' && this.pageReady) void this.serially(() => this.rebuild());
   }
+}
+
+/**
+ * Joins runs of text (or thinking) deltas of one message into one delta carrying the last
+ * `seq`: a batch of thousands of tokens reaches the page as a few events. The host has already
+ * checked the sequence, so the page only needs the order and the text.
+ */
+export function coalesceDeltas(events: SessionEventParams[]): SessionEventParams[] {
+  const out: SessionEventParams[] = [];
+  let pieces: string[] = [];
+  const close = () => {
+    const last = out[out.length - 1];
+    if (pieces.length > 1 && last && (last.event.kind === 'textDelta' || last.event.kind === 'thinkingDelta')) {
+      out[out.length - 1] = { ...last, event: { ...last.event, text: pieces.join('') } };
+    }
+    pieces = [];
+  };
+  for (const params of events) {
+    const event = params.event;
+    const last = out[out.length - 1];
+    if (
+      (event.kind === 'textDelta' || event.kind === 'thinkingDelta') &&
+      last &&
+      last.event.kind === event.kind &&
+      last.event.messageId === event.messageId &&
+      last.runId === params.runId
+    ) {
+      pieces.push(event.text);
+      out[out.length - 1] = { ...params, event: last.event };
+      continue;
+    }
+    close();
+    out.push(params);
+    if (event.kind === 'textDelta' || event.kind === 'thinkingDelta') pieces = [event.text];
+  }
+  close();
+  return out;
 }
 
 function errorText(error: unknown): string {

@@ -26,7 +26,7 @@ import type {
 export type AssistantBlock = { type: 'text' | 'thinking'; text: string };
 
 interface EntryBase {
-  /** Stable key: message id, `tool:<callId>`, `inj:<pendingId>`, `notice:<seq>`. */
+  /** Stable key: message id, `tool:<callId>` or `inj:<pendingId>`. */
   key: string;
   /** The `seq` that placed it; live entries not yet committed have none. */
   seq?: number;
@@ -107,9 +107,10 @@ export interface Applied {
 
 const WRITING_TOOLS = new Set(['write_file', 'edit_file']);
 
+/** The words of a message: its text, and interjections promoted into it. */
 function textOf(blocks: TranscriptEntry['blocks']): string {
   return blocks
-    .map((b) => (b.type === 'text' ? b.text : ''))
+    .map((b) => (b.type === 'text' || (b.type === 'interjection' && b.promoted) ? b.text : ''))
     .filter((t) => t.length > 0)
     .join('\n\n');
 }
@@ -256,7 +257,10 @@ export class SessionModel {
         if (this.waiting.delete(event.pendingId)) this.chromeRev++;
         break;
       case 'notice':
-        this.insert({ kind: 'notice', key: `notice:${params.seq}`, seq: params.seq, rev: 0, level: event.level, message: event.message });
+        // Stored as a `notice` entry with this id; a reload shows the same entry.
+        if (!this.entries.has(event.messageId)) {
+          this.insert({ kind: 'notice', key: event.messageId, seq: params.seq, rev: 0, level: event.level, message: event.message });
+        }
         break;
       case 'budget':
         this.budget = event.snapshot;
@@ -319,6 +323,13 @@ export class SessionModel {
       }
     } else if (entry.seq !== undefined) {
       const seq = entry.seq;
+      const last = this.entries.get(this.order[this.order.length - 1]);
+      if (last === undefined || (last.seq !== undefined && last.seq < seq)) {
+        // The common case (a load, a new message): it goes last.
+        this.order.push(entry.key);
+        this.orderRev++;
+        return;
+      }
       // Before anything committed later, and before a reply still streaming (it commits later).
       const later = this.order.findIndex((key) => {
         const other = this.entries.get(key);
@@ -371,14 +382,22 @@ export class SessionModel {
   private applyEntry(wire: TranscriptEntry): void {
     const role = wire.role as string;
     if (role === 'assistant') {
-      const entry = this.assistant(wire.id);
-      entry.blocks = wire.blocks.flatMap((b) =>
+      const blocks: AssistantBlock[] = wire.blocks.flatMap((b) =>
         b.type === 'text' || b.type === 'thinking' ? [{ type: b.type, text: b.text }] : [],
       );
-      entry.streaming = false;
-      entry.status = wire.status;
-      this.touch(entry);
-      this.place(entry, wire.seq);
+      const existing = this.entries.get(wire.id);
+      let entry: AssistantEntry;
+      if (existing && existing.kind === 'assistant') {
+        entry = existing;
+        entry.blocks = blocks;
+        entry.streaming = false;
+        entry.status = wire.status;
+        this.touch(entry);
+        this.place(entry, wire.seq);
+      } else {
+        entry = { kind: 'assistant', key: wire.id, seq: wire.seq, rev: 0, blocks, streaming: false, status: wire.status };
+        this.insert(entry);
+      }
       let previous = entry.key;
       for (const block of wire.blocks) {
         if (block.type === 'toolCall') {
@@ -402,6 +421,8 @@ export class SessionModel {
         }
       } else if (block.type === 'interjection') {
         this.waiting.delete(block.pendingId);
+        // Folded into a turn of its own: shown as that turn's text, below.
+        if (block.promoted) continue;
         const key = `inj:${block.pendingId}`;
         const existing = this.entries.get(key);
         if (existing) {
@@ -415,7 +436,11 @@ export class SessionModel {
     }
     if (role === 'tool' || this.entries.has(wire.id)) return;
     const text = textOf(wire.blocks);
-    if (role === 'user') {
+    if (role === 'notice') {
+      for (const block of wire.blocks) {
+        if (block.type === 'notice') this.insert({ kind: 'notice', key: wire.id, seq: wire.seq, rev: 0, level: block.level, message: block.text });
+      }
+    } else if (role === 'user') {
       const attachments = wire.blocks.flatMap((b) => (b.type === 'attachment' ? [b.name] : []));
       if (text === '' && attachments.length === 0) return;
       this.insert({ kind: 'user', key: wire.id, seq: wire.seq, rev: 0, text, attachments, source: 'turn' });
@@ -430,7 +455,7 @@ export class SessionModel {
   private place(entry: Entry, seq: number): void {
     if (entry.seq === seq) return;
     entry.seq = seq;
-    const index = this.order.indexOf(entry.key);
+    const index = this.order.lastIndexOf(entry.key);
     const laterBefore = this.order.slice(0, index).some((key) => {
       const other = this.entries.get(key);
       return other?.seq !== undefined && other.seq > seq && other.kind !== 'tool';

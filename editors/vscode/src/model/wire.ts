@@ -46,6 +46,10 @@ export type Block =
     }
   | {
       pendingId: string;
+      /**
+       * It became (part of) the next user turn instead of an aside within a run.
+       */
+      promoted?: boolean;
       text: string;
       type: 'interjection';
     }
@@ -53,6 +57,11 @@ export type Block =
       name: string;
       text: string;
       type: 'attachment';
+    }
+  | {
+      level: NoticeLevel;
+      text: string;
+      type: 'notice';
     };
 /**
  * The state of one tool call.
@@ -62,6 +71,11 @@ export type Block =
  */
 export type ToolCallStatus =
   'pending' | 'awaitingApproval' | 'running' | 'done' | 'error' | 'denied' | 'cancelled';
+/**
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "NoticeLevel".
+ */
+export type NoticeLevel = 'info' | 'warning' | 'error';
 /**
  * How close to full the window is.
  *
@@ -149,6 +163,7 @@ export type Event =
       kind: 'notice';
       level: NoticeLevel;
       message: string;
+      messageId: string;
     }
   | {
       actual?: Reconciliation | null;
@@ -177,7 +192,7 @@ export type Event =
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "Role".
  */
-export type Role = ('user' | 'assistant') | 'tool' | 'note';
+export type Role = ('user' | 'assistant') | 'tool' | 'note' | 'notice';
 /**
  * Whether a message is whole.
  *
@@ -185,11 +200,6 @@ export type Role = ('user' | 'assistant') | 'tool' | 'note';
  * via the `definition` "MessageStatus".
  */
 export type MessageStatus = 'complete' | 'stopped' | 'failed';
-/**
- * This interface was referenced by `WireTypes`'s JSON-Schema
- * via the `definition` "NoticeLevel".
- */
-export type NoticeLevel = 'info' | 'warning' | 'error';
 /**
  * Why a run ended.
  *
@@ -439,7 +449,7 @@ export interface ChatSendParams {
  */
 export interface ChatSendResult {
   /**
-   * The stored user message.
+   * The stored user message, or for a slash command the note or notice it wrote.
    */
   messageId?: string | null;
   pendingId?: string | null;
@@ -448,7 +458,8 @@ export interface ChatSendResult {
    */
   queued: boolean;
   /**
-   * The run that answers the message.
+   * The run that answers the message; when `queued`, the run that took it and will deliver
+   * it at its next delivery point (or promote it into the next turn when it ends).
    */
   runId?: string | null;
 }
@@ -495,9 +506,10 @@ export interface CostSummary {
    */
   pricesAsOf: string;
   /**
-   * USD of the priced lines; with `partial`, a lower bound.
+   * USD of the priced lines; with `partial`, a lower bound. Absent when no line is priced:
+   * usage without a price is unpriced, never $0.
    */
-  totalUsd: number;
+  totalUsd?: number | null;
   unpriced: UnpricedUsage;
 }
 /**
@@ -980,6 +992,11 @@ export interface SessionTranscriptResult {
  */
 export interface SessionUpdateParams {
   /**
+   * A configured account (as listed by `initialize`). Without `model`, the session takes
+   * the account's default model. Applies from the next model request on.
+   */
+  account?: string | null;
+  /**
    * A new spend cap in USD; `null` removes it.
    */
   capUsd?: number | null;
@@ -995,6 +1012,11 @@ export interface SessionUpdateParams {
    */
   systemPrompt?: string | null;
   title?: string | null;
+  /**
+   * An absolute path to an existing directory; tools work inside it from the next tool
+   * call on.
+   */
+  workspaceRoot?: string | null;
 }
 
 /** Every request a client sends, with its params and result types. */

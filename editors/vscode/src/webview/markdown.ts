@@ -5,7 +5,8 @@
  * A streaming message is rendered in chunks: the text up to its last blank line outside a code
  * fence is rendered once, chunk by chunk, and only the unfinished tail is rendered again on each
  * frame. A long reply therefore costs each frame only its newest paragraph. When the message is
- * complete it is rendered whole once, so constructs that span chunks come out right.
+ * complete it is rendered whole once, so constructs that span chunks come out right; past
+ * 16 KiB its chunks are kept instead (rendering it again would cost as much as the whole stream).
  */
 
 import DOMPurify from 'dompurify';
@@ -22,7 +23,8 @@ export function renderMarkdown(text: string): string {
 
 /** Fills `target` with the rendered text and gives each code block a copy button. */
 function fill(target: HTMLElement, text: string, onCopy: (text: string) => void): void {
-  target.innerHTML = renderMarkdown(text);
+  // A fragment straight from the sanitiser: no second HTML parse.
+  target.replaceChildren(DOMPurify.sanitize(md.render(text), { USE_PROFILES: { html: true }, RETURN_DOM_FRAGMENT: true }));
   for (const pre of target.querySelectorAll('pre')) {
     const code = pre.textContent ?? '';
     const button = document.createElement('button');
@@ -42,6 +44,9 @@ function fill(target: HTMLElement, text: string, onCopy: (text: string) => void)
 
 const FENCE = /^ {0,3}(```|~~~)/;
 
+/** Above this size a finished stream keeps its chunks instead of being rendered again whole. */
+const KEEP_CHUNKS_FROM = 16 * 1024;
+
 export class MarkdownBlock {
   readonly el: HTMLElement;
   private text = '';
@@ -52,7 +57,8 @@ export class MarkdownBlock {
   private inFence = false;
   private boundary = 0;
   private tail: HTMLElement | undefined;
-  private whole = false;
+  /** The text of the finished rendering, once there is one. */
+  private finalText: string | undefined;
 
   constructor(private readonly onCopy: (text: string) => void) {
     this.el = document.createElement('div');
@@ -61,15 +67,30 @@ export class MarkdownBlock {
 
   update(text: string, final: boolean): void {
     if (final) {
-      if (this.whole && text === this.text) return;
-      this.reset();
-      this.text = text;
-      fill(this.el, text, this.onCopy);
-      this.whole = true;
+      if (this.finalText === text) return;
+      if (text.length >= KEEP_CHUNKS_FROM && this.tail && this.finalText === undefined && text.startsWith(this.text)) {
+        this.stream(text);
+      } else {
+        this.reset();
+        this.text = text;
+        fill(this.el, text, this.onCopy);
+      }
+      this.finalText = text;
       return;
     }
-    if (this.whole || !text.startsWith(this.text)) this.reset();
+    if (this.finalText !== undefined || !text.startsWith(this.text)) this.reset();
     if (text === this.text && this.tail) return;
+    this.stream(text);
+  }
+
+  /** Shows the text unformatted, for an entry out of sight; `update` formats it later. */
+  plain(text: string): void {
+    this.reset();
+    this.el.classList.add('plain');
+    this.el.textContent = text;
+  }
+
+  private stream(text: string): void {
     this.text = text;
     this.scan();
     if (this.boundary > this.stableEnd) {
@@ -104,12 +125,13 @@ export class MarkdownBlock {
 
   private reset(): void {
     this.el.replaceChildren();
+    this.el.classList.remove('plain');
     this.text = '';
     this.stableEnd = 0;
     this.scanned = 0;
     this.inFence = false;
     this.boundary = 0;
     this.tail = undefined;
-    this.whole = false;
+    this.finalText = undefined;
   }
 }

@@ -52,7 +52,8 @@ export function costLabel(cost: CostSummary | undefined): string {
   const unpriced = cost.unpriced.lines > 0;
   if (!priced && !unpriced) return 'no cost yet';
   if (!priced) return 'unpriced';
-  const usd = cost.totalUsd < 0.01 ? cost.totalUsd.toFixed(4) : cost.totalUsd.toFixed(2);
+  const total = cost.totalUsd ?? 0;
+  const usd = total < 0.01 ? total.toFixed(4) : total.toFixed(2);
   return unpriced || cost.partial ? `$${usd} + unpriced` : `$${usd}`;
 }
 
@@ -80,6 +81,9 @@ export function approvalPreview(approval: Pick<PendingApproval, 'tool' | 'input'
   return { kind: 'json', lines: JSON.stringify(approval.input, null, 2).split('\n') };
 }
 
+/** How many entries of a load are formatted at once; the rest when they come into view. */
+const EAGER_ENTRIES = 60;
+
 interface Sending {
   clientMessageId: string;
   text: string;
@@ -106,6 +110,8 @@ export class ChatView {
   private renderedStructure = -1;
   private readonly nodes = new Map<string, { node: HTMLElement; rev: number }>();
   private readonly markdown = new WeakMap<HTMLElement, MarkdownBlock[]>();
+  /** Formats entries drawn as plain text once they come near the visible part. */
+  private readonly observer: IntersectionObserver;
   private counter = 0;
 
   private readonly root: HTMLElement;
@@ -173,6 +179,7 @@ export class ChatView {
       }
     });
     this.slash.hidden = true;
+    this.observer = new IntersectionObserver((seen) => this.formatDeferred(seen), { root: this.transcript, rootMargin: '1200px 0px' });
     root.append(this.header, this.sessionList, this.banner, this.transcript, dock);
     this.render();
   }
@@ -298,13 +305,16 @@ export class ChatView {
     const entries = model.list();
     const atBottom = this.transcript.scrollHeight - this.transcript.scrollTop - this.transcript.clientHeight < 40;
     const structural = model.structureRev !== this.renderedStructure;
-    for (const entry of entries) {
+    const stale = entries.filter((entry) => this.nodes.get(entry.key)?.rev !== entry.rev);
+    // A long transcript at once (a load): only the newest entries are formatted now; the
+    // others show their text plain until they come near the visible part.
+    const formatFrom = stale.length > EAGER_ENTRIES ? stale.length - EAGER_ENTRIES : 0;
+    stale.forEach((entry, i) => {
       const known = this.nodes.get(entry.key);
-      if (known && known.rev === entry.rev) continue;
       const node = known?.node ?? this.entryNode(entry);
-      this.fillEntry(node, entry);
+      this.fillEntry(node, entry, i < formatFrom);
       this.nodes.set(entry.key, { node, rev: entry.rev });
-    }
+    });
     if (structural) {
       this.renderedStructure = model.structureRev;
       let cursor: ChildNode | null = this.transcript.firstChild;
@@ -329,7 +339,17 @@ export class ChatView {
     return node;
   }
 
-  private fillEntry(node: HTMLElement, entry: Entry): void {
+  private formatDeferred(seen: IntersectionObserverEntry[]): void {
+    for (const item of seen) {
+      if (!item.isIntersecting) continue;
+      const node = item.target as HTMLElement;
+      this.observer.unobserve(node);
+      const entry = node.dataset.key ? this.model?.get(node.dataset.key) : undefined;
+      if (entry?.kind === 'assistant' && node.dataset.deferred === 'true') this.fillAssistant(node, entry, false);
+    }
+  }
+
+  private fillEntry(node: HTMLElement, entry: Entry, defer = false): void {
     switch (entry.kind) {
       case 'user': {
         node.replaceChildren();
@@ -340,7 +360,7 @@ export class ChatView {
         return;
       }
       case 'assistant':
-        this.fillAssistant(node, entry);
+        this.fillAssistant(node, entry, defer && !entry.streaming);
         return;
       case 'tool': {
         node.replaceChildren();
@@ -373,7 +393,7 @@ export class ChatView {
     }
   }
 
-  private fillAssistant(node: HTMLElement, entry: AssistantEntry): void {
+  private fillAssistant(node: HTMLElement, entry: AssistantEntry, defer: boolean): void {
     let blocks = this.markdown.get(node);
     const shape = entry.blocks.map((b) => b.type).join(',');
     if (!blocks || node.dataset.shape !== shape) {
@@ -400,10 +420,19 @@ export class ChatView {
       if (block.type === 'thinking') {
         const text = children[i].querySelector('.thinking-text');
         if (text && text.textContent !== block.text) text.textContent = block.text;
+      } else if (defer) {
+        blocks[i].plain(block.text);
       } else {
         blocks[i].update(block.text, !entry.streaming);
       }
     });
+    if (defer) {
+      node.dataset.deferred = 'true';
+      this.observer.observe(node);
+    } else if (node.dataset.deferred) {
+      delete node.dataset.deferred;
+      this.observer.unobserve(node);
+    }
     node.dataset.streaming = String(entry.streaming);
     node.dataset.status = entry.status;
     const status = node.lastElementChild as HTMLElement;
