@@ -1,12 +1,14 @@
-// The host's batching: runs of deltas reach the page as one event each, and the page's model
-// ends with what it would have from every event.
+// The host controller: runs of deltas reach the page as one event each, and a gap in seq is
+// filled by a refetch, so the page ends with what a fresh load shows.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { coalesceDeltas } from '../src/host/controller';
+import { ChatController, coalesceDeltas, type DaemonLike, type HostUi } from '../src/host/controller';
+import type { HostToPage } from '../src/model/messages';
 import { SessionModel } from '../src/model/session';
 import type { Event, SessionEventParams } from '../src/model/wire';
+import { Scratch } from './harness';
 
 function numbered(events: Event[]): SessionEventParams[] {
   return events.map((event, i) => ({ sessionId: 's', seq: i + 1, runId: 'r', event }));
@@ -40,4 +42,69 @@ test('runs of deltas of one message and kind become one delta with the last seq'
   for (const p of batched) other.apply(p);
   assert.deepEqual(other.list(), one.list().map((e) => ({ ...e, rev: other.get(e.key)?.rev })));
   assert.equal(other.lastSeq, one.lastSeq);
+});
+
+test('a gap in seq makes the host refetch, and the page ends as a fresh load would', { timeout: 120_000 }, async () => {
+  const scratch = new Scratch();
+  const daemon = scratch.daemon({ SIDECHAT_DEMO_DELAY_MS: '0' });
+  const posted: HostToPage[] = [];
+  let dropped: string | undefined;
+  // The real daemon, with one event lost on the way, as a restartable stream may lose it.
+  const lossy: DaemonLike = {
+    get status() {
+      return daemon.status;
+    },
+    request: (method, params) => daemon.request(method, params),
+    onStatus: (listener) => daemon.onStatus(listener),
+    restart: () => daemon.restart(),
+    onEvent: (listener) =>
+      daemon.onEvent((p) => {
+        if (!dropped && p.event.kind === 'messageCompleted' && p.event.entry.role === 'assistant') {
+          dropped = p.event.entry.id;
+          return;
+        }
+        listener(p);
+      }),
+  };
+  const ui: HostUi = {
+    post: (message) => void posted.push(message),
+    confirm: async () => true,
+    openDiff: async () => undefined,
+    openSettings: () => undefined,
+    copy: () => undefined,
+    openLink: () => undefined,
+    log: () => undefined,
+  };
+  const controller = new ChatController(lossy, ui, { workspaceRoot: scratch.workspace, batchMs: 5 });
+  try {
+    await daemon.start();
+    await controller.handle({ type: 'ready' });
+    await controller.handle({ type: 'send', text: 'hello', attachments: [], clientMessageId: 'c1' });
+    const start = Date.now();
+    while (!posted.some((m) => m.type === 'merge')) {
+      if (Date.now() - start > 30_000) throw new Error('no refetch after the gap');
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    const merge = posted.find((m) => m.type === 'merge');
+    assert.ok(dropped && merge?.type === 'merge' && merge.transcript.entries.some((e) => e.id === dropped));
+
+    // What the page builds from the messages it was posted, beside a fresh load.
+    let page: SessionModel | undefined;
+    for (const message of posted) {
+      if (message.type === 'reset') {
+        page = new SessionModel(message.sessionId);
+        page.applyTranscript(message.transcript);
+      } else if (message.type === 'merge') page?.applyTranscript(message.transcript);
+      else if (message.type === 'events') for (const e of message.events) page?.apply(e);
+    }
+    assert.ok(page);
+    const fresh = new SessionModel(page.sessionId);
+    fresh.applyTranscript(await daemon.request('session/transcript', { sessionId: page.sessionId }));
+    const shape = (m: SessionModel) => m.list().map((e) => ({ ...e, rev: 0 }));
+    assert.deepEqual(shape(page), shape(fresh));
+  } finally {
+    controller.dispose();
+    await daemon.stop();
+    scratch.dispose();
+  }
 });

@@ -35,7 +35,7 @@ async function send(page: Page, text: string): Promise<void> {
 
 const lastAssistant = '.transcript .entry.assistant >> nth=-1';
 
-test('a chat in the page: stream, approval, interjection, changed file, stop, context bar, reload, crash', { timeout: 120_000 }, async () => {
+test('a chat in the page: stream, context bar, slash command, approval, interjection, reload, changed file, stop, HTML as text, copy, crash, sessions', { timeout: 120_000 }, async () => {
   const scratch = new Scratch();
   const daemon = scratch.daemon({ SIDECHAT_DEMO_DELAY_MS: '25' });
   await daemon.start();
@@ -59,6 +59,26 @@ test('a chat in the page: stream, approval, interjection, changed file, stop, co
     await waitIn(page, () => document.querySelector('.context .cost')?.textContent === 'unpriced');
     assert.equal(await page.getAttribute('.context', 'data-pressure'), 'normal');
 
+    // A slash command from the composer's menu writes a note (never sent to the model).
+    await page.fill('textarea.input', '/co');
+    await page.waitForSelector('.slash li', STEP);
+    assert.equal(await page.textContent('.slash li .name'), '/cost');
+    await page.click('.slash li');
+    assert.equal(await page.inputValue('textarea.input'), '/cost');
+    await page.press('textarea.input', 'Enter');
+    await page.waitForSelector('.entry.note', STEP);
+    assert.match((await page.textContent('.entry.note')) ?? '', /^Cost of this session/);
+
+    // "Ask sidechat about the selection": the selection waits in the composer, then goes along.
+    chat.controller.attach({ name: 'src/lib.rs:3-4', text: 'fn main() {}\n' });
+    await page.waitForSelector('.attachments .chip', STEP);
+    assert.equal(await page.textContent('.attachments .chip'), 'src/lib.rs:3-4×');
+    await send(page, 'what does this do?');
+    await page.waitForSelector('.entry.user .chip', STEP);
+    assert.equal(await page.textContent('.entry.user .chip'), 'src/lib.rs:3-4');
+    assert.equal(await page.locator('.attachments .chip').count(), 0);
+    await waitIn(page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
+
     // 3. An approval card showing the write, and a message typed while it waits.
     await send(page, 'create notes.md with hello');
     await page.waitForSelector('.approval', STEP);
@@ -68,7 +88,12 @@ test('a chat in the page: stream, approval, interjection, changed file, stop, co
     await page.waitForSelector('.waiting-item[data-pending-id]', STEP);
     assert.equal(await page.textContent('.waiting-item[data-pending-id] .badge'), 'waiting');
     assert.equal(await page.textContent('.waiting-item[data-pending-id] .text'), 'also check the README');
+    // A second waiting message, withdrawn before the model reads it.
+    await send(page, 'never mind this one');
+    await page.waitForSelector('.waiting-item[data-pending-id] .text:text-is("never mind this one")', STEP);
     await screenshot(page, '02-approval-and-waiting');
+    await page.click('.waiting-item[data-pending-id]:has(.text:text-is("never mind this one")) button.withdraw');
+    await page.waitForSelector('.waiting-item .text:text-is("never mind this one")', { state: 'detached', ...STEP });
 
     // 4. A reload rebuilds the view from the transcript: the card and the waiting message return.
     await page.reload();
@@ -123,6 +148,14 @@ test('a chat in the page: stream, approval, interjection, changed file, stop, co
     assert.equal(await page.locator('.transcript script').count(), 0);
     await screenshot(page, '05-html-as-text');
 
+    // A fenced code block in a reply gets a copy button that copies its code.
+    await send(page, 'see\n```\ncargo build --release\n```\nthis');
+    await page.waitForSelector('.entry.assistant pre.code button.copy', STEP);
+    await page.click('.entry.assistant pre.code button.copy');
+    await waitFor(() => chat.calls.copies.length === 1);
+    assert.deepEqual(chat.calls.copies, ['cargo build --release\n']);
+    await waitIn(page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
+
     // 9. The daemon crashes mid-run: the view says so, it restarts, and the state comes back.
     await send(page, 'tell me a story');
     await page.waitForSelector('.entry.assistant[data-streaming="true"]', STEP);
@@ -136,6 +169,25 @@ test('a chat in the page: stream, approval, interjection, changed file, stop, co
     assert.equal(await page.locator('.entry.assistant[data-streaming="true"]').count(), 0);
     assert.match((await page.textContent('.transcript')) ?? '', /also check the README/);
     await screenshot(page, '07-recovered');
+
+    // 10. The session list: rename, new, switch back, delete the other one.
+    await page.click('button.session-title');
+    await page.waitForSelector('.sessions li[data-session-id] button.rename', STEP);
+    await page.click('.sessions li[data-session-id] button.rename');
+    await page.fill('.sessions input.rename', 'Renamed chat');
+    await page.press('.sessions input.rename', 'Enter');
+    await page.waitForSelector('.sessions li[data-session-id] button.open:text-is("Renamed chat")', STEP);
+    assert.equal(await page.textContent('button.session-title'), '☰ Renamed chat');
+    await page.click('button.new-session');
+    await waitIn(page, () => document.querySelectorAll('.sessions li[data-session-id]').length === 2);
+    await waitIn(page, () => document.querySelectorAll('.transcript .entry').length === 0);
+    await page.click('.sessions li[data-session-id] button.open:text-is("Renamed chat")');
+    await waitIn(page, () => (document.querySelector('.transcript')?.textContent ?? '').includes('hello there'));
+    await page.click('button.session-title');
+    await page.click('.sessions li[data-session-id]:not(.active) button.delete');
+    await waitIn(page, () => document.querySelectorAll('.sessions li[data-session-id]').length === 1);
+    assert.deepEqual(chat.calls.confirms, ['Delete this chat and its transcript?']);
+    await screenshot(page, '08-sessions');
 
     assert.deepEqual(chat.pageErrors, []);
   } catch (error) {
@@ -163,7 +215,7 @@ test('a missing daemon: the page names the path tried and opens the setting', { 
     assert.equal(await chat.page.textContent('.banner .tried'), `Tried: ${missing}`);
     await chat.page.click('.banner button.open-settings');
     await waitFor(() => chat.calls.settingsOpened === 1);
-    await screenshot(chat.page, '08-missing-daemon');
+    await screenshot(chat.page, '09-missing-daemon');
   } finally {
     chat.controller.dispose();
     await chat.page.close();

@@ -10,7 +10,7 @@
 
 import { SessionModel, type AssistantEntry, type Entry } from '../model/session';
 import type { DaemonStatus, HostToPage, PageToHost } from '../model/messages';
-import type { Attachment, CostSummary, PendingApproval, SessionSummary } from '../model/wire';
+import type { Attachment, CostSummary, PendingApproval, SessionSummary, ToolCallStatus } from '../model/wire';
 import { MarkdownBlock } from './markdown';
 
 export interface PageState {
@@ -84,6 +84,16 @@ export function approvalPreview(approval: Pick<PendingApproval, 'tool' | 'input'
 /** How many entries of a load are formatted at once; the rest when they come into view. */
 const EAGER_ENTRIES = 60;
 
+const TOOL_STATUS: Record<ToolCallStatus, string> = {
+  pending: 'pending',
+  awaitingApproval: 'needs approval',
+  running: 'running',
+  done: 'done',
+  error: 'failed',
+  denied: 'denied',
+  cancelled: 'cancelled',
+};
+
 interface Sending {
   clientMessageId: string;
   text: string;
@@ -120,6 +130,8 @@ export class ChatView {
   private readonly statusLabel = el('span', 'daemon-status');
   private readonly sessionList = el('div', 'sessions');
   private readonly banner = el('div', 'banner');
+  /** Scrolls the transcript; it follows the newest text unless the user has scrolled up. */
+  private readonly scroller = el('div', 'transcript-scroller');
   private readonly transcript = el('div', 'transcript');
   private readonly approvals = el('div', 'approvals');
   private readonly files = el('div', 'files');
@@ -179,8 +191,9 @@ export class ChatView {
       }
     });
     this.slash.hidden = true;
-    this.observer = new IntersectionObserver((seen) => this.formatDeferred(seen), { root: this.transcript, rootMargin: '1200px 0px' });
-    root.append(this.header, this.sessionList, this.banner, this.transcript, dock);
+    this.observer = new IntersectionObserver((seen) => this.formatDeferred(seen), { root: this.scroller, rootMargin: '1200px 0px' });
+    this.scroller.append(this.transcript);
+    root.append(this.header, this.sessionList, this.banner, this.scroller, dock);
     this.render();
   }
 
@@ -255,7 +268,8 @@ export class ChatView {
         this.errors.push(message.message);
         break;
     }
-    this.uiRev++;
+    // The model's own changes show in its `chromeRev`; a stream of deltas redraws no chrome.
+    if (message.type !== 'events' && message.type !== 'merge') this.uiRev++;
   }
 
   private submit(): void {
@@ -303,8 +317,8 @@ export class ChatView {
     }
     if (!model) return;
     const entries = model.list();
-    const atBottom = this.transcript.scrollHeight - this.transcript.scrollTop - this.transcript.clientHeight < 40;
     const structural = model.structureRev !== this.renderedStructure;
+    const atBottom = this.scroller.scrollHeight - this.scroller.scrollTop - this.scroller.clientHeight < 40;
     const stale = entries.filter((entry) => this.nodes.get(entry.key)?.rev !== entry.rev);
     // A long transcript at once (a load): only the newest entries are formatted now; the
     // others show their text plain until they come near the visible part.
@@ -330,7 +344,7 @@ export class ChatView {
         cursor = next;
       }
     }
-    if (atBottom) this.transcript.scrollTop = this.transcript.scrollHeight;
+    if (atBottom) this.scroller.scrollTop = this.scroller.scrollHeight;
   }
 
   private entryNode(entry: Entry): HTMLElement {
@@ -366,7 +380,7 @@ export class ChatView {
         node.replaceChildren();
         node.dataset.status = entry.status;
         const head = el('div', 'head');
-        head.append(el('span', `badge status-${entry.status}`, entry.status), el('span', 'summary', entry.summary));
+        head.append(el('span', `badge status-${entry.status}`, TOOL_STATUS[entry.status]), el('span', 'summary', entry.summary));
         node.append(head);
         if (entry.output) {
           const details = el('details', 'output');
