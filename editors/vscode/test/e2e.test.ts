@@ -4,7 +4,7 @@
 
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Server } from 'node:http';
 
@@ -203,6 +203,47 @@ test('a chat in the page: stream, context bar, slash command, approval, interjec
   }
 });
 
+test('thinking is folded, Markdown is formatted, and the context bar turns amber then red', { timeout: 120_000 }, async () => {
+  const scratch = new Scratch();
+  const script = join(scratch.dir, 'script.json');
+  writeFileSync(script, JSON.stringify({ turns: [{ thinking: 'First, the plan.', text: 'Here is **the answer**.' }] }));
+  const daemon = scratch.daemon({ SIDECHAT_REPLAY_SCRIPT: script, SIDECHAT_ACCOUNT: 'replay' });
+  await daemon.start();
+  const chat = await openChat(browser, served.url, daemon, scratch.workspace);
+  const { page } = chat;
+  try {
+    await send(page, 'think first');
+    await page.waitForSelector('.entry.assistant[data-streaming="false"] strong', STEP);
+    assert.equal(await page.textContent('.entry.assistant strong'), 'the answer');
+    assert.equal(await page.getAttribute('.entry.assistant details.thinking', 'open'), null);
+    assert.equal(await page.textContent('.entry.assistant details.thinking .thinking-text'), 'First, the plan.');
+    await page.click('.entry.assistant details.thinking summary');
+    assert.equal(await page.getAttribute('.entry.assistant details.thinking', 'open'), '');
+    await page.waitForSelector('.context .bar', STEP);
+
+    // The bar's colours follow the daemon's pressure levels.
+    const sessionId = chat.controller.activeSessionId ?? '';
+    const snapshot = (await daemon.request('session/budget', { sessionId })).snapshot;
+    const colour = () => page.$eval('.context .label', (e) => getComputedStyle(e).color);
+    const normal = await colour();
+    chat.post({ type: 'budget', sessionId, snapshot: { ...snapshot, pressure: 'high', utilisation: 0.75 } });
+    await page.waitForSelector('.context[data-pressure="high"]', STEP);
+    assert.equal(await page.textContent('.context .label'), '~75% of 123,904');
+    assert.equal(await colour(), 'rgb(204, 167, 0)');
+    chat.post({ type: 'budget', sessionId, snapshot: { ...snapshot, pressure: 'critical', utilisation: 0.95 } });
+    await page.waitForSelector('.context[data-pressure="critical"]', STEP);
+    assert.equal(await colour(), 'rgb(241, 76, 76)');
+    assert.notEqual(normal, 'rgb(204, 167, 0)');
+    await screenshot(page, '09-thinking-and-critical');
+    assert.deepEqual(chat.pageErrors, []);
+  } finally {
+    chat.controller.dispose();
+    await page.close();
+    await daemon.stop();
+    scratch.dispose();
+  }
+});
+
 test('a missing daemon: the page names the path tried and opens the setting', { timeout: 120_000 }, async () => {
   const scratch = new Scratch();
   const missing = join(scratch.dir, 'no-such', 'sidechat');
@@ -215,7 +256,7 @@ test('a missing daemon: the page names the path tried and opens the setting', { 
     assert.equal(await chat.page.textContent('.banner .tried'), `Tried: ${missing}`);
     await chat.page.click('.banner button.open-settings');
     await waitFor(() => chat.calls.settingsOpened === 1);
-    await screenshot(chat.page, '09-missing-daemon');
+    await screenshot(chat.page, '10-missing-daemon');
   } finally {
     chat.controller.dispose();
     await chat.page.close();

@@ -11,7 +11,7 @@ import * as vscode from 'vscode';
 import { __stub } from './stubs/vscode';
 import { activate, type ChatViewProvider } from '../src/host/extension';
 import { resolveBinary } from '../src/host/daemon';
-import type { HostToPage, PageToHost } from '../src/model/messages';
+import type { DaemonStatus, HostToPage, PageToHost } from '../src/model/messages';
 import { Scratch, sidechatBinary } from './harness';
 
 const contexts: { subscriptions: { dispose(): unknown }[] }[] = [];
@@ -162,4 +162,28 @@ test('the binary is found in the setting, then PATH, then ~/.cargo/bin', { timeo
   const notExecutable = join(home, 'plain');
   writeFileSync(notExecutable, '');
   assert.deepEqual(resolveBinary(notExecutable, onPath, home), { tried: [notExecutable] });
+});
+
+test('a daemon that keeps dying is restarted with a doubling delay', { timeout: 120_000 }, async () => {
+  const scratch = new Scratch();
+  scratches.push(scratch);
+  const daemon = scratch.daemon();
+  const seen: DaemonStatus[] = [];
+  daemon.onStatus((status) => seen.push(status));
+  try {
+    await daemon.start();
+    for (let crash = 0; crash < 2; crash++) {
+      const readies = seen.filter((s) => s.state === 'ready').length;
+      process.kill(daemon.pid ?? 0, 'SIGKILL');
+      await until(() => (seen.filter((s) => s.state === 'ready').length > readies ? true : undefined), 'the restart');
+    }
+    const delays = seen.flatMap((s) => (s.state === 'crashed' ? [s.restartInMs] : []));
+    assert.deepEqual(delays, [200, 400]);
+    assert.deepEqual(
+      seen.map((s) => s.state),
+      ['starting', 'ready', 'crashed', 'starting', 'ready', 'crashed', 'starting', 'ready'],
+    );
+  } finally {
+    await daemon.stop();
+  }
 });

@@ -173,7 +173,7 @@ export async function openChat(browser: Browser, url: string, daemon: Daemon, wo
     });
   });
   await page.goto(url);
-  return { page, controller, calls, pageErrors, settled: () => chain };
+  return { page, controller, calls, pageErrors, post: ui.post, settled: () => chain };
 }
 
 export async function screenshot(page: Page, name: string): Promise<void> {
