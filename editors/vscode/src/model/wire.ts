@@ -2,6 +2,13 @@
  * run `npm run gen` after `cargo run -- schema`. */
 
 /**
+ * Which kind of model source an account is.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "ProviderKind".
+ */
+export type ProviderKind = 'demo' | 'replay' | 'anthropic' | 'openai';
+/**
  * How the user answered an approval prompt.
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -209,6 +216,25 @@ export type MessageStatus = 'complete' | 'stopped' | 'failed';
 export type FinishReason =
   'end_turn' | 'stopped' | 'max_iterations' | 'budget_spent' | 'cut_off' | 'error';
 /**
+ * Its state after the call: `cancelled`, `leased`, `delivered` or `promoted`.
+ */
+export type InterjectionStatus = 'pending' | 'leased' | 'delivered' | 'promoted' | 'cancelled';
+/**
+ * Where an interjection (input typed while a run works) stands. It moves pending → leased
+ * (taken into a model request) → delivered (that request was sent), or → promoted (it became
+ * a user turn of its own), or → cancelled.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "InterjectionStatus".
+ */
+export type InterjectionStatus1 = 'pending' | 'leased' | 'delivered' | 'promoted' | 'cancelled';
+/**
+ * Where an interjection (input typed while a run works) stands. It moves pending → leased
+ * (taken into a model request) → delivered (that request was sent), or → promoted (it became
+ * a user turn of its own), or → cancelled.
+ */
+export type InterjectionStatus2 = 'pending' | 'leased' | 'delivered' | 'promoted' | 'cancelled';
+/**
  * Which table a price came from.
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -254,6 +280,7 @@ export interface WireTypes {
   InitializeResult?: InitializeResult;
   InterjectionCancelParams?: InterjectionCancelParams;
   InterjectionCancelResult?: InterjectionCancelResult;
+  InterjectionStatus?: InterjectionStatus1;
   KindCosts?: KindCosts;
   MessageStatus?: MessageStatus;
   ModelCost?: ModelCost;
@@ -262,6 +289,7 @@ export interface WireTypes {
   PendingInterjection?: PendingInterjection;
   Pressure?: Pressure;
   PriceSource?: PriceSource1;
+  ProviderKind?: ProviderKind;
   Reconciliation?: Reconciliation;
   Role?: Role;
   ServerCapabilities?: ServerCapabilities;
@@ -302,10 +330,7 @@ export interface AccountInfo {
    * True for the offline demo model, so a client can label it.
    */
   isDemo: boolean;
-  /**
-   * `demo`, `anthropic` or `openai` (also OpenAI-compatible servers).
-   */
-  kind: string;
+  kind: ProviderKind;
   name: string;
 }
 /**
@@ -703,10 +728,7 @@ export interface InterjectionCancelResult {
    * False when it was too late: the interjection was already on its way or settled.
    */
   cancelled: boolean;
-  /**
-   * Its state after the call: `cancelled`, `leased`, `delivered` or `promoted`.
-   */
-  status: string;
+  status: InterjectionStatus;
 }
 /**
  * Input typed while a run works, not yet delivered to the model.
@@ -717,10 +739,7 @@ export interface InterjectionCancelResult {
 export interface PendingInterjection {
   createdAt: string;
   pendingId: string;
-  /**
-   * `pending`, or `leased` while a model request carrying it is being sent.
-   */
-  status: string;
+  status: InterjectionStatus2;
   text: string;
 }
 /**
