@@ -74,6 +74,10 @@ pub struct Account {
     pub default_model: String,
     /// The owner's statement of the model's context window; it beats any built-in figure.
     pub context_window: Option<u64>,
+    /// The share of the usable window the history may fill; beats `[defaults]`.
+    pub history_share: Option<f64>,
+    /// The model that summarises older turns, when not the session's own.
+    pub summary_model: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -95,6 +99,25 @@ pub struct BudgetDefaults {
     /// Tokens kept free for the model's reply.
     pub response_reserve: u64,
     pub thresholds: Thresholds,
+    /// The share of the usable window (window − reserve − system − tools) the history may
+    /// fill before older turns are compacted.
+    pub history_share: f64,
+    /// How long a summary request may take before the oldest turns are dropped instead.
+    pub summary_timeout: Duration,
+}
+
+/// The history's share of the usable window unless configured: half, so the newest turns,
+/// the tool results of the current run and the reply keep the other half.
+pub const DEFAULT_HISTORY_SHARE: f64 = 0.5;
+
+/// Checks a configured history share: a fraction in (0, 1].
+pub fn valid_history_share(share: f64) -> Result<f64, String> {
+    match share.is_finite() && share > 0.0 && share <= 1.0 {
+        true => Ok(share),
+        false => Err(format!(
+            "history_share must be a fraction in (0, 1], e.g. 0.5; got {share}"
+        )),
+    }
 }
 
 impl Default for BudgetDefaults {
@@ -105,6 +128,8 @@ impl Default for BudgetDefaults {
             max_seconds: None,
             response_reserve: DEFAULT_RESPONSE_RESERVE,
             thresholds: Thresholds::DEFAULT,
+            history_share: DEFAULT_HISTORY_SHARE,
+            summary_timeout: Duration::from_secs(20),
         }
     }
 }
@@ -143,6 +168,7 @@ struct FileDefaults {
     response_reserve: Option<u64>,
     pressure_high: Option<f64>,
     pressure_critical: Option<f64>,
+    history_share: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -156,6 +182,10 @@ struct FileAccount {
     /// Send `max_tokens` instead of `max_completion_tokens` (local OpenAI-compatible servers),
     /// except to OpenAI's reasoning models, which refuse it (`provider::openai::LimitField`).
     compat: Option<bool>,
+    /// The share of the usable window the history may fill.
+    history_share: Option<f64>,
+    /// The model that summarises older turns (default: the session's model).
+    summary_model: Option<String>,
     /// Price overrides for the models this account serves.
     #[serde(default)]
     prices: HashMap<String, ModelPrice>,
@@ -210,6 +240,8 @@ impl Config {
             kind: AccountKind::Demo { word_delay },
             default_model: "demo".into(),
             context_window: None,
+            history_share: None,
+            summary_model: None,
         }];
         let mut preferred = Vec::new();
         let mut prices = file.prices;
@@ -237,6 +269,8 @@ impl Config {
                 },
                 default_model: "replay".into(),
                 context_window: None,
+                history_share: None,
+                summary_model: None,
             });
             preferred.insert(0, "replay".into());
         }
@@ -307,6 +341,15 @@ fn budget_defaults(file: &FileDefaults) -> BudgetDefaults {
     budget.response_reserve = number("SIDECHAT_RESPONSE_RESERVE")
         .or(file.response_reserve)
         .unwrap_or(budget.response_reserve);
+    if let Some(share) = number("SIDECHAT_HISTORY_SHARE").or(file.history_share) {
+        match valid_history_share(share) {
+            Ok(share) => budget.history_share = share,
+            Err(e) => tracing::warn!(error = %e, "ignored the history share"),
+        }
+    }
+    if let Some(ms) = number("SIDECHAT_SUMMARY_TIMEOUT_MS") {
+        budget.summary_timeout = Duration::from_millis(ms);
+    }
     let high = number("SIDECHAT_PRESSURE_HIGH").or(file.pressure_high);
     let critical = number("SIDECHAT_PRESSURE_CRITICAL").or(file.pressure_critical);
     if high.is_some() || critical.is_some() {
@@ -327,10 +370,28 @@ fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
         path: path.to_path_buf(),
         source,
     })?;
-    toml::from_str(&text).map_err(|e| ConfigError::Invalid {
+    let file: FileConfig = toml::from_str(&text).map_err(|e| ConfigError::Invalid {
         path: path.to_path_buf(),
         message: e.to_string(),
-    })
+    })?;
+    check(&file).map_err(|message| ConfigError::Invalid {
+        path: path.to_path_buf(),
+        message,
+    })?;
+    Ok(file)
+}
+
+/// Values the file's shape lets through but that mean nothing.
+fn check(file: &FileConfig) -> Result<(), String> {
+    if let Some(share) = file.defaults.history_share {
+        valid_history_share(share).map_err(|e| format!("[defaults] {e}"))?;
+    }
+    for (name, account) in &file.accounts {
+        if let Some(share) = account.history_share {
+            valid_history_share(share).map_err(|e| format!("[accounts.{name}] {e}"))?;
+        }
+    }
+    Ok(())
 }
 
 fn file_account(name: &str, account: FileAccount) -> Result<Account, String> {
@@ -354,6 +415,8 @@ fn file_account(name: &str, account: FileAccount) -> Result<Account, String> {
         kind,
         default_model: account.default_model,
         context_window: account.context_window,
+        history_share: account.history_share,
+        summary_model: account.summary_model,
     })
 }
 
@@ -371,6 +434,8 @@ fn env_accounts() -> Vec<Account> {
             default_model: var("SIDECHAT_ANTHROPIC_MODEL")
                 .unwrap_or_else(|| "claude-sonnet-4-5".into()),
             context_window: number("SIDECHAT_CONTEXT_WINDOW"),
+            history_share: None,
+            summary_model: var("SIDECHAT_SUMMARY_MODEL"),
         });
     }
     if var("OPENAI_API_KEY").is_some() || var("OPENAI_BASE_URL").is_some() {
@@ -390,6 +455,8 @@ fn env_accounts() -> Vec<Account> {
             },
             default_model: var("SIDECHAT_OPENAI_MODEL").unwrap_or_else(|| "gpt-5-mini".into()),
             context_window: number("SIDECHAT_CONTEXT_WINDOW"),
+            history_share: None,
+            summary_model: var("SIDECHAT_SUMMARY_MODEL"),
         });
     }
     accounts

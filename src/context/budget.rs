@@ -104,6 +104,10 @@ pub struct BudgetInput {
     pub history: HistoryTally,
     /// The message about to be sent that `history` does not hold yet (zero if none).
     pub latest_user: Counted,
+    /// The part of `history` that is a summary of older turns.
+    pub summary: Counted,
+    /// The share of the usable window less system prompt and tools the history may fill.
+    pub history_share: f64,
     /// Whether the model's text is counted with a stand-in tokenizer; only then is
     /// `correction_factor` applied.
     pub counted_by_estimate: bool,
@@ -123,6 +127,8 @@ impl BudgetInput {
             tools: Counted::ZERO,
             history: HistoryTally::new(),
             latest_user: Counted::ZERO,
+            summary: Counted::ZERO,
+            history_share: 1.0,
             counted_by_estimate: !counter.is_exact(),
             correction_factor: 1.0,
             thresholds: Thresholds::DEFAULT,
@@ -139,6 +145,8 @@ impl BudgetInput {
         let input_tokens = scale(raw_input_tokens, correction_factor);
         let utilisation = input_tokens as f64 / usable_tokens.max(1) as f64;
         BudgetSnapshot {
+            summary_tokens: self.summary.tokens,
+            history_limit_tokens: self.history_limit(),
             context_window: self.context_window,
             response_reserve,
             usable_tokens,
@@ -157,6 +165,21 @@ impl BudgetInput {
             pressure: self.thresholds.pressure(utilisation),
             thresholds: self.thresholds,
         }
+    }
+
+    /// The usable window less the system prompt, the tools and the reply priming: what the
+    /// messages may fill together.
+    pub fn message_room(&self) -> u64 {
+        self.context_window
+            .saturating_sub(self.effective_reserve())
+            .saturating_sub(self.system.tokens)
+            .saturating_sub(self.tools.tokens)
+            .saturating_sub(REPLY_PRIMING_TOKENS)
+    }
+
+    /// What the history may fill: its share of the message room.
+    pub fn history_limit(&self) -> u64 {
+        (self.message_room() as f64 * self.history_share.clamp(0.0, 1.0)).floor() as u64
     }
 
     /// The reserve, capped at the model's largest reply (reserving more is waste) and at half
@@ -325,7 +348,10 @@ mod tests {
             .into_iter()
             .collect();
         input.latest_user = Counted::exact(297);
+        input.summary = Counted::exact(10_000);
+        input.history_share = 0.5;
         // 1,200 + 2,500 + 30,000 + 297 + 3 priming = 34,000 of 128,000 - 4,096 = 123,904.
+        // The history may fill half of 123,904 - 1,200 - 2,500 - 3 = 120,201.
         assert_eq!(
             input.snapshot(),
             BudgetSnapshot {
@@ -336,6 +362,8 @@ mod tests {
                 tool_tokens: 2_500,
                 history_tokens: 30_000,
                 history_messages: 2,
+                summary_tokens: 10_000,
+                history_limit_tokens: 60_100,
                 latest_user_tokens: 297,
                 raw_input_tokens: 34_000,
                 input_tokens: 34_000,

@@ -5,7 +5,9 @@
 //! summed incrementally ([`HistoryTally`]); a snapshot is then a handful of additions.
 
 pub mod budget;
+pub mod compaction;
 pub mod pieces;
+pub mod projection;
 pub mod streaming;
 pub mod tokens;
 pub mod window;

@@ -11,7 +11,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::prices::{PriceBook, PriceMatch, Rates, usd};
-use crate::protocol::{CostSummary, KindCosts, ModelCost, PriceSource, TokenUsage, UnpricedUsage};
+use crate::protocol::{
+    CostSummary, KindCosts, ModelCost, PriceSource, RequestKindCost, TokenUsage, UnpricedUsage,
+    UsageKind,
+};
 
 /// What one model request consumed. No prices: they are applied when read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -23,6 +26,8 @@ pub struct UsageLine {
     /// When the request finished, in milliseconds since the Unix epoch.
     pub at: i64,
     pub duration_ms: u64,
+    #[serde(default)]
+    pub kind: UsageKind,
 }
 
 /// Exact costs in picodollars until the summary is read out.
@@ -97,10 +102,29 @@ pub fn cost_summary<'a>(
     let mut models: BTreeMap<(&str, &str), ModelAcc> = BTreeMap::new();
     let mut unpriced = UnpricedUsage::default();
     let mut unpriced_models = BTreeSet::new();
+    let mut by_request: BTreeMap<UsageKind, (RequestKindCost, PicoCosts)> = BTreeMap::new();
     for line in lines {
         let found = *prices
             .entry(line.model.as_str())
             .or_insert_with(|| book.lookup(&line.model));
+        let (kind, kind_costs) = by_request.entry(line.kind).or_insert_with(|| {
+            (
+                RequestKindCost {
+                    kind: line.kind,
+                    lines: 0,
+                    tokens: TokenUsage::default(),
+                    total_usd: 0.0,
+                    partial: false,
+                },
+                PicoCosts::default(),
+            )
+        });
+        kind.lines += 1;
+        kind.tokens += line.tokens;
+        match &found {
+            Some(found) => *kind_costs += price_line(&line.tokens, found),
+            None => kind.partial = true,
+        }
         let Some(found) = found else {
             unpriced.lines += 1;
             unpriced.tokens += line.tokens;
@@ -116,7 +140,15 @@ pub fn cost_summary<'a>(
         acc.source = Some(found.source);
     }
     unpriced.models = unpriced_models.into_iter().collect();
-    summarise(models, unpriced, book)
+    let mut summary = summarise(models, unpriced, book);
+    summary.by_request = by_request
+        .into_values()
+        .map(|(mut kind, costs)| {
+            kind.total_usd = usd(costs.total());
+            kind
+        })
+        .collect();
+    summary
 }
 
 fn summarise(
@@ -150,6 +182,7 @@ fn summarise(
         partial: unpriced.lines > 0,
         unpriced,
         prices_as_of: book.as_of().to_owned(),
+        by_request: Vec::new(),
     }
 }
 
@@ -166,6 +199,7 @@ mod tests {
             tokens,
             at: 1_764_400_000_000,
             duration_ms: 1_200,
+            kind: UsageKind::Turn,
         }
     }
 
@@ -230,7 +264,16 @@ mod tests {
         // By kind: input 0.30 + 0.90 + 0.15 + 0.625 = 1.975; cache read 0.015 + 0.024 + 0.015
         //   = 0.054; cache write 0.075 + 0.15 = 0.225; output 0.15 + 0.225 + 0.06 + 0.06 = 0.495
         // Total 0.54 + 1.299 + 0.225 + 0.685 = 2.749.
-        let summary = cost_summary(&session(), &PriceBook::builtin());
+        // Line 3 was a summary request: 0.225 of the total, the rest is turns.
+        let mut lines = session();
+        lines[2].kind = UsageKind::Summary;
+        let mut turn_tokens = TokenUsage::default();
+        for (i, line) in lines.iter().enumerate() {
+            if i != 2 {
+                turn_tokens += line.tokens;
+            }
+        }
+        let summary = cost_summary(&lines, &PriceBook::builtin());
         assert_eq!(
             summary,
             CostSummary {
@@ -296,6 +339,22 @@ mod tests {
                 },
                 partial: true,
                 prices_as_of: "2026-11-29".to_owned(),
+                by_request: vec![
+                    RequestKindCost {
+                        kind: UsageKind::Turn,
+                        lines: 4,
+                        tokens: turn_tokens,
+                        total_usd: 2.524,
+                        partial: true,
+                    },
+                    RequestKindCost {
+                        kind: UsageKind::Summary,
+                        lines: 1,
+                        tokens: tokens(1_000_000, 200_000, 0, 100_000),
+                        total_usd: 0.225,
+                        partial: false,
+                    },
+                ],
             }
         );
     }
@@ -423,6 +482,13 @@ mod tests {
                 },
                 partial: true,
                 prices_as_of: "2026-11-29".to_owned(),
+                by_request: vec![RequestKindCost {
+                    kind: UsageKind::Turn,
+                    lines: 3,
+                    tokens: tokens(6_000, 0, 0, 600),
+                    total_usd: 0.0,
+                    partial: true,
+                }],
             }
         );
         assert_eq!(line_cost(&lines[0], &PriceBook::builtin()), None);

@@ -104,8 +104,17 @@ pub struct BudgetSnapshot {
     pub usable_tokens: u64,
     pub system_tokens: u64,
     pub tool_tokens: u64,
+    /// What is sent before the current turn, as projected (older tool results reduced, a
+    /// summary in place of what it folded).
     pub history_tokens: u64,
     pub history_messages: u64,
+    /// The part of `history_tokens` that is a summary of older turns.
+    pub summary_tokens: u64,
+    /// What the history may fill before older turns are compacted: its share of the usable
+    /// window less system prompt and tools.
+    pub history_limit_tokens: u64,
+    /// The current turn: the user message being answered, the run's steps so far and any
+    /// interjections leased into the request.
     pub latest_user_tokens: u64,
     /// Sum of the parts plus the reply priming, before correction.
     pub raw_input_tokens: u64,

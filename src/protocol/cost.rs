@@ -107,4 +107,50 @@ pub struct CostSummary {
     pub partial: bool,
     /// The date of the built-in prices.
     pub prices_as_of: String,
+    /// Per kind of request (a turn's steps, summaries), in that order; kinds without lines
+    /// are left out.
+    pub by_request: Vec<RequestKindCost>,
+}
+
+/// What a model request was for.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum UsageKind {
+    /// A step of a run answering the user.
+    #[default]
+    Turn,
+    /// Summarising older turns (compaction) or writing a carry-over note.
+    Summary,
+}
+
+impl UsageKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UsageKind::Turn => "turn",
+            UsageKind::Summary => "summary",
+        }
+    }
+
+    /// The stored spelling; anything unknown is a turn.
+    pub fn from_stored(text: &str) -> Self {
+        match text {
+            "summary" => UsageKind::Summary,
+            _ => UsageKind::Turn,
+        }
+    }
+}
+
+/// What the requests of one kind used and cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestKindCost {
+    pub kind: UsageKind,
+    pub lines: u64,
+    pub tokens: TokenUsage,
+    /// USD of the priced lines of this kind.
+    pub total_usd: f64,
+    /// Some lines of this kind have no price.
+    pub partial: bool,
 }

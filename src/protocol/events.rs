@@ -1,7 +1,9 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{ApprovalDecision, PendingApproval, Role, ToolCallStatus, TranscriptEntry};
+use super::{
+    ApprovalDecision, CompactionMethod, PendingApproval, Role, ToolCallStatus, TranscriptEntry,
+};
 
 /// The `session/event` notification: one event of one session, numbered.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -114,6 +116,23 @@ pub enum Event {
         snapshot: super::BudgetSnapshot,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         actual: Option<super::Reconciliation>,
+    },
+    /// Older entries were folded so that what the model is sent fits its window: `method` says
+    /// whether they were summarised or dropped, and the `summary` entry stands for them.
+    Compaction {
+        method: CompactionMethod,
+        /// The `summary` entry that now stands for the range.
+        message_id: String,
+        from_seq: u64,
+        to_seq: u64,
+        /// Messages folded.
+        messages: u64,
+        /// The history's tokens as sent before and after.
+        tokens_before: u64,
+        tokens_after: u64,
+        /// Why: `share` (the history passed its share of the window), `window` (the request
+        /// would not fit), `command` (`/compact`).
+        reason: String,
     },
     /// Token counts the provider reported for one model request (facts, no prices).
     Usage {

@@ -16,13 +16,33 @@ pub enum Role {
     /// What the client was told about a run or a command (errors, retries, cut-offs, limits),
     /// kept so a client that reloads can say why a run ended; never sent to a model.
     Notice,
+    /// Stands for a range of older entries the model is no longer sent (a summary of them, a
+    /// marker that they were dropped, or a note carried over from an earlier context). Clients
+    /// show it folded; it is never a user or assistant message.
+    Summary,
 }
 
 impl Role {
-    /// Whether entries of this role are part of what a model is sent.
+    /// Whether entries of this role are part of what a model is sent (a summary is sent in
+    /// place of what it folded).
     pub fn reaches_model(self) -> bool {
-        matches!(self, Role::User | Role::Assistant | Role::Tool)
+        matches!(
+            self,
+            Role::User | Role::Assistant | Role::Tool | Role::Summary
+        )
     }
+}
+
+/// How a range of the transcript was folded away from what the model is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum CompactionMethod {
+    /// The model summarised the range.
+    Summary,
+    /// The range was left out whole (the summary failed or would not fit).
+    Drop,
+    /// A new context started; the note carries over what matters from the old one.
+    CarryOver,
 }
 
 /// Whether a message is whole.
@@ -109,6 +129,18 @@ pub enum Block {
     Notice {
         level: super::NoticeLevel,
         text: String,
+    },
+    /// What stands for the folded range in a `summary` entry: the text the model reads.
+    Summary {
+        method: CompactionMethod,
+        text: String,
+        /// The folded range, by `seq` (inclusive); nothing for a carry-over note.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from_seq: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        to_seq: Option<u64>,
+        /// How many messages the range held.
+        messages: u64,
     },
 }
 

@@ -1,50 +1,47 @@
 //! Token budgets and cost of sessions.
 //!
-//! Each message is counted once, when it is committed, and its count stored; a session's
-//! running tally is then kept in memory, so a budget snapshot costs O(1) however long the
-//! session. Usage lines are facts; prices are applied when a summary is read, so a changed
+//! Each message is counted once, when it is committed, and its count stored; a budget
+//! snapshot adds up the stored counts of what the projection sends, so nothing is recounted. Usage lines are facts; prices are applied when a summary is read, so a changed
 //! price re-prices history.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 use super::{Inner, RuntimeResult};
+use crate::context::projection::{interjection_text, summary_text};
 use crate::context::{
-    Actuals, BudgetInput, BudgetSnapshot, CorrectionTable, CountCache, Counted, HistoryTally, Part,
-    Reconciliation, TokenCounter, model_window,
+    Actuals, BudgetSnapshot, CorrectionTable, CountCache, Counted, Part, Reconciliation,
+    TokenCounter,
 };
 use crate::cost::{CostSummary, PriceBook, UsageLine, cost_summary};
 use crate::protocol::{Block, NoticeLevel, Role, TranscriptEntry};
-use crate::store::{NewMessage, SessionRow};
+use crate::store::NewMessage;
 use crate::util::lock;
 
 /// What the runtime remembers between snapshots.
 pub struct Accounting {
     counts: CountCache,
-    tallies: Mutex<HashMap<String, Tally>>,
     corrections: Mutex<CorrectionTable>,
     prices: PriceBook,
-}
-
-/// The counted messages a model would be sent for one session.
-#[derive(Debug, Clone)]
-struct Tally {
-    /// `context_start_seq` the tally was built from; a `/clear` makes it stale.
-    start_seq: u64,
-    history: HistoryTally,
-    /// The newest message, when it is the user's (sent with the next request).
-    latest_user: Option<Counted>,
 }
 
 impl Accounting {
     pub fn new(prices: PriceBook) -> Self {
         Self {
             counts: CountCache::new(),
-            tallies: Mutex::default(),
             corrections: Mutex::new(CorrectionTable::new()),
             prices,
         }
+    }
+
+    /// Cached counts of system prompts and tool definitions.
+    pub fn counts(&self) -> &CountCache {
+        &self.counts
+    }
+
+    /// The correction learned for a model counted by estimate.
+    pub fn factor(&self, model: &str) -> f64 {
+        lock(&self.corrections).factor(model)
     }
 }
 
@@ -83,9 +80,13 @@ pub fn count_blocks_with(
                 promoted: true,
                 ..
             } => Some(Cow::Borrowed(text.as_str())),
-            Block::Interjection { text, .. } => {
-                Some(Cow::Owned(super::projection::interjection_text(text)))
-            }
+            Block::Interjection { text, .. } => Some(Cow::Owned(interjection_text(text))),
+            Block::Summary {
+                method,
+                text,
+                messages,
+                ..
+            } => Some(Cow::Owned(summary_text(*method, text, *messages))),
             Block::Attachment { name, text } => {
                 Some(Cow::Owned(format!("Attached {name}:\n{text}")))
             }
@@ -121,19 +122,19 @@ pub fn count_blocks_with(
     let role = match role {
         Role::Assistant => "assistant",
         Role::Tool => "tool",
-        Role::User | Role::Note | Role::Notice => "user",
+        Role::User | Role::Note | Role::Notice | Role::Summary => "user",
     };
     counter.count_message(role, &parts)
 }
 
 /// The tool definitions as sent, serialised once for counting.
-fn tool_definitions() -> &'static str {
+pub(super) fn tool_definitions() -> &'static str {
     static JSON: OnceLock<String> = OnceLock::new();
     JSON.get_or_init(|| serde_json::to_string(&crate::tools::specs()).unwrap_or_default())
 }
 
 impl Inner {
-    /// Counts, commits and announces a message, and adds it to the session's tally.
+    /// Counts, commits and announces a message.
     pub(super) fn commit(&self, mut message: NewMessage) -> RuntimeResult<TranscriptEntry> {
         let session_id = message.session_id.clone();
         let reaches_model = message.role.reaches_model();
@@ -145,16 +146,7 @@ impl Inner {
                 .unwrap_or_default();
             message.tokens = Some(count_blocks(&model, message.role, &message.blocks));
         }
-        let counted = message.tokens;
-        let role = message.role;
-        let entry = self.events.commit(&self.store, message)?;
-        if let (Some(counted), true) = (counted, reaches_model)
-            && let Some(tally) = lock(&self.accounting.tallies).get_mut(&session_id)
-        {
-            tally.history.add(counted);
-            tally.latest_user = (role == Role::User).then_some(counted);
-        }
-        Ok(entry)
+        self.events.commit(&self.store, message)
     }
 
     /// Stores a notice as a transcript entry (never sent to a model), then announces it.
@@ -175,79 +167,6 @@ impl Inner {
             Role::Notice,
             vec![block],
         ))
-    }
-
-    /// Forgets a session's tally, e.g. after `/clear` or a deletion.
-    pub(super) fn forget_tally(&self, session_id: &str) {
-        lock(&self.accounting.tallies).remove(session_id);
-    }
-
-    fn tally(&self, session: &SessionRow) -> RuntimeResult<Tally> {
-        if let Some(tally) = lock(&self.accounting.tallies)
-            .get(&session.id)
-            .filter(|t| t.start_seq == session.context_start_seq)
-        {
-            return Ok(tally.clone());
-        }
-        let mut history = HistoryTally::new();
-        let mut latest_user = None;
-        let counts = self
-            .store
-            .message_counts(&session.id, session.context_start_seq)?;
-        let uncounted = counts.iter().any(|(_, c)| c.is_none());
-        let entries = match uncounted {
-            true => {
-                self.store
-                    .messages_after(&session.id, session.context_start_seq, usize::MAX)?
-            }
-            false => Vec::new(),
-        };
-        let mut entries = entries.iter().filter(|e| e.role.reaches_model());
-        for (role, count) in counts {
-            let entry = entries.next();
-            let counted = count
-                .or_else(|| entry.map(|e| count_blocks(&session.model, e.role, &e.blocks)))
-                .unwrap_or(Counted::ZERO);
-            history.add(counted);
-            latest_user = (role == Role::User).then_some(counted);
-        }
-        let tally = Tally {
-            start_seq: session.context_start_seq,
-            history,
-            latest_user,
-        };
-        lock(&self.accounting.tallies).insert(session.id.clone(), tally.clone());
-        Ok(tally)
-    }
-
-    /// How full the model's context is for the session's next request.
-    pub(super) fn budget_snapshot(&self, session: &SessionRow) -> RuntimeResult<BudgetSnapshot> {
-        let account_window = self
-            .config
-            .account(&session.account)
-            .and_then(|a| a.context_window);
-        let window = model_window(&session.model, account_window);
-        let counter = TokenCounter::for_model(&session.model);
-        let tally = self.tally(session)?;
-        let mut input = BudgetInput::new(&window, counter);
-        input.response_reserve = self.config.budget.response_reserve;
-        input.thresholds = self.config.budget.thresholds;
-        if let Some(prompt) = &session.system_prompt {
-            input.system = self.accounting.counts.system_prompt(counter, prompt);
-        }
-        input.tools = self
-            .accounting
-            .counts
-            .tool_definitions(counter, tool_definitions());
-        let mut history = tally.history;
-        if let Some(latest) = tally.latest_user {
-            history.remove(latest);
-            input.latest_user = latest;
-        }
-        input.history = history;
-        input.counted_by_estimate = !counter.is_exact();
-        input.correction_factor = lock(&self.accounting.corrections).factor(&session.model);
-        Ok(input.snapshot())
     }
 
     /// Compares the provider's counts with the snapshot sent, learning a correction for models
@@ -273,6 +192,7 @@ impl Inner {
                 tokens: row.tokens,
                 at: row.at,
                 duration_ms: row.duration_ms,
+                kind: row.kind,
             })
             .collect();
         Ok(cost_summary(&lines, &self.accounting.prices))

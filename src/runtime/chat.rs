@@ -16,7 +16,7 @@ impl Runtime {
             return Err(RuntimeError::InvalidParams("the message is empty".into()));
         }
         if let Some(command) = super::commands::parse(&params.text) {
-            return self.command(&session, command, &params.text);
+            return self.command(&session, command, &params.text).await;
         }
         let mut params = params;
         if params.text.trim_start().starts_with("//") {

@@ -12,6 +12,7 @@ const HELP: &str = "Commands:
                    know needs /model --force <id>
   /system <text>   set the system prompt; /system alone removes it
   /clear           the model starts fresh; earlier messages stay readable here
+  /compact [focus] summarise the earlier turns now (optionally: what to keep in view)
   /help            this list
 Start a message with // to send a literal slash.";
 
@@ -62,7 +63,7 @@ impl Runtime {
     }
 
     /// Runs a slash command for the session; `typed` is the whole line as the user typed it.
-    pub(super) fn command(
+    pub(super) async fn command(
         &self,
         session: &SessionRow,
         command: Command<'_>,
@@ -106,6 +107,19 @@ impl Runtime {
                     false => format!("System prompt set: {argument}"),
                 }
             }
+            "compact" => {
+                self.refuse_if_suspended(&session.id)?;
+                let claim = crate::util::new_id("cmp");
+                if let Err(run_id) = self.inner.runs.claim(&session.id, &claim) {
+                    return Err(RuntimeError::Busy {
+                        session_id: session.id.clone(),
+                        run_id,
+                    });
+                }
+                let done = self.compact_command(session, argument).await;
+                self.inner.runs.release(&session.id, &claim);
+                done?
+            }
             "clear" => {
                 // A run, live or suspended on an approval after a restart, still needs the
                 // transcript it stands on: its next request must start with its own tool call.
@@ -117,7 +131,6 @@ impl Runtime {
                 }
                 self.refuse_if_suspended(&session.id)?;
                 self.inner.store.clear_context(&session.id)?;
-                self.inner.forget_tally(&session.id);
                 "Context cleared: the model starts fresh from the next message. Earlier messages stay here to read.".to_string()
             }
             other => {

@@ -6,6 +6,7 @@
 mod accounting;
 mod chat;
 mod commands;
+mod compaction;
 mod error;
 mod events;
 mod projection;
@@ -24,7 +25,6 @@ use std::sync::{Arc, Mutex};
 pub use accounting::count_blocks;
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::{EventSink, NoClient};
-pub use projection::project;
 
 use crate::config::{AccountKind, Config};
 use crate::protocol::*;

@@ -1,161 +1,103 @@
-//! Projection of a stored transcript into what a model is sent.
+//! The projection of a session's transcript for its next request, and the budget describing
+//! exactly that projection.
 //!
-//! Notes and notices are dropped (never sent to a model), tool results become user-side content, empty
-//! messages vanish and neighbours of the same role merge, so every provider sees alternating
-//! turns that start with the user.
+//! The pure part lives in `context::projection`; this reads what it needs from the store and
+//! the configuration.
 
-use crate::protocol::{Block, Role, TranscriptEntry};
-use crate::provider::{ModelContent, ModelMessage, ModelRole};
+use super::accounting::count_blocks;
+use super::{Inner, RuntimeResult};
+use crate::context::projection::{self, Projection, Request, Stored};
+use crate::context::{BudgetInput, BudgetSnapshot, TokenCounter, model_window};
+use crate::store::SessionRow;
 
-/// How the model reads a message the user typed while it worked.
-pub fn interjection_text(text: &str) -> String {
-    format!("The user adds: {text}")
+/// A request's messages and their budget.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub projection: Projection,
+    pub snapshot: BudgetSnapshot,
+    /// The counts the snapshot was made from, for planning a compaction.
+    pub input: BudgetInput,
 }
 
-pub fn project(entries: &[TranscriptEntry]) -> Vec<ModelMessage> {
-    let mut messages: Vec<ModelMessage> = Vec::new();
-    for entry in entries {
-        let role = match entry.role {
-            Role::Note | Role::Notice => continue,
-            Role::Assistant => ModelRole::Assistant,
-            Role::User | Role::Tool => ModelRole::User,
-        };
-        let content: Vec<ModelContent> = entry.blocks.iter().filter_map(content).collect();
-        if content.is_empty() {
-            continue;
+impl Inner {
+    /// The budget counts of the session's model that do not depend on the messages.
+    pub(super) fn budget_input(&self, session: &SessionRow) -> BudgetInput {
+        let account = self.config.account(&session.account);
+        let window = model_window(&session.model, account.and_then(|a| a.context_window));
+        let counter = TokenCounter::for_model(&session.model);
+        let mut input = BudgetInput::new(&window, counter);
+        input.response_reserve = self.config.budget.response_reserve;
+        input.thresholds = self.config.budget.thresholds;
+        input.history_share = account
+            .and_then(|a| a.history_share)
+            .unwrap_or(self.config.budget.history_share);
+        if let Some(prompt) = &session.system_prompt {
+            input.system = self.accounting.counts().system_prompt(counter, prompt);
         }
-        match messages.last_mut() {
-            Some(last) if last.role == role => last.content.extend(content),
-            // A transcript never starts with the assistant; drop such a leftover.
-            None if role == ModelRole::Assistant => {}
-            _ => messages.push(ModelMessage { role, content }),
-        }
-    }
-    messages
-}
-
-fn content(block: &Block) -> Option<ModelContent> {
-    match block {
-        Block::Text { text } if text.trim().is_empty() => None,
-        Block::Text { text } => Some(ModelContent::Text { text: text.clone() }),
-        Block::Thinking { text, signature } => Some(ModelContent::Thinking {
-            text: text.clone(),
-            signature: signature.clone(),
-        }),
-        Block::ToolCall { id, name, input } => Some(ModelContent::ToolCall {
-            id: id.clone(),
-            name: name.clone(),
-            input: input.clone(),
-        }),
-        Block::ToolResult {
-            call_id,
-            output,
-            is_error,
-            ..
-        } => Some(ModelContent::ToolResult {
-            call_id: call_id.clone(),
-            output: output.clone(),
-            is_error: *is_error,
-        }),
-        // A promoted interjection is the user's turn, not an aside.
-        Block::Interjection {
-            text,
-            promoted: true,
-            ..
-        } => Some(ModelContent::Text { text: text.clone() }),
-        Block::Interjection { text, .. } => Some(ModelContent::Text {
-            text: interjection_text(text),
-        }),
-        Block::Notice { .. } => None,
-        Block::Attachment { name, text } => Some(ModelContent::Text {
-            text: format!("Attached {name}:\n{text}"),
-        }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::protocol::{MessageStatus, ToolCallStatus};
-    use pretty_assertions::assert_eq;
-    use serde_json::json;
-
-    fn entry(role: Role, blocks: Vec<Block>) -> TranscriptEntry {
-        TranscriptEntry {
-            id: "m".into(),
-            seq: 1,
-            role,
-            blocks,
-            status: MessageStatus::Complete,
-            run_id: None,
-            created_at: String::new(),
-        }
+        input.tools = self
+            .accounting
+            .counts()
+            .tool_definitions(counter, super::accounting::tool_definitions());
+        input.correction_factor = self.accounting.factor(&session.model);
+        input
     }
 
-    fn text(t: &str) -> Block {
-        Block::Text { text: t.into() }
+    /// The entries after the session's context start with their stored counts (counting the
+    /// few stored without one).
+    pub(super) fn stored_entries(&self, session: &SessionRow) -> RuntimeResult<Vec<Stored>> {
+        Ok(self
+            .store
+            .messages_with_counts(&session.id, session.context_start_seq)?
+            .into_iter()
+            .map(|(entry, tokens)| Stored {
+                tokens: tokens
+                    .unwrap_or_else(|| count_blocks(&session.model, entry.role, &entry.blocks)),
+                entry,
+            })
+            .collect())
     }
 
-    #[test]
-    fn drops_notes_and_empties_and_merges_neighbours() {
-        let entries = vec![
-            entry(Role::User, vec![text("hi")]),
-            entry(Role::Note, vec![text("cost: $0.01")]),
-            entry(Role::Assistant, vec![text("")]),
-            entry(Role::User, vec![text("again")]),
-            entry(
-                Role::Assistant,
-                vec![
-                    text("ok"),
-                    Block::ToolCall {
-                        id: "c1".into(),
-                        name: "read_file".into(),
-                        input: json!({}),
-                    },
-                ],
-            ),
-            entry(
-                Role::Tool,
-                vec![Block::ToolResult {
-                    call_id: "c1".into(),
-                    output: "data".into(),
-                    is_error: false,
-                    status: ToolCallStatus::Done,
-                }],
-            ),
-        ];
-        assert_eq!(
-            project(&entries),
-            vec![
-                ModelMessage {
-                    role: ModelRole::User,
-                    content: vec![
-                        ModelContent::Text { text: "hi".into() },
-                        ModelContent::Text {
-                            text: "again".into()
-                        }
-                    ]
-                },
-                ModelMessage {
-                    role: ModelRole::Assistant,
-                    content: vec![
-                        ModelContent::Text { text: "ok".into() },
-                        ModelContent::ToolCall {
-                            id: "c1".into(),
-                            name: "read_file".into(),
-                            input: json!({})
-                        }
-                    ]
-                },
-                ModelMessage {
-                    role: ModelRole::User,
-                    content: vec![ModelContent::ToolResult {
-                        call_id: "c1".into(),
-                        output: "data".into(),
-                        is_error: false
-                    }]
-                },
-            ]
+    /// What the session's next request sends, and its budget: for the run `current_run`, with
+    /// `interjections` leased into it.
+    pub(super) fn prepare(
+        &self,
+        session: &SessionRow,
+        current_run: Option<&str>,
+        interjections: &[String],
+    ) -> RuntimeResult<Prepared> {
+        let entries = self.stored_entries(session)?;
+        Ok(self.prepare_from(session, &entries, current_run, interjections))
+    }
+
+    pub(super) fn prepare_from(
+        &self,
+        session: &SessionRow,
+        entries: &[Stored],
+        current_run: Option<&str>,
+        interjections: &[String],
+    ) -> Prepared {
+        let mut input = self.budget_input(session);
+        let projection = projection::project(
+            entries,
+            Request {
+                current_run,
+                interjections,
+                counter: TokenCounter::for_model(&session.model),
+                room: input.message_room(),
+            },
         );
+        input.history = projection.history;
+        input.summary = projection.summary;
+        input.latest_user = projection.latest;
+        Prepared {
+            snapshot: input.snapshot(),
+            projection,
+            input,
+        }
+    }
+
+    /// How full the model's context is for the session's next request.
+    pub(super) fn budget_snapshot(&self, session: &SessionRow) -> RuntimeResult<BudgetSnapshot> {
+        Ok(self.prepare(session, None, &[])?.snapshot)
     }
 }

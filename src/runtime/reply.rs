@@ -5,8 +5,7 @@ use super::accounting::Precounted;
 use super::events::SeqCounter;
 use crate::context::{StreamingCount, TokenCounter};
 use crate::protocol::Block;
-use crate::provider::{ModelContent, ModelMessage, ModelRole, TokenUsage};
-use crate::store::PendingRow;
+use crate::provider::TokenUsage;
 
 /// The assistant message being streamed.
 pub struct Reply {
@@ -88,25 +87,4 @@ impl Reply {
         }
         blocks
     }
-}
-
-/// Adds leased interjections to the request's last user turn, after the tool results.
-pub fn with_interjections(
-    mut messages: Vec<ModelMessage>,
-    leased: &[PendingRow],
-) -> Vec<ModelMessage> {
-    if leased.is_empty() {
-        return messages;
-    }
-    let texts = leased.iter().map(|r| ModelContent::Text {
-        text: super::projection::interjection_text(&r.text),
-    });
-    match messages.last_mut() {
-        Some(last) if last.role == ModelRole::User => last.content.extend(texts),
-        _ => messages.push(ModelMessage {
-            role: ModelRole::User,
-            content: texts.collect(),
-        }),
-    }
-    messages
 }

@@ -12,10 +12,11 @@ use futures::StreamExt;
 
 use super::accounting::count_blocks_with;
 use super::events::{DeltaKind, SeqCounter};
+use super::projection::Prepared;
 use super::registry::RunSignals;
-use super::reply::{Reply, with_interjections};
+use super::reply::Reply;
 use super::run_end::RunEnd;
-use super::{Inner, RuntimeError, RuntimeResult, project};
+use super::{Inner, RuntimeError, RuntimeResult};
 use crate::config::AccountKind;
 use crate::context::{Actuals, BudgetSnapshot, TokenCounter};
 use crate::protocol::*;
@@ -162,18 +163,22 @@ impl RunContext {
             if self.steps >= session.max_steps {
                 return Ok(RunEnd::MaxIterations);
             }
-            let snapshot = self.inner.budget_snapshot(&session)?;
-            if let Some(limit) = self.over_budget(&session, &snapshot)? {
+            self.steps += 1;
+            let leased = self.lease_at_delivery_point(&session)?;
+            // The budget and the spend check describe the request as sent, leased input in.
+            let prepared = match self.fit(&session, &leased).await? {
+                Ok(prepared) => prepared,
+                Err(end) => return Ok(end),
+            };
+            if let Some(limit) = self.over_budget(&session, &prepared.snapshot)? {
                 return Ok(RunEnd::BudgetSpent(limit));
             }
-            self.steps += 1;
             self.inner.store.set_run_steps(&self.run_id, self.steps)?;
-            let leased = self.lease_at_delivery_point(&session)?;
             self.emit(Event::Budget {
-                snapshot,
+                snapshot: prepared.snapshot,
                 actual: None,
             });
-            if let ControlFlow::Break(end) = self.model_step(&session, leased, snapshot).await? {
+            if let ControlFlow::Break(end) = self.model_step(&session, leased, prepared).await? {
                 return Ok(end);
             }
         }
@@ -222,13 +227,14 @@ impl RunContext {
         &mut self,
         session: &SessionRow,
         leased: Vec<PendingRow>,
-        snapshot: BudgetSnapshot,
+        prepared: Prepared,
     ) -> RuntimeResult<ControlFlow<RunEnd>> {
         let driver = match self.inner.driver(&session.account) {
             Ok(driver) => driver,
             Err(e) => return Ok(ControlFlow::Break(RunEnd::Error(e.to_string()))),
         };
-        let request = self.request(session, &leased)?;
+        let snapshot = prepared.snapshot;
+        let request = request(session, prepared);
         let (streamed, end) = self.stream(driver.as_ref(), request, leased).await?;
         let status = match &end {
             Ok(_) => MessageStatus::Complete,
@@ -238,23 +244,6 @@ impl RunContext {
             .commit_reply(session, snapshot, streamed, status)
             .await?;
         self.decide(end, has_calls)
-    }
-
-    /// What the model is sent: the projected transcript since the last `/clear`, with the
-    /// leased interjections after the tool results.
-    fn request(&self, session: &SessionRow, leased: &[PendingRow]) -> RuntimeResult<ModelRequest> {
-        let entries = self.inner.store.messages_after(
-            &self.session_id,
-            session.context_start_seq,
-            usize::MAX,
-        )?;
-        Ok(ModelRequest {
-            model: session.model.clone(),
-            system: session.system_prompt.clone(),
-            messages: with_interjections(project(&entries), leased),
-            tools: crate::tools::specs(),
-            max_output_tokens: MAX_OUTPUT_TOKENS,
-        })
     }
 
     /// Streams the answer to the client as it arrives, until the model finishes, the user
@@ -503,6 +492,7 @@ impl RunContext {
             tokens,
             at: crate::util::now_ms(),
             duration_ms: elapsed_ms(started),
+            kind: crate::cost::UsageKind::Turn,
         };
         self.inner.store.insert_usage(&self.session_id, &row)?;
         self.emit(Event::Usage {
@@ -516,5 +506,21 @@ impl RunContext {
             duration_ms: row.duration_ms,
         });
         Ok(())
+    }
+}
+
+/// What the model is sent: the projection made for this step, leased interjections in, asking
+/// for no more output than the window leaves after the prompt.
+fn request(session: &SessionRow, prepared: Prepared) -> ModelRequest {
+    let snapshot = prepared.snapshot;
+    ModelRequest {
+        model: session.model.clone(),
+        system: session.system_prompt.clone(),
+        messages: prepared.projection.messages,
+        tools: crate::tools::specs(),
+        max_output_tokens: snapshot
+            .context_window
+            .saturating_sub(snapshot.input_tokens)
+            .clamp(1, MAX_OUTPUT_TOKENS as u64) as u32,
     }
 }

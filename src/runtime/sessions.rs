@@ -207,7 +207,6 @@ impl Runtime {
         }
         let deleted = self.inner.store.delete_session(id)?;
         self.inner.events.forget(id);
-        self.inner.forget_tally(id);
         Ok(SessionDeleteResult { deleted })
     }
 

@@ -176,13 +176,14 @@ impl Store {
             })
     }
 
-    /// The newest message that is not a note: what the model would answer next.
+    /// The newest message that is neither a note nor a summary: what the model would answer
+    /// next.
     pub fn last_model_message(&self, session_id: &str) -> StoreResult<Option<TranscriptEntry>> {
         self.read(|conn| {
         let row = conn
             .query_row(
                 "SELECT id, seq, run_id, role, blocks, status, created_at FROM messages
-                 WHERE session_id = ?1 AND role NOT IN ('note', 'notice') ORDER BY seq DESC LIMIT 1",
+                 WHERE session_id = ?1 AND role NOT IN ('note', 'notice', 'summary') ORDER BY seq DESC LIMIT 1",
                 [session_id],
                 raw,
             )
@@ -214,6 +215,38 @@ impl Store {
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(rows)
+        })
+    }
+
+    /// Entries after `after_seq`, oldest first, each with its stored token count (`None` where
+    /// none was stored): what a projection is made from.
+    pub fn messages_with_counts(
+        &self,
+        session_id: &str,
+        after_seq: u64,
+    ) -> StoreResult<Vec<(TranscriptEntry, Option<Counted>)>> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT id, seq, run_id, role, blocks, status, created_at, tokens, tokens_exact
+                 FROM messages WHERE session_id = ?1 AND seq > ?2 ORDER BY seq",
+            )?;
+            let rows = stmt
+                .query_map(params![session_id, after_seq as i64], |r| {
+                    let tokens: Option<i64> = r.get(7)?;
+                    let exact: bool = r.get(8)?;
+                    Ok((
+                        raw(r)?,
+                        tokens.map(|t| Counted {
+                            tokens: t as u64,
+                            exact,
+                        }),
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            drop(stmt);
+            rows.into_iter()
+                .map(|(raw, count)| Ok((raw.into_entry()?, count)))
+                .collect()
         })
     }
 

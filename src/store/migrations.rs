@@ -164,6 +164,11 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE sessions ADD COLUMN seq_reserved INTEGER NOT NULL DEFAULT 0;
     "#,
+    // 8: what a usage line paid for (a turn's step or a summary), and a session's rollover.
+    r#"
+    ALTER TABLE usage_lines ADD COLUMN kind TEXT NOT NULL DEFAULT 'turn';
+    ALTER TABLE sessions ADD COLUMN rollover_secs INTEGER;
+    "#,
 ];
 
 /// Brings the schema to the newest version this build knows.

@@ -251,6 +251,18 @@ impl Store {
             )? as u64)
         })
     }
+
+    /// Moves the start of the model's context forward to `seq` (never back): the entries up
+    /// to it are folded into a summary, which the projection sends in their place.
+    pub fn advance_context_start(&self, id: &str, seq: u64) -> StoreResult<()> {
+        self.write(|conn| {
+            conn.execute(
+                "UPDATE sessions SET context_start_seq = MAX(context_start_seq, ?2) WHERE id = ?1",
+                params![id, seq as i64],
+            )?;
+            Ok(())
+        })
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 use rusqlite::params;
 
 use super::{Store, StoreResult};
+use crate::cost::UsageKind;
 use crate::provider::TokenUsage;
 
 /// One model request's usage as stored.
@@ -14,6 +15,7 @@ pub struct UsageRow {
     pub tokens: TokenUsage,
     pub at: i64,
     pub duration_ms: u64,
+    pub kind: UsageKind,
 }
 
 impl Store {
@@ -22,8 +24,8 @@ impl Store {
         self.write(|conn| {
             conn.execute(
             "INSERT INTO usage_lines (session_id, run_id, provider, model, input, output, cache_read,
-                                      cache_write, reasoning, at, duration_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                                      cache_write, reasoning, at, duration_ms, kind)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             params![
                 session_id,
                 row.run_id,
@@ -35,7 +37,8 @@ impl Store {
                 t.cache_write as i64,
                 t.reasoning as i64,
                 row.at,
-                row.duration_ms as i64
+                row.duration_ms as i64,
+                row.kind.as_str()
             ],
         )?;
             Ok(())
@@ -46,7 +49,7 @@ impl Store {
         self.read(|conn| {
             let mut stmt = conn.prepare_cached(
             "SELECT run_id, provider, model, input, output, cache_read, cache_write, reasoning, at,
-                    duration_ms
+                    duration_ms, kind
              FROM usage_lines WHERE session_id = ?1 ORDER BY at, id",
         )?;
             let rows = stmt
@@ -64,6 +67,7 @@ impl Store {
                         },
                         at: r.get(8)?,
                         duration_ms: r.get::<_, i64>(9)? as u64,
+                        kind: UsageKind::from_stored(&r.get::<_, String>(10)?),
                     })
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
