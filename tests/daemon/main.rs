@@ -7,6 +7,7 @@ mod environment;
 mod file_diff;
 mod harness;
 mod interjections;
+mod long_context;
 mod protocol;
 mod providers;
 mod run_ends;

@@ -1,0 +1,559 @@
+//! Long conversations: what the model is sent stays inside its window, by projection and
+//! compaction, against a fake OpenAI-compatible upstream over real HTTP.
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use sidechat::context::TokenCounter;
+use sidechat::protocol::{Event, FinishReason, SessionEventParams};
+
+use crate::harness::{Daemon, Options, Scratch};
+use crate::upstream::{Reply, start};
+
+/// The window every test here gives its model, and what is left of it for the prompt: the
+/// reply reserve is capped at half the window.
+const WINDOW: u64 = 6_000;
+const USABLE: u64 = WINDOW - WINDOW / 2;
+
+fn env(url: &str, window: u64) -> Vec<(&'static str, String)> {
+    vec![
+        ("OPENAI_BASE_URL", format!("{url}/v1")),
+        ("OPENAI_API_KEY", "sk-test".into()),
+        ("SIDECHAT_OPENAI_MODEL", "gpt-4o".into()),
+        ("SIDECHAT_CONTEXT_WINDOW", window.to_string()),
+        ("SIDECHAT_MAX_RETRIES", "0".into()),
+    ]
+}
+
+fn text_reply(text: &str, prompt: u64, completion: u64) -> Reply {
+    Reply::sse(&[
+        json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        json!({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion}}),
+    ])
+}
+
+fn list_reply(id: &str) -> Reply {
+    Reply::sse(&[
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": id,
+               "type": "function", "function": {"name": "list_directory", "arguments": "{\"path\":\".\"}"}}]},
+               "finish_reason": null}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+    ])
+}
+
+/// A user turn of about 310 tokens, numbered.
+fn turn_text(i: usize) -> String {
+    format!("Turn {i}: {}", "lorem ipsum dolor sit amet ".repeat(60))
+}
+
+/// The prompt of an OpenAI request as the project counts it: each message's framing, role,
+/// text and tool calls, the tool definitions, and the reply priming.
+fn prompt_tokens(body: &Value) -> u64 {
+    let counter = TokenCounter::for_model("gpt-4o");
+    let count = |text: &str| counter.count_text(text).tokens;
+    let mut total = 3;
+    for message in body["messages"].as_array().unwrap() {
+        total += 3 + count(message["role"].as_str().unwrap());
+        match &message["content"] {
+            Value::String(text) => total += count(text),
+            Value::Array(parts) => {
+                for part in parts {
+                    total += count(part["text"].as_str().unwrap_or_default());
+                }
+            }
+            _ => {}
+        }
+        for call in message["tool_calls"].as_array().into_iter().flatten() {
+            total += 1
+                + count(call["function"]["name"].as_str().unwrap())
+                + count(call["function"]["arguments"].as_str().unwrap());
+        }
+    }
+    if let Some(tools) = body.get("tools") {
+        total += count(&tools.to_string());
+    }
+    total
+}
+
+/// Every request fits by the project's own count (with a small margin for the framing of
+/// tool definitions, which is estimated): prompt and the reply it allows within the window,
+/// and a turn's prompt (one with tools) within the usable window, the reply reserve left free.
+fn assert_within_window(requests: &[Value]) {
+    for (i, request) in requests.iter().enumerate() {
+        let prompt = prompt_tokens(request);
+        let output = request["max_tokens"].as_u64().unwrap();
+        let turn = request.get("tools").is_some();
+        assert!(
+            prompt + output <= WINDOW + 50 && (!turn || prompt <= USABLE + 50),
+            "request {i}: {prompt} prompt tokens + {output} output of a {WINDOW} window"
+        );
+    }
+}
+
+/// The o200k count of a one-text user message.
+fn user_message_tokens(text: &str) -> u64 {
+    let bpe = tiktoken_rs::o200k_base().unwrap();
+    3 + bpe.encode_with_special_tokens("user").len() as u64
+        + bpe.encode_with_special_tokens(text).len() as u64
+}
+
+/// Splits a request's user texts into what stands for the folded range and the turns kept
+/// verbatim after it (the first of which shares a message with it).
+fn after_fold(sent: &[String], marker: &str) -> (String, Vec<String>) {
+    let (head, first) = sent[0]
+        .split_once("\n\nTurn ")
+        .unwrap_or((sent[0].as_str(), ""));
+    let mut kept = Vec::new();
+    if !first.is_empty() {
+        kept.push(format!("Turn {first}"));
+    }
+    kept.extend(sent[1..].iter().cloned());
+    assert!(head.starts_with(marker), "{head}");
+    (head.to_string(), kept)
+}
+
+/// Every tool result follows the call it answers, and every call has its result.
+fn assert_calls_paired(request: &Value) {
+    let mut open: Vec<String> = Vec::new();
+    for message in request["messages"].as_array().unwrap() {
+        for call in message["tool_calls"].as_array().into_iter().flatten() {
+            open.push(call["id"].as_str().unwrap().to_string());
+        }
+        if message["role"] == "tool" {
+            let id = message["tool_call_id"].as_str().unwrap();
+            assert!(
+                open.contains(&id.to_string()),
+                "result {id} without its call"
+            );
+            open.retain(|o| o != id);
+        }
+    }
+    assert!(open.is_empty(), "calls without results: {open:?}");
+}
+
+/// The user-role texts of a request, in order.
+fn user_texts(request: &Value) -> Vec<String> {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .flat_map(|m| match &m["content"] {
+            Value::String(text) => vec![text.clone()],
+            Value::Array(parts) => parts
+                .iter()
+                .filter_map(|p| p["text"].as_str().map(str::to_string))
+                .collect(),
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
+fn finish(events: &[SessionEventParams]) -> (FinishReason, Option<String>) {
+    match events.last().map(|e| &e.event) {
+        Some(Event::RunFinished { reason, error }) => (*reason, error.clone()),
+        other => panic!("not finished: {other:?}"),
+    }
+}
+
+fn compactions(events: &[SessionEventParams]) -> Vec<Value> {
+    events
+        .iter()
+        .filter(|e| matches!(e.event, Event::Compaction { .. }))
+        .map(|e| serde_json::to_value(&e.event).unwrap())
+        .collect()
+}
+
+async fn turns(
+    daemon: &mut Daemon,
+    session: &str,
+    range: std::ops::Range<usize>,
+) -> Vec<SessionEventParams> {
+    let mut all = Vec::new();
+    for i in range {
+        daemon.send(session, &turn_text(i)).await;
+        let events = daemon.until_finished().await;
+        assert_eq!(finish(&events), (FinishReason::EndTurn, None), "turn {i}");
+        all.extend(events);
+    }
+    all
+}
+
+#[tokio::test]
+async fn a_long_session_is_summarised_and_goes_on_from_the_summary_and_the_newest_turns() {
+    let mut replies: Vec<Reply> = (1..=5)
+        .map(|i| text_reply(&format!("Answer {i}."), 100, 3))
+        .collect();
+    replies.push(text_reply(
+        "SUMMARY: the user sent numbered turns of lorem ipsum.",
+        900,
+        12,
+    ));
+    replies.push(text_reply("Answer 6.", 100, 3));
+    let upstream = start(replies);
+    let scratch = Scratch::new();
+    let mut daemon =
+        Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
+    let session = daemon.create_session(json!({})).await;
+    let quiet = turns(&mut daemon, &session, 1..6).await;
+    assert_eq!(compactions(&quiet), Vec::<Value>::new());
+    let events = turns(&mut daemon, &session, 6..7).await;
+
+    let requests = upstream.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 7);
+    assert_within_window(&requests);
+    // The summary request: the summariser's instructions and the oldest turns, no tools.
+    let summary_request = &requests[5];
+    assert_eq!(summary_request.get("tools"), None);
+    let asked = user_texts(summary_request).join("\n");
+    assert!(asked.contains("quoting the user's own words") && asked.contains("User: Turn 1:"));
+    // The next request: the summary first, then the newest turns verbatim, then turn 6.
+    let (summary, kept) = after_fold(&user_texts(&requests[6]), "Summary");
+    assert_eq!(
+        summary,
+        format!(
+            "Summary of the earlier conversation ({} messages):\nSUMMARY: the user sent numbered turns of lorem ipsum.",
+            compactions(&events)[0]["messages"]
+        )
+    );
+    let first_kept = 6 - (kept.len() - 1);
+    assert!(first_kept > 1 && first_kept < 6, "kept {kept:?}");
+    assert_eq!(
+        kept,
+        (first_kept..=6).map(turn_text).collect::<Vec<_>>(),
+        "the newest turns go verbatim"
+    );
+
+    // One compaction event, by summary, because the history passed its share.
+    let compaction = &compactions(&events)[0];
+    assert_eq!(
+        (compaction["method"].clone(), compaction["reason"].clone()),
+        (json!("summary"), json!("share"))
+    );
+    assert!(compaction["tokensAfter"].as_u64() < compaction["tokensBefore"].as_u64());
+
+    // The summary is a transcript entry of its own kind, with the range it folded.
+    let transcript = daemon.transcript(&session).await;
+    let summary = transcript["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["role"] == "summary")
+        .expect("a summary entry");
+    assert_eq!(summary["blocks"][0]["fromSeq"], compaction["fromSeq"]);
+    assert_eq!(summary["blocks"][0]["toSeq"], compaction["toSeq"]);
+
+    // The summary request is a usage line of kind summary, counted in the session's cost.
+    let cost = daemon
+        .call("session/cost", json!({"sessionId": session}))
+        .await;
+    let by_request: Vec<(Value, Value, Value)> = cost["cost"]["byRequest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["kind"].clone(),
+                k["lines"].clone(),
+                k["tokens"]["input"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        by_request,
+        vec![
+            (json!("turn"), json!(6), json!(600)),
+            (json!("summary"), json!(1), json!(900))
+        ]
+    );
+    // The budget describes the projection: part of the history is the summary.
+    let snapshot = daemon
+        .call("session/budget", json!({"sessionId": session}))
+        .await["snapshot"]
+        .clone();
+    assert!(snapshot["summaryTokens"].as_u64().unwrap() > 0);
+    assert!(snapshot["historyTokens"].as_u64() <= snapshot["historyLimitTokens"].as_u64());
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn a_failing_summariser_falls_back_to_dropping_whole_turns() {
+    let oversize = "far too long ".repeat(3_000);
+    for (case, summary_reply) in [
+        (
+            "error",
+            Reply::status(500, r#"{"error":{"message":"overloaded"}}"#),
+        ),
+        ("oversize", text_reply(&oversize, 900, 6_000)),
+    ] {
+        // Each turn: a tool call and its result, then the answer.
+        let mut replies = Vec::new();
+        for i in 1..=5 {
+            replies.push(list_reply(&format!("call_{i}")));
+            replies.push(text_reply(&format!("Answer {i}."), 100, 3));
+        }
+        replies.push(summary_reply);
+        replies.push(list_reply("call_6"));
+        replies.push(text_reply("Answer 6.", 100, 3));
+        let upstream = start(replies);
+        let scratch = Scratch::new();
+        let mut daemon =
+            Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
+        let session = daemon
+            .create_session(json!({"workspaceRoot": scratch.workspace().display().to_string()}))
+            .await;
+        turns(&mut daemon, &session, 1..6).await;
+        let events = turns(&mut daemon, &session, 6..7).await;
+        let requests = upstream.requests.lock().unwrap().clone();
+        assert_eq!(requests.len(), 13, "{case}");
+        assert_within_window(&requests);
+        requests.iter().for_each(assert_calls_paired);
+        let compaction = &compactions(&events)[0];
+        assert_eq!(compaction["method"], json!("drop"), "{case}");
+        let (marker, kept) = after_fold(&user_texts(&requests[11]), "[");
+        assert_eq!(
+            marker,
+            format!(
+                "[{} earlier messages were left out here to fit the context window.]",
+                compaction["messages"]
+            ),
+            "{case}"
+        );
+        // Tool results come between the turns' texts: the kept texts are whole turns, in order.
+        let first_kept = 6 - (kept.len() - 1);
+        assert!(first_kept > 1, "{case}: {kept:?}");
+        assert_eq!(
+            kept,
+            (first_kept..=6).map(turn_text).collect::<Vec<_>>(),
+            "{case}"
+        );
+        daemon.close().await;
+    }
+}
+
+#[tokio::test]
+async fn compact_works_on_a_session_already_over_its_window() {
+    let big = |i: usize| format!("Part {i}: {}", "lorem ipsum dolor sit amet ".repeat(500));
+    let mut replies: Vec<Reply> = (1..=3)
+        .map(|i| text_reply(&format!("Read part {i}."), 100, 3))
+        .collect();
+    replies.push(text_reply("SUMMARY: three long parts were read.", 900, 9));
+    let upstream = start(replies);
+    let scratch = Scratch::new();
+    let mut daemon = Daemon::start(
+        &scratch.db(),
+        Options::with_env(env(&upstream.url, 100_000)),
+    )
+    .await;
+    let session = daemon.create_session(json!({})).await;
+    for i in 1..=3 {
+        daemon.send(&session, &big(i)).await;
+        daemon.until_finished().await;
+    }
+    daemon.close().await;
+    // The same session under a model with a far smaller window: over it before anything.
+    let daemon = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
+    let before = daemon
+        .call("session/budget", json!({"sessionId": session}))
+        .await["snapshot"]
+        .clone();
+    assert!(before["utilisation"].as_f64().unwrap() > 2.0, "{before}");
+    let answer = daemon
+        .call(
+            "chat/send",
+            json!({"sessionId": session, "text": "/compact keep the part numbers"}),
+        )
+        .await;
+    let requests = upstream.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 4);
+    assert_within_window(&requests[3..]);
+    assert!(
+        user_texts(&requests[3])[0].contains("pay particular attention to: keep the part numbers")
+    );
+    let transcript = daemon.transcript(&session).await;
+    let entries = transcript["entries"].as_array().unwrap();
+    let note = entries.last().unwrap();
+    assert_eq!(note["id"], answer["messageId"]);
+    assert_eq!(note["role"], "note");
+    let said = note["blocks"][0]["text"].as_str().unwrap();
+    assert!(
+        said.starts_with("Compacted 6 messages") && said.contains("summarised"),
+        "{said}"
+    );
+    let after = daemon
+        .call("session/budget", json!({"sessionId": session}))
+        .await["snapshot"]
+        .clone();
+    assert!(after["utilisation"].as_f64().unwrap() < 1.0, "{after}");
+    assert_eq!(after["historyMessages"], json!(1));
+    // Nothing is left to fold.
+    let again = daemon
+        .try_call(
+            "chat/send",
+            json!({"sessionId": session, "text": "/compact"}),
+        )
+        .await;
+    assert!(again.is_err(), "{again:?}");
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn a_message_too_large_for_the_window_is_refused_before_any_request() {
+    let upstream = start(Vec::new());
+    let scratch = Scratch::new();
+    let mut daemon =
+        Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
+    let session = daemon.create_session(json!({})).await;
+    let huge = "word ".repeat(8_000);
+    daemon.send(&session, &huge).await;
+    let (reason, error) = finish(&daemon.until_finished().await);
+    let error = error.unwrap_or_default();
+    assert_eq!(reason, FinishReason::Error);
+    let expected = format!(
+        "The message is {} tokens, more than the ",
+        user_message_tokens(&huge)
+    );
+    assert!(
+        error.starts_with(&expected) && error.contains("(6000 window, 3000 kept for the reply"),
+        "{error}"
+    );
+    assert_eq!(upstream.requests.lock().unwrap().len(), 0);
+    let transcript = daemon.transcript(&session).await;
+    assert_eq!(transcript["entries"][0]["blocks"][0]["text"], json!(huge));
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn chinese_and_emoji_are_budgeted_in_tokens_not_bytes() {
+    let upstream = start(vec![text_reply("好的 👍", 100, 3)]);
+    let scratch = Scratch::new();
+    let mut daemon =
+        Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
+    let session = daemon.create_session(json!({})).await;
+    let text = "请帮我重构这个函数，让它更容易测试。🙂🚀 ".repeat(60);
+    daemon.send(&session, &text).await;
+    let events = daemon.until_finished().await;
+    assert_eq!(finish(&events).0, FinishReason::EndTurn);
+    let budget = events
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::Budget { snapshot, .. } => Some(*snapshot),
+            _ => None,
+        })
+        .unwrap();
+    let expected = user_message_tokens(&text);
+    assert_eq!(budget.latest_user_tokens, expected);
+    // In bytes it would not fit; in tokens it does, and it was sent whole.
+    assert!(text.len() as u64 > USABLE && expected < USABLE / 2);
+    let requests = upstream.requests.lock().unwrap().clone();
+    assert_within_window(&requests);
+    assert_eq!(user_texts(&requests[0]), vec![text]);
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn an_interjection_leased_into_a_request_is_in_its_budget() {
+    let scratch = Scratch::new();
+    let script = json!({"turns": [
+        {"text": "Looking around the workspace now, one file at a time.", "delayMs": 150,
+         "toolCalls": [{"name": "list_directory", "input": {"path": "."}}]},
+        {"text": "Noted."}
+    ]});
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
+    let session = daemon
+        .create_session(json!({"account": "replay", "model": "gpt-4o",
+                               "workspaceRoot": scratch.workspace().display().to_string()}))
+        .await;
+    daemon.send(&session, "look around").await;
+    daemon
+        .events_until(|e| matches!(e, Event::TextDelta { .. }))
+        .await;
+    let long = "word ".repeat(20_000);
+    assert_eq!(daemon.send(&session, &long).await["queued"], json!(true));
+    let events = daemon.until_finished().await;
+    let budgets: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Budget {
+                snapshot,
+                actual: None,
+            } => Some(*snapshot),
+            _ => None,
+        })
+        .collect();
+    let counter = TokenCounter::for_model("gpt-4o");
+    let interjection = counter
+        .count_message(
+            "user",
+            &[sidechat::context::Part::Text(&format!(
+                "The user adds: {long}"
+            ))],
+        )
+        .tokens;
+    let second = budgets.last().unwrap();
+    assert!(interjection > 20_000);
+    assert!(
+        second.latest_user_tokens > interjection,
+        "{} of which {interjection} leased",
+        second.latest_user_tokens
+    );
+    // The request that carried it, as the model received it.
+    let requests = scratch.requests();
+    let sent = requests[1].to_string();
+    assert!(sent.contains("The user adds: word word"));
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn a_history_share_outside_zero_to_one_is_a_clear_error() {
+    let scratch = Scratch::new();
+    for (share, line) in [
+        ("1.5", "[defaults]"),
+        (
+            "0",
+            "[accounts.local]\nkind = \"openai\"\ndefault_model = \"m\"",
+        ),
+    ] {
+        let config = scratch.dir.path().join("config.toml");
+        std::fs::write(&config, format!("{line}\nhistory_share = {share}\n")).unwrap();
+        let env = vec![("SIDECHAT_CONFIG", config.display().to_string())];
+        let output = crate::harness::command(&scratch.db(), &env)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{share}");
+        assert!(
+            stderr.contains(&format!(
+                "history_share must be a fraction in (0, 1], e.g. 0.5; got {share}"
+            )),
+            "{stderr}"
+        );
+        assert!(!scratch.db().exists(), "nothing was created");
+    }
+}
+
+#[tokio::test]
+async fn compact_on_an_empty_session_is_refused_and_changes_nothing() {
+    let scratch = Scratch::new();
+    let daemon = Daemon::start(&scratch.db(), Options::default()).await;
+    let session = daemon.create_session(json!({})).await;
+    let error = daemon
+        .try_call(
+            "chat/send",
+            json!({"sessionId": session, "text": "/compact"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (error.code, error.message.as_str()),
+        (
+            -32007,
+            "nothing to compact: the model is sent no earlier turns to fold"
+        )
+    );
+    assert_eq!(daemon.transcript(&session).await["entries"], json!([]));
+    daemon.close().await;
+}
