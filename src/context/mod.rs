@@ -8,6 +8,7 @@ pub mod budget;
 pub mod compaction;
 pub mod pieces;
 pub mod projection;
+pub mod redact;
 pub mod streaming;
 pub mod tokens;
 pub mod window;
