@@ -6,6 +6,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod acp;
 pub mod client;
 pub mod config;
 pub mod context;

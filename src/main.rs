@@ -1,4 +1,4 @@
-//! The `sidechat` command line: `serve`, `chat`, `schema`.
+//! The `sidechat` command line: `serve`, `acp`, `chat`, `schema`.
 
 #![deny(unsafe_code)]
 
@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 use sidechat::config::Config;
 use sidechat::protocol::generate_schema_files;
 use sidechat::rpc::ClientSink;
-use sidechat::runtime::Runtime;
+use sidechat::runtime::{EventSink, Runtime};
 use sidechat::store::Store;
 
 #[derive(Parser)]
@@ -25,6 +25,16 @@ struct Cli {
 enum Command {
     /// Speak JSON-RPC 2.0 on stdin/stdout, as an editor extension spawns it.
     Serve {
+        /// The SQLite database (default: $XDG_DATA_HOME/sidechat/sidechat.db).
+        #[arg(long, env = "SIDECHAT_DB")]
+        db: Option<PathBuf>,
+        /// Also write logs to this file.
+        #[arg(long)]
+        log_file: Option<PathBuf>,
+    },
+    /// Speak the Agent Client Protocol (v1) on stdin/stdout, as Zed, JetBrains IDEs and other
+    /// ACP hosts spawn an agent. Same database and configuration as `serve`.
+    Acp {
         /// The SQLite database (default: $XDG_DATA_HOME/sidechat/sidechat.db).
         #[arg(long, env = "SIDECHAT_DB")]
         db: Option<PathBuf>,
@@ -62,22 +72,31 @@ fn default_db() -> anyhow::Result<PathBuf> {
     Ok(data.join("sidechat").join("sidechat.db"))
 }
 
-fn serve(db: Option<PathBuf>, log_file: Option<PathBuf>) -> anyhow::Result<i32> {
+/// Two workers are plenty for one editor connection, and a fixed count skips sizing the pool
+/// from the machine's cgroup at start-up.
+fn async_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// Logging, the database path and the configuration, as both protocols start.
+fn start(db: Option<PathBuf>, log_file: Option<PathBuf>) -> anyhow::Result<(PathBuf, Config)> {
     sidechat::logging::init(log_file.as_deref())?;
     let db = match db {
         Some(db) => db,
         None => default_db()?,
     };
-    let config = Config::load()?;
+    Ok((db, Config::load()?))
+}
+
+fn serve(db: Option<PathBuf>, log_file: Option<PathBuf>) -> anyhow::Result<i32> {
+    let (db, config) = start(db, log_file)?;
     let init = sidechat::runtime::describe(&config);
     tracing::info!(db = %db.display(), "serving on stdio");
-    // Two workers are plenty for one editor connection, and a fixed count skips sizing the
-    // pool from the machine's cgroup at start-up.
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let tokio = async_runtime()?;
     let code = tokio.block_on(async move {
         let sink = Arc::new(ClientSink::default());
         sidechat::rpc::serve(std::io::stdin(), std::io::stdout(), init, move |peer| {
@@ -92,11 +111,37 @@ fn serve(db: Option<PathBuf>, log_file: Option<PathBuf>) -> anyhow::Result<i32> 
     Ok(code)
 }
 
+fn acp(db: Option<PathBuf>, log_file: Option<PathBuf>) -> anyhow::Result<i32> {
+    let (db, config) = start(db, log_file)?;
+    tracing::info!(db = %db.display(), "serving ACP on stdio");
+    let tokio = async_runtime()?;
+    let code = tokio.block_on(async move {
+        let (sink, items) = sidechat::acp::AcpSink::new();
+        let sink = Arc::new(sink);
+        let events = sink.clone();
+        let runtime_config = config.clone();
+        // The store opens (and repairs what a crash left) while `initialize` is answered.
+        let opening =
+            tokio::task::spawn_blocking(move || open_runtime(&db, runtime_config, events));
+        sidechat::acp::serve(
+            std::io::stdin(),
+            std::io::stdout(),
+            config,
+            sink,
+            items,
+            opening,
+        )
+        .await
+    });
+    tokio.shutdown_background();
+    Ok(code)
+}
+
 /// Opens the store and the runtime over it; the error is what every request is answered with.
 fn open_runtime(
     db: &std::path::Path,
     config: Config,
-    sink: Arc<ClientSink>,
+    sink: Arc<dyn EventSink>,
 ) -> Result<Runtime, String> {
     let failed = |e: String| {
         tracing::error!(error = %e, "cannot start");
@@ -132,6 +177,7 @@ fn main() {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Serve { db, log_file } => serve(db, log_file),
+        Command::Acp { db, log_file } => acp(db, log_file),
         Command::Chat {
             db,
             session,

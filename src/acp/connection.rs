@@ -1,0 +1,141 @@
+//! One ACP connection over stdio: newline-delimited JSON-RPC through the project's own reader
+//! thread and writer, requests answered on their own tasks, client notifications handled in
+//! arrival order, and the client's answers to our own requests routed back through [`Peer`].
+
+use std::io::{Read, Write};
+use std::sync::{Arc, OnceLock};
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::Opening;
+use super::agent::Agent;
+use super::sink::{AcpSink, Item};
+use crate::config::Config;
+use crate::rpc::Peer;
+use crate::rpc::error::{INVALID_REQUEST, PARSE_ERROR, error_response};
+use crate::rpc::framing::{Decoded, MAX_FRAME_BYTES};
+use crate::rpc::transport::{spawn_reader, spawn_writer};
+
+/// Serves the agent side of ACP until the client closes stdin; returns the exit code.
+///
+/// Runs still working when the input ends are stopped; one waiting for a permission stays
+/// suspended in the store, and the next `sidechat acp` asks again once the session is loaded.
+pub async fn serve<R, W>(
+    input: R,
+    output: W,
+    config: Config,
+    sink: Arc<AcpSink>,
+    items: mpsc::UnboundedReceiver<Item>,
+    opening: Opening,
+) -> i32
+where
+    R: Read + Send + 'static,
+    W: Write + Send + 'static,
+{
+    let framing = Arc::new(OnceLock::new());
+    let outbox = spawn_writer(output, framing.clone());
+    let peer = Peer::new(outbox.clone());
+    let mut frames = spawn_reader(input, framing);
+    let agent = Arc::new(Agent::new(peer.clone(), sink, config, opening));
+    tokio::spawn(agent.clone().route(items));
+    let mut requests = JoinSet::new();
+    while let Some(item) = frames.recv().await {
+        while requests.try_join_next().is_some() {}
+        match item {
+            Decoded::Frame(bytes) => handle_frame(&agent, &peer, &bytes, &mut requests).await,
+            Decoded::Garbage { skipped } => {
+                tracing::warn!(skipped, "skipped bytes that were not a frame");
+                outbox.send(error_response(
+                    &Value::Null,
+                    PARSE_ERROR,
+                    "Parse error: bytes that are not a JSON-RPC message were skipped",
+                    Some(serde_json::json!({"skipped": skipped})),
+                ));
+            }
+            Decoded::TooLarge { size } => {
+                tracing::warn!(size, "refused an oversized frame");
+                outbox.send(error_response(
+                    &Value::Null,
+                    INVALID_REQUEST,
+                    &format!(
+                        "Message of {size} bytes exceeds the limit of {MAX_FRAME_BYTES} bytes; it was skipped"
+                    ),
+                    None,
+                ));
+            }
+            Decoded::Truncated { buffered } => {
+                tracing::warn!(buffered, "input ended inside a message");
+            }
+        }
+    }
+    tracing::info!("input closed");
+    if let Ok(runtime) = agent.runtime().await {
+        runtime.shutdown().await;
+    }
+    // Every request still open is answered before the process ends: prompts whose turn was
+    // stopped or suspended by the shutdown hear so.
+    agent.release_prompts().await;
+    peer.close();
+    while requests.join_next().await.is_some() {}
+    outbox.flush().await;
+    0
+}
+
+/// Classifies one frame and hands it on.
+async fn handle_frame(agent: &Arc<Agent>, peer: &Peer, bytes: &[u8], requests: &mut JoinSet<()>) {
+    let invalid = |id: &Value, message: &str| {
+        peer.outbox()
+            .send(error_response(id, INVALID_REQUEST, message, None));
+    };
+    let message: Value = match serde_json::from_slice(bytes) {
+        Ok(message) => message,
+        Err(e) => {
+            peer.outbox().send(error_response(
+                &Value::Null,
+                PARSE_ERROR,
+                &format!("Parse error: {e}"),
+                None,
+            ));
+            return;
+        }
+    };
+    let Value::Object(mut object) = message else {
+        return invalid(
+            &Value::Null,
+            "Invalid Request: ACP takes one JSON-RPC object per line, not batches or other values",
+        );
+    };
+    let id = object.get("id").cloned();
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        if let Some(id) = id.filter(|_| !object.contains_key("result")) {
+            invalid(&id, "Invalid Request: \"jsonrpc\" must be \"2.0\"");
+        }
+        return;
+    }
+    let params = object.remove("params");
+    match (object.get("method").cloned(), id) {
+        (Some(Value::String(method)), Some(id)) => {
+            if !(id.is_string() || id.is_number()) {
+                return invalid(
+                    &Value::Null,
+                    "Invalid Request: id must be a string or a number",
+                );
+            }
+            let answering = agent.take(id, method, params).await;
+            requests.spawn(answering);
+        }
+        (Some(Value::String(method)), None) => agent.notification(&method, params).await,
+        (Some(_), id) => invalid(
+            &id.unwrap_or(Value::Null),
+            "Invalid Request: method must be a string",
+        ),
+        (None, Some(_)) if object.contains_key("result") || object.contains_key("error") => {
+            if !peer.complete(&Value::Object(object)) {
+                tracing::warn!("an answer to no open request (it was withdrawn or answered)");
+            }
+        }
+        (None, id) => invalid(&id.unwrap_or(Value::Null), "Invalid Request: no method"),
+    }
+}

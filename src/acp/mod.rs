@@ -1,0 +1,31 @@
+//! `sidechat acp`: the same runtime, database and configuration as `sidechat serve`, spoken as
+//! an Agent Client Protocol (v1) agent, so editors that host ACP agents (Zed, JetBrains IDEs,
+//! Neovim's CodeCompanion and avante, Emacs' agent-shell) can use sidechat without a plugin.
+//!
+//! The wire types come from `agent-client-protocol-schema` (1.x), the published ACP types whose
+//! v1 API is semver-stable, on sidechat's own stdio transport and [`crate::rpc::Peer`]. The
+//! full `agent-client-protocol` runtime crate was not used: its API changed incompatibly three
+//! times in two weeks, and its dispatch loop deadlocks when a handler awaits a request to the
+//! client, which is exactly what a prompt turn does while a permission request is open.
+//!
+//! How the runtime maps onto ACP:
+//! - `session/new` ↔ `session/create` with `cwd` as the workspace root; `session/load` replays
+//!   the stored transcript as updates before answering.
+//! - `session/prompt` ↔ `chat/send`; it answers when the turn that took it ends. A prompt sent
+//!   while a turn runs is queued as an interjection and answers when the turn that delivered it
+//!   ends. `session/cancel` ↔ `chat/stop` (the prompt answers `cancelled`).
+//! - `session/request_permission` ↔ the durable approval rows; a permission still open when the
+//!   agent stops is asked again after `session/load`.
+//! - `usage_update` ↔ the budget snapshot and the priced usage lines.
+
+mod agent;
+mod connection;
+mod sink;
+mod translate;
+
+pub use agent::{AcpError, STEERING};
+pub use connection::serve;
+pub use sink::AcpSink;
+
+/// The store being opened and repaired on a blocking thread while `initialize` is answered.
+pub type Opening = tokio::task::JoinHandle<Result<crate::runtime::Runtime, String>>;

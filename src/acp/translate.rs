@@ -1,0 +1,652 @@
+//! Pure mappings from sidechat's events and transcript to ACP session updates, and from ACP
+//! prompts to what the composer sends. Nothing here does I/O, so each mapping is tested whole.
+
+use std::path::{Path, PathBuf};
+
+use agent_client_protocol_schema::v1 as acp;
+use serde_json::Value;
+
+use crate::protocol::{Attachment, Block, Event, FinishReason, Role, ToolCallStatus};
+use crate::protocol::{PendingApproval, TranscriptEntry};
+
+/// The ACP kind of a built-in tool, so a client picks the right icon and treatment.
+pub fn tool_kind(tool: &str) -> acp::ToolKind {
+    match tool {
+        "read_file" | "list_directory" => acp::ToolKind::Read,
+        "write_file" | "edit_file" => acp::ToolKind::Edit,
+        "search_text" => acp::ToolKind::Search,
+        "run_command" => acp::ToolKind::Execute,
+        _ => acp::ToolKind::Other,
+    }
+}
+
+/// ACP has four tool states; waiting for approval is `pending`, every unsuccessful end is
+/// `failed` (the output says why: denied, stopped, or an error).
+pub fn tool_status(status: ToolCallStatus) -> acp::ToolCallStatus {
+    match status {
+        ToolCallStatus::Pending | ToolCallStatus::AwaitingApproval => acp::ToolCallStatus::Pending,
+        ToolCallStatus::Running => acp::ToolCallStatus::InProgress,
+        ToolCallStatus::Done => acp::ToolCallStatus::Completed,
+        ToolCallStatus::Error | ToolCallStatus::Denied | ToolCallStatus::Cancelled => {
+            acp::ToolCallStatus::Failed
+        }
+    }
+}
+
+fn str_arg<'a>(input: &'a Value, key: &str) -> Option<&'a str> {
+    input.get(key).and_then(Value::as_str)
+}
+
+/// The absolute path a tool's `path` argument names, under the workspace root.
+fn absolute(root: Option<&Path>, relative: &str) -> Option<PathBuf> {
+    let path = Path::new(relative);
+    if path.is_absolute() {
+        return Some(path.to_path_buf());
+    }
+    let root = root?;
+    Some(match relative {
+        "" | "." => root.to_path_buf(),
+        _ => root.join(path),
+    })
+}
+
+/// The files a call touches, as absolute paths, so a client can follow along.
+pub fn locations(tool: &str, input: &Value, root: Option<&Path>) -> Vec<acp::ToolCallLocation> {
+    let path = match tool {
+        "run_command" => return Vec::new(),
+        "list_directory" | "search_text" => str_arg(input, "path").unwrap_or("."),
+        _ => match str_arg(input, "path") {
+            Some(path) => path,
+            None => return Vec::new(),
+        },
+    };
+    let Some(path) = absolute(root, path) else {
+        return Vec::new();
+    };
+    let mut location = acp::ToolCallLocation::new(path);
+    if tool == "read_file"
+        && let Some(line) = input.get("offset").and_then(Value::as_u64)
+    {
+        location = location.line(u32::try_from(line).ok());
+    }
+    vec![location]
+}
+
+/// The change a write or an edit makes, as ACP's `diff` content. `old_file` is the file's
+/// content before a write (absent for a new file); an edit shows the replaced text alone.
+pub fn diff(
+    tool: &str,
+    input: &Value,
+    root: Option<&Path>,
+    old_file: Option<String>,
+) -> Option<acp::ToolCallContent> {
+    let path = absolute(root, str_arg(input, "path")?)?;
+    let diff = match tool {
+        "write_file" => acp::Diff::new(path, str_arg(input, "content")?).old_text(old_file),
+        "edit_file" => acp::Diff::new(path, str_arg(input, "new_string")?)
+            .old_text(str_arg(input, "old_string")?.to_string()),
+        _ => return None,
+    };
+    Some(acp::ToolCallContent::Diff(diff))
+}
+
+/// A tool call as ACP announces it.
+pub fn tool_call(
+    call_id: &str,
+    tool: &str,
+    input: &Value,
+    root: Option<&Path>,
+    old_file: Option<String>,
+) -> acp::ToolCall {
+    acp::ToolCall::new(call_id.to_string(), crate::tools::summary(tool, input))
+        .kind(tool_kind(tool))
+        .status(acp::ToolCallStatus::Pending)
+        .locations(locations(tool, input, root))
+        .content(diff(tool, input, root, old_file).into_iter().collect())
+        .raw_input(input.clone())
+}
+
+/// A state change of a call. The output of a finished call becomes its content, except for a
+/// successful write or edit, whose diff stays what the client shows.
+pub fn tool_call_update(
+    call_id: &str,
+    tool: Option<&str>,
+    status: ToolCallStatus,
+    output: Option<&str>,
+) -> acp::ToolCallUpdate {
+    let mut fields = acp::ToolCallUpdateFields::new().status(tool_status(status));
+    let keeps_diff = status == ToolCallStatus::Done
+        && tool.is_some_and(|t| matches!(t, "write_file" | "edit_file"));
+    if let Some(output) = output.filter(|_| !keeps_diff) {
+        fields = fields.content(vec![acp::ToolCallContent::from(output.to_string())]);
+    }
+    acp::ToolCallUpdate::new(call_id.to_string(), fields)
+}
+
+/// The tool call a permission request is about.
+pub fn permission_subject(approval: &PendingApproval, root: Option<&Path>) -> acp::ToolCallUpdate {
+    let fields = acp::ToolCallUpdateFields::new()
+        .title(approval.summary.clone())
+        .kind(tool_kind(&approval.tool))
+        .status(acp::ToolCallStatus::Pending)
+        .locations(locations(&approval.tool, &approval.input, root))
+        .raw_input(approval.input.clone());
+    acp::ToolCallUpdate::new(approval.call_id.clone(), fields)
+}
+
+/// The choices of a permission request; the option ids are the native decisions' names.
+pub fn permission_options() -> Vec<acp::PermissionOption> {
+    vec![
+        acp::PermissionOption::new("allow", "Allow", acp::PermissionOptionKind::AllowOnce),
+        acp::PermissionOption::new(
+            "allowAlways",
+            "Allow always (this session)",
+            acp::PermissionOptionKind::AllowAlways,
+        ),
+        acp::PermissionOption::new("deny", "Deny", acp::PermissionOptionKind::RejectOnce),
+    ]
+}
+
+fn chunk(message_id: &str, text: &str) -> acp::ContentChunk {
+    acp::ContentChunk::new(acp::ContentBlock::from(text.to_string()))
+        .message_id(acp::MessageId::new(message_id))
+}
+
+/// The updates a live event shows, beyond what needs the session's state (tool calls need
+/// the file before a write, approvals a request, usage the cost): text and thinking deltas,
+/// tool state changes and local notes.
+pub fn live_update(event: &Event) -> Option<acp::SessionUpdate> {
+    match event {
+        Event::TextDelta { message_id, text } => Some(acp::SessionUpdate::AgentMessageChunk(
+            chunk(message_id, text),
+        )),
+        Event::ThinkingDelta { message_id, text } => Some(acp::SessionUpdate::AgentThoughtChunk(
+            chunk(message_id, text),
+        )),
+        Event::ToolCallUpdated {
+            call_id,
+            status,
+            output,
+        } => Some(acp::SessionUpdate::ToolCallUpdate(tool_call_update(
+            call_id,
+            None,
+            *status,
+            output.as_deref(),
+        ))),
+        // A slash command's answer is a note: the client shows it as the agent's message.
+        Event::MessageCompleted { entry } if entry.role == Role::Note => {
+            let text = note_text(entry);
+            Some(acp::SessionUpdate::AgentMessageChunk(chunk(
+                &entry.id, &text,
+            )))
+        }
+        _ => None,
+    }
+}
+
+fn note_text(entry: &TranscriptEntry) -> String {
+    entry
+        .blocks
+        .iter()
+        .filter_map(|b| match b {
+            Block::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Replays one stored message as the updates that showed it live. `tools` finds the tool and
+/// input of a result's call among the messages replayed before.
+pub fn replay(
+    entry: &TranscriptEntry,
+    root: Option<&Path>,
+    tools: &mut std::collections::HashMap<String, (String, Value)>,
+) -> Vec<acp::SessionUpdate> {
+    let mut updates = Vec::new();
+    for block in &entry.blocks {
+        let update = match (entry.role, block) {
+            (Role::User, Block::Text { text }) | (Role::User, Block::Interjection { text, .. }) => {
+                acp::SessionUpdate::UserMessageChunk(chunk(&entry.id, text))
+            }
+            (Role::User, Block::Attachment { name, text }) => {
+                let resource = acp::EmbeddedResourceResource::TextResourceContents(
+                    acp::TextResourceContents::new(text.clone(), name.clone()),
+                );
+                acp::SessionUpdate::UserMessageChunk(
+                    acp::ContentChunk::new(acp::ContentBlock::Resource(
+                        acp::EmbeddedResource::new(resource),
+                    ))
+                    .message_id(acp::MessageId::new(entry.id.as_str())),
+                )
+            }
+            (Role::Assistant, Block::Thinking { text, .. }) if !text.is_empty() => {
+                acp::SessionUpdate::AgentThoughtChunk(chunk(&entry.id, text))
+            }
+            (Role::Assistant, Block::Text { text }) => {
+                acp::SessionUpdate::AgentMessageChunk(chunk(&entry.id, text))
+            }
+            (Role::Assistant, Block::ToolCall { id, name, input }) => {
+                tools.insert(id.clone(), (name.clone(), input.clone()));
+                acp::SessionUpdate::ToolCall(tool_call(id, name, input, root, None))
+            }
+            (
+                Role::Tool,
+                Block::ToolResult {
+                    call_id,
+                    output,
+                    status,
+                    ..
+                },
+            ) => {
+                let tool = tools.get(call_id).map(|(name, _)| name.as_str());
+                acp::SessionUpdate::ToolCallUpdate(tool_call_update(
+                    call_id,
+                    tool,
+                    *status,
+                    Some(output),
+                ))
+            }
+            (Role::Note, Block::Text { text }) => {
+                acp::SessionUpdate::AgentMessageChunk(chunk(&entry.id, text))
+            }
+            _ => continue,
+        };
+        updates.push(update);
+    }
+    updates
+}
+
+/// How a prompt turn ended, for `session/prompt`'s answer; `Err` carries the message of the
+/// JSON-RPC error a failed or over-budget run answers with.
+pub fn stop_reason(reason: FinishReason, error: Option<&str>) -> Result<acp::StopReason, String> {
+    match reason {
+        FinishReason::EndTurn => Ok(acp::StopReason::EndTurn),
+        FinishReason::Stopped => Ok(acp::StopReason::Cancelled),
+        FinishReason::MaxIterations => Ok(acp::StopReason::MaxTurnRequests),
+        FinishReason::CutOff => Ok(acp::StopReason::MaxTokens),
+        FinishReason::BudgetSpent => Err(format!(
+            "The session's budget is spent: {}. Raise the limit to continue.",
+            error.unwrap_or("a limit was reached")
+        )),
+        FinishReason::Error => Err(format!(
+            "The model request failed: {}",
+            error.unwrap_or("no reason was given")
+        )),
+    }
+}
+
+/// Why a prompt's content cannot be sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PromptError(pub String);
+
+/// An ACP prompt as the composer's text and attachments: text blocks and links join the
+/// text, embedded text resources become attachments. Images, audio and binary resources are
+/// refused, as `initialize` does not offer them.
+pub fn prompt_text(prompt: &[acp::ContentBlock]) -> Result<(String, Vec<Attachment>), PromptError> {
+    let mut parts: Vec<String> = Vec::new();
+    let mut attachments = Vec::new();
+    for (index, block) in prompt.iter().enumerate() {
+        match block {
+            acp::ContentBlock::Text(text) => parts.push(text.text.clone()),
+            acp::ContentBlock::ResourceLink(link) => parts.push(format!("@{}", link.uri)),
+            acp::ContentBlock::Resource(resource) => match &resource.resource {
+                acp::EmbeddedResourceResource::TextResourceContents(contents) => {
+                    attachments.push(Attachment {
+                        name: contents.uri.clone(),
+                        text: contents.text.clone(),
+                    })
+                }
+                _ => {
+                    return Err(PromptError(format!(
+                        "prompt block {index} is a binary resource; sidechat takes text resources only"
+                    )));
+                }
+            },
+            acp::ContentBlock::Image(_) => {
+                return Err(PromptError(format!(
+                    "prompt block {index} is an image; sidechat does not take images (promptCapabilities.image is false)"
+                )));
+            }
+            acp::ContentBlock::Audio(_) => {
+                return Err(PromptError(format!(
+                    "prompt block {index} is audio; sidechat does not take audio (promptCapabilities.audio is false)"
+                )));
+            }
+            _ => {
+                return Err(PromptError(format!(
+                    "prompt block {index} has a content type sidechat does not know"
+                )));
+            }
+        }
+    }
+    let text = parts.join("\n");
+    if text.trim().is_empty() {
+        return Err(PromptError(
+            "the prompt has no text; send at least one non-empty text block".into(),
+        ));
+    }
+    Ok((text, attachments))
+}
+
+/// A session title from the first prompt: its first line, at most 60 characters.
+pub fn title_from(text: &str) -> String {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    let mut title: String = line.chars().take(60).collect();
+    if line.chars().count() > 60 {
+        title.push('…');
+    }
+    title
+}
+
+/// The slash commands a client may offer in its composer.
+pub fn available_commands() -> acp::AvailableCommandsUpdate {
+    let hint = |text: &str| {
+        Some(acp::AvailableCommandInput::Unstructured(
+            acp::UnstructuredCommandInput::new(text),
+        ))
+    };
+    acp::AvailableCommandsUpdate::new(vec![
+        acp::AvailableCommand::new("cost", "What this session has cost so far"),
+        acp::AvailableCommand::new("model", "Show or switch the model").input(hint("model id")),
+        acp::AvailableCommand::new("system", "Set the system prompt; alone, remove it")
+            .input(hint("system prompt")),
+        acp::AvailableCommand::new(
+            "clear",
+            "The model starts fresh; earlier messages stay readable",
+        ),
+        acp::AvailableCommand::new("help", "The list of commands"),
+    ])
+}
+
+/// The model selector: the session's model, and its account's default beside it.
+pub fn model_option(current: &str, account_default: &str) -> acp::SessionConfigOption {
+    let mut models = vec![current.to_string()];
+    if account_default != current {
+        models.push(account_default.to_string());
+    }
+    let options: Vec<acp::SessionConfigSelectOption> = models
+        .into_iter()
+        .map(|m| acp::SessionConfigSelectOption::new(m.clone(), m))
+        .collect();
+    acp::SessionConfigOption::select("model", "Model", current.to_string(), options)
+        .category(acp::SessionConfigOptionCategory::Model)
+        .description("The model that answers from the next request on".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    fn wire<T: serde::Serialize>(value: &T) -> Value {
+        serde_json::to_value(value).unwrap()
+    }
+
+    #[test]
+    fn deltas_become_message_and_thought_chunks() {
+        let text = Event::TextDelta {
+            message_id: "msg_1".into(),
+            text: "Hello".into(),
+        };
+        assert_eq!(
+            wire(&live_update(&text).unwrap()),
+            json!({"sessionUpdate": "agent_message_chunk", "messageId": "msg_1",
+                   "content": {"type": "text", "text": "Hello"}})
+        );
+        let thinking = Event::ThinkingDelta {
+            message_id: "msg_1".into(),
+            text: "hmm".into(),
+        };
+        assert_eq!(
+            wire(&live_update(&thinking).unwrap()),
+            json!({"sessionUpdate": "agent_thought_chunk", "messageId": "msg_1",
+                   "content": {"type": "text", "text": "hmm"}})
+        );
+    }
+
+    #[test]
+    fn a_write_is_an_edit_with_a_diff_and_an_absolute_location() {
+        let input = json!({"path": "notes/a.md", "content": "new\n"});
+        let call = tool_call(
+            "call_1",
+            "write_file",
+            &input,
+            Some(Path::new("/ws")),
+            Some("old\n".into()),
+        );
+        assert_eq!(
+            wire(&acp::SessionUpdate::ToolCall(call)),
+            json!({
+                "sessionUpdate": "tool_call",
+                "toolCallId": "call_1",
+                "title": "write notes/a.md (1 lines)",
+                "kind": "edit",
+                "content": [{"type": "diff", "path": "/ws/notes/a.md", "oldText": "old\n", "newText": "new\n"}],
+                "locations": [{"path": "/ws/notes/a.md"}],
+                "rawInput": input,
+            })
+        );
+    }
+
+    #[test]
+    fn a_command_is_execute_and_its_output_is_content() {
+        let input = json!({"command": "ls"});
+        let call = wire(&tool_call(
+            "c",
+            "run_command",
+            &input,
+            Some(Path::new("/ws")),
+            None,
+        ));
+        assert_eq!(call["kind"], "execute");
+        // No files: the empty list is left out, as is the default `pending` status.
+        assert_eq!(call.get("locations"), None);
+        assert_eq!(call.get("status"), None);
+        let done = tool_call_update("c", Some("run_command"), ToolCallStatus::Done, Some("a\nb"));
+        assert_eq!(
+            wire(&done),
+            json!({"toolCallId": "c", "status": "completed",
+                   "content": [{"type": "content", "content": {"type": "text", "text": "a\nb"}}]})
+        );
+    }
+
+    #[test]
+    fn a_finished_edit_keeps_its_diff_and_a_denied_one_says_why() {
+        let done = tool_call_update("e", Some("edit_file"), ToolCallStatus::Done, Some("edited"));
+        assert_eq!(
+            wire(&done),
+            json!({"toolCallId": "e", "status": "completed"})
+        );
+        let denied = tool_call_update("e", Some("edit_file"), ToolCallStatus::Denied, Some("no"));
+        assert_eq!(
+            wire(&denied),
+            json!({"toolCallId": "e", "status": "failed",
+                   "content": [{"type": "content", "content": {"type": "text", "text": "no"}}]})
+        );
+    }
+
+    #[test]
+    fn kinds_and_states_cover_every_tool_and_status() {
+        let kinds: Vec<Value> = [
+            "read_file",
+            "list_directory",
+            "search_text",
+            "write_file",
+            "edit_file",
+            "run_command",
+            "mcp__x__y",
+        ]
+        .iter()
+        .map(|t| wire(&tool_kind(t)))
+        .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                json!("read"),
+                json!("read"),
+                json!("search"),
+                json!("edit"),
+                json!("edit"),
+                json!("execute"),
+                json!("other")
+            ]
+        );
+        use ToolCallStatus::*;
+        let states: Vec<Value> = [
+            Pending,
+            AwaitingApproval,
+            Running,
+            Done,
+            Error,
+            Denied,
+            Cancelled,
+        ]
+        .iter()
+        .map(|s| wire(&tool_status(*s)))
+        .collect();
+        assert_eq!(
+            states,
+            vec![
+                json!("pending"),
+                json!("pending"),
+                json!("in_progress"),
+                json!("completed"),
+                json!("failed"),
+                json!("failed"),
+                json!("failed")
+            ]
+        );
+    }
+
+    #[test]
+    fn finish_reasons_map_to_stop_reasons_or_errors() {
+        let reasons: Vec<Result<Value, String>> = [
+            (FinishReason::EndTurn, None),
+            (FinishReason::Stopped, None),
+            (FinishReason::MaxIterations, None),
+            (FinishReason::CutOff, None),
+            (FinishReason::BudgetSpent, Some("capUsd: over")),
+            (FinishReason::Error, Some("503 from upstream")),
+        ]
+        .into_iter()
+        .map(|(r, e)| stop_reason(r, e).map(|s| wire(&s)))
+        .collect();
+        assert_eq!(
+            reasons,
+            vec![
+                Ok(json!("end_turn")),
+                Ok(json!("cancelled")),
+                Ok(json!("max_turn_requests")),
+                Ok(json!("max_tokens")),
+                Err(
+                    "The session's budget is spent: capUsd: over. Raise the limit to continue."
+                        .into()
+                ),
+                Err("The model request failed: 503 from upstream".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_transcript_replays_in_order_with_final_tool_states() {
+        let entry = |id: &str, role, blocks| TranscriptEntry {
+            id: String::from(id),
+            seq: 1,
+            role,
+            blocks,
+            status: crate::protocol::MessageStatus::Complete,
+            run_id: None,
+            created_at: String::new(),
+        };
+        let entries = [
+            entry("u1", Role::User, vec![Block::Text { text: "hi".into() }]),
+            entry(
+                "a1",
+                Role::Assistant,
+                vec![
+                    Block::Thinking {
+                        text: "think".into(),
+                        signature: None,
+                    },
+                    Block::Text { text: "ok".into() },
+                    Block::ToolCall {
+                        id: "c1".into(),
+                        name: "run_command".into(),
+                        input: json!({"command": "ls"}),
+                    },
+                ],
+            ),
+            entry(
+                "t1",
+                Role::Tool,
+                vec![Block::ToolResult {
+                    call_id: "c1".into(),
+                    output: "a".into(),
+                    is_error: false,
+                    status: ToolCallStatus::Done,
+                }],
+            ),
+        ];
+        let mut tools = Default::default();
+        let kinds: Vec<Value> = entries
+            .iter()
+            .flat_map(|e| replay(e, Some(Path::new("/ws")), &mut tools))
+            .map(|u| {
+                let u = wire(&u);
+                json!([u["sessionUpdate"], u["status"]])
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                json!(["user_message_chunk", null]),
+                json!(["agent_thought_chunk", null]),
+                json!(["agent_message_chunk", null]),
+                json!(["tool_call", null]),
+                json!(["tool_call_update", "completed"]),
+            ]
+        );
+    }
+
+    #[test]
+    fn prompts_become_text_and_attachments_and_bad_blocks_are_refused() {
+        let prompt: Vec<acp::ContentBlock> = serde_json::from_value(json!([
+            {"type": "text", "text": "Look at"},
+            {"type": "resource_link", "name": "a.rs", "uri": "file:///ws/a.rs"},
+            {"type": "resource", "resource": {"uri": "file:///ws/b.rs", "text": "fn b() {}"}}
+        ]))
+        .unwrap();
+        assert_eq!(
+            prompt_text(&prompt),
+            Ok((
+                "Look at\n@file:///ws/a.rs".to_string(),
+                vec![Attachment {
+                    name: "file:///ws/b.rs".into(),
+                    text: "fn b() {}".into()
+                }]
+            ))
+        );
+        let image: Vec<acp::ContentBlock> = serde_json::from_value(json!([
+            {"type": "image", "data": "AAAA", "mimeType": "image/png"}
+        ]))
+        .unwrap();
+        assert_eq!(
+            prompt_text(&image),
+            Err(PromptError("prompt block 0 is an image; sidechat does not take images (promptCapabilities.image is false)".into()))
+        );
+        assert!(prompt_text(&[]).is_err());
+    }
+
+    #[test]
+    fn titles_come_from_the_first_line() {
+        assert_eq!(title_from("\n  Fix the build  \nplease"), "Fix the build");
+        assert_eq!(title_from(&"x".repeat(70)), format!("{}…", "x".repeat(60)));
+    }
+}
