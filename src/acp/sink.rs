@@ -8,7 +8,8 @@
 use tokio::sync::{mpsc, oneshot};
 
 use crate::protocol::SessionEventParams;
-use crate::runtime::{Delta, EventSink};
+use crate::protocol::Delta;
+use crate::runtime::EventSink;
 
 /// One item of the queue.
 pub enum Item {

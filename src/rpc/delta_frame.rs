@@ -3,8 +3,9 @@
 //! Streamed text is nearly all of what a run sends, and through serde every delta costs
 //! seventeen escaped strings (each key and value) and a formatter call per token. Here only
 //! the four strings that vary are escaped; the rest is fixed bytes. The output is byte for byte
-//! what the general path writes (whose JSON objects have their keys sorted), which a test
-//! checks, so a client cannot tell the two paths apart.
+//! what the general path writes (whose JSON objects keep their fields in declaration order:
+//! serde_json's `preserve_order`, which the ACP types require), which a test checks, so a
+//! client cannot tell the two paths apart.
 
 use crate::json_text::next_special;
 use crate::protocol::{Delta, DeltaKind};
@@ -36,24 +37,21 @@ pub fn write_delta_frame(delta: &Delta<'_>, out: &mut Vec<u8>) {
     let dynamic = message_id.len() + text.len() + session_id.len();
     // The fixed part, with the longest kind and seq, is under 192 bytes; escapes are rare.
     out.reserve(192 + dynamic + dynamic / 8 + run_id.map_or(0, str::len));
-    out.extend_from_slice(
-        br#"{"jsonrpc":"2.0","method":"session/event","params":{"event":{"kind":""#,
-    );
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","method":"session/event","params":{"sessionId":"#);
+    write_json_string(out, session_id);
+    out.extend_from_slice(br#","seq":"#);
+    out.extend_from_slice(itoa::Buffer::new().format(seq).as_bytes());
+    if let Some(run_id) = run_id {
+        out.extend_from_slice(br#","runId":"#);
+        write_json_string(out, run_id);
+    }
+    out.extend_from_slice(br#","event":{"kind":""#);
     out.extend_from_slice(kind.as_bytes());
     out.extend_from_slice(br#"","messageId":"#);
     write_json_string(out, message_id);
     out.extend_from_slice(br#","text":"#);
     write_json_string(out, text);
-    out.push(b'}');
-    if let Some(run_id) = run_id {
-        out.extend_from_slice(br#","runId":"#);
-        write_json_string(out, run_id);
-    }
-    out.extend_from_slice(br#","seq":"#);
-    out.extend_from_slice(itoa::Buffer::new().format(seq).as_bytes());
-    out.extend_from_slice(br#","sessionId":"#);
-    write_json_string(out, session_id);
-    out.extend_from_slice(b"}}");
+    out.extend_from_slice(b"}}}");
 }
 
 /// What a byte becomes inside a JSON string: itself (0), a two-character escape, or `\u00XX`
