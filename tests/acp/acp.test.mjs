@@ -123,7 +123,10 @@ class Agent {
       const why = refusal(message, asked);
       if (why) this.invalid.push({ message, ...why });
     });
+    /** Every message the client wrote, in order. */
+    this.sent = [];
     const fromClient = lines((message) => {
+      this.sent.push(message);
       if ('method' in message && 'id' in message) asked.set(JSON.stringify(message.id), message.method);
     });
     const toAgent = fromClient.readable;
@@ -191,6 +194,8 @@ const db = join(dir, 'sidechat.db');
 let upstream;
 let env;
 let agent;
+/** Agents killed during the tests, whose messages are checked with the last one's. */
+const retired = [];
 
 const text = (updates, kind) => updates.filter((u) => u.sessionUpdate === kind).map((u) => u.content.text).join('');
 const kinds = (updates) => updates.map((u) => u.sessionUpdate);
@@ -291,7 +296,206 @@ test('a prompt streams thoughts and text, a title and the usage with its cost, t
   assert.ok(usage.cost.amount > 0, JSON.stringify(usage));
 });
 
-test('every message the agent wrote is valid ACP', () => {
-  assert.ok(agent.messages.length > 10);
-  assert.deepEqual(agent.invalid, []);
+test('a slash command answers with its note and ends the turn', async () => {
+  const from = agent.updates.length;
+  const answer = await agent.request('session/prompt', { sessionId, prompt: [{ type: 'text', text: '/cost' }] });
+  assert.deepEqual(answer, { stopReason: 'end_turn' });
+  assert.match(text(agent.of(sessionId, from), 'agent_message_chunk'), /^Cost of this session: \$/);
+});
+
+test('a write asks permission; allowed, it runs and shows its diff', async () => {
+  const from = agent.updates.length;
+  agent.onPermission = async () => ({ outcome: { outcome: 'selected', optionId: 'allow' } });
+  const answer = await agent.request('session/prompt', { sessionId, prompt: [{ type: 'text', text: 'please write notes.md' }] });
+  assert.deepEqual(answer, { stopReason: 'end_turn' });
+  const asked = agent.permissions.at(-1);
+  assert.equal(asked.sessionId, sessionId);
+  assert.deepEqual(asked.options.map((o) => [o.optionId, o.kind]), [['allow', 'allow_once'], ['allowAlways', 'allow_always'], ['deny', 'reject_once']]);
+  const path = join(workspace, 'notes.md');
+  assert.deepEqual(asked.toolCall, {
+    toolCallId: asked.toolCall.toolCallId,
+    title: 'write notes.md (1 lines)',
+    kind: 'edit',
+    status: 'pending',
+    locations: [{ path }],
+    rawInput: { path: 'notes.md', content: 'written by the model\n' },
+  });
+  const updates = agent.of(sessionId, from);
+  const call = updates.find((u) => u.sessionUpdate === 'tool_call');
+  assert.deepEqual(call, {
+    sessionUpdate: 'tool_call',
+    toolCallId: asked.toolCall.toolCallId,
+    title: 'write notes.md (1 lines)',
+    kind: 'edit',
+    content: [{ type: 'diff', path, newText: 'written by the model\n' }],
+    locations: [{ path }],
+    rawInput: { path: 'notes.md', content: 'written by the model\n' },
+  });
+  const states = updates.filter((u) => u.sessionUpdate === 'tool_call_update' && u.toolCallId === call.toolCallId).map((u) => u.status);
+  assert.deepEqual(states, ['pending', 'in_progress', 'completed']);
+  assert.equal(readFileSync(path, 'utf8'), 'written by the model\n');
+  assert.match(text(updates, 'agent_message_chunk'), /^Writing notes\.md\.Done: /);
+});
+
+test('a write the user denies does not run, and the turn goes on', async () => {
+  const from = agent.updates.length;
+  agent.onPermission = async () => ({ outcome: { outcome: 'selected', optionId: 'deny' } });
+  const answer = await agent.request('session/prompt', { sessionId, prompt: [{ type: 'text', text: 'now write other.md' }] });
+  assert.deepEqual(answer, { stopReason: 'end_turn' });
+  const updates = agent.of(sessionId, from);
+  const call = updates.find((u) => u.sessionUpdate === 'tool_call');
+  const last = updates.filter((u) => u.sessionUpdate === 'tool_call_update' && u.toolCallId === call.toolCallId).at(-1);
+  assert.equal(last.status, 'failed');
+  assert.match(last.content[0].content.text, /denied/);
+  assert.equal(existsSync(join(workspace, 'other.md')), false);
+});
+
+test('session/cancel mid-turn answers the prompt with cancelled', async () => {
+  const reached = upstream.reachedGate();
+  const from = agent.updates.length;
+  const prompting = agent.request('session/prompt', { sessionId, prompt: [{ type: 'text', text: 'a slow answer please' }] });
+  await reached;
+  await agent.update((u) => u.sessionId === sessionId && u.update.sessionUpdate === 'agent_message_chunk' && u.update.content.text.includes('long answer'), from);
+  await agent.notify('session/cancel', { sessionId });
+  assert.deepEqual(await prompting, { stopReason: 'cancelled' });
+});
+
+test('session/cancel withdraws an open permission request', async () => {
+  let answer;
+  const asked = agent.nextPermission();
+  agent.onPermission = () => new Promise((resolve) => { answer = resolve; });
+  const from = agent.updates.length;
+  const prompting = agent.request('session/prompt', { sessionId, prompt: [{ type: 'text', text: 'run a command' }] });
+  const request = await asked;
+  assert.equal(request.toolCall.kind, 'execute');
+  await agent.notify('session/cancel', { sessionId });
+  // As ACP asks of a client that cancels: the open request is answered `cancelled`.
+  answer({ outcome: { outcome: 'cancelled' } });
+  assert.deepEqual(await prompting, { stopReason: 'cancelled' });
+  const last = agent.of(sessionId, from).filter((u) => u.sessionUpdate === 'tool_call_update' && u.toolCallId === request.toolCall.toolCallId).at(-1);
+  assert.equal(last.status, 'failed');
+});
+
+test('session/load replays the history in order, before its answer', async () => {
+  const from = agent.messages.length;
+  const loaded = await agent.request('session/load', { sessionId, cwd: workspace, mcpServers: [] });
+  assert.equal(loaded.configOptions[0].currentValue, upstream.model);
+  const id = agent.sent.findLast((m) => m.method === 'session/load').id;
+  const answeredAt = agent.messages.findIndex((m, i) => i >= from && m.id === id && !('method' in m));
+  const replayed = agent.messages.slice(from, answeredAt).filter((m) => m.method === 'session/update').map((m) => m.params.update);
+  const users = replayed.filter((u) => u.sessionUpdate === 'user_message_chunk').map((u) => u.content.text);
+  // A slash command is not a message to the model: only its note is stored, and replayed.
+  assert.deepEqual(users, ['stream a greeting', 'please write notes.md', 'now write other.md', 'a slow answer please', 'run a command']);
+  assert.match(text(replayed, 'agent_message_chunk'), /Cost of this session: \$/);
+  assert.deepEqual(kinds(replayed).slice(0, 5), ['user_message_chunk', 'agent_thought_chunk', 'agent_message_chunk', 'agent_message_chunk', 'user_message_chunk']);
+  const calls = replayed.filter((u) => u.sessionUpdate === 'tool_call').map((u) => u.kind);
+  assert.deepEqual(calls, ['edit', 'edit', 'execute']);
+  const results = replayed.filter((u) => u.sessionUpdate === 'tool_call_update').map((u) => u.status);
+  assert.deepEqual(results, ['completed', 'failed', 'failed']);
+  assert.equal(text(replayed.slice(0, 3), 'agent_message_chunk'), 'Hello from the fake upstream.');
+  assert.deepEqual(kinds(replayed).slice(-2), ['session_info_update', 'usage_update']);
+  const afterwards = agent.messages.slice(answeredAt + 1).filter((m) => m.method === 'session/update' && m.params.sessionId === sessionId);
+  await agent.update((u) => u.sessionId === sessionId && u.update.sessionUpdate === 'available_commands_update', agent.updates.length - afterwards.length);
+});
+
+test('session/list finds the sessions of a folder, with titles', async () => {
+  const listed = await agent.request('session/list', { cwd: workspace });
+  const mine = listed.sessions.find((s) => s.sessionId === sessionId);
+  assert.deepEqual({ ...mine, updatedAt: undefined }, { sessionId, cwd: workspace, title: 'stream a greeting', updatedAt: undefined });
+  const elsewhere = await agent.request('session/list', { cwd: join(dir, 'elsewhere') });
+  assert.deepEqual(elsewhere.sessions, []);
+});
+
+test('a prompt sent mid-turn is queued, delivered, and both prompts answer', async () => {
+  const { sessionId: busy } = await agent.request('session/new', { cwd: workspace, mcpServers: [] });
+  const reached = upstream.reachedGate();
+  const first = agent.request('session/prompt', { sessionId: busy, prompt: [{ type: 'text', text: 'queue some work' }] });
+  await reached;
+  const second = agent.request('session/prompt', { sessionId: busy, prompt: [{ type: 'text', text: 'also mention the tests' }] });
+  // Requests are taken in arrival order: once this answers, the second prompt is queued.
+  await agent.request('session/list', {});
+  upstream.open('queue');
+  assert.deepEqual(await first, { stopReason: 'end_turn' });
+  assert.deepEqual(await second, { stopReason: 'end_turn' });
+  const delivered = upstream.requests.at(-1).messages.at(-1);
+  assert.match(JSON.stringify(delivered), /The user adds: also mention the tests/);
+  assert.match(text(agent.of(busy), 'agent_message_chunk'), /Noted \(also mention the tests\)/);
+});
+
+test('_session/steering joins the running turn, or starts one', async () => {
+  const { sessionId: steered } = await agent.request('session/new', { cwd: workspace, mcpServers: [] });
+  const reached = upstream.reachedGate();
+  const prompting = agent.request('session/prompt', { sessionId: steered, prompt: [{ type: 'text', text: 'queue a task' }] });
+  await reached;
+  const steering = await agent.request('_session/steering', { sessionId: steered, prompt: [{ type: 'text', text: 'and be brief' }] });
+  assert.deepEqual(steering, { outcome: 'injected' });
+  upstream.open('queue');
+  assert.deepEqual(await prompting, { stopReason: 'end_turn' });
+  assert.match(text(agent.of(steered), 'agent_message_chunk'), /Noted \(and be brief\)/);
+  const from = agent.updates.length;
+  const idle = await agent.request('_session/steering', { sessionId: steered, prompt: [{ type: 'text', text: 'one more thing' }] });
+  assert.deepEqual(idle, { outcome: 'startedNewTurn' });
+  await agent.update((u) => u.sessionId === steered && u.update.sessionUpdate === 'usage_update' && u.update.cost, from);
+  await agent.update((u) => u.sessionId === steered && u.update.sessionUpdate === 'agent_message_chunk' && u.update.content.text === 'OK.', from);
+});
+
+test('the model is a config option the client can set', async () => {
+  const { sessionId: other } = await agent.request('session/new', { cwd: workspace, mcpServers: [] });
+  const set = await agent.request('session/set_config_option', { sessionId: other, configId: 'model', value: 'gpt-4o-mini' });
+  assert.deepEqual(set.configOptions[0].currentValue, 'gpt-4o-mini');
+  assert.deepEqual(set.configOptions[0].options.map((o) => o.value), ['gpt-4o-mini', upstream.model]);
+  await assert.rejects(agent.request('session/set_config_option', { sessionId: other, configId: 'mode', value: 'x' }), (e) => e.code === -32602 && /unknown config option/.test(e.message));
+});
+
+test('bad input gets a clear error and the connection goes on', async () => {
+  await assert.rejects(agent.request('session/fork', { sessionId }), (e) => e.code === -32601 && /session\/fork/.test(e.message));
+  await assert.rejects(agent.request('session/prompt', { sessionId: 'ses_nope', prompt: [{ type: 'text', text: 'hi' }] }), (e) => e.code === -32002 && /ses_nope/.test(e.message));
+  await assert.rejects(agent.request('session/prompt', { sessionId, prompt: [{ type: 'image', data: 'AAAA', mimeType: 'image/png' }] }), (e) => e.code === -32602 && /image/.test(e.message));
+  await assert.rejects(agent.request('session/prompt', { sessionId, prompt: [] }), (e) => e.code === -32602 && /no text/.test(e.message));
+  await assert.rejects(agent.request('session/new', { cwd: 'relative/path', mcpServers: [] }), (e) => e.code === -32602 && /absolute/.test(e.message));
+  const { sessionId: closing } = await agent.request('session/new', { cwd: workspace, mcpServers: [] });
+  assert.deepEqual(await agent.request('session/close', { sessionId: closing }), {});
+  await assert.rejects(agent.request('session/prompt', { sessionId: closing, prompt: [{ type: 'text', text: 'hi' }] }), (e) => e.code === -32002 && /closed/.test(e.message));
+  await agent.request('session/resume', { sessionId: closing, cwd: workspace, mcpServers: [] });
+  assert.deepEqual(await agent.request('session/prompt', { sessionId: closing, prompt: [{ type: 'text', text: 'hi again' }] }), { stopReason: 'end_turn' });
+});
+
+test('a failed model request answers the prompt with an error a person can act on', async () => {
+  const { sessionId: failing } = await agent.request('session/new', { cwd: workspace, mcpServers: [] });
+  await assert.rejects(
+    agent.request('session/prompt', { sessionId: failing, prompt: [{ type: 'text', text: 'are you overloaded?' }] }),
+    (e) => e.code === -32603 && /^The model request failed: .*overloaded/.test(e.message),
+  );
+  // The session goes on.
+  assert.deepEqual(await agent.request('session/prompt', { sessionId: failing, prompt: [{ type: 'text', text: 'hello' }] }), { stopReason: 'end_turn' });
+});
+
+test('a permission open when the agent is killed is asked again after a restart and a load', async () => {
+  const { sessionId: killed } = await agent.request('session/new', { cwd: workspace, mcpServers: [] });
+  const asked = agent.nextPermission();
+  agent.onPermission = () => new Promise(() => {});
+  const prompting = agent.request('session/prompt', { sessionId: killed, prompt: [{ type: 'text', text: 'write kill.md' }] });
+  prompting.catch(() => {});
+  const first = await asked;
+  agent.child.kill('SIGKILL');
+  await agent.exited;
+  agent.connection.close();
+  retired.push(agent);
+  agent = new Agent(env, db);
+  await agent.request('initialize', { protocolVersion: 1 });
+  const askedAgain = agent.nextPermission();
+  agent.onPermission = async () => ({ outcome: { outcome: 'selected', optionId: 'allow' } });
+  await agent.request('session/load', { sessionId: killed, cwd: workspace, mcpServers: [] });
+  const again = await askedAgain;
+  assert.equal(again.toolCall.toolCallId, first.toolCall.toolCallId);
+  assert.equal(again.sessionId, killed);
+  await agent.update((u) => u.sessionId === killed && u.update.sessionUpdate === 'tool_call_update' && u.update.status === 'completed');
+  await agent.update((u) => u.sessionId === killed && u.update.sessionUpdate === 'agent_message_chunk' && u.update.content.text.startsWith('Done'));
+  assert.equal(readFileSync(join(workspace, 'kill.md'), 'utf8'), 'written by the model\n');
+});
+
+test('every message the agents wrote is valid ACP', () => {
+  const agents = [...retired, agent];
+  assert.ok(agents.every((a) => a.messages.length > 10));
+  assert.deepEqual(agents.flatMap((a) => a.invalid), []);
 });

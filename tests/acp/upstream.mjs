@@ -83,6 +83,12 @@ export async function startUpstream() {
       }
       const request = JSON.parse(body);
       requests.push(request);
+      const last = request.messages[request.messages.length - 1];
+      if (last.role === 'user' && text(last.content).trimEnd().endsWith('overloaded?')) {
+        res.writeHead(500, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ error: { message: 'the fake upstream is overloaded', type: 'server_error' } }));
+        return;
+      }
       const script = answer(request.messages);
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
       const send = (payload) => res.write(`data: ${JSON.stringify(payload)}\n\n`);
