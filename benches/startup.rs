@@ -12,6 +12,9 @@
 //!   the schema.
 //! - `serve`, existing database: the same against one database that earlier runs created,
 //!   as on every later start.
+//! - `acp`, existing database: spawn `sidechat acp --db <file>`, write an ACP `initialize`
+//!   request, read the reply line; then close its stdin and reap it (an ACP agent ends with
+//!   its input). The same handshake as `serve`, through the ACP adapter.
 //! - `sidechat --version` until it exits: exec, loading and argument parsing, without the
 //!   database or the async runtime.
 //! - `/bin/true` until it exits: the baseline.
@@ -35,6 +38,7 @@ const GOAL_RATIO: f64 = 3.0;
 const GOAL_RSS_MIB: f64 = 30.0;
 
 const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"clientInfo":{"name":"startup-bench","version":"1"},"protocolVersion":1,"capabilities":{}}}"#;
+const ACP_INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{},"clientInfo":{"name":"startup-bench","version":"1"}}}"#;
 const SHUTDOWN: &str = r#"{"jsonrpc":"2.0","id":2,"method":"shutdown"}"#;
 const EXIT: &str = r#"{"jsonrpc":"2.0","method":"exit"}"#;
 
@@ -78,6 +82,37 @@ fn serve_once(home: &Path, db: &Path) -> ServeRun {
     );
     let rss_kib = vm_rss_kib(child.id());
     stop(child, stdin, stdout);
+    ServeRun { elapsed, rss_kib }
+}
+
+/// One `acp` run: time from spawn to the `initialize` reply, and VmRSS after it, in KiB.
+fn acp_once(home: &Path, db: &Path) -> ServeRun {
+    let started = Instant::now();
+    let mut child = sidechat_command(home)
+        .arg("acp")
+        .arg("--db")
+        .arg(db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("cannot spawn `sidechat acp`");
+    let mut stdin = child.stdin.take().expect("the child's stdin is piped");
+    let mut stdout = BufReader::new(child.stdout.take().expect("the child's stdout is piped"));
+    send(&mut stdin, ACP_INITIALIZE);
+    let reply = read_reply(&mut stdout, &mut child);
+    let elapsed = started.elapsed();
+    assert!(
+        reply.contains(r#""id":1"#) && reply.contains(r#""agentCapabilities""#),
+        "unexpected reply to the ACP initialize: {reply}"
+    );
+    let rss_kib = vm_rss_kib(child.id());
+    drop(stdin);
+    let status = child.wait().expect("cannot reap the agent");
+    assert!(
+        status.success(),
+        "the agent exited with {status} when its input closed"
+    );
     ServeRun { elapsed, rss_kib }
 }
 
@@ -200,12 +235,15 @@ fn main() {
     for _ in 0..warm_up {
         serve_once(home, &fresh_db());
         serve_once(home, &existing_db);
+        acp_once(home, &existing_db);
         version_once(home);
         trivial_once();
     }
     let mut fresh = Vec::with_capacity(runs);
     let mut rss = Vec::with_capacity(runs);
     let mut existing = Vec::with_capacity(runs);
+    let mut acp = Vec::with_capacity(runs);
+    let mut acp_rss = Vec::with_capacity(runs);
     let mut version = Vec::with_capacity(runs);
     let mut trivial = Vec::with_capacity(runs);
     for _ in 0..runs {
@@ -213,13 +251,23 @@ fn main() {
         fresh.push(run.elapsed);
         rss.push(run.rss_kib);
         existing.push(serve_once(home, &existing_db).elapsed);
+        let run = acp_once(home, &existing_db);
+        acp.push(run.elapsed);
+        acp_rss.push(run.rss_kib);
         version.push(version_once(home));
         trivial.push(trivial_once());
     }
-    for values in [&mut fresh, &mut existing, &mut version, &mut trivial] {
+    for values in [
+        &mut fresh,
+        &mut existing,
+        &mut acp,
+        &mut version,
+        &mut trivial,
+    ] {
         values.sort();
     }
     rss.sort();
+    acp_rss.sort();
 
     let profile = if cfg!(debug_assertions) {
         "debug build"
@@ -246,6 +294,7 @@ fn main() {
     };
     row("serve, fresh database: initialize reply", &fresh);
     row("serve, existing database: initialize reply", &existing);
+    row("acp, existing database: initialize reply", &acp);
     row("sidechat --version: exit", &version);
     row("/bin/true: exit (baseline)", &trivial);
     println!(
@@ -255,6 +304,14 @@ fn main() {
         mib(percentile(&rss, 90.0)),
         mib(rss[0]),
         mib(rss[rss.len() - 1]),
+    );
+    println!(
+        "{:<46} {:>5.1} MiB {:>5.1} MiB {:>5.1} MiB {:>5.1} MiB",
+        "acp, existing database: VmRSS after initialize",
+        mib(median(&acp_rss)),
+        mib(percentile(&acp_rss, 90.0)),
+        mib(acp_rss[0]),
+        mib(acp_rss[acp_rss.len() - 1]),
     );
     let ratio = ms(median(&fresh)) / ms(median(&trivial));
     let ratio_existing = ms(median(&existing)) / ms(median(&trivial));
