@@ -7,8 +7,8 @@
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::protocol::SessionEventParams;
 use crate::protocol::Delta;
+use crate::protocol::SessionEventParams;
 use crate::runtime::EventSink;
 
 /// One item of the queue.
