@@ -27,48 +27,48 @@ export type ApprovalDecision1 = 'allow' | 'allowAlways' | 'deny' | 'cancelled';
  */
 export type Block =
   | {
-      text: string;
       type: 'text';
+      text: string;
     }
   | {
+      type: 'thinking';
+      text: string;
       /**
        * Provider signature that lets the thinking be replayed.
        */
       signature?: string | null;
-      text: string;
-      type: 'thinking';
     }
   | {
-      id: string;
-      input: unknown;
-      name: string;
       type: 'toolCall';
+      id: string;
+      name: string;
+      input: unknown;
     }
   | {
-      callId: string;
-      isError: boolean;
-      output: string;
-      status: ToolCallStatus;
       type: 'toolResult';
+      callId: string;
+      output: string;
+      isError: boolean;
+      status: ToolCallStatus;
     }
   | {
+      type: 'interjection';
       pendingId: string;
+      text: string;
       /**
        * It became (part of) the next user turn instead of an aside within a run.
        */
       promoted?: boolean;
-      text: string;
-      type: 'interjection';
     }
   | {
+      type: 'attachment';
       name: string;
       text: string;
-      type: 'attachment';
     }
   | {
+      type: 'notice';
       level: NoticeLevel;
       text: string;
-      type: 'notice';
     };
 /**
  * The state of one tool call.
@@ -121,30 +121,30 @@ export type Event =
       text: string;
     }
   | {
-      entry: TranscriptEntry;
       kind: 'messageCompleted';
+      entry: TranscriptEntry;
     }
   | {
-      callId: string;
-      input: unknown;
       kind: 'toolCallStarted';
-      summary: string;
-      tool: string;
-    }
-  | {
       callId: string;
+      tool: string;
+      input: unknown;
+      summary: string;
+    }
+  | {
       kind: 'toolCallUpdated';
-      output?: string | null;
+      callId: string;
       status: ToolCallStatus;
+      output?: string | null;
     }
   | {
-      approval: PendingApproval;
       kind: 'approvalRequested';
+      approval: PendingApproval;
     }
   | {
+      kind: 'approvalResolved';
       approvalId: string;
       decision: ApprovalDecision;
-      kind: 'approvalResolved';
     }
   | {
       kind: 'interjectionQueued';
@@ -153,14 +153,14 @@ export type Event =
     }
   | {
       kind: 'interjectionDelivered';
-      messageId: string;
       pendingIds: string[];
       step: number;
+      messageId: string;
     }
   | {
       kind: 'interjectionPromoted';
-      messageId: string;
       pendingIds: string[];
+      messageId: string;
     }
   | {
       kind: 'interjectionCancelled';
@@ -173,25 +173,25 @@ export type Event =
       messageId: string;
     }
   | {
-      actual?: Reconciliation | null;
       kind: 'budget';
       snapshot: BudgetSnapshot;
+      actual?: Reconciliation | null;
     }
   | {
+      kind: 'usage';
+      provider: string;
+      model: string;
+      input: number;
+      output: number;
       cacheRead: number;
       cacheWrite: number;
-      durationMs: number;
-      input: number;
-      kind: 'usage';
-      model: string;
-      output: number;
-      provider: string;
       reasoning: number;
+      durationMs: number;
     }
   | {
-      error?: string | null;
       kind: 'runFinished';
       reason: FinishReason;
+      error?: string | null;
     };
 /**
  * Who a transcript entry belongs to.
@@ -325,13 +325,13 @@ export interface WireTypes {
  * via the `definition` "AccountInfo".
  */
 export interface AccountInfo {
+  name: string;
+  kind: ProviderKind;
   defaultModel: string;
   /**
    * True for the offline demo model, so a client can label it.
    */
   isDemo: boolean;
-  kind: ProviderKind;
-  name: string;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -346,11 +346,11 @@ export interface ApprovalRespondParams {
  * via the `definition` "ApprovalRespondResult".
  */
 export interface ApprovalRespondResult {
+  decision: ApprovalDecision1;
   /**
    * False when the approval had already been resolved; nothing changed.
    */
   applied: boolean;
-  decision: ApprovalDecision1;
   /**
    * Why nothing changed, when it did not.
    */
@@ -373,6 +373,27 @@ export interface Attachment {
 export interface BudgetSnapshot {
   contextWindow: number;
   /**
+   * Tokens kept free for the reply.
+   */
+  responseReserve: number;
+  /**
+   * `context_window - response_reserve`: what the prompt may fill.
+   */
+  usableTokens: number;
+  systemTokens: number;
+  toolTokens: number;
+  historyTokens: number;
+  historyMessages: number;
+  latestUserTokens: number;
+  /**
+   * Sum of the parts plus the reply priming, before correction.
+   */
+  rawInputTokens: number;
+  /**
+   * What we expect the provider to bill as input: `raw_input_tokens × correction_factor`.
+   */
+  inputTokens: number;
+  /**
    * The factor applied (1 when counts are exact).
    */
   correctionFactor: number;
@@ -384,37 +405,16 @@ export interface BudgetSnapshot {
    * Whether `input_tokens` is what the provider will bill (no stand-ins, no fixed charges).
    */
   exact: boolean;
-  historyMessages: number;
-  historyTokens: number;
-  /**
-   * What we expect the provider to bill as input: `raw_input_tokens × correction_factor`.
-   */
-  inputTokens: number;
-  latestUserTokens: number;
-  pressure: Pressure;
-  /**
-   * Sum of the parts plus the reply priming, before correction.
-   */
-  rawInputTokens: number;
   /**
    * `usable_tokens - input_tokens`, or 0 when over.
    */
   remainingTokens: number;
   /**
-   * Tokens kept free for the reply.
-   */
-  responseReserve: number;
-  systemTokens: number;
-  thresholds: Thresholds;
-  toolTokens: number;
-  /**
-   * `context_window - response_reserve`: what the prompt may fill.
-   */
-  usableTokens: number;
-  /**
    * `input_tokens / usable_tokens`; above 1 when over.
    */
   utilisation: number;
+  pressure: Pressure;
+  thresholds: Thresholds;
 }
 /**
  * Utilisation levels at which pressure becomes high and critical (inclusive).
@@ -423,8 +423,8 @@ export interface BudgetSnapshot {
  * via the `definition` "Thresholds".
  */
 export interface Thresholds {
-  critical: number;
   high: number;
+  critical: number;
 }
 /**
  * A file that a successful write or edit changed in this session.
@@ -433,11 +433,11 @@ export interface Thresholds {
  * via the `definition` "ChangedFile".
  */
 export interface ChangedFile {
-  added: number;
   /**
    * Path relative to the workspace root.
    */
   path: string;
+  added: number;
   removed: number;
 }
 /**
@@ -452,21 +452,21 @@ export interface ChatResumeResult {
  * via the `definition` "ChatSendParams".
  */
 export interface ChatSendParams {
-  /**
-   * Texts to attach to the message (e.g. files the user picked). Only for a new turn: while
-   * a run works they wait for the next turn.
-   */
-  attachments?: Attachment[];
-  /**
-   * A client-chosen id that makes a retried send harmless: the first answer is returned
-   * again and nothing is stored twice.
-   */
-  clientMessageId?: string | null;
   sessionId: string;
   /**
    * What the user typed.
    */
   text: string;
+  /**
+   * A client-chosen id that makes a retried send harmless: the first answer is returned
+   * again and nothing is stored twice.
+   */
+  clientMessageId?: string | null;
+  /**
+   * Texts to attach to the message (e.g. files the user picked). Only for a new turn: while
+   * a run works they wait for the next turn.
+   */
+  attachments?: Attachment[];
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -474,19 +474,19 @@ export interface ChatSendParams {
  */
 export interface ChatSendResult {
   /**
-   * The stored user message, or for a slash command the note or notice it wrote.
-   */
-  messageId?: string | null;
-  pendingId?: string | null;
-  /**
-   * True when a run was working: the text was queued as an interjection.
-   */
-  queued: boolean;
-  /**
    * The run that answers the message; when `queued`, the run that took it and will deliver
    * it at its next delivery point (or promote it into the next turn when it ends).
    */
   runId?: string | null;
+  /**
+   * The stored user message, or for a slash command the note or notice it wrote.
+   */
+  messageId?: string | null;
+  /**
+   * True when a run was working: the text was queued as an interjection.
+   */
+  queued: boolean;
+  pendingId?: string | null;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -516,26 +516,26 @@ export interface ClientInfo {
  * via the `definition` "CostSummary".
  */
 export interface CostSummary {
-  byKind: KindCosts;
-  /**
-   * One entry per provider and model, sorted.
-   */
-  byModel: ModelCost[];
-  /**
-   * Some lines have no price, so `total_usd` leaves them out.
-   */
-  partial: boolean;
-  pricedLines: number;
-  /**
-   * The date of the built-in prices.
-   */
-  pricesAsOf: string;
   /**
    * USD of the priced lines; with `partial`, a lower bound. Absent when no line is priced:
    * usage without a price is unpriced, never $0.
    */
   totalUsd?: number | null;
+  byKind: KindCosts;
+  /**
+   * One entry per provider and model, sorted.
+   */
+  byModel: ModelCost[];
+  pricedLines: number;
   unpriced: UnpricedUsage;
+  /**
+   * Some lines have no price, so `total_usd` leaves them out.
+   */
+  partial: boolean;
+  /**
+   * The date of the built-in prices.
+   */
+  pricesAsOf: string;
 }
 /**
  * USD by token kind.
@@ -544,10 +544,10 @@ export interface CostSummary {
  * via the `definition` "KindCosts".
  */
 export interface KindCosts {
-  cacheRead: number;
-  cacheWrite: number;
   input: number;
   output: number;
+  cacheRead: number;
+  cacheWrite: number;
 }
 /**
  * The cost of one model's priced lines.
@@ -556,13 +556,13 @@ export interface KindCosts {
  * via the `definition` "ModelCost".
  */
 export interface ModelCost {
-  byKind: KindCosts;
-  lines: number;
-  model: string;
-  priceSource: PriceSource;
   provider: string;
+  model: string;
+  lines: number;
   tokens: TokenUsage;
+  byKind: KindCosts;
   totalUsd: number;
+  priceSource: PriceSource;
 }
 /**
  * Tokens of one request by kind. The kinds are disjoint except `reasoning`.
@@ -578,10 +578,10 @@ export interface ModelCost {
  * via the `definition` "TokenUsage".
  */
 export interface TokenUsage {
-  cacheRead: number;
-  cacheWrite: number;
   input: number;
   output: number;
+  cacheRead: number;
+  cacheWrite: number;
   reasoning: number;
 }
 /**
@@ -592,11 +592,11 @@ export interface TokenUsage {
  */
 export interface UnpricedUsage {
   lines: number;
+  tokens: TokenUsage;
   /**
    * The models without a price, sorted.
    */
   models: string[];
-  tokens: TokenUsage;
 }
 /**
  * One committed message of a session's transcript.
@@ -605,13 +605,13 @@ export interface UnpricedUsage {
  * via the `definition` "TranscriptEntry".
  */
 export interface TranscriptEntry {
-  blocks: Block[];
-  createdAt: string;
   id: string;
-  role: Role;
-  runId?: string | null;
   seq: number;
+  role: Role;
+  blocks: Block[];
   status: MessageStatus;
+  runId?: string | null;
+  createdAt: string;
 }
 /**
  * A tool call that waits for the user's answer.
@@ -621,15 +621,15 @@ export interface TranscriptEntry {
  */
 export interface PendingApproval {
   approvalId: string;
-  callId: string;
-  createdAt: string;
-  input: unknown;
   runId: string;
+  callId: string;
+  tool: string;
+  input: unknown;
   /**
    * One line a prompt can show, e.g. `write_file notes.md (+3 lines)`.
    */
   summary: string;
-  tool: string;
+  createdAt: string;
 }
 /**
  * The estimate of a request beside what the provider reported.
@@ -638,20 +638,20 @@ export interface PendingApproval {
  * via the `definition` "Reconciliation".
  */
 export interface Reconciliation {
+  /**
+   * The snapshot's `input_tokens`.
+   */
+  estimatedInputTokens: number;
   actualInputTokens: number;
   actualOutputTokens: number;
-  /**
-   * The model's factor after this observation.
-   */
-  correctionFactor: number;
   /**
    * `actual - estimated`: positive when we under-counted.
    */
   difference: number;
   /**
-   * The snapshot's `input_tokens`.
+   * The model's factor after this observation.
    */
-  estimatedInputTokens: number;
+  correctionFactor: number;
   /**
    * Whether this observation changed the factor.
    */
@@ -662,31 +662,39 @@ export interface Reconciliation {
  * via the `definition` "InitializeParams".
  */
 export interface InitializeParams {
+  clientInfo?: ClientInfo | null;
+  /**
+   * The protocol version the client speaks; the server answers with its own.
+   */
+  protocolVersion?: number | null;
   /**
    * Free-form client capabilities; unknown keys are ignored.
    */
   capabilities?: {
     [k: string]: unknown | undefined;
   };
-  clientInfo?: ClientInfo | null;
-  /**
-   * The protocol version the client speaks; the server answers with its own.
-   */
-  protocolVersion?: number | null;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "InitializeResult".
  */
 export interface InitializeResult {
-  accounts: AccountInfo[];
+  serverInfo: ServerInfo;
+  protocolVersion: number;
   capabilities: ServerCapabilities;
+  accounts: AccountInfo[];
   /**
    * The account a new session uses when `session/create` names none.
    */
   defaultAccount: string;
-  protocolVersion: number;
-  serverInfo: ServerInfo;
+}
+/**
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "ServerInfo".
+ */
+export interface ServerInfo {
+  name: string;
+  version: string;
 }
 /**
  * What this server can do, so a client can hide what it cannot.
@@ -696,21 +704,13 @@ export interface InitializeResult {
  */
 export interface ServerCapabilities {
   /**
-   * Kinds of `session/event` the server emits.
-   */
-  events: string[];
-  /**
    * Methods the server answers.
    */
   methods: string[];
-}
-/**
- * This interface was referenced by `WireTypes`'s JSON-Schema
- * via the `definition` "ServerInfo".
- */
-export interface ServerInfo {
-  name: string;
-  version: string;
+  /**
+   * Kinds of `session/event` the server emits.
+   */
+  events: string[];
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -737,10 +737,10 @@ export interface InterjectionCancelResult {
  * via the `definition` "PendingInterjection".
  */
 export interface PendingInterjection {
-  createdAt: string;
   pendingId: string;
-  status: InterjectionStatus2;
   text: string;
+  status: InterjectionStatus2;
+  createdAt: string;
 }
 /**
  * What a session's model requests used and cost so far.
@@ -749,38 +749,38 @@ export interface PendingInterjection {
  * via the `definition` "Session".
  */
 export interface Session {
+  id: string;
+  title: string;
   account: string;
+  model: string;
+  systemPrompt?: string | null;
+  workspaceRoot?: string | null;
+  maxSteps: number;
   capUsd?: number | null;
-  changedFiles: ChangedFile[];
-  /**
-   * USD of the priced requests; absent when none has a price.
-   */
-  costUsd?: number | null;
+  maxSeconds?: number | null;
+  state: SessionState;
   /**
    * RFC 3339 timestamps.
    */
   createdAt: string;
-  id: string;
+  updatedAt: string;
   /**
    * The highest `seq` committed for this session.
    */
   lastSeq: number;
-  maxSeconds?: number | null;
-  maxSteps: number;
-  model: string;
-  state: SessionState;
-  systemPrompt?: string | null;
-  title: string;
   /**
    * Prompt and output tokens of every model request.
    */
   tokens: number;
   /**
+   * USD of the priced requests; absent when none has a price.
+   */
+  costUsd?: number | null;
+  /**
    * Requests whose model has no price (not in `costUsd`).
    */
   unpricedRequests: number;
-  updatedAt: string;
-  workspaceRoot?: string | null;
+  changedFiles: ChangedFile[];
 }
 /**
  * `session/budget`: how full the model's context is before the next request.
@@ -789,8 +789,8 @@ export interface Session {
  * via the `definition` "SessionBudgetResult".
  */
 export interface SessionBudgetResult {
-  model: string;
   sessionId: string;
+  model: string;
   snapshot: BudgetSnapshot;
 }
 /**
@@ -800,22 +800,36 @@ export interface SessionBudgetResult {
  * via the `definition` "SessionCostResult".
  */
 export interface SessionCostResult {
+  sessionId: string;
+  cost: CostSummary;
   /**
    * The spend cap in force, if any.
    */
   capUsd?: number | null;
-  cost: CostSummary;
-  sessionId: string;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "SessionCreateParams".
  */
 export interface SessionCreateParams {
+  title?: string | null;
   /**
    * Account name (see `initialize`); the default account when absent.
    */
   account?: string | null;
+  /**
+   * Model id; the account's default model when absent.
+   */
+  model?: string | null;
+  systemPrompt?: string | null;
+  /**
+   * Absolute path of the folder the session's tools may touch.
+   */
+  workspaceRoot?: string | null;
+  /**
+   * Most model steps one run may take (default 25).
+   */
+  maxSteps?: number | null;
   /**
    * Spend cap in USD for the session (default from the config: none).
    */
@@ -824,20 +838,6 @@ export interface SessionCreateParams {
    * Longest one run may take, in seconds (default from the config: none).
    */
   maxSeconds?: number | null;
-  /**
-   * Most model steps one run may take (default 25).
-   */
-  maxSteps?: number | null;
-  /**
-   * Model id; the account's default model when absent.
-   */
-  model?: string | null;
-  systemPrompt?: string | null;
-  title?: string | null;
-  /**
-   * Absolute path of the folder the session's tools may touch.
-   */
-  workspaceRoot?: string | null;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -853,14 +853,14 @@ export interface SessionDeleteResult {
  * via the `definition` "SessionEventParams".
  */
 export interface SessionEventParams {
-  event: Event;
-  runId?: string | null;
+  sessionId: string;
   /**
    * Increases by one per event of this session; a gap means events were missed and
    * `session/transcript` fills it.
    */
   seq: number;
-  sessionId: string;
+  runId?: string | null;
+  event: Event;
 }
 /**
  * Params of `session/fileDiff`: one file the session changed.
@@ -869,11 +869,11 @@ export interface SessionEventParams {
  * via the `definition` "SessionFileDiffParams".
  */
 export interface SessionFileDiffParams {
+  sessionId: string;
   /**
    * A `path` of the session's `changedFiles`.
    */
   path: string;
-  sessionId: string;
 }
 /**
  * What the session did to one file: its text before the session's first change to it and
@@ -883,25 +883,25 @@ export interface SessionFileDiffParams {
  * via the `definition` "SessionFileDiffResult".
  */
 export interface SessionFileDiffResult {
-  /**
-   * The text after the latest change; absent only when `omitted`.
-   */
-  after?: string | null;
+  sessionId: string;
+  path: string;
   /**
    * The text before the first change; absent when the file did not exist (or `omitted`).
    */
   before?: string | null;
   /**
-   * How many successful writes and edits of the session changed the file.
+   * The text after the latest change; absent only when `omitted`.
    */
-  changes: number;
+  after?: string | null;
   /**
    * True when the file was too large to keep (over 256 KiB); the line counts in
    * `changedFiles` still hold.
    */
   omitted: boolean;
-  path: string;
-  sessionId: string;
+  /**
+   * How many successful writes and edits of the session changed the file.
+   */
+  changes: number;
 }
 /**
  * Params of every method that names one session and nothing else.
@@ -935,11 +935,11 @@ export interface SessionListParams {
  * via the `definition` "SessionListResult".
  */
 export interface SessionListResult {
+  sessions: SessionSummary[];
   /**
    * Present when more sessions follow.
    */
   nextCursor?: string | null;
-  sessions: SessionSummary[];
 }
 /**
  * One row of `session/list`.
@@ -948,31 +948,32 @@ export interface SessionListResult {
  * via the `definition` "SessionSummary".
  */
 export interface SessionSummary {
-  account: string;
-  /**
-   * USD of the priced requests; absent when none has a price.
-   */
-  costUsd?: number | null;
   id: string;
-  model: string;
-  state: SessionState;
   title: string;
+  account: string;
+  model: string;
+  workspaceRoot?: string | null;
+  state: SessionState;
+  updatedAt: string;
   /**
    * Prompt and output tokens of every model request.
    */
   tokens: number;
   /**
+   * USD of the priced requests; absent when none has a price.
+   */
+  costUsd?: number | null;
+  /**
    * Requests whose model has no price (not in `costUsd`).
    */
   unpricedRequests: number;
-  updatedAt: string;
-  workspaceRoot?: string | null;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "SessionTranscriptParams".
  */
 export interface SessionTranscriptParams {
+  sessionId: string;
   /**
    * Entries with a greater `seq` are returned; 0 or absent for all.
    */
@@ -981,13 +982,14 @@ export interface SessionTranscriptParams {
    * Most entries to return (default 500, at most 5000).
    */
   limit?: number | null;
-  sessionId: string;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "SessionTranscriptResult".
  */
 export interface SessionTranscriptResult {
+  sessionId: string;
+  state: SessionState;
   entries: TranscriptEntry[];
   /**
    * True when `limit` cut the list; ask again after the last entry's `seq`.
@@ -1002,19 +1004,30 @@ export interface SessionTranscriptResult {
    * Interjections waiting for the next delivery point, oldest first.
    */
   pendingInterjections: PendingInterjection[];
-  sessionId: string;
-  state: SessionState;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "SessionUpdateParams".
  */
 export interface SessionUpdateParams {
+  sessionId: string;
+  title?: string | null;
   /**
    * A configured account (as listed by `initialize`). Without `model`, the session takes
    * the account's default model. Applies from the next model request on.
    */
   account?: string | null;
+  model?: string | null;
+  /**
+   * An absolute path to an existing directory; tools work inside it from the next tool
+   * call on.
+   */
+  workspaceRoot?: string | null;
+  /**
+   * An empty string removes the system prompt.
+   */
+  systemPrompt?: string | null;
+  maxSteps?: number | null;
   /**
    * A new spend cap in USD; `null` removes it.
    */
@@ -1023,19 +1036,6 @@ export interface SessionUpdateParams {
    * A new run time limit in seconds; `null` removes it.
    */
   maxSeconds?: number | null;
-  maxSteps?: number | null;
-  model?: string | null;
-  sessionId: string;
-  /**
-   * An empty string removes the system prompt.
-   */
-  systemPrompt?: string | null;
-  title?: string | null;
-  /**
-   * An absolute path to an existing directory; tools work inside it from the next tool
-   * call on.
-   */
-  workspaceRoot?: string | null;
 }
 
 /** Every request a client sends, with its params and result types. */
