@@ -69,6 +69,20 @@ export type Block =
       type: 'notice';
       level: NoticeLevel;
       text: string;
+    }
+  | {
+      type: 'summary';
+      method: CompactionMethod;
+      text: string;
+      /**
+       * The folded range, by `seq` (inclusive); nothing for a carry-over note.
+       */
+      fromSeq?: number | null;
+      toSeq?: number | null;
+      /**
+       * How many messages the range held.
+       */
+      messages: number;
     };
 /**
  * The state of one tool call.
@@ -84,6 +98,13 @@ export type ToolCallStatus =
  */
 export type NoticeLevel = 'info' | 'warning' | 'error';
 /**
+ * How a range of the transcript was folded away from what the model is sent.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "CompactionMethod".
+ */
+export type CompactionMethod = 'summary' | 'drop' | 'carryOver';
+/**
  * How close to full the window is.
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -94,6 +115,13 @@ export type Pressure = 'normal' | 'high' | 'critical';
  * Whether the price came from the user's configuration or the built-in table.
  */
 export type PriceSource = 'override' | 'builtin';
+/**
+ * What a model request was for.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "UsageKind".
+ */
+export type UsageKind = 'turn' | 'summary';
 /**
  * What happened in a session.
  *
@@ -178,6 +206,30 @@ export type Event =
       actual?: Reconciliation | null;
     }
   | {
+      kind: 'compaction';
+      method: CompactionMethod;
+      /**
+       * The `summary` entry that now stands for the range.
+       */
+      messageId: string;
+      fromSeq: number;
+      toSeq: number;
+      /**
+       * Messages folded.
+       */
+      messages: number;
+      /**
+       * The history's tokens as sent before and after.
+       */
+      tokensBefore: number;
+      tokensAfter: number;
+      /**
+       * Why: `share` (the history passed its share of the window), `window` (the request
+       * would not fit), `command` (`/compact`).
+       */
+      reason: string;
+    }
+  | {
       kind: 'usage';
       provider: string;
       model: string;
@@ -199,7 +251,7 @@ export type Event =
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "Role".
  */
-export type Role = ('user' | 'assistant') | 'tool' | 'note' | 'notice';
+export type Role = ('user' | 'assistant') | 'tool' | 'note' | 'notice' | 'summary';
 /**
  * Whether a message is whole.
  *
@@ -273,6 +325,7 @@ export interface WireTypes {
   ChatSendResult?: ChatSendResult;
   ChatStopResult?: ChatStopResult;
   ClientInfo?: ClientInfo;
+  CompactionMethod?: CompactionMethod;
   CostSummary?: CostSummary;
   Event?: Event;
   FinishReason?: FinishReason;
@@ -291,6 +344,7 @@ export interface WireTypes {
   PriceSource?: PriceSource1;
   ProviderKind?: ProviderKind;
   Reconciliation?: Reconciliation;
+  RequestKindCost?: RequestKindCost;
   Role?: Role;
   ServerCapabilities?: ServerCapabilities;
   ServerInfo?: ServerInfo;
@@ -317,6 +371,7 @@ export interface WireTypes {
   ToolCallStatus?: ToolCallStatus;
   TranscriptEntry?: TranscriptEntry;
   UnpricedUsage?: UnpricedUsage;
+  UsageKind?: UsageKind;
 }
 /**
  * A model source the daemon can talk to (the built-in demo model when none is configured).
@@ -382,8 +437,25 @@ export interface BudgetSnapshot {
   usableTokens: number;
   systemTokens: number;
   toolTokens: number;
+  /**
+   * What is sent before the current turn, as projected (older tool results reduced, a
+   * summary in place of what it folded).
+   */
   historyTokens: number;
   historyMessages: number;
+  /**
+   * The part of `history_tokens` that is a summary of older turns.
+   */
+  summaryTokens: number;
+  /**
+   * What the history may fill before older turns are compacted: its share of the usable
+   * window less system prompt and tools.
+   */
+  historyLimitTokens: number;
+  /**
+   * The current turn: the user message being answered, the run's steps so far and any
+   * interjections leased into the request.
+   */
   latestUserTokens: number;
   /**
    * Sum of the parts plus the reply priming, before correction.
@@ -536,6 +608,11 @@ export interface CostSummary {
    * The date of the built-in prices.
    */
   pricesAsOf: string;
+  /**
+   * Per kind of request (a turn's steps, summaries), in that order; kinds without lines
+   * are left out.
+   */
+  byRequest: RequestKindCost[];
 }
 /**
  * USD by token kind.
@@ -597,6 +674,25 @@ export interface UnpricedUsage {
    * The models without a price, sorted.
    */
   models: string[];
+}
+/**
+ * What the requests of one kind used and cost.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "RequestKindCost".
+ */
+export interface RequestKindCost {
+  kind: UsageKind;
+  lines: number;
+  tokens: TokenUsage;
+  /**
+   * USD of the priced lines of this kind.
+   */
+  totalUsd: number;
+  /**
+   * Some lines of this kind have no price.
+   */
+  partial: boolean;
 }
 /**
  * One committed message of a session's transcript.
