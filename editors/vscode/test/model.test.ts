@@ -267,7 +267,7 @@ test('budget and usage events update the chrome and ask for fresh spend', { time
   const before = model.chromeRev;
   const snapshot = {
     contextWindow: 1000, responseReserve: 100, usableTokens: 900, systemTokens: 10, toolTokens: 20, historyTokens: 600,
-    historyMessages: 4, latestUserTokens: 5, rawInputTokens: 635, inputTokens: 635, correctionFactor: 1,
+    historyMessages: 4, summaryTokens: 0, historyLimitTokens: 450, latestUserTokens: 5, rawInputTokens: 635, inputTokens: 635, correctionFactor: 1,
     countedByEstimate: false, exact: true, remainingTokens: 265, utilisation: 0.705, pressure: 'high' as const,
     thresholds: { high: 0.7, critical: 0.9 },
   };
