@@ -192,32 +192,6 @@ impl Store {
             })
     }
 
-    /// Stored token counts of the messages after `after_seq` that a model is sent, oldest
-    /// first: `(role, count)`, the count `None` where none was stored.
-    pub fn message_counts(
-        &self,
-        session_id: &str,
-        after_seq: u64,
-    ) -> StoreResult<Vec<(Role, Option<Counted>)>> {
-        self.read(|conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT role, tokens, tokens_exact FROM messages
-             WHERE session_id = ?1 AND seq > ?2 AND role NOT IN ('note', 'notice') ORDER BY seq",
-            )?;
-            let rows = stmt
-                .query_map(params![session_id, after_seq as i64], |r| {
-                    let exact: bool = r.get(2)?;
-                    let count = r.get::<_, Option<i64>>(1)?.map(|t| Counted {
-                        tokens: t as u64,
-                        exact,
-                    });
-                    Ok((r.get::<_, Role>(0)?, count))
-                })?
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(rows)
-        })
-    }
-
     /// Entries after `after_seq`, oldest first, each with its stored token count (`None` where
     /// none was stored): what a projection is made from.
     pub fn messages_with_counts(
