@@ -7,7 +7,7 @@ use sidechat::context::TokenCounter;
 use sidechat::protocol::{Event, FinishReason, SessionEventParams};
 
 use crate::harness::{Daemon, Options, Scratch};
-use crate::upstream::{Reply, start};
+use crate::upstream::{Part, Reply, openai, start};
 
 /// The window every test here gives its model, and what is left of it for the prompt: the
 /// reply reserve is capped at half the window.
@@ -156,6 +156,16 @@ fn finish(events: &[SessionEventParams]) -> (FinishReason, Option<String>) {
     }
 }
 
+fn notices(events: &[SessionEventParams]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Notice { message, .. } => Some(message.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 fn compactions(events: &[SessionEventParams]) -> Vec<Value> {
     events
         .iter()
@@ -276,15 +286,37 @@ async fn a_long_session_is_summarised_and_goes_on_from_the_summary_and_the_newes
     daemon.close().await;
 }
 
+/// A summary that starts and then never completes: the upstream keeps the connection open
+/// until the daemon gives up on it and closes it.
+fn stalled_reply() -> Reply {
+    Reply::parts(vec![
+        Part::Bytes(
+            openai::event(&json!({"choices": [{"index": 0,
+                "delta": {"content": "SUMMARY: the user"}, "finish_reason": null}]}))
+            .into_bytes(),
+        ),
+        Part::Stall,
+    ])
+}
+
 #[tokio::test]
 async fn a_failing_summariser_falls_back_to_dropping_whole_turns() {
     let oversize = "far too long ".repeat(3_000);
-    for (case, summary_reply) in [
+    // The summariser's time limit, shortened from its 20 s default for the stalled case only,
+    // so the other cases cannot run into it on a loaded machine.
+    let timeout = ("SIDECHAT_SUMMARY_TIMEOUT_MS", "300".to_string());
+    for (case, summary_reply, why) in [
         (
             "error",
             Reply::status(500, r#"{"error":{"message":"overloaded"}}"#),
+            "overloaded",
         ),
-        ("oversize", text_reply(&oversize, 900, 6_000)),
+        (
+            "oversize",
+            text_reply(&oversize, 900, 6_000),
+            "the summary is ",
+        ),
+        ("timeout", stalled_reply(), "(no summary within 0.3 s)"),
     ] {
         // Each turn: a tool call and its result, then the answer.
         let mut replies = Vec::new();
@@ -297,8 +329,11 @@ async fn a_failing_summariser_falls_back_to_dropping_whole_turns() {
         replies.push(text_reply("Answer 6.", 100, 3));
         let upstream = start(replies);
         let scratch = Scratch::new();
-        let mut daemon =
-            Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
+        let mut env = env(&upstream.url, WINDOW);
+        if case == "timeout" {
+            env.push(timeout.clone());
+        }
+        let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
         let session = daemon
             .create_session(json!({"workspaceRoot": scratch.workspace().display().to_string()}))
             .await;
@@ -310,6 +345,14 @@ async fn a_failing_summariser_falls_back_to_dropping_whole_turns() {
         requests.iter().for_each(assert_calls_paired);
         let compaction = &compactions(&events)[0];
         assert_eq!(compaction["method"], json!("drop"), "{case}");
+        let notice = notices(&events).join("\n");
+        assert!(
+            notice.starts_with(&format!(
+                "The oldest {} messages were left out of what the model is sent: summarising them failed (",
+                compaction["messages"]
+            )) && notice.contains(why),
+            "{case}: {notice}"
+        );
         let (marker, kept) = after_fold(&user_texts(&requests[11]), "[");
         assert_eq!(
             marker,

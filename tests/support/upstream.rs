@@ -32,6 +32,9 @@ pub enum Part {
     Drop,
     /// Send nothing more for a long time (30 s), then close.
     Hang,
+    /// Send nothing more and keep the connection open until the client closes it: an answer
+    /// that never completes, for timeouts the client enforces itself.
+    Stall,
 }
 
 /// Writes a response body itself, after the status line and headers (no `content-length`,
@@ -269,6 +272,10 @@ fn write_reply(conn: &mut TcpStream, reply: Reply) -> std::io::Result<()> {
                         thread::sleep(Duration::from_secs(30));
                         return Ok(());
                     }
+                    Part::Stall => {
+                        wait_for_close(conn);
+                        return Ok(());
+                    }
                 }
             }
             conn.write_all(b"0\r\n\r\n")?;
@@ -280,6 +287,13 @@ fn write_reply(conn: &mut TcpStream, reply: Reply) -> std::io::Result<()> {
         }
     }
     conn.flush()
+}
+
+/// Blocks until the client closes the connection (or it fails). The request was read whole,
+/// so anything more the client sends is read and ignored.
+fn wait_for_close(conn: &mut TcpStream) {
+    let mut buf = [0; 1024];
+    while matches!(conn.read(&mut buf), Ok(n) if n > 0) {}
 }
 
 /// OpenAI Chat Completions chunks, as `api.openai.com` streams them with
