@@ -58,12 +58,16 @@ impl RunContext {
         let Some(reason) = needs_compaction(&prepared) else {
             return Ok(Ok(prepared));
         };
-        match self
+        let prepared = match self
             .inner
             .compact(session, run, &entries, &prepared, reason, None)
             .await?
         {
-            Some(_) => Ok(Ok(self.inner.prepare(session, run, &texts)?)),
+            Some(_) => self.inner.prepare(session, run, &texts)?,
+            None => prepared,
+        };
+        match over_window(&prepared) {
+            Some(refusal) => Ok(Err(RunEnd::Error(refusal))),
             None => Ok(Ok(prepared)),
         }
     }
@@ -93,6 +97,39 @@ fn too_large(prepared: &Prepared) -> Option<String> {
              the transcript; send a shorter one, or split it.",
             s.context_window, s.response_reserve, s.system_tokens, s.tool_tokens
         )
+    })
+}
+
+/// The refusal of a request still over the window after every reduction: the history folded
+/// as far as it goes and the current run's older tool results reduced to one line. What is
+/// left too large is the current turn itself (the user's message, the run's newest tool
+/// results, leased interjections), which is never cut; it stays in the transcript whole.
+fn over_window(prepared: &Prepared) -> Option<String> {
+    let projection = &prepared.projection;
+    let room = prepared.input.message_room();
+    let total = projection.tokens();
+    if total <= room {
+        return None;
+    }
+    let s = &prepared.snapshot;
+    let limits = format!(
+        "({} window, {} kept for the reply, {} system prompt, {} tools)",
+        s.context_window, s.response_reserve, s.system_tokens, s.tool_tokens
+    );
+    let latest = projection.latest.tokens;
+    Some(match latest > room {
+        true => format!(
+            "This turn is {latest} tokens (the message, this run's tool results and anything typed \
+             meanwhile), more than the {room} tokens the model's window leaves for it {limits}, even \
+             with the earlier history folded and older results cut to one line. It was not sent; \
+             everything stays in the transcript. Ask for smaller pieces (e.g. part of a file) or \
+             start a new turn."
+        ),
+        false => format!(
+            "The request would be {total} tokens, more than the {room} tokens the model's window \
+             leaves for it {limits}, and nothing more could be folded. It was not sent; everything \
+             stays in the transcript. /clear starts the model afresh."
+        ),
     })
 }
 

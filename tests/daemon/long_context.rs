@@ -600,3 +600,69 @@ async fn compact_on_an_empty_session_is_refused_and_changes_nothing() {
     assert_eq!(daemon.transcript(&session).await["entries"], json!([]));
     daemon.close().await;
 }
+
+#[tokio::test]
+async fn a_turn_whose_tool_result_alone_passes_the_window_is_not_sent() {
+    let scratch = Scratch::new();
+    let big = "lorem ipsum dolor sit amet ".repeat(800);
+    std::fs::write(scratch.workspace().join("big.txt"), &big).unwrap();
+    let read = Reply::sse(&[
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_1",
+               "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"big.txt\"}"}}]},
+               "finish_reason": null}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+    ]);
+    let upstream = start(vec![read]);
+    let mut daemon =
+        Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
+    let session = daemon
+        .create_session(json!({"workspaceRoot": scratch.workspace().display().to_string()}))
+        .await;
+    daemon.send(&session, "read big.txt").await;
+    let events = daemon.until_finished().await;
+    let (reason, error) = finish(&events);
+    let error = error.unwrap_or_default();
+    assert_eq!(reason, FinishReason::Error);
+    assert!(
+        error.starts_with("This turn is ")
+            && error.contains("(6000 window, 3000 kept for the reply")
+            && error.contains("It was not sent; everything stays in the transcript."),
+        "{error}"
+    );
+    // The turn is over the window by the project's own count, and it said so.
+    let budget = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Budget { snapshot, .. } => Some(*snapshot),
+            _ => None,
+        })
+        .next()
+        .unwrap();
+    let latest: u64 = error["This turn is ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(latest > USABLE && budget.latest_user_tokens < latest);
+    // Only the first request went out; the second, carrying the result, was never made.
+    let requests = upstream.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 1);
+    assert_within_window(&requests);
+    // Nothing is lost: the result is in the transcript whole, and the refusal as a notice.
+    let transcript = daemon.transcript(&session).await;
+    let entries = transcript["entries"].as_array().unwrap();
+    let result = entries.iter().find(|e| e["role"] == "tool").unwrap();
+    assert!(
+        result["blocks"][0]["output"]
+            .as_str()
+            .unwrap()
+            .contains(&big)
+    );
+    let notice = entries.last().unwrap();
+    assert_eq!(
+        (notice["role"].clone(), notice["blocks"][0]["text"].clone()),
+        (json!("notice"), json!(error))
+    );
+    daemon.close().await;
+}
