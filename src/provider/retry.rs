@@ -249,9 +249,11 @@ fn endpoint(base_url: &str, path: &str) -> Result<Url, ProviderError> {
 /// One HTTP client per driver, so connections are pooled across requests. No overall timeout:
 /// a long answer must not be cut; stalls are caught by [`HttpSettings::stall_timeout`].
 fn build_client(settings: &HttpSettings) -> Result<Client, ProviderError> {
-    Client::builder()
+    let builder = crate::http_client::builder().map_err(|e| {
+        ProviderError::Config(format!("cannot set up TLS for the HTTP client: {e}"))
+    })?;
+    builder
         .connect_timeout(settings.connect_timeout)
-        .user_agent(concat!("sidechat/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| {
             let detail = sse::error_chain(&e);
