@@ -47,7 +47,7 @@ function shape(entries: Entry[]): string[] {
       case 'note':
         return `note: ${e.text}`;
       case 'summary':
-        return `summary: ${e.text}`;
+        return `summary ${e.method}${e.toSeq === undefined ? '' : ` ${e.fromSeq}-${e.toSeq}`}: ${e.text}`;
     }
   });
 }
@@ -249,10 +249,10 @@ test('stop ends streaming and marks the cut message', { timeout: 120_000 }, () =
 
 test('notes, notices and a summary entry are shown in order', { timeout: 120_000 }, () => {
   const model = new SessionModel(SID);
-  const summary = { ...entry('s1', 1, 'user', [{ type: 'text', text: 'Earlier: the user set up a project.' }]), role: 'summary' } as unknown as TranscriptEntry;
+  const summary = entry('s1', 1, 'summary', [{ type: 'summary', method: 'carryOver', text: 'Earlier: the user set up a project.', messages: 12 }]);
   model.applyTranscript(transcript([summary, entry('n1', 2, 'note', [{ type: 'text', text: 'Cost: unpriced' }])]));
   feed(model, [{ kind: 'notice', level: 'warning', message: 'retrying', messageId: 'n3' }]);
-  const expected = ['summary: Earlier: the user set up a project.', 'note: Cost: unpriced', 'notice warning: retrying'];
+  const expected = ['summary carryOver: Earlier: the user set up a project.', 'note: Cost: unpriced', 'notice warning: retrying'];
   assert.deepEqual(shape(model.list()), expected);
   // The stored notice, fetched again (after a gap), is the same entry, not a second one.
   model.applyTranscript(transcript([entry('n3', 3, 'notice', [{ type: 'notice', level: 'warning', text: 'retrying' }])]));
@@ -279,4 +279,81 @@ test('budget and usage events update the chrome and ask for fresh spend', { time
   assert.equal(usage.spendChanged, true);
   assert.equal(model.budget?.pressure, 'high');
   assert.ok(model.chromeRev > before);
+});
+
+/** The four messages of two plain turns, seq 1 to 8. */
+function twoTurns(): TranscriptEntry[] {
+  return [
+    entry('u1', 1, 'user', [{ type: 'text', text: 'one' }]),
+    entry('a1', 4, 'assistant', [{ type: 'text', text: 'first' }]),
+    entry('u2', 5, 'user', [{ type: 'text', text: 'two' }]),
+    entry('a2', 8, 'assistant', [{ type: 'text', text: 'second' }]),
+  ];
+}
+
+test('a compaction: its summary entry, then its event, fold the entries before it', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  model.applyTranscript(transcript(twoTurns()));
+  assert.equal(model.foldedCount(), 0);
+  const summary = entry('s1', 10, 'summary', [{ type: 'summary', method: 'summary', text: 'They counted to two.', fromSeq: 1, toSeq: 8, messages: 4 }]);
+  const [completed, compacted] = feed(
+    model,
+    [
+      { kind: 'messageCompleted', entry: summary },
+      { kind: 'compaction', method: 'summary', messageId: 's1', fromSeq: 1, toSeq: 8, messages: 4, tokensBefore: 227, tokensAfter: 127, reason: 'command' },
+    ],
+    10,
+  );
+  assert.equal(completed.budgetChanged, false);
+  assert.equal(compacted.budgetChanged, true, 'the budget is asked again: a /compact outside a run sends none');
+  assert.deepEqual(shape(model.list()), ['user: one', 'assistant: first', 'user: two', 'assistant: second', 'summary summary 1-8: They counted to two.']);
+  const shown = model.get('s1');
+  assert.deepEqual(shown?.kind === 'summary' && { messages: shown.messages, compaction: shown.compaction }, {
+    messages: 4,
+    compaction: { reason: 'command', tokensBefore: 227, tokensAfter: 127 },
+  });
+  assert.equal(model.foldedCount(), 4);
+  // What follows is sent beside the summary: not folded.
+  feed(model, [{ kind: 'messageCompleted', entry: entry('u3', 12, 'user', [{ type: 'text', text: 'three' }]) }]);
+  assert.equal(model.foldedCount(), 4);
+  // Loaded afresh: the same entries and fold, without the live-only details of the event.
+  const reloaded = new SessionModel(SID);
+  reloaded.applyTranscript(transcript([...twoTurns(), summary, entry('u3', 12, 'user', [{ type: 'text', text: 'three' }])]));
+  assert.deepEqual(shape(reloaded.list()), shape(model.list()));
+  assert.equal(reloaded.foldedCount(), 4);
+  const again = reloaded.get('s1');
+  assert.equal(again?.kind === 'summary' && again.compaction, undefined);
+});
+
+test('a compaction event before its summary entry (a refetch after a gap) is kept for it', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  model.applyTranscript(transcript(twoTurns()));
+  // The summary's messageCompleted (seq 10) was lost; the event arrives, then the refetch.
+  const [applied] = feed(
+    model,
+    [{ kind: 'compaction', method: 'drop', messageId: 's1', fromSeq: 1, toSeq: 4, messages: 2, tokensBefore: 900, tokensAfter: 400, reason: 'window' }],
+    11,
+  );
+  assert.equal(applied.gapAfter, 8);
+  assert.equal(model.foldedCount(), 0);
+  model.applyTranscript(
+    transcript([entry('s1', 10, 'summary', [{ type: 'summary', method: 'drop', text: '', fromSeq: 1, toSeq: 4, messages: 2 }])], { lastSeq: 11 }),
+  );
+  assert.deepEqual(shape(model.list()), ['user: one', 'assistant: first', 'user: two', 'assistant: second', 'summary drop 1-4: ']);
+  const shown = model.get('s1');
+  assert.deepEqual(shown?.kind === 'summary' && shown.compaction, { reason: 'window', tokensBefore: 900, tokensAfter: 400 });
+  // Only the dropped range is folded; the turn after it is still sent.
+  assert.equal(model.foldedCount(), 2);
+});
+
+test('a carry-over note folds nothing, and a later compaction folds up to its own range', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  model.applyTranscript(
+    transcript([entry('c0', 1, 'summary', [{ type: 'summary', method: 'carryOver', text: 'Notes from before.', messages: 30 }]), ...twoTurns().map((e) => ({ ...e, seq: e.seq + 1 }))]),
+  );
+  assert.equal(model.foldedCount(), 0);
+  feed(model, [{ kind: 'messageCompleted', entry: entry('s1', 12, 'summary', [{ type: 'summary', method: 'summary', text: 'Counted.', fromSeq: 1, toSeq: 5, messages: 3 }]) }], 12);
+  // The note and the first turn (seq 1, 2 and 5) are folded; the second turn (6 and 9) is not.
+  assert.equal(model.foldedCount(), 3);
+  assert.deepEqual(shape(model.list()).slice(0, 3), ['summary carryOver: Notes from before.', 'user: one', 'assistant: first']);
 });

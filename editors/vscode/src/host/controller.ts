@@ -3,7 +3,8 @@
  * the page the active session's transcript and events.
  *
  * It keeps its own `SessionModel` of the active session to notice gaps in `seq` (and refetch),
- * successful writes (and refresh changed files) and spend (and refresh cost). Events are batched
+ * successful writes (and refresh changed files), spend (and refresh cost) and compactions (and
+ * refresh the budget, which a `/compact` outside a run does not send). Events are batched
  * into one message per tick so a fast stream is a few messages, not thousands. After the daemon
  * restarts, the view is rebuilt from `session/transcript`.
  *
@@ -292,6 +293,12 @@ export class ChatController {
       this.scheduleRefresh('cost', async () => {
         const { cost } = await this.daemon.request('session/cost', { sessionId });
         if (this.active === model) this.ui.post({ type: 'cost', sessionId, cost });
+      });
+    }
+    if (applied.budgetChanged) {
+      this.scheduleRefresh('budget', async () => {
+        const { snapshot } = await this.daemon.request('session/budget', { sessionId });
+        if (this.active === model) this.ui.post({ type: 'budget', sessionId, snapshot });
       });
     }
     const kind = params.event.kind;

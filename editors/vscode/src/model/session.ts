@@ -11,6 +11,7 @@
 import type {
   BudgetSnapshot,
   ChangedFile,
+  CompactionMethod,
   CostSummary,
   MessageStatus,
   NoticeLevel,
@@ -70,10 +71,28 @@ export interface NoteEntry extends EntryBase {
   text: string;
 }
 
-/** A compaction of older entries, once the daemon writes them. */
+/** How a compaction went, from its `compaction` event (seen live, not kept in the transcript). */
+export interface CompactionInfo {
+  /** `share`, `window` or `command`. */
+  reason: string;
+  tokensBefore: number;
+  tokensAfter: number;
+}
+
+/**
+ * What stands for older entries in what the model is sent: their summary, a marker that they
+ * were left out (`drop`, empty text), or a note carried over from an earlier context.
+ */
 export interface SummaryEntry extends EntryBase {
   kind: 'summary';
+  method: CompactionMethod;
   text: string;
+  /** The folded range by `seq`, inclusive; absent for a carry-over note. */
+  fromSeq?: number;
+  toSeq?: number;
+  /** How many messages the range held. */
+  messages: number;
+  compaction?: CompactionInfo;
 }
 
 export type Entry = UserEntry | AssistantEntry | ToolEntry | NoticeEntry | NoteEntry | SummaryEntry;
@@ -103,6 +122,8 @@ export interface Applied {
   filesChanged: boolean;
   /** The run used tokens or ended: budget and cost are worth asking again. */
   spendChanged: boolean;
+  /** The history was compacted: the budget is worth asking again (no run may follow). */
+  budgetChanged: boolean;
 }
 
 const WRITING_TOOLS = new Set(['write_file', 'edit_file']);
@@ -138,6 +159,8 @@ export class SessionModel {
   chromeRev = 0;
 
   private entries = new Map<string, Entry>();
+  /** `compaction` events whose summary entry has not arrived yet, by its message id. */
+  private compactions = new Map<string, CompactionInfo>();
   private order: string[] = [];
   private orderRev = 0;
   private revCounter = 0;
@@ -174,7 +197,7 @@ export class SessionModel {
 
   /** Applies one `session/event`. */
   apply(params: SessionEventParams): Applied {
-    const applied: Applied = { duplicate: false, filesChanged: false, spendChanged: false };
+    const applied: Applied = { duplicate: false, filesChanged: false, spendChanged: false, budgetChanged: false };
     if (params.seq <= this.lastSeq) {
       applied.duplicate = true;
       return applied;
@@ -269,6 +292,18 @@ export class SessionModel {
       case 'usage':
         applied.spendChanged = true;
         break;
+      case 'compaction': {
+        const info: CompactionInfo = { reason: event.reason, tokensBefore: event.tokensBefore, tokensAfter: event.tokensAfter };
+        const summary = this.entries.get(event.messageId);
+        if (summary && summary.kind === 'summary') {
+          summary.compaction = info;
+          this.touch(summary);
+        } else {
+          this.compactions.set(event.messageId, info);
+        }
+        applied.budgetChanged = true;
+        break;
+      }
       case 'runFinished':
         this.endStreaming(event.reason === 'stopped' ? 'stopped' : event.reason === 'error' ? 'failed' : undefined);
         this.runId = undefined;
@@ -447,8 +482,29 @@ export class SessionModel {
     } else if (role === 'note') {
       this.insert({ kind: 'note', key: wire.id, seq: wire.seq, rev: 0, text });
     } else if (role === 'summary') {
-      this.insert({ kind: 'summary', key: wire.id, seq: wire.seq, rev: 0, text });
+      this.insert(summaryEntry(wire, this.compactions.get(wire.id)));
+      this.compactions.delete(wire.id);
     }
+  }
+
+  /**
+   * How many of `list()`'s first entries the model is no longer sent: those before the newest
+   * summary that folds a range (a summary or a drop), up to the range's end. A renderer dims them.
+   */
+  foldedCount(): number {
+    for (let i = this.order.length - 1; i >= 0; i--) {
+      const entry = this.entries.get(this.order[i]);
+      if (entry?.kind !== 'summary' || entry.toSeq === undefined) continue;
+      const toSeq = entry.toSeq;
+      let count = 0;
+      for (let j = 0; j < i; j++) {
+        const seq = this.entries.get(this.order[j])?.seq;
+        if (seq !== undefined && seq > toSeq) break;
+        count = j + 1;
+      }
+      return count;
+    }
+    return 0;
   }
 
   /** Gives a live entry its committed `seq`, moving it if entries committed later precede it. */
@@ -474,6 +530,21 @@ export function toolSummary(name: string, input: unknown): string {
   const fields = input as Record<string, unknown>;
   const subject = ['command', 'path', 'pattern'].map((k) => fields[k]).find((v): v is string => typeof v === 'string');
   return subject === undefined ? name : `${name} ${subject}`;
+}
+
+/** A `summary` entry from its stored form (a `summary` block; plain text from older daemons). */
+function summaryEntry(wire: TranscriptEntry, compaction: CompactionInfo | undefined): SummaryEntry {
+  const entry: SummaryEntry = { kind: 'summary', key: wire.id, seq: wire.seq, rev: 0, method: 'summary', text: textOf(wire.blocks), messages: 0 };
+  for (const block of wire.blocks) {
+    if (block.type !== 'summary') continue;
+    entry.method = block.method;
+    entry.text = block.text;
+    entry.messages = block.messages;
+    if (block.fromSeq !== undefined && block.fromSeq !== null) entry.fromSeq = block.fromSeq;
+    if (block.toSeq !== undefined && block.toSeq !== null) entry.toSeq = block.toSeq;
+  }
+  if (compaction) entry.compaction = compaction;
+  return entry;
 }
 
 function waitingOf(p: PendingInterjection): Waiting {

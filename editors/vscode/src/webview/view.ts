@@ -8,7 +8,7 @@
  * or the daemon is inserted as text, except assistant Markdown, which is sanitised.
  */
 
-import { SessionModel, type AssistantEntry, type Entry } from '../model/session';
+import { SessionModel, type AssistantEntry, type Entry, type SummaryEntry } from '../model/session';
 import type { DaemonStatus, HostToPage, PageToHost } from '../model/messages';
 import type { Attachment, CostSummary, PendingApproval, SessionSummary, ToolCallStatus } from '../model/wire';
 import { MarkdownBlock } from './markdown';
@@ -23,6 +23,7 @@ const SLASH_COMMANDS: [string, string][] = [
   ['/model ', 'switch model: /model <id>'],
   ['/system ', 'set the system prompt: /system <text>'],
   ['/clear', 'start the model fresh (the transcript stays)'],
+  ['/compact', 'summarise the earlier turns now: /compact [what to keep in view]'],
   ['/help', 'list the commands'],
 ];
 
@@ -81,6 +82,37 @@ export function approvalPreview(approval: Pick<PendingApproval, 'tool' | 'input'
   return { kind: 'json', lines: JSON.stringify(approval.input, null, 2).split('\n') };
 }
 
+const COMPACTION_REASONS: Record<string, string> = {
+  share: 'the history passed its share of the window',
+  window: 'the request would not have fit the window',
+  command: '/compact',
+};
+
+/** The one line a summary entry shows, folded or not. */
+export function summaryHeading(entry: Pick<SummaryEntry, 'method' | 'messages'>): string {
+  const messages = entry.messages === 1 ? '1 earlier message' : `${entry.messages} earlier messages`;
+  switch (entry.method) {
+    case 'summary':
+      return `Summary of ${messages}`;
+    case 'drop':
+      return `${messages[0].toUpperCase()}${messages.slice(1)} left out of what the model is sent`;
+    case 'carryOver':
+      return 'Carried over from the previous context';
+  }
+}
+
+/** The range and, when the compaction was seen live, why and what it saved. */
+export function summaryDetail(entry: Pick<SummaryEntry, 'fromSeq' | 'toSeq' | 'compaction'>): string {
+  const parts: string[] = [];
+  if (entry.fromSeq !== undefined && entry.toSeq !== undefined) parts.push(`seq ${entry.fromSeq}–${entry.toSeq}`);
+  const c = entry.compaction;
+  if (c) {
+    parts.push(COMPACTION_REASONS[c.reason] ?? c.reason);
+    parts.push(`history ${formatTokens(c.tokensBefore)} → ${formatTokens(c.tokensAfter)} tokens`);
+  }
+  return parts.join(' · ');
+}
+
 /** How many entries of a load are formatted at once; the rest when they come into view. */
 const EAGER_ENTRIES = 60;
 
@@ -118,6 +150,8 @@ export class ChatView {
   private renderedChromeRev = -1;
   private renderedModel: SessionModel | undefined;
   private renderedStructure = -1;
+  /** How many leading entries were last drawn as folded by a compaction. */
+  private renderedFolded = 0;
   private readonly nodes = new Map<string, { node: HTMLElement; rev: number }>();
   private readonly markdown = new WeakMap<HTMLElement, MarkdownBlock[]>();
   /** Formats entries drawn as plain text once they come near the visible part. */
@@ -314,6 +348,7 @@ export class ChatView {
       this.nodes.clear();
       this.renderedModel = model;
       this.renderedStructure = -1;
+      this.renderedFolded = 0;
     }
     if (!model) return;
     const entries = model.list();
@@ -331,6 +366,12 @@ export class ChatView {
     });
     if (structural) {
       this.renderedStructure = model.structureRev;
+      // Entries a compaction folded away are dimmed: still here to read, no longer sent.
+      const folded = model.foldedCount();
+      if (folded > 0 || this.renderedFolded > 0) {
+        entries.forEach((entry, i) => this.nodes.get(entry.key)?.node.classList.toggle('folded', i < folded));
+        this.renderedFolded = folded;
+      }
       let cursor: ChildNode | null = this.transcript.firstChild;
       for (const entry of entries) {
         const node = this.nodes.get(entry.key)?.node;
@@ -397,11 +438,24 @@ export class ChatView {
         node.replaceChildren(el('div', 'text', entry.text));
         return;
       case 'summary': {
-        const details = el('details', 'summary-block');
-        const body = new MarkdownBlock((text) => this.post({ type: 'copy', text }));
-        body.update(entry.text, true);
-        details.append(el('summary', undefined, 'Summary of earlier messages'), body.el);
-        node.replaceChildren(details);
+        node.dataset.method = entry.method;
+        const head = el('div', 'head', summaryHeading(entry));
+        const detail = summaryDetail(entry);
+        const parts: HTMLElement[] = [];
+        if (entry.text.trim() === '') {
+          parts.push(head);
+        } else {
+          // Folded: the summary is what the model reads, the transcript above is what was said.
+          const details = el('details', 'summary-block');
+          const heading = el('summary');
+          heading.append(head);
+          const body = new MarkdownBlock((text) => this.post({ type: 'copy', text }));
+          body.update(entry.text, true);
+          details.append(heading, body.el);
+          parts.push(details);
+        }
+        if (detail) parts.push(el('div', 'detail', detail));
+        node.replaceChildren(...parts);
         return;
       }
     }
@@ -624,16 +678,24 @@ export class ChatView {
       part.dataset.tokens = String(tokens);
       return part;
     };
-    bar.append(
-      segment('system', snapshot.systemTokens),
-      segment('tools', snapshot.toolTokens),
-      segment('history', snapshot.historyTokens),
-      segment('latest', snapshot.latestUserTokens),
-    );
+    const summary = Math.min(snapshot.summaryTokens, snapshot.historyTokens);
+    bar.append(segment('system', snapshot.systemTokens), segment('tools', snapshot.toolTokens));
+    // The summary of compacted turns is part of the history; shown apart once there is one.
+    if (summary > 0) bar.append(segment('summary', summary));
+    bar.append(segment('history', snapshot.historyTokens - summary), segment('latest', snapshot.latestUserTokens));
     const remaining = el('span', 'segment remaining');
     remaining.style.flex = '1';
     remaining.title = `remaining: ${formatTokens(snapshot.remainingTokens)} tokens`;
     bar.append(remaining);
+    if (snapshot.historyLimitTokens > 0) {
+      // Where the history's share of the window ends: past it, older turns are compacted.
+      const at = snapshot.systemTokens + snapshot.toolTokens + snapshot.historyLimitTokens;
+      const limit = el('span', 'limit');
+      limit.style.left = `${Math.min(1, (at * snapshot.correctionFactor) / usable / scale) * 100}%`;
+      limit.title = `older turns are compacted when the history passes ${formatTokens(Math.round(snapshot.historyLimitTokens * snapshot.correctionFactor))} tokens`;
+      limit.dataset.tokens = String(snapshot.historyLimitTokens);
+      bar.append(limit);
+    }
     const percent = Math.round(snapshot.utilisation * 1000) / 10;
     const approx = snapshot.exact ? '' : '~';
     this.context.append(

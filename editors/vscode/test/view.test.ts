@@ -1,0 +1,30 @@
+// The chat page's pure helpers: the lines a summary entry shows for each way older messages
+// were folded, and the compaction's details.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { summaryDetail, summaryHeading } from '../src/webview/view';
+
+test('a summary entry is headed by how the older messages were folded', { timeout: 120_000 }, () => {
+  assert.equal(summaryHeading({ method: 'summary', messages: 4 }), 'Summary of 4 earlier messages');
+  assert.equal(summaryHeading({ method: 'summary', messages: 1 }), 'Summary of 1 earlier message');
+  assert.equal(summaryHeading({ method: 'drop', messages: 12 }), '12 earlier messages left out of what the model is sent');
+  assert.equal(summaryHeading({ method: 'carryOver', messages: 30 }), 'Carried over from the previous context');
+});
+
+test('its detail line: the range, and when seen live, why and the tokens before and after', { timeout: 120_000 }, () => {
+  assert.equal(summaryDetail({ fromSeq: 1, toSeq: 170 }), 'seq 1–170');
+  assert.equal(
+    summaryDetail({ fromSeq: 3, toSeq: 4096, compaction: { reason: 'share', tokensBefore: 61_900, tokensAfter: 12_034 } }),
+    'seq 3–4096 · the history passed its share of the window · history 61,900 → 12,034 tokens',
+  );
+  assert.equal(
+    summaryDetail({ fromSeq: 3, toSeq: 9, compaction: { reason: 'window', tokensBefore: 900, tokensAfter: 400 } }),
+    'seq 3–9 · the request would not have fit the window · history 900 → 400 tokens',
+  );
+  assert.equal(summaryDetail({ compaction: { reason: 'command', tokensBefore: 227, tokensAfter: 127 } }), '/compact · history 227 → 127 tokens');
+  // A reason this page does not know yet is shown as the daemon named it.
+  assert.equal(summaryDetail({ compaction: { reason: 'idle', tokensBefore: 2, tokensAfter: 1 } }), 'idle · history 2 → 1 tokens');
+  assert.equal(summaryDetail({}), '');
+});
