@@ -62,7 +62,7 @@ test('a chat in the page: stream, context bar, slash command, approval, interjec
     // A slash command from the composer's menu writes a note (never sent to the model).
     await page.fill('textarea.input', '/co');
     await page.waitForSelector('.slash li', STEP);
-    assert.equal(await page.textContent('.slash li .name'), '/cost');
+    assert.deepEqual(await page.locator('.slash li .name').allTextContents(), ['/cost', '/compact']);
     await page.click('.slash li');
     assert.equal(await page.inputValue('textarea.input'), '/cost');
     await page.press('textarea.input', 'Enter');
@@ -149,12 +149,13 @@ test('a chat in the page: stream, context bar, slash command, approval, interjec
     await screenshot(page, '05-html-as-text');
 
     // A fenced code block in a reply gets a copy button that copies its code.
+    // (Clicked once the reply is whole: while it streams, its last paragraph is redrawn each frame.)
     await send(page, 'see\n```\ncargo build --release\n```\nthis');
-    await page.waitForSelector('.entry.assistant pre.code button.copy', STEP);
+    await page.waitForSelector('.entry.assistant[data-streaming="false"] pre.code button.copy', STEP);
+    await waitIn(page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
     await page.click('.entry.assistant pre.code button.copy');
     await waitFor(() => chat.calls.copies.length === 1);
     assert.deepEqual(chat.calls.copies, ['cargo build --release\n']);
-    await waitIn(page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
 
     // 9. The daemon crashes mid-run: the view says so, it restarts, and the state comes back.
     await send(page, 'tell me a story');
@@ -165,6 +166,8 @@ test('a chat in the page: stream, context bar, slash command, approval, interjec
     await screenshot(page, '06-crashed');
     await page.waitForSelector('.banner[data-state="ready"]', { state: 'attached', ...STEP });
     await waitIn(page, () => document.querySelector('.daemon-status')?.getAttribute('data-state') === 'ready');
+    // The recovered transcript: the restarted daemon closed the cut run with a notice.
+    await page.waitForSelector('.entry.notice[data-level="error"]:has-text("sidechat stopped during the run")', STEP);
     await waitIn(page, (n) => document.querySelectorAll('.transcript .entry.user').length === n, before);
     assert.equal(await page.locator('.entry.assistant[data-streaming="true"]').count(), 0);
     assert.match((await page.textContent('.transcript')) ?? '', /also check the README/);
@@ -239,6 +242,128 @@ test('thinking is folded, Markdown is formatted, and the context bar turns amber
   } finally {
     chat.controller.dispose();
     await page.close();
+    await daemon.stop();
+    scratch.dispose();
+  }
+});
+
+test('/compact: the summary entry, the compaction, folded entries and the summary in the context bar', { timeout: 120_000 }, async () => {
+  const scratch = new Scratch();
+  const daemon = scratch.daemon({ SIDECHAT_DEMO_DELAY_MS: '5' });
+  await daemon.start();
+  const chat = await openChat(browser, served.url, daemon, scratch.workspace);
+  const { page } = chat;
+  const idle = () => waitIn(page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
+  try {
+    await send(page, 'hello there');
+    await page.waitForSelector('.entry.assistant[data-streaming="false"]', STEP);
+    await idle();
+    await send(page, 'tell me a story');
+    await waitIn(page, () => document.querySelectorAll('.entry.assistant[data-streaming="false"]').length === 2);
+    await idle();
+    await page.waitForSelector('.context .bar .segment.history', STEP);
+    assert.equal(await page.locator('.context .segment.summary').count(), 0, 'no summary segment before a compaction');
+    assert.equal(await page.locator('.transcript .entry.folded').count(), 0);
+    // The history's share of the window is marked on the bar.
+    const limit = Number(await page.getAttribute('.context .bar .limit', 'data-tokens'));
+    const sessionId = chat.controller.activeSessionId ?? '';
+    assert.equal(limit, (await daemon.request('session/budget', { sessionId })).snapshot.historyLimitTokens);
+
+    // /compact folds the four messages into a summary the model reads instead.
+    await send(page, '/compact');
+    await page.waitForSelector('.entry.summary[data-method="summary"] .detail:has-text("history")', STEP);
+    assert.equal(await page.textContent('.entry.summary .head'), 'Summary of 4 earlier messages');
+    const detail = (await page.textContent('.entry.summary .detail')) ?? '';
+    const numbers = /^seq 1–(\d+) · \/compact · history ([\d,]+) → ([\d,]+) tokens$/.exec(detail);
+    assert.ok(numbers, `the compaction's range, reason and tokens: ${detail}`);
+    assert.ok(Number(numbers[3].replace(/,/g, '')) < Number(numbers[2].replace(/,/g, '')), 'the history shrank');
+    // Folded, the summary opens to its text, formatted like a reply.
+    assert.equal(await page.getAttribute('.entry.summary details.summary-block', 'open'), null);
+    await page.click('.entry.summary details.summary-block summary');
+    assert.match((await page.textContent('.entry.summary .markdown')) ?? '', /Once upon a time/);
+    // The messages it stands for stay readable, dimmed; what came after is not.
+    assert.deepEqual(
+      await page.locator('.transcript .entry').evaluateAll((nodes) => nodes.map((n) => `${n.classList[1]}${n.classList.contains('folded') ? ' folded' : ''}`)),
+      ['user folded', 'assistant folded', 'user folded', 'assistant folded', 'summary', 'note'],
+    );
+    assert.match((await page.textContent('.entry.note')) ?? '', /^Compacted 4 messages/);
+    // The context bar shows the summary as its own part of the history.
+    await page.waitForSelector('.context .bar .segment.summary', STEP);
+    const snapshot = (await daemon.request('session/budget', { sessionId })).snapshot;
+    assert.ok(snapshot.summaryTokens > 0);
+    assert.equal(Number(await page.getAttribute('.context .segment.summary', 'data-tokens')), snapshot.summaryTokens);
+    assert.equal(Number(await page.getAttribute('.context .segment.history', 'data-tokens')), snapshot.historyTokens - snapshot.summaryTokens);
+    assert.ok((await page.$eval('.context .segment.summary', (e) => e.getBoundingClientRect().width)) > 0);
+    await screenshot(page, '11-compaction');
+
+    // A reload shows the same from the transcript (the compaction's reason was only live).
+    await page.reload();
+    await page.waitForSelector('.entry.summary', STEP);
+    assert.equal(await page.textContent('.entry.summary .head'), 'Summary of 4 earlier messages');
+    assert.match((await page.textContent('.entry.summary .detail')) ?? '', /^seq 1–\d+$/);
+    assert.equal(await page.locator('.transcript .entry.folded').count(), 4);
+    await page.waitForSelector('.context .bar .segment.summary', STEP);
+
+    // The next turn is not folded: it is sent beside the summary.
+    await send(page, 'hello again');
+    await waitIn(page, () => document.querySelectorAll('.entry.assistant[data-streaming="false"]').length === 3);
+    await idle();
+    assert.equal(await page.locator('.transcript .entry.folded').count(), 4);
+    assert.deepEqual(chat.pageErrors, []);
+  } catch (error) {
+    await screenshot(page, 'failure-compaction').catch(() => undefined);
+    throw error;
+  } finally {
+    chat.controller.dispose();
+    await page.close();
+    await daemon.stop();
+    scratch.dispose();
+  }
+});
+
+test('an approval answered in another view of the same daemon leaves this one, and the run goes on here', { timeout: 120_000 }, async () => {
+  const scratch = new Scratch();
+  const daemon = scratch.daemon({ SIDECHAT_DEMO_DELAY_MS: '5' });
+  await daemon.start();
+  const here = await openChat(browser, served.url, daemon, scratch.workspace);
+  let there: Awaited<ReturnType<typeof openChat>> | undefined;
+  try {
+    await send(here.page, 'create notes.md with hello');
+    await here.page.waitForSelector('.approval', STEP);
+    // A second client of the daemon (another view with its own controller) shows the same card.
+    there = await openChat(browser, served.url, daemon, scratch.workspace);
+    await there.page.waitForSelector('.approval', STEP);
+    assert.equal(await there.page.getAttribute('.approval', 'data-approval-id'), await here.page.getAttribute('.approval', 'data-approval-id'));
+    await there.page.click('.approval button.allow');
+    // Here, nobody clicked: the card goes, the tool runs and the reply follows.
+    await here.page.waitForSelector('.approval', { state: 'detached', ...STEP });
+    await here.page.waitForSelector('.entry.tool[data-status="done"]', STEP);
+    await here.page.waitForSelector('.files li[data-path="notes.md"] .added', STEP);
+    await waitIn(here.page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
+    assert.match((await here.page.textContent(lastAssistant)) ?? '', /Created notes\.md/);
+    assert.equal(readFileSync(join(scratch.workspace, 'notes.md'), 'utf8'), 'hello\n');
+    await there.page.waitForSelector('.approval', { state: 'detached', ...STEP });
+    await screenshot(here.page, '12-approved-elsewhere');
+
+    // The same for a denial, answered through the daemon directly (no page involved).
+    await send(here.page, 'run ls -la');
+    await here.page.waitForSelector('.approval', STEP);
+    const approvalId = (await here.page.getAttribute('.approval', 'data-approval-id')) ?? '';
+    const answered = await daemon.request('approval/respond', { approvalId, decision: 'deny' });
+    assert.equal(answered.applied, true);
+    await here.page.waitForSelector('.approval', { state: 'detached', ...STEP });
+    await here.page.waitForSelector('.entry.tool[data-status="denied"]', STEP);
+    await waitIn(here.page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
+    assert.deepEqual(here.pageErrors, []);
+    assert.deepEqual(there.pageErrors, []);
+  } catch (error) {
+    await screenshot(here.page, 'failure-approved-elsewhere').catch(() => undefined);
+    throw error;
+  } finally {
+    here.controller.dispose();
+    there?.controller.dispose();
+    await here.page.close();
+    await there?.page.close();
     await daemon.stop();
     scratch.dispose();
   }

@@ -1,10 +1,11 @@
 // The extension host with a stubbed `vscode` module and the real daemon: activation, the
 // webview's HTML and CSP, the page's first messages, a send, "Ask sidechat about the
-// selection", a missing binary, and finding the binary.
+// selection", a restart when a sidechat setting changes, a missing binary, and finding the
+// binary.
 
 import { test, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
-import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 import * as vscode from 'vscode';
@@ -122,6 +123,59 @@ test('activation serves a strict page, and the page drives the real daemon', { t
   // Copy from a code block goes to the editor's clipboard.
   await send({ type: 'copy', text: 'cargo build' });
   assert.equal(__stub.clipboard, 'cargo build');
+});
+
+test('changing a sidechat setting restarts the daemon with it, and the view follows', { timeout: 120_000 }, async () => {
+  const scratch0 = new Scratch();
+  scratches.push(scratch0);
+  const env = { HOME: scratch0.dir, XDG_CONFIG_HOME: join(scratch0.dir, 'c'), XDG_DATA_HOME: join(scratch0.dir, 'd'), SIDECHAT_DEMO_DELAY_MS: '0', SIDECHAT_ACCOUNT: 'demo' };
+  const first = join(scratch0.dir, 'first.db');
+  const second = join(scratch0.dir, 'second.db');
+  activateWith({ 'sidechat.path': sidechatBinary(), 'sidechat.extraArgs': ['--db', first], 'sidechat.env': env });
+  const provider = __stub.viewProviders.get('sidechat.chat') as ChatViewProvider;
+  const { view, posted, send } = fakeView();
+  provider.resolveWebviewView(view as never);
+  await send({ type: 'ready' });
+  await until(() => posted.find((m) => m.type === 'daemon' && m.status.state === 'ready'), 'the daemon to be ready');
+  await send({ type: 'send', text: 'hello', attachments: [], clientMessageId: 'c1' });
+  await until(() => posted.find((m) => m.type === 'events' && m.events.some((e) => e.event.kind === 'runFinished')), 'the run to finish');
+  const starts = () => __stub.output.filter((line) => line.startsWith('starting ')).length;
+  assert.equal(starts(), 1);
+
+  // Another extension's setting: the daemon keeps running. (A restart would stop it at once, so
+  // the next request would find a new process.)
+  __stub.changeConfig({ 'editor.fontSize': 14 });
+  posted.length = 0;
+  await send({ type: 'send', text: 'again', attachments: [], clientMessageId: 'c2' });
+  await until(() => posted.find((m) => m.type === 'events' && m.events.some((e) => e.event.kind === 'runFinished')), 'the second run to finish');
+  assert.equal(starts(), 1);
+  assert.deepEqual(posted.filter((m) => m.type === 'daemon'), []);
+
+  // sidechat.extraArgs: restarted with the new database; the view rebuilds from it (no chats yet).
+  posted.length = 0;
+  __stub.changeConfig({ 'sidechat.extraArgs': ['--db', second] });
+  await until(() => posted.find((m) => m.type === 'sessions' && m.sessions.length === 0), 'the view to show the new database');
+  assert.deepEqual(
+    posted.flatMap((m) => (m.type === 'daemon' ? [m.status.state] : [])),
+    ['starting', 'ready'],
+  );
+  assert.equal(starts(), 2);
+  assert.equal(__stub.output.filter((line) => line.startsWith('starting ')).pop(), `starting ${sidechatBinary()} serve --db ${second}`);
+  assert.ok(existsSync(second));
+
+  // sidechat.path pointing nowhere: the daemon stops, and the view and a message say why.
+  posted.length = 0;
+  __stub.changeConfig({ 'sidechat.path': join(scratch0.dir, 'missing', 'sidechat') });
+  const failed = await until(() => posted.find((m) => m.type === 'daemon' && m.status.state === 'failed'), 'the failure');
+  assert.equal(failed.type === 'daemon' && failed.status.state === 'failed' && failed.status.message, `sidechat was not found at ${join(scratch0.dir, 'missing', 'sidechat')} (the sidechat.path setting).`);
+  assert.equal(__stub.errors.length, 1);
+
+  // Set back: it starts again on its own.
+  posted.length = 0;
+  __stub.changeConfig({ 'sidechat.path': sidechatBinary() });
+  await until(() => posted.find((m) => m.type === 'daemon' && m.status.state === 'ready'), 'the daemon to be ready again');
+  await until(() => posted.find((m) => m.type === 'sessions'), 'the view to be rebuilt');
+  assert.equal(starts(), 3);
 });
 
 test('a missing binary: an error naming the path, with a button that opens the setting', { timeout: 120_000 }, async () => {

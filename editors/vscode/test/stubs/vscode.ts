@@ -48,6 +48,14 @@ export const __stub = {
   contentProviders: new Map<string, unknown>(),
   activeTextEditor: undefined as unknown,
   workspaceFolders: undefined as { uri: Uri }[] | undefined,
+  configListeners: [] as ((event: { affectsConfiguration(section: string): boolean }) => void)[],
+  /** Changes settings as the Settings editor does, then tells the listeners which ones. */
+  changeConfig(values: Record<string, unknown>): void {
+    this.config = { ...this.config, ...values };
+    const keys = Object.keys(values);
+    const event = { affectsConfiguration: (section: string) => keys.some((k) => k === section || k.startsWith(`${section}.`)) };
+    for (const listener of this.configListeners) listener(event);
+  },
   reset(): void {
     this.config = {};
     this.commands.clear();
@@ -62,6 +70,7 @@ export const __stub = {
     this.contentProviders.clear();
     this.activeTextEditor = undefined;
     this.workspaceFolders = undefined;
+    this.configListeners = [];
   },
 };
 
@@ -76,7 +85,10 @@ export const workspace = {
     __stub.contentProviders.set(scheme, provider);
     return disposable;
   },
-  onDidChangeConfiguration: () => disposable,
+  onDidChangeConfiguration: (listener: (event: { affectsConfiguration(section: string): boolean }) => void) => {
+    __stub.configListeners.push(listener);
+    return { dispose: () => void __stub.configListeners.splice(__stub.configListeners.indexOf(listener), 1) };
+  },
 };
 
 export const window = {
