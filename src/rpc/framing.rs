@@ -65,6 +65,9 @@ pub const MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
 /// A header block longer than this is garbage.
 const MAX_HEADER_BYTES: usize = 8 * 1024;
 const CONTENT_LENGTH: &[u8] = b"content-length";
+/// A frame at least this long is handed over in the buffer it was read into rather than
+/// copied out of it (only the few bytes read after it are copied instead).
+const HAND_OVER_BYTES: usize = 256 * 1024;
 
 /// What the decoder found in the byte stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +76,8 @@ pub enum Decoded {
     Frame(Vec<u8>),
     /// Bytes that were not a frame were skipped.
     Garbage { skipped: usize },
-    /// A frame announced or grew past the limit; it is skipped without being buffered.
+    /// A frame announced or grew past the limit; it is skipped without being buffered. An
+    /// announced length that does not fit in a `usize` reads as `usize::MAX`.
     TooLarge { size: usize },
     /// The stream ended inside a frame.
     Truncated { buffered: usize },
@@ -87,7 +91,8 @@ enum State {
     Body {
         len: usize,
     },
-    /// Discarding the rest of an oversized frame.
+    /// Discarding the body of an oversized frame, up to `remaining` bytes or the next header
+    /// block, whichever comes first.
     Skip {
         remaining: usize,
     },
@@ -102,6 +107,9 @@ pub struct FrameDecoder {
     framing: Option<Framing>,
     buf: Vec<u8>,
     pos: usize,
+    /// Bytes after `pos` already searched for the end of the current line: each byte of a
+    /// long line is looked at once, however many reads it arrives in.
+    scanned: usize,
     max_frame: usize,
     /// Inside a run of garbage already reported, so one run yields one error.
     in_garbage: bool,
@@ -120,6 +128,7 @@ impl FrameDecoder {
             framing: None,
             buf: Vec::new(),
             pos: 0,
+            scanned: 0,
             max_frame,
             in_garbage: false,
         }
@@ -157,6 +166,7 @@ impl FrameDecoder {
         }
         self.buf.clear();
         self.pos = 0;
+        self.scanned = 0;
     }
 
     fn rest(&self) -> &[u8] {
@@ -172,26 +182,14 @@ impl FrameDecoder {
                 if self.rest().len() < len {
                     return false;
                 }
-                out.push(Decoded::Frame(self.rest()[..len].to_vec()));
-                self.pos += len;
+                let frame = self.take(len, len);
+                out.push(Decoded::Frame(frame));
                 self.state = State::Headers;
                 true
             }
-            State::Skip { remaining } => {
-                let take = remaining.min(self.rest().len());
-                self.pos += take;
-                if take == remaining {
-                    self.state = State::Headers;
-                    true
-                } else {
-                    self.state = State::Skip {
-                        remaining: remaining - take,
-                    };
-                    false
-                }
-            }
+            State::Skip { remaining } => self.skip_body(remaining),
             State::Line => self.line(out),
-            State::SkipLine => match self.rest().iter().position(|&b| b == b'\n') {
+            State::SkipLine => match memchr::memchr(b'\n', self.rest()) {
                 Some(i) => {
                     self.pos += i + 1;
                     self.state = State::Line;
@@ -203,6 +201,23 @@ impl FrameDecoder {
                 }
             },
         }
+    }
+
+    /// The frame of `len` bytes at `pos`, consuming `consumed` bytes. A large frame takes the
+    /// buffer itself, so it is never copied and the decoder keeps only what follows it.
+    fn take(&mut self, len: usize, consumed: usize) -> Vec<u8> {
+        let start = self.pos;
+        self.pos += consumed;
+        self.scanned = 0;
+        if len < HAND_OVER_BYTES || start > HAND_OVER_BYTES {
+            return self.buf[start..start + len].to_vec();
+        }
+        let tail = self.buf.split_off(self.pos);
+        let mut frame = std::mem::replace(&mut self.buf, tail);
+        self.pos = 0;
+        frame.truncate(start + len);
+        frame.drain(..start);
+        frame
     }
 
     fn detect(&mut self) -> bool {
@@ -230,24 +245,37 @@ impl FrameDecoder {
 
     fn line(&mut self, out: &mut Vec<Decoded>) -> bool {
         let rest = self.rest();
-        match rest.iter().position(|&b| b == b'\n') {
+        match memchr::memchr(b'\n', &rest[self.scanned..]) {
             Some(i) => {
-                let line = trim_ascii(&rest[..i]);
-                if line.len() > self.max_frame {
-                    out.push(Decoded::TooLarge { size: line.len() });
-                } else if !line.is_empty() {
-                    out.push(Decoded::Frame(line.to_vec()));
+                let end = self.scanned + i;
+                let line = &rest[..end];
+                let lead = line.iter().take_while(|b| b.is_ascii_whitespace()).count();
+                let len = trim_ascii(line).len();
+                if len > self.max_frame {
+                    out.push(Decoded::TooLarge { size: len });
+                    self.pos += end + 1;
+                    self.scanned = 0;
+                } else if len == 0 {
+                    self.pos += end + 1;
+                    self.scanned = 0;
+                } else {
+                    self.pos += lead;
+                    let frame = self.take(len, end + 1 - lead);
+                    out.push(Decoded::Frame(frame));
                 }
-                self.pos += i + 1;
                 true
             }
             None if rest.len() > self.max_frame => {
                 out.push(Decoded::TooLarge { size: rest.len() });
                 self.pos = self.buf.len();
+                self.scanned = 0;
                 self.state = State::SkipLine;
                 false
             }
-            None => false,
+            None => {
+                self.scanned = rest.len();
+                false
+            }
         }
     }
 
@@ -263,27 +291,62 @@ impl FrameDecoder {
         if rest.is_empty() {
             return false;
         }
-        let window = &rest[..rest.len().min(MAX_HEADER_BYTES)];
-        match find(window, b"\r\n\r\n") {
-            Some(end) => match parse_header_block(&rest[..end]) {
-                Some(len) => {
-                    self.pos += end + 4;
-                    self.in_garbage = false;
-                    self.state = if len > self.max_frame {
-                        out.push(Decoded::TooLarge { size: len });
-                        State::Skip { remaining: len }
-                    } else {
-                        State::Body { len }
-                    };
-                    true
-                }
-                None => self.skip_garbage(out),
-            },
-            None if rest.len() >= MAX_HEADER_BYTES || !could_be_header_start(rest) => {
-                self.skip_garbage(out)
+        match header_block(rest) {
+            HeaderBlock::Length { len, body_start } => {
+                self.pos += body_start;
+                self.in_garbage = false;
+                self.state = if len > self.max_frame {
+                    out.push(Decoded::TooLarge { size: len });
+                    State::Skip { remaining: len }
+                } else {
+                    State::Body { len }
+                };
+                true
             }
-            None => false,
+            HeaderBlock::Invalid => self.skip_garbage(out),
+            HeaderBlock::Incomplete => false,
         }
+    }
+
+    /// Discards an oversized frame's body. A valid header block inside it starts the next
+    /// frame at once: a JSON body can never hold one (it would need a bare `Content-Length`
+    /// or a raw line break inside a string), so the announced length was false, and the
+    /// client's next request is read rather than swallowed by a length such as 2^64−1.
+    fn skip_body(&mut self, remaining: usize) -> bool {
+        let rest = self.rest();
+        let window = &rest[..rest.len().min(remaining)];
+        let mut from = 0;
+        while let Some(i) = find_ignore_case(&window[from..], CONTENT_LENGTH) {
+            let at = from + i;
+            match header_block(&rest[at..]) {
+                HeaderBlock::Length { .. } => {
+                    self.pos += at;
+                    self.state = State::Headers;
+                    return true;
+                }
+                HeaderBlock::Incomplete => {
+                    // Wait for the rest of what may be a header block.
+                    self.pos += at;
+                    self.state = State::Skip {
+                        remaining: remaining - at,
+                    };
+                    return false;
+                }
+                HeaderBlock::Invalid => from = at + 1,
+            }
+        }
+        if window.len() == remaining {
+            self.pos += remaining;
+            self.state = State::Headers;
+            return true;
+        }
+        // Keep what may be the start of `Content-Length` for the next read.
+        let drop = window.len().saturating_sub(CONTENT_LENGTH.len() - 1);
+        self.pos += drop;
+        self.state = State::Skip {
+            remaining: remaining - drop,
+        };
+        false
     }
 
     /// Drops bytes up to the next `Content-Length` (or all but a possible prefix of one).
@@ -302,11 +365,49 @@ impl FrameDecoder {
     }
 }
 
-/// Whether `bytes` (no `\r\n\r\n` yet) may still grow into a valid header block.
+/// What the bytes at the start of a header block hold.
+#[derive(Debug, PartialEq, Eq)]
+enum HeaderBlock {
+    /// A complete block naming the body's length; the body starts at `body_start`.
+    Length { len: usize, body_start: usize },
+    /// Not a header block.
+    Invalid,
+    /// Possibly a header block, not yet complete.
+    Incomplete,
+}
+
+/// Reads a header block at the start of `bytes`. It ends at the first empty line; lines may
+/// end in CRLF (as LSP says) or in LF alone (as some clients send).
+fn header_block(bytes: &[u8]) -> HeaderBlock {
+    let window = &bytes[..bytes.len().min(MAX_HEADER_BYTES)];
+    match header_end(window) {
+        Some((end, body_start)) => match parse_header_block(&window[..end]) {
+            Some(len) => HeaderBlock::Length { len, body_start },
+            None => HeaderBlock::Invalid,
+        },
+        None if window.len() >= MAX_HEADER_BYTES || !could_be_header_start(window) => {
+            HeaderBlock::Invalid
+        }
+        None => HeaderBlock::Incomplete,
+    }
+}
+
+/// Where the header lines end and where the body starts: after the first line break that is
+/// followed by an empty line (`\n\n` or `\n\r\n`).
+fn header_end(window: &[u8]) -> Option<(usize, usize)> {
+    memchr::memchr_iter(b'\n', window).find_map(|j| match window.get(j + 1..) {
+        Some([b'\n', ..]) => Some((j, j + 2)),
+        Some([b'\r', b'\n', ..]) => Some((j, j + 3)),
+        _ => None,
+    })
+}
+
+/// Whether `bytes` (no empty line yet) may still grow into a valid header block.
 fn could_be_header_start(bytes: &[u8]) -> bool {
+    let lines = bytes.split(|&b| b == b'\n').count();
     bytes.split(|&b| b == b'\n').enumerate().all(|(i, line)| {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let complete = i + 1 < bytes.split(|&b| b == b'\n').count();
+        let complete = i + 1 < lines;
         match line.iter().position(|&b| b == b':') {
             Some(colon) => is_token(&line[..colon]),
             None => !complete && is_token(line),
@@ -331,11 +432,21 @@ fn parse_header_block(block: &[u8]) -> Option<usize> {
             return None;
         }
         if name.eq_ignore_ascii_case(CONTENT_LENGTH) {
-            let text = std::str::from_utf8(value).ok()?;
-            length = Some(text.parse::<usize>().ok()?);
+            length = Some(parse_length(value)?);
         }
     }
     length
+}
+
+/// A decimal length; one too large for a `usize` reads as `usize::MAX` (it is refused as
+/// too large either way, and must not read as garbage).
+fn parse_length(digits: &[u8]) -> Option<usize> {
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(digits.iter().fold(0usize, |n, d| {
+        n.saturating_mul(10).saturating_add(usize::from(d - b'0'))
+    }))
 }
 
 fn trim_ascii(bytes: &[u8]) -> &[u8] {
@@ -349,14 +460,15 @@ fn trim_ascii(bytes: &[u8]) -> &[u8] {
     &bytes[start..end]
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
+/// The first place `needle` (lowercase ASCII letters and `-`) occurs in `haystack`, ignoring
+/// case; candidates are found by their first byte, so the cost stays linear.
 fn find_ignore_case(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack
-        .windows(needle.len())
-        .position(|w| w.eq_ignore_ascii_case(needle))
+    let first = needle.first()?;
+    memchr::memchr2_iter(*first, first.to_ascii_uppercase(), haystack).find(|&i| {
+        haystack
+            .get(i..i + needle.len())
+            .is_some_and(|w| w.eq_ignore_ascii_case(needle))
+    })
 }
 
 #[cfg(test)]
@@ -425,6 +537,52 @@ mod tests {
             decode(&[&line[..1500], &line[1500..]]),
             vec![Decoded::TooLarge { size: 1500 }, frame("{}")]
         );
+    }
+
+    #[test]
+    fn headers_ending_in_lf_alone_are_read() {
+        assert_eq!(
+            decode(&[
+                b"Content-Length: 2\n\n{}",
+                b"Content-Type: x\ncontent-length: 3\r\n\r\n[1]",
+                b"Content-Length: 5\n\r\n[2,3]"
+            ]),
+            vec![frame("{}"), frame("[1]"), frame("[2,3]")]
+        );
+    }
+
+    #[test]
+    fn a_length_past_the_limit_is_refused_and_the_next_frame_read() {
+        // Up to 2^64−1 and beyond: refused at once, and the frame that follows is read
+        // rather than swallowed by the announced length.
+        for length in ["18446744073709551615", "99999999999999999999999", "2000"] {
+            let input = format!("Content-Length: {length}\r\n\r\nContent-Length: 2\r\n\r\n{{}}");
+            let size = length.parse::<usize>().unwrap_or(usize::MAX);
+            assert_eq!(
+                decode(&[input.as_bytes()]),
+                vec![Decoded::TooLarge { size }, frame("{}")],
+                "{length}"
+            );
+        }
+        // A body cut into pieces that each end inside a possible header still resyncs.
+        let input = b"Content-Length: 5000\r\n\r\nxxContent-Length: 2\r\n\r\n{}";
+        let pieces: Vec<&[u8]> = input.chunks(3).collect();
+        assert_eq!(
+            decode(&pieces),
+            vec![Decoded::TooLarge { size: 5000 }, frame("{}")]
+        );
+    }
+
+    #[test]
+    fn a_long_line_in_many_reads_is_one_frame() {
+        let mut decoder = FrameDecoder::new(4 * HAND_OVER_BYTES);
+        let mut out = Vec::new();
+        let text = format!("{{\"t\":\"{}\"}}", "é".repeat(HAND_OVER_BYTES));
+        let wire = format!("{{}}\n  {text} \n{{\"n\":1}}\n");
+        for chunk in wire.as_bytes().chunks(1000) {
+            decoder.push(chunk, &mut out);
+        }
+        assert_eq!(out, vec![frame("{}"), frame(&text), frame("{\"n\":1}")]);
     }
 
     #[test]
