@@ -34,11 +34,22 @@ pub fn error_object(
 
 /// A complete error response frame.
 pub fn error_response(id: &Value, code: i32, message: &str, data: Option<Value>) -> String {
+    error_frame(&id.to_string(), code, message, data)
+}
+
+/// A complete error response frame answering the id whose JSON text is `id` (as the client
+/// wrote it, see [`super::request_id`]).
+pub fn error_frame(id: &str, code: i32, message: &str, data: Option<Value>) -> String {
     let mut error = serde_json::json!({ "code": code, "message": message });
     if let Some(data) = data {
         error["data"] = data;
     }
-    serde_json::json!({ "jsonrpc": "2.0", "id": id, "error": error }).to_string()
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#)
+}
+
+/// A complete success response frame whose result is the JSON text `result`.
+pub fn result_frame(id: &str, result: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#)
 }
 
 impl From<RuntimeError> for ErrorObjectOwned {

@@ -5,6 +5,8 @@ pub mod error;
 pub mod framing;
 mod methods;
 pub mod peer;
+pub mod readable;
+mod request_id;
 mod server;
 pub mod transport;
 

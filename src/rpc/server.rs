@@ -18,6 +18,7 @@ use super::error::*;
 use super::framing::{Decoded, MAX_FRAME_BYTES};
 use super::methods::method_table;
 use super::peer::Peer;
+use super::request_id::{RequestId, recover_id};
 use super::transport::{spawn_reader, spawn_writer};
 use crate::protocol::{InitializeParams, InitializeResult, read_params};
 use crate::runtime::Runtime;
@@ -37,7 +38,7 @@ enum Outcome {
     Reply(String),
     /// A request for the method table; its params are still the JSON text they arrived as.
     Call {
-        id: Value,
+        id: RequestId,
         method: String,
         params: Option<Box<RawValue>>,
     },
@@ -46,14 +47,15 @@ enum Outcome {
 }
 
 /// One JSON-RPC message, read once from its frame. `params` stays JSON text until the method's
-/// route reads it as that method's params type; `id`, `result` and `error` are `Some(Null)`
-/// when present as `null`, which is not the same as absent.
+/// route reads it as that method's params type; `id` stays the JSON text it arrived as, so the
+/// answer carries it unchanged. `id`, `result` and `error` are `Some(null)` when present as
+/// `null`, which is not the same as absent.
 #[derive(Debug, Deserialize)]
 struct Message {
     #[serde(default)]
     jsonrpc: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
-    id: Option<Value>,
+    #[serde(default, deserialize_with = "present_raw")]
+    id: Option<Box<RawValue>>,
     #[serde(default)]
     method: Option<Value>,
     #[serde(default)]
@@ -68,27 +70,27 @@ fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<V
     Value::deserialize(deserializer).map(Some)
 }
 
+fn present_raw<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(deserializer).map(Some)
+}
+
 impl Message {
-    /// Reads one message, or the error frame that answers it.
+    /// Reads one message, or the error frame that answers it. A frame that does not read as a
+    /// message is still answered with its own id when its envelope shows one, so the
+    /// client's request does not wait for an answer that never comes.
     fn read(bytes: &[u8]) -> Result<Message, String> {
         serde_json::from_slice(bytes).map_err(|e| {
+            let id = recover_id(bytes).unwrap_or_else(RequestId::null);
+            let id = id.json();
             if e.is_syntax() || e.is_eof() {
-                error_response(
-                    &Value::Null,
-                    PARSE_ERROR,
-                    &format!("Parse error: {e}"),
-                    None,
-                )
+                error_frame(id, PARSE_ERROR, &format!("Parse error: {e}"), None)
             } else if bytes.trim_ascii_start().first() == Some(&b'{') {
-                error_response(
-                    &Value::Null,
-                    INVALID_REQUEST,
-                    &format!("Invalid Request: {e}"),
-                    None,
-                )
+                error_frame(id, INVALID_REQUEST, &format!("Invalid Request: {e}"), None)
             } else {
-                error_response(
-                    &Value::Null,
+                error_frame(
+                    id,
                     INVALID_REQUEST,
                     "Invalid Request: expected an object",
                     None,
@@ -209,8 +211,8 @@ where
             Decoded::TooLarge { size } => {
                 tracing::warn!(size, "refused an oversized frame");
                 let message = format!(
-                    "Frame of {size} bytes exceeds the limit of {} bytes; it was skipped",
-                    MAX_FRAME_BYTES
+                    "Frame of {size} bytes exceeds the limit of {MAX_FRAME_BYTES} bytes; it was \
+                     refused and its bytes skipped"
                 );
                 outbox.send(error_response(
                     &Value::Null,
@@ -357,10 +359,11 @@ impl Dispatcher {
             result,
             error,
         } = message;
+        let id = id.map(RequestId::new);
         if jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
             return match id {
-                Some(id) if method.is_some() || result.is_none() => Outcome::Reply(error_response(
-                    &id,
+                Some(id) if method.is_some() || result.is_none() => Outcome::Reply(error_frame(
+                    id.json(),
                     INVALID_REQUEST,
                     "Invalid Request: \"jsonrpc\" must be \"2.0\"",
                     None,
@@ -370,11 +373,11 @@ impl Dispatcher {
         }
         match (method, id) {
             (Some(Value::String(method)), Some(id)) => {
-                if !(id.is_string() || id.is_u64()) {
+                if !id.is_valid() {
                     return Outcome::Reply(error_response(
                         &Value::Null,
                         INVALID_REQUEST,
-                        "Invalid Request: id must be a string or a non-negative integer",
+                        "Invalid Request: id must be a string or a number",
                         None,
                     ));
                 }
@@ -383,14 +386,14 @@ impl Dispatcher {
             (Some(Value::String(method)), None) => {
                 self.notification(&method, params.as_deref()).await
             }
-            (Some(_), id) => Outcome::Reply(error_response(
-                &id.unwrap_or(Value::Null),
+            (Some(_), id) => Outcome::Reply(error_frame(
+                id.unwrap_or_else(RequestId::null).json(),
                 INVALID_REQUEST,
                 "Invalid Request: method must be a string",
                 None,
             )),
             (None, Some(id)) if result.is_some() || error.is_some() => {
-                let mut response = serde_json::json!({"jsonrpc": "2.0", "id": id});
+                let mut response = serde_json::json!({"jsonrpc": "2.0", "id": id.to_value()});
                 if let Some(result) = result {
                     response["result"] = result;
                 }
@@ -402,8 +405,8 @@ impl Dispatcher {
                 }
                 Outcome::Silent
             }
-            (None, id) => Outcome::Reply(error_response(
-                &id.unwrap_or(Value::Null),
+            (None, id) => Outcome::Reply(error_frame(
+                id.unwrap_or_else(RequestId::null).json(),
                 INVALID_REQUEST,
                 "Invalid Request: no method",
                 None,
@@ -411,7 +414,12 @@ impl Dispatcher {
         }
     }
 
-    async fn request(&self, method: String, id: Value, params: Option<Box<RawValue>>) -> Outcome {
+    async fn request(
+        &self,
+        method: String,
+        id: RequestId,
+        params: Option<Box<RawValue>>,
+    ) -> Outcome {
         let state = self.lifecycle();
         match (method.as_str(), state) {
             ("initialize", Lifecycle::Uninitialized) => {
@@ -420,8 +428,8 @@ impl Dispatcher {
                         Ok(params) => params,
                         Err(e) => {
                             let message = format!("Invalid params: {e}");
-                            return Outcome::Reply(error_response(
-                                &id,
+                            return Outcome::Reply(error_frame(
+                                id.json(),
                                 INVALID_PARAMS,
                                 &message,
                                 None,
@@ -434,20 +442,20 @@ impl Dispatcher {
                 self.set_lifecycle(Lifecycle::Running);
                 Outcome::Reply(result_response(&id, &self.init))
             }
-            ("initialize", _) => Outcome::Reply(error_response(
-                &id,
+            ("initialize", _) => Outcome::Reply(error_frame(
+                id.json(),
                 INVALID_REQUEST,
                 "Invalid Request: initialize was already received",
                 None,
             )),
-            (_, Lifecycle::Uninitialized) => Outcome::Reply(error_response(
-                &id,
+            (_, Lifecycle::Uninitialized) => Outcome::Reply(error_frame(
+                id.json(),
                 SERVER_NOT_INITIALIZED,
                 &format!("Server not initialized: send initialize before {method}"),
                 None,
             )),
-            (_, Lifecycle::ShuttingDown) => Outcome::Reply(error_response(
-                &id,
+            (_, Lifecycle::ShuttingDown) => Outcome::Reply(error_frame(
+                id.json(),
                 INVALID_REQUEST,
                 &format!("Invalid Request: the server is shutting down and refuses {method}"),
                 None,
@@ -468,13 +476,13 @@ impl Dispatcher {
         /// `$/cancelRequest`'s params.
         #[derive(Deserialize)]
         struct Cancel {
-            id: Value,
+            id: Box<RawValue>,
         }
         match method {
             "exit" => return Outcome::Exit,
             "initialized" => tracing::debug!("client initialized"),
             "$/cancelRequest" => match params.map(|p| serde_json::from_str::<Cancel>(p.get())) {
-                Some(Ok(Cancel { id })) => self.cancel(&id),
+                Some(Ok(Cancel { id })) => self.cancel(&RequestId::new(id)),
                 _ => tracing::warn!("$/cancelRequest without an id"),
             },
             other => tracing::debug!(method = other, "ignored notification"),
@@ -488,12 +496,12 @@ impl Dispatcher {
     /// place in the in-flight map, so `$/cancelRequest` and `shutdown` could no longer see it.
     fn spawn_call(
         self: Arc<Self>,
-        id: Value,
+        id: RequestId,
         method: String,
         params: Option<Box<RawValue>>,
         reply_to: ReplyTo,
     ) {
-        let key = id.to_string();
+        let key = id.key();
         // Hold the lock while spawning so the task cannot finish before it is registered.
         let mut inflight = lock(&self.inflight);
         if inflight.contains_key(&key) {
@@ -502,7 +510,7 @@ impl Dispatcher {
             let message = format!("Invalid Request: request {id} is still in flight");
             self.deliver(
                 &reply_to,
-                error_response(&id, INVALID_REQUEST, &message, None),
+                error_frame(id.json(), INVALID_REQUEST, &message, None),
             );
             return;
         }
@@ -546,11 +554,11 @@ impl Dispatcher {
         }
     }
 
-    fn cancel(&self, id: &Value) {
+    fn cancel(&self, id: &RequestId) {
         let mut inflight = lock(&self.inflight);
-        if let Some(entry) = inflight.remove(&id.to_string()) {
+        if let Some(entry) = inflight.remove(&id.key()) {
             entry.task.abort();
-            let answer = error_response(id, REQUEST_CANCELLED, "Request cancelled", None);
+            let answer = error_frame(id.json(), REQUEST_CANCELLED, "Request cancelled", None);
             self.deliver(&entry.reply_to, answer);
             drop(inflight);
             self.request_ended.notify_waiters();
@@ -580,25 +588,22 @@ impl Dispatcher {
 
     /// Runs one request through the method table and returns its response frame. The params
     /// are handed over as the text they arrived as; the method's route parses them, once.
-    async fn call(&self, id: &Value, method: &str, params: Option<Box<RawValue>>) -> String {
+    /// The method table answers with a `null` id, which the client's id, as it wrote it,
+    /// replaces.
+    async fn call(&self, id: &RequestId, method: &str, params: Option<Box<RawValue>>) -> String {
         let module = match self.ready().await {
             Ok(ready) => &ready.module,
-            Err(e) => return error_response(id, INTERNAL_ERROR, e, None),
-        };
-        let wire_id = match id {
-            Value::String(text) => Id::Str(text.clone().into()),
-            Value::Number(n) => n.as_u64().map_or(Id::Null, Id::Number),
-            _ => Id::Null,
+            Err(e) => return error_frame(id.json(), INTERNAL_ERROR, e, None),
         };
         let params = Params::new(params.as_deref().map(RawValue::get)).into_owned();
         let response = match module.method(method) {
             None => {
                 let message = format!("Method not found: {method}");
-                return error_response(id, METHOD_NOT_FOUND, &message, None);
+                return error_frame(id.json(), METHOD_NOT_FOUND, &message, None);
             }
             Some(MethodCallback::Async(run)) => {
                 run(
-                    wire_id,
+                    Id::Null,
                     params,
                     ConnectionId(0),
                     usize::MAX,
@@ -606,12 +611,12 @@ impl Dispatcher {
                 )
                 .await
             }
-            Some(MethodCallback::Sync(run)) => run(wire_id, params, usize::MAX, Extensions::new()),
+            Some(MethodCallback::Sync(run)) => run(Id::Null, params, usize::MAX, Extensions::new()),
             Some(_) => {
-                return error_response(id, INTERNAL_ERROR, "not a method", None);
+                return error_frame(id.json(), INTERNAL_ERROR, "not a method", None);
             }
         };
-        response.into_json().get().to_string()
+        with_id(&response.into_json(), id)
     }
 }
 
@@ -620,8 +625,49 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn result_response<T: serde::Serialize>(id: &Value, result: &T) -> String {
-    serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string()
+fn result_response<T: serde::Serialize>(id: &RequestId, result: &T) -> String {
+    match serde_json::to_string(result) {
+        Ok(result) => result_frame(id.json(), &result),
+        Err(e) => error_frame(id.json(), INTERNAL_ERROR, &e.to_string(), None),
+    }
+}
+
+/// The method table's answer to a request it was given with a `null` id, carrying `id`.
+fn with_id(response: &RawValue, id: &RequestId) -> String {
+    /// How the method table writes the start of every answer (`jsonrpsee`'s field order).
+    const NULL_ID: &str = r#"{"jsonrpc":"2.0","id":null,"#;
+    let text = response.get();
+    if let Some(rest) = text.strip_prefix(NULL_ID) {
+        let id = id.json();
+        let mut answer = String::with_capacity(text.len() + id.len());
+        answer.push_str(r#"{"jsonrpc":"2.0","id":"#);
+        answer.push_str(id);
+        answer.push(',');
+        answer.push_str(rest);
+        return answer;
+    }
+    /// Any other layout: the same answer read and written again.
+    #[derive(Deserialize)]
+    struct Answer<'a> {
+        #[serde(borrow)]
+        result: Option<&'a RawValue>,
+        #[serde(borrow)]
+        error: Option<&'a RawValue>,
+    }
+    match serde_json::from_str::<Answer>(text) {
+        Ok(Answer {
+            result: Some(result),
+            ..
+        }) => result_frame(id.json(), result.get()),
+        Ok(Answer {
+            error: Some(error), ..
+        }) => format!(
+            r#"{{"jsonrpc":"2.0","id":{},"error":{}}}"#,
+            id.json(),
+            error.get()
+        ),
+        _ => error_frame(id.json(), INTERNAL_ERROR, "unreadable answer", None),
+    }
 }
 
 #[cfg(test)]

@@ -8,8 +8,10 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::framing::{Decoded, FrameDecoder, Framing};
+use super::readable::make_readable;
 
-/// Reads `input` on a dedicated thread, decoding frames into the returned channel.
+/// Reads `input` on a dedicated thread, decoding frames into the returned channel, each made
+/// readable ([`make_readable`]).
 ///
 /// The framing, once detected, is published in `framing` so replies can use it. The channel
 /// closes when the input ends.
@@ -39,20 +41,29 @@ pub fn spawn_reader<R: Read + Send + 'static>(
                     let _ = framing.set(detected);
                 }
                 for item in out.drain(..) {
-                    if tx.send(item).is_err() {
+                    if tx.send(readable(item)).is_err() {
                         return;
                     }
                 }
             }
             decoder.finish(&mut out);
             for item in out.drain(..) {
-                let _ = tx.send(item);
+                let _ = tx.send(readable(item));
             }
         });
     if let Err(e) = spawned {
         tracing::error!(error = %e, "cannot start the input thread");
     }
     rx
+}
+
+/// A frame with what no JSON parser would read replaced, on the input thread rather than the
+/// dispatcher's.
+fn readable(item: Decoded) -> Decoded {
+    match item {
+        Decoded::Frame(bytes) => Decoded::Frame(make_readable(bytes)),
+        other => other,
+    }
 }
 
 /// Sends serialised JSON-RPC messages to the writer thread.

@@ -40,8 +40,8 @@ async fn line_framing_bad_input() {
     let cases: &[(&[u8], Value, i64)] = &[
         // Random bytes.
         (b"\x00\xff\x13garbage\xfe\n", Value::Null, -32700),
-        // Invalid JSON.
-        (b"{\"jsonrpc\":\"2.0\",\"id\":5,\n", Value::Null, -32700),
+        // Invalid JSON, answered with the id its envelope shows.
+        (b"{\"jsonrpc\":\"2.0\",\"id\":5,\n", json!(5), -32700),
         // An empty batch.
         (b"[]\n", Value::Null, -32600),
         // Not JSON-RPC 2.0.
@@ -139,15 +139,15 @@ async fn content_length_framing_bad_input() {
     still_answers(&daemon).await;
     assert_eq!(next_error(&mut daemon).await, (Value::Null, -32700));
 
-    // A Content-Length shorter than the body: the cut body does not parse, and the bytes
-    // left over are not a frame.
+    // A Content-Length shorter than the body: the cut body does not parse (answered with the
+    // id it still shows), and the bytes left over are not a frame.
     let body = r#"{"jsonrpc":"2.0","id":30,"method":"session/list"}"#;
     let mut short = format!("Content-Length: {}\r\n\r\n", body.len() - 5).into_bytes();
     short.extend_from_slice(body.as_bytes());
     daemon.conn.write_raw(&short).await.unwrap();
     still_answers(&daemon).await;
     let errors = [next_error(&mut daemon).await, next_error(&mut daemon).await];
-    assert_eq!(errors, [(Value::Null, -32700), (Value::Null, -32700)]);
+    assert_eq!(errors, [(json!(30), -32700), (Value::Null, -32700)]);
 
     // A Content-Length longer than the body: it swallows the start of the next frame.
     let mut long = format!("Content-Length: {}\r\n\r\n", body.len() + 10).into_bytes();
@@ -158,7 +158,7 @@ async fn content_length_framing_bad_input() {
     daemon.conn.write_raw(&long).await.unwrap();
     still_answers(&daemon).await;
     let errors = [next_error(&mut daemon).await, next_error(&mut daemon).await];
-    assert_eq!(errors, [(Value::Null, -32700), (Value::Null, -32700)]);
+    assert_eq!(errors, [(json!(30), -32700), (Value::Null, -32700)]);
 
     // A frame over the 64 MiB limit is refused without being buffered.
     let size = 64 * 1024 * 1024 + 1;

@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod budget;
+mod bytes;
 mod commands;
 mod environment;
 mod file_diff;

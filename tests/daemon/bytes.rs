@@ -1,0 +1,278 @@
+//! Byte-level input through the real binary: what a client may send that a strict reader
+//! would refuse, answered as the client meant it (ids compared as the JSON text they were
+//! sent as, so `1e2` must come back as `1e2`, not as `100.0`).
+
+use pretty_assertions::assert_eq;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use sidechat::rpc::framing::{Decoded, FrameDecoder, Framing};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::mpsc;
+
+use crate::harness::{Scratch, command};
+
+/// A guard against a hung daemon, not a performance assertion.
+const HANG_GUARD: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `sidechat serve` spoken to in raw bytes; its frames are kept as the bytes it sent.
+struct Raw {
+    child: Child,
+    stdin: ChildStdin,
+    frames: mpsc::UnboundedReceiver<Vec<u8>>,
+}
+
+/// The parts of an answer a test looks at, with its id as the JSON text it was written as.
+#[derive(Debug, Deserialize)]
+struct Answer {
+    id: Option<Box<RawValue>>,
+    method: Option<String>,
+    result: Option<Value>,
+    error: Option<Value>,
+}
+
+impl Raw {
+    fn spawn(scratch: &Scratch) -> Self {
+        let mut child = command(&scratch.db(), &[])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn sidechat");
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let (tx, frames) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut decoder = FrameDecoder::default();
+            let mut chunk = vec![0u8; 64 * 1024];
+            let mut out = Vec::new();
+            while let Ok(n) = stdout.read(&mut chunk).await {
+                if n == 0 {
+                    break;
+                }
+                decoder.push(&chunk[..n], &mut out);
+                for item in out.drain(..) {
+                    if let Decoded::Frame(bytes) = item {
+                        let _ = tx.send(bytes);
+                    }
+                }
+            }
+        });
+        Self {
+            child,
+            stdin,
+            frames,
+        }
+    }
+
+    async fn write(&mut self, bytes: &[u8]) {
+        self.stdin.write_all(bytes).await.unwrap();
+        self.stdin.flush().await.unwrap();
+    }
+
+    /// The next frame that is not a notification, as the id's JSON text and the frame.
+    async fn next_answer(&mut self) -> (String, Answer) {
+        loop {
+            let bytes = tokio::time::timeout(HANG_GUARD, self.frames.recv())
+                .await
+                .expect("the daemon did not answer")
+                .expect("the daemon closed its output");
+            let answer: Answer = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                panic!("{e}: {}", String::from_utf8_lossy(&bytes));
+            });
+            if answer.method.is_none() {
+                let id = answer
+                    .id
+                    .as_deref()
+                    .map_or("null", RawValue::get)
+                    .to_string();
+                return (id, answer);
+            }
+        }
+    }
+
+    /// Writes `request` framed as `framing` and returns its answer's result, checking that
+    /// the answer carries `id` exactly as written.
+    async fn call(&mut self, framing: Framing, id: &str, method: &str, params: Value) -> Value {
+        let request =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
+        let mut wire = Vec::new();
+        framing.encode(&request, &mut wire);
+        self.write(&wire).await;
+        let (answered, answer) = self.next_answer().await;
+        assert_eq!(answered, id);
+        answer
+            .result
+            .unwrap_or_else(|| panic!("{method} failed: {:?}", answer.error))
+    }
+
+    async fn exit(mut self, framing: Framing) {
+        let mut wire = Vec::new();
+        framing.encode(
+            r#"{"jsonrpc":"2.0","id":"bye","method":"shutdown"}"#,
+            &mut wire,
+        );
+        self.write(&wire).await;
+        let (id, answer) = self.next_answer().await;
+        assert_eq!((id.as_str(), answer.error), ("\"bye\"", None));
+        wire.clear();
+        framing.encode(r#"{"jsonrpc":"2.0","method":"exit"}"#, &mut wire);
+        self.write(&wire).await;
+        let status = tokio::time::timeout(HANG_GUARD, self.child.wait())
+            .await
+            .expect("the daemon did not exit")
+            .unwrap();
+        assert_eq!(status.code(), Some(0));
+    }
+}
+
+#[tokio::test]
+async fn numeric_ids_of_any_json_number_are_answered_as_sent() {
+    let scratch = Scratch::new();
+    let mut daemon = Raw::spawn(&scratch);
+    daemon
+        .call(Framing::Line, "-1", "initialize", json!({}))
+        .await;
+    for id in [
+        "-1",
+        "1.5",
+        "1e2",
+        "-0.25E-3",
+        "0",
+        "18446744073709551616",
+        "\"x\\u0079\"",
+    ] {
+        let listed = daemon
+            .call(Framing::Line, id, "session/list", json!({"limit": 1}))
+            .await;
+        assert!(listed["sessions"].is_array(), "{listed}");
+    }
+    // An error answer carries the id as sent too.
+    daemon
+        .write(b"{\"jsonrpc\":\"2.0\",\"id\":2.50,\"method\":\"no/such\"}\n")
+        .await;
+    let (id, answer) = daemon.next_answer().await;
+    assert_eq!(
+        (id.as_str(), answer.error.unwrap()["code"].clone()),
+        ("2.50", json!(-32601))
+    );
+    daemon.exit(Framing::Line).await;
+}
+
+#[tokio::test]
+async fn a_lone_surrogate_is_stored_as_a_replacement_character_and_answered_with_its_id() {
+    let scratch = Scratch::new();
+    let mut daemon = Raw::spawn(&scratch);
+    daemon
+        .call(Framing::Line, "1", "initialize", json!({}))
+        .await;
+    let session = daemon
+        .call(Framing::Line, "2", "session/create", json!({}))
+        .await;
+    let session = session["id"].as_str().unwrap().to_string();
+    // What `JSON.stringify` writes for a string cut inside an emoji; raw here so nothing on
+    // the way re-encodes it.
+    let send = format!(
+        r#"{{"jsonrpc":"2.0","id":3,"method":"chat/send","params":{{"sessionId":"{session}","text":"cut \ud83d here \udE00 and \ud83d\ude00 whole"}}}}"#
+    );
+    daemon.write(format!("{send}\n").as_bytes()).await;
+    let (id, answer) = daemon.next_answer().await;
+    assert_eq!(id, "3");
+    let message_id = answer.result.expect("the send succeeded")["messageId"].clone();
+    let transcript = daemon
+        .call(
+            Framing::Line,
+            "4",
+            "session/transcript",
+            json!({"sessionId": session}),
+        )
+        .await;
+    let user = transcript["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|entry| entry["id"] == message_id)
+        .unwrap_or_else(|| panic!("the message is stored: {transcript}"));
+    assert_eq!(
+        user["blocks"][0]["text"],
+        json!("cut \u{fffd} here \u{fffd} and 😀 whole")
+    );
+    // A frame whose body does not parse is still answered with its own id.
+    let broken = format!(
+        r#"{{"jsonrpc":"2.0","id":"b-5","method":"chat/send","params":{{"sessionId":"{session}","text":tru}}}}"#
+    );
+    daemon.write(format!("{broken}\n").as_bytes()).await;
+    let (id, answer) = daemon.next_answer().await;
+    assert_eq!(
+        (id.as_str(), answer.error.unwrap()["code"].clone()),
+        ("\"b-5\"", json!(-32700))
+    );
+    // Bytes that are not UTF-8 are read as replacement characters.
+    let mut latin1 = format!(
+        r#"{{"jsonrpc":"2.0","id":6,"method":"session/update","params":{{"sessionId":"{session}","title":"caf"#
+    )
+    .into_bytes();
+    latin1.extend_from_slice(b"\xe9\"}}\n");
+    daemon.write(&latin1).await;
+    let (id, answer) = daemon.next_answer().await;
+    assert_eq!(id, "6");
+    assert_eq!(answer.result.unwrap()["title"], json!("caf\u{fffd}"));
+    daemon.exit(Framing::Line).await;
+}
+
+#[tokio::test]
+async fn headers_ending_in_lf_alone_are_read() {
+    let scratch = Scratch::new();
+    let mut daemon = Raw::spawn(&scratch);
+    let lf = |body: &str| format!("Content-Length: {}\n\n{body}", body.len()).into_bytes();
+    daemon
+        .write(&lf(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#,
+        ))
+        .await;
+    assert_eq!(daemon.next_answer().await.0, "1");
+    // Mixed: one header in LF, one in CRLF, and an LF-only blank line after a CRLF line.
+    let body = r#"{"jsonrpc":"2.0","id":2,"method":"session/list","params":{}}"#;
+    let mixed = format!(
+        "Content-Type: application/vscode-jsonrpc; charset=utf-8\nContent-Length: {}\r\n\n{body}",
+        body.len()
+    );
+    daemon.write(mixed.as_bytes()).await;
+    let (id, answer) = daemon.next_answer().await;
+    assert_eq!(id, "2");
+    assert!(answer.result.unwrap()["sessions"].is_array());
+    daemon.exit(Framing::ContentLength).await;
+}
+
+#[tokio::test]
+async fn a_content_length_past_the_limit_is_refused_at_once_and_the_next_request_answered() {
+    let scratch = Scratch::new();
+    let mut daemon = Raw::spawn(&scratch);
+    daemon
+        .call(Framing::ContentLength, "1", "initialize", json!({}))
+        .await;
+    for (length, id) in [("18446744073709551615", "2"), ("67108865", "3")] {
+        let mut wire = format!("Content-Length: {length}\r\n\r\n").into_bytes();
+        Framing::ContentLength.encode(
+            &format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"session/list","params":{{}}}}"#),
+            &mut wire,
+        );
+        daemon.write(&wire).await;
+        let (refused, answer) = daemon.next_answer().await;
+        let error = answer.error.expect("an error");
+        assert_eq!(
+            (refused.as_str(), error["code"].clone()),
+            ("null", json!(-32600))
+        );
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains(length) && message.contains("67108864"),
+            "{message}"
+        );
+        let (answered, answer) = daemon.next_answer().await;
+        assert_eq!(answered, id);
+        assert!(answer.result.unwrap()["sessions"].is_array());
+    }
+    daemon.exit(Framing::ContentLength).await;
+}
