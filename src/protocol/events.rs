@@ -27,6 +27,8 @@ pub enum FinishReason {
     MaxIterations,
     BudgetSpent,
     CutOff,
+    /// The model declined to answer: a provider's refusal or content filter.
+    Refusal,
     Error,
 }
 

@@ -352,6 +352,9 @@ struct WireDelta<'a> {
     /// Reasoning text, as Ollama and OpenRouter name it.
     #[serde(default, borrow)]
     reasoning: Option<Cow<'a, str>>,
+    /// Why the model declines to answer, streamed in place of `content`.
+    #[serde(default, borrow)]
+    refusal: Option<Cow<'a, str>>,
     #[serde(default)]
     tool_calls: Option<Vec<WireToolCall>>,
 }
@@ -433,6 +436,8 @@ pub struct OpenAiDecoder {
     calls: BTreeMap<usize, PendingCall>,
     last_call: Option<usize>,
     stop: Option<StopReason>,
+    /// The model streamed a refusal: the answer ends as one whatever the finish reason says.
+    refused: bool,
     /// Only sent when the server reports it; a made-up zero would read as a free request.
     usage: Option<TokenUsage>,
 }
@@ -493,6 +498,11 @@ impl OpenAiDecoder {
             let reasoning = delta.reasoning_content.or(delta.reasoning);
             push_text(out, ModelEvent::ThinkingDelta, reasoning);
             push_text(out, ModelEvent::TextDelta, delta.content);
+            if delta.refusal.as_deref().is_some_and(|r| !r.is_empty()) {
+                // The refusal is what the person reads in place of an answer.
+                self.refused = true;
+                push_text(out, ModelEvent::TextDelta, delta.refusal);
+            }
             for fragment in delta.tool_calls.unwrap_or_default() {
                 self.add_fragment(fragment);
             }
@@ -543,7 +553,10 @@ impl OpenAiDecoder {
         if self.stop.is_some() {
             return Ok(());
         }
-        let stop = stop_reason(reason, !self.calls.is_empty());
+        let stop = match self.refused {
+            true => StopReason::Refusal,
+            false => stop_reason(reason, !self.calls.is_empty()),
+        };
         for (index, call) in mem::take(&mut self.calls) {
             let id = if call.id.is_empty() {
                 format!("call_{index}")
@@ -688,6 +701,26 @@ mod tests {
         assert_eq!(done, Ok(false));
         let (_, done) = decode(&["{nope"]);
         assert!(matches!(done, Err(ProviderError::Stream(_))));
+    }
+
+    #[test]
+    fn a_streamed_refusal_is_shown_and_ends_the_answer_as_a_refusal() {
+        let (events, done) = decode(&[
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":null,"refusal":""}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"refusal":"I can't help"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"refusal":" with that."}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+            "[DONE]",
+        ]);
+        assert_eq!(
+            events,
+            vec![
+                ModelEvent::TextDelta("I can't help".into()),
+                ModelEvent::TextDelta(" with that.".into()),
+                ModelEvent::Finished(StopReason::Refusal),
+            ]
+        );
+        assert_eq!(done, Ok(true));
     }
 
     #[test]

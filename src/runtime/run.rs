@@ -366,10 +366,7 @@ impl RunContext {
             Err(end) => end,
             Ok(_) if has_calls => return Ok(ControlFlow::Continue(())),
             Ok(StopReason::MaxTokens) => RunEnd::CutOff,
-            Ok(StopReason::Refusal) => {
-                self.notice(NoticeLevel::Warning, "The model declined to answer.")?;
-                RunEnd::EndTurn
-            }
+            Ok(StopReason::Refusal) => RunEnd::Refusal,
             Ok(_) => RunEnd::EndTurn,
         };
         Ok(ControlFlow::Break(end))

@@ -18,6 +18,8 @@ pub enum RunEnd {
     /// The limit the next request would have passed, named.
     BudgetSpent(String),
     CutOff,
+    /// The model declined to answer (a provider's refusal or content filter).
+    Refusal,
     Error(String),
 }
 
@@ -29,6 +31,7 @@ impl RunEnd {
             RunEnd::MaxIterations => FinishReason::MaxIterations,
             RunEnd::BudgetSpent(_) => FinishReason::BudgetSpent,
             RunEnd::CutOff => FinishReason::CutOff,
+            RunEnd::Refusal => FinishReason::Refusal,
             RunEnd::Error(_) => FinishReason::Error,
         }
     }
@@ -64,6 +67,7 @@ impl RunEnd {
                 NoticeLevel::Warning,
                 "The answer got too long and was cut off.".into(),
             )),
+            RunEnd::Refusal => Some((NoticeLevel::Warning, "The model declined to answer.".into())),
             RunEnd::BudgetSpent(limit) => Some((NoticeLevel::Warning, limit.clone())),
             RunEnd::Error(error) => Some((NoticeLevel::Error, error.clone())),
         }
@@ -199,6 +203,7 @@ mod tests {
             RunEnd::MaxIterations,
             RunEnd::BudgetSpent("capUsd: spent".into()),
             RunEnd::CutOff,
+            RunEnd::Refusal,
             RunEnd::Error("HTTP 500".into()),
         ];
         let described: Vec<_> = ends
@@ -228,6 +233,7 @@ mod tests {
                     Some(N::Warning)
                 ),
                 (F::CutOff, None, M::Complete, Some(N::Warning)),
+                (F::Refusal, None, M::Complete, Some(N::Warning)),
                 (F::Error, Some("HTTP 500".into()), M::Failed, Some(N::Error)),
             ]
         );

@@ -297,8 +297,8 @@ impl Runtime {
     ///
     /// A turn is unanswered when the model's context ends with the user's words or with tool
     /// results and no run will answer them: a crash cut the run off, or the input was promoted
-    /// after one. A run the user stopped, or that used up its steps, ended on purpose: the
-    /// session is idle and waits for the user's next message.
+    /// after one. A run the user stopped, that used up its steps, or that the model declined
+    /// to answer, ended on purpose: the session is idle and waits for the user's next message.
     pub(super) fn state(&self, session: &SessionRow) -> RuntimeResult<SessionState> {
         let store = &self.inner.store;
         let live = self.inner.runs.active_run(&session.id).is_some();
@@ -319,7 +319,7 @@ impl Runtime {
         let ended_on_purpose = match &last.run_id {
             Some(run_id) => matches!(
                 store.run_reason(run_id)?,
-                Some(FinishReason::Stopped | FinishReason::MaxIterations)
+                Some(FinishReason::Stopped | FinishReason::MaxIterations | FinishReason::Refusal)
             ),
             None => false,
         };

@@ -415,3 +415,95 @@ async fn anthropic_thinking_is_sent_back_with_its_signature() {
     );
     daemon.close().await;
 }
+
+/// The run's end, its notice and the entries it left, after one message.
+async fn refused_turn(
+    daemon: &mut Daemon,
+    session: &str,
+    text: &str,
+) -> (FinishReason, Vec<String>, Vec<Value>) {
+    daemon.send(session, text).await;
+    let events = daemon.until_finished().await;
+    let entries = daemon.transcript(session).await["entries"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let last_two = entries[entries.len() - 2..]
+        .iter()
+        .map(|e| json!([e["role"], e["blocks"]]))
+        .collect();
+    (finish_reason(&events), notices(&events), last_two)
+}
+
+fn declined(answer: &str) -> (FinishReason, Vec<String>, Vec<Value>) {
+    (
+        FinishReason::Refusal,
+        vec!["The model declined to answer.".to_string()],
+        vec![
+            json!(["assistant", [{"type": "text", "text": answer}]]),
+            json!(["notice", [{"type": "notice", "level": "warning", "text": "The model declined to answer."}]]),
+        ],
+    )
+}
+
+#[tokio::test]
+async fn openai_refusals_and_content_filters_end_the_run_as_a_refusal() {
+    let upstream = start(vec![
+        // A refusal streams in its own field, and the choice then says `stop`.
+        Reply::sse(&[
+            chunk(
+                json!({"role": "assistant", "content": null, "refusal": ""}),
+                None,
+            ),
+            chunk(json!({"refusal": "I can't help"}), None),
+            chunk(json!({"refusal": " with that."}), None),
+            chunk(json!({}), Some("stop")),
+        ]),
+        Reply::sse(&[
+            chunk(
+                json!({"role": "assistant", "content": "Here is how to"}),
+                None,
+            ),
+            chunk(json!({}), Some("content_filter")),
+        ]),
+    ]);
+    let scratch = Scratch::new();
+    let mut daemon =
+        Daemon::start(&scratch.db(), Options::with_env(openai_env(&upstream.url))).await;
+    let session = daemon.create_session(json!({})).await;
+    assert_eq!(
+        refused_turn(&mut daemon, &session, "something it refuses").await,
+        declined("I can't help with that.")
+    );
+    assert_eq!(
+        refused_turn(&mut daemon, &session, "something it filters").await,
+        declined("Here is how to")
+    );
+    // Declined on purpose: nothing is owed an answer.
+    let state = daemon
+        .call("session/get", json!({"sessionId": session}))
+        .await["state"]
+        .clone();
+    assert_eq!(state, "idle");
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn anthropic_refusal_ends_the_run_as_a_refusal() {
+    let upstream = start(vec![anthropic_reply(
+        &text_block(0, "I won't do that."),
+        "refusal",
+    )]);
+    let scratch = Scratch::new();
+    let mut daemon = Daemon::start(
+        &scratch.db(),
+        Options::with_env(anthropic_env(&upstream.url)),
+    )
+    .await;
+    let session = daemon.create_session(json!({})).await;
+    assert_eq!(
+        refused_turn(&mut daemon, &session, "something it refuses").await,
+        declined("I won't do that.")
+    );
+    daemon.close().await;
+}

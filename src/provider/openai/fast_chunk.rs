@@ -106,6 +106,7 @@ impl<'a> Reader<'a> {
             content: None,
             reasoning_content: None,
             reasoning: None,
+            refusal: None,
             tool_calls: None,
         };
         let mut seen = Seen::default();
@@ -122,6 +123,10 @@ impl<'a> Reader<'a> {
                 "reasoning" => {
                     seen.first(2)?;
                     delta.reasoning = reader.nullable(Self::string)?;
+                }
+                "refusal" => {
+                    seen.first(3)?;
+                    delta.refusal = reader.nullable(Self::string)?;
                 }
                 "tool_calls" => reader.null()?,
                 _ => reader.skip_value(0)?,

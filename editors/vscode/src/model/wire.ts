@@ -266,7 +266,7 @@ export type MessageStatus = 'complete' | 'stopped' | 'failed';
  * via the `definition` "FinishReason".
  */
 export type FinishReason =
-  'end_turn' | 'stopped' | 'max_iterations' | 'budget_spent' | 'cut_off' | 'error';
+  ('end_turn' | 'stopped' | 'max_iterations' | 'budget_spent' | 'cut_off' | 'error') | 'refusal';
 /**
  * Its state after the call: `cancelled`, `leased`, `delivered` or `promoted`.
  */
