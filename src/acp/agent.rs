@@ -14,7 +14,6 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::AbortHandle;
 
 use super::sink::{AcpSink, Item};
 use super::translate;
@@ -114,8 +113,9 @@ struct State {
     by_pending: HashMap<String, Waiter>,
     /// Prompts promoted into a new turn, until that turn's run starts, by session.
     promoted: HashMap<String, Vec<Waiter>>,
-    /// Permission requests in flight, by approval id.
-    asking: HashMap<String, AbortHandle>,
+    /// Permission requests in flight: the id of the request asking for each approval, by
+    /// approval id. An approval resolved while its request is still here was withdrawn.
+    asking: HashMap<String, String>,
     /// Sessions closed on this connection; loading or resuming opens them again.
     closed: HashSet<String>,
     /// The MCP servers each session was given, kept for when MCP tools exist.
@@ -370,10 +370,25 @@ impl Agent {
         to_value(&response)
     }
 
-    /// Opens a stored session on this connection: checks it exists and forgets a close.
-    async fn open(&self, session_id: &str, mcp: Vec<acp::McpServer>) -> Result<Session, AcpError> {
+    /// Opens a stored session on this connection: checks it exists and forgets a close. A
+    /// session without a workspace (created by another client) takes `cwd` as its own, as ACP
+    /// says a session works in its `cwd`.
+    async fn open(
+        &self,
+        session_id: &str,
+        cwd: &Path,
+        mcp: Vec<acp::McpServer>,
+    ) -> Result<Session, AcpError> {
+        let root = Self::workspace_root(cwd)?;
         let runtime = self.runtime().await?;
-        let session = runtime.get_session(session_id)?;
+        let mut session = runtime.get_session(session_id)?;
+        if session.workspace_root.is_none() {
+            session = runtime.update_session(SessionUpdateParams {
+                session_id: session_id.to_string(),
+                workspace_root: Some(root),
+                ..SessionUpdateParams::default()
+            })?;
+        }
         let mut state = self.state.lock().await;
         state.closed.remove(session_id);
         state.mcp_servers.insert(session_id.to_string(), mcp);
@@ -381,8 +396,9 @@ impl Agent {
     }
 
     async fn load_session(&self, params: acp::LoadSessionRequest, then: &mut Then) -> Answer {
-        Self::workspace_root(&params.cwd)?;
-        let session = self.open(&params.session_id.0, params.mcp_servers).await?;
+        let session = self
+            .open(&params.session_id.0, &params.cwd, params.mcp_servers)
+            .await?;
         self.replay(&session).await?;
         let response =
             acp::LoadSessionResponse::new().config_options(self.config_options(&session));
@@ -391,8 +407,9 @@ impl Agent {
     }
 
     async fn resume_session(&self, params: acp::ResumeSessionRequest, then: &mut Then) -> Answer {
-        Self::workspace_root(&params.cwd)?;
-        let session = self.open(&params.session_id.0, params.mcp_servers).await?;
+        let session = self
+            .open(&params.session_id.0, &params.cwd, params.mcp_servers)
+            .await?;
         let response =
             acp::ResumeSessionResponse::new().config_options(self.config_options(&session));
         *then = Then::Reopened(session.id.clone());
@@ -449,17 +466,23 @@ impl Agent {
             limit: None,
             workspace_root,
         })?;
-        // ACP needs a folder for every session; one created without a workspace has none.
+        // ACP needs a folder for every session. One created without a workspace (by another
+        // client) is listed in the folder this agent runs in, where loading it would put it;
+        // `_meta` says it has none yet.
+        let here = std::env::current_dir().ok().filter(|d| d.is_absolute());
         let sessions = page
             .sessions
             .into_iter()
             .filter_map(|s| {
-                let cwd = s.workspace_root?;
-                Some(
-                    acp::SessionInfo::new(s.id, cwd)
-                        .title(s.title)
-                        .updated_at(s.updated_at),
-                )
+                let info = match s.workspace_root {
+                    Some(root) => acp::SessionInfo::new(s.id, root),
+                    None => acp::SessionInfo::new(s.id, here.clone()?).meta(
+                        json!({"sidechat": {"workspaceRoot": null}})
+                            .as_object()
+                            .cloned(),
+                    ),
+                };
+                Some(info.title(s.title).updated_at(s.updated_at))
             })
             .collect();
         to_value(&acp::ListSessionsResponse::new(sessions).next_cursor(page.next_cursor))
@@ -646,6 +669,11 @@ impl Agent {
 
     /// Sends `session/request_permission` for one approval, unless one is already out, and
     /// applies the answer through the same durable approval rows as the native protocol.
+    ///
+    /// An approval resolved otherwise (the turn cancelled, stopped or ended, the session
+    /// closed) withdraws its request with `$/cancel_request` (see [`Agent::withdraw`]); the
+    /// client's answer to a withdrawn request, `cancelled` or a choice that came too late,
+    /// changes nothing.
     async fn ask(
         self: &Arc<Self>,
         session_id: &str,
@@ -661,41 +689,66 @@ impl Agent {
             translate::permission_subject(&approval, root.map(Path::new)),
             translate::permission_options(),
         );
+        let request_id = self.peer.new_request_id();
+        state
+            .asking
+            .insert(approval.approval_id.clone(), request_id.clone());
         let this = self.clone();
-        let approval_id = approval.approval_id.clone();
-        let task = tokio::spawn(async move {
+        let session_id = session_id.to_string();
+        tokio::spawn(async move {
             let answer = this
                 .peer
-                .request("session/request_permission", &request, PERMISSION_WAIT)
+                .request_as(
+                    request_id,
+                    "session/request_permission",
+                    &request,
+                    PERMISSION_WAIT,
+                )
                 .await;
-            this.state.lock().await.asking.remove(&approval.approval_id);
-            let decision = match answer
-                .map(serde_json::from_value::<acp::RequestPermissionResponse>)
-            {
-                Ok(Ok(response)) => match response.outcome {
-                    acp::RequestPermissionOutcome::Selected(selected) => {
-                        match &*selected.option_id.0 {
-                            "allow" => ApprovalDecision::Allow,
-                            "allowAlways" => ApprovalDecision::AllowAlways,
-                            "deny" => ApprovalDecision::Deny,
-                            other => {
-                                tracing::warn!(
-                                    option = other,
-                                    "the client chose an option that was not offered; the approval stays open"
-                                );
-                                return;
-                            }
+            let approval_id = approval.approval_id;
+            let open = this
+                .state
+                .lock()
+                .await
+                .asking
+                .remove(&approval_id)
+                .is_some();
+            let outcome = answer
+                .map_err(|e| e.to_string())
+                .and_then(|v| {
+                    serde_json::from_value::<acp::RequestPermissionResponse>(v)
+                        .map_err(|e| format!("the client's permission answer is malformed: {e}"))
+                })
+                .map(|response| response.outcome);
+            if !open {
+                // Withdrawn before the client answered: `cancelled`, as ACP asks of a client,
+                // or a choice made too late; either way the approval is already resolved.
+                tracing::debug!(approval_id, outcome = ?outcome, "answer to a withdrawn permission request");
+                return;
+            }
+            let decision = match outcome {
+                Ok(acp::RequestPermissionOutcome::Selected(selected)) => {
+                    match &*selected.option_id.0 {
+                        "allow" => ApprovalDecision::Allow,
+                        "allowAlways" => ApprovalDecision::AllowAlways,
+                        "deny" => ApprovalDecision::Deny,
+                        other => {
+                            tracing::warn!(
+                                option = other,
+                                "the client chose an option that was not offered; the approval stays open"
+                            );
+                            return;
                         }
                     }
-                    // Cancelled with the turn: `session/cancel` resolves the approval.
-                    _ => return,
-                },
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "the client's permission answer is malformed; the approval stays open");
+                }
+                Ok(_) => {
+                    // `cancelled` means the client cancelled the prompt turn; its
+                    // `session/cancel` may still be on its way, and stopping twice is harmless.
+                    this.cancel(&session_id).await;
                     return;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "no permission answer; the approval stays open");
+                    tracing::warn!(error = %e, "no usable permission answer; the approval stays open");
                     return;
                 }
             };
@@ -703,14 +756,25 @@ impl Agent {
                 return;
             };
             let respond = ApprovalRespondParams {
-                approval_id: approval.approval_id.clone(),
+                approval_id: approval_id.clone(),
                 decision,
             };
             if let Err(e) = runtime.respond_approval(respond).await {
-                tracing::warn!(approval_id = %approval.approval_id, error = %e, "cannot apply the permission answer");
+                tracing::info!(approval_id, error = %e, "the permission answer came too late to apply");
             }
         });
-        state.asking.insert(approval_id, task.abort_handle());
+    }
+
+    /// Withdraws the permission request still open for an approval resolved otherwise than by
+    /// its answer: the client closes its prompt and answers `cancelled`.
+    async fn withdraw(&self, approval_id: &str) {
+        let Some(request_id) = self.state.lock().await.asking.remove(approval_id) else {
+            return;
+        };
+        self.peer.notify(
+            "$/cancel_request",
+            &acp::CancelRequestNotification::new(acp::RequestId::Str(request_id)),
+        );
     }
 
     /// Context usage and the session's cost. `used` is the provider's count after a request,
@@ -808,12 +872,7 @@ impl Agent {
                 let root = root.as_deref().and_then(Path::to_str);
                 self.ask(session_id, root, approval).await;
             }
-            Event::ApprovalResolved { approval_id, .. } => {
-                // Answered here or withdrawn by a cancel: the request is no longer open.
-                if let Some(task) = self.state.lock().await.asking.remove(&approval_id) {
-                    task.abort();
-                }
-            }
+            Event::ApprovalResolved { approval_id, .. } => self.withdraw(&approval_id).await,
             Event::Budget { snapshot, actual } => {
                 let actual = actual.map(|a| a.actual_input_tokens);
                 if let Some(update) = self
@@ -881,26 +940,27 @@ impl Agent {
         state.promoted.clear();
     }
 
-    /// A session's workspace root, looked up once per connection.
+    /// A session's workspace root, looked up once per connection. A session without one is
+    /// asked again next time: loading it here gives it one.
     async fn root(&self, router: &mut Router, session_id: &str) -> Option<PathBuf> {
         if let Some(root) = router.roots.get(session_id) {
-            return root.clone();
+            return Some(root.clone());
         }
         let runtime = self.runtime().await.ok()?;
         let root = runtime
             .get_session(session_id)
             .ok()
             .and_then(|s| s.workspace_root)
-            .map(PathBuf::from);
+            .map(PathBuf::from)?;
         router.roots.insert(session_id.to_string(), root.clone());
-        root
+        Some(root)
     }
 }
 
 /// What the routing task remembers between events.
 #[derive(Default)]
 struct Router {
-    roots: HashMap<String, Option<PathBuf>>,
+    roots: HashMap<String, PathBuf>,
     /// The tool of each call announced in the current runs, by call id.
     tools: HashMap<String, String>,
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use agent_client_protocol_schema::v1 as acp;
 use serde_json::Value;
 
-use crate::protocol::{Attachment, Block, Event, FinishReason, Role, ToolCallStatus};
+use crate::protocol::{Attachment, Block, Event, FinishReason, NoticeLevel, Role, ToolCallStatus};
 use crate::protocol::{PendingApproval, TranscriptEntry};
 
 /// The ACP kind of a built-in tool, so a client picks the right icon and treatment.
@@ -152,9 +152,30 @@ fn chunk(message_id: &str, text: &str) -> acp::ContentChunk {
         .message_id(acp::MessageId::new(message_id))
 }
 
+/// A notice (an error, a retry, a cut-off, a limit, a refusal) as ACP can show it: ACP has no
+/// update of its own for one, so it is an agent message of its own (`messageId` is the notice's
+/// entry), its text led by its level, and marked in `_meta.sidechat.notice` with the level so a
+/// client that knows sidechat can draw it apart. Blank lines around the text keep it apart from
+/// the answer in a client that joins every chunk into one message.
+pub fn notice(message_id: &str, level: NoticeLevel, text: &str) -> acp::SessionUpdate {
+    let label = match level {
+        NoticeLevel::Info => "Note",
+        NoticeLevel::Warning => "Warning",
+        NoticeLevel::Error => "Error",
+    };
+    let mut meta = serde_json::Map::new();
+    meta.insert(
+        "sidechat".into(),
+        serde_json::json!({"notice": {"level": level}}),
+    );
+    acp::SessionUpdate::AgentMessageChunk(
+        chunk(message_id, &format!("\n\n{label}: {text}\n\n")).meta(meta),
+    )
+}
+
 /// The updates a live event shows, beyond what needs the session's state (tool calls need
 /// the file before a write, approvals a request, usage the cost): text and thinking deltas,
-/// tool state changes and local notes.
+/// tool state changes, local notes and notices.
 pub fn live_update(event: &Event) -> Option<acp::SessionUpdate> {
     match event {
         Event::TextDelta { message_id, text } => Some(acp::SessionUpdate::AgentMessageChunk(
@@ -173,6 +194,11 @@ pub fn live_update(event: &Event) -> Option<acp::SessionUpdate> {
             *status,
             output.as_deref(),
         ))),
+        Event::Notice {
+            level,
+            message,
+            message_id,
+        } => Some(notice(message_id, *level, message)),
         // A slash command's answer is a note: the client shows it as the agent's message.
         Event::MessageCompleted { entry } if entry.role == Role::Note => {
             let text = note_text(entry);
@@ -250,6 +276,7 @@ pub fn replay(
             (Role::Note, Block::Text { text }) => {
                 acp::SessionUpdate::AgentMessageChunk(chunk(&entry.id, text))
             }
+            (Role::Notice, Block::Notice { level, text }) => notice(&entry.id, *level, text),
             _ => continue,
         };
         updates.push(update);
@@ -265,6 +292,7 @@ pub fn stop_reason(reason: FinishReason, error: Option<&str>) -> Result<acp::Sto
         FinishReason::Stopped => Ok(acp::StopReason::Cancelled),
         FinishReason::MaxIterations => Ok(acp::StopReason::MaxTurnRequests),
         FinishReason::CutOff => Ok(acp::StopReason::MaxTokens),
+        FinishReason::Refusal => Ok(acp::StopReason::Refusal),
         FinishReason::BudgetSpent => Err(format!(
             "The session's budget is spent: {}. Raise the limit to continue.",
             error.unwrap_or("a limit was reached")
@@ -412,6 +440,44 @@ mod tests {
     }
 
     #[test]
+    fn a_notice_is_an_agent_message_of_its_own_marked_with_its_level() {
+        let live = Event::Notice {
+            level: NoticeLevel::Warning,
+            message: "The answer got too long and was cut off.".into(),
+            message_id: "msg_n".into(),
+        };
+        let expected = json!({
+            "sessionUpdate": "agent_message_chunk",
+            "messageId": "msg_n",
+            "content": {"type": "text", "text": "\n\nWarning: The answer got too long and was cut off.\n\n"},
+            "_meta": {"sidechat": {"notice": {"level": "warning"}}},
+        });
+        assert_eq!(wire(&live_update(&live).unwrap()), expected);
+        let stored = TranscriptEntry {
+            id: "msg_n".into(),
+            seq: 4,
+            role: Role::Notice,
+            blocks: vec![Block::Notice {
+                level: NoticeLevel::Warning,
+                text: "The answer got too long and was cut off.".into(),
+            }],
+            status: crate::protocol::MessageStatus::Complete,
+            run_id: None,
+            created_at: String::new(),
+        };
+        let replayed: Vec<Value> = replay(&stored, None, &mut Default::default())
+            .iter()
+            .map(wire)
+            .collect();
+        assert_eq!(replayed, vec![expected]);
+        let error = notice("msg_e", NoticeLevel::Error, "HTTP 500");
+        assert_eq!(
+            wire(&error)["content"]["text"],
+            json!("\n\nError: HTTP 500\n\n")
+        );
+    }
+
+    #[test]
     fn a_write_is_an_edit_with_a_diff_and_an_absolute_location() {
         let input = json!({"path": "notes/a.md", "content": "new\n"});
         let call = tool_call(
@@ -532,6 +598,7 @@ mod tests {
             (FinishReason::Stopped, None),
             (FinishReason::MaxIterations, None),
             (FinishReason::CutOff, None),
+            (FinishReason::Refusal, None),
             (FinishReason::BudgetSpent, Some("capUsd: over")),
             (FinishReason::Error, Some("503 from upstream")),
         ]
@@ -545,6 +612,7 @@ mod tests {
                 Ok(json!("cancelled")),
                 Ok(json!("max_turn_requests")),
                 Ok(json!("max_tokens")),
+                Ok(json!("refusal")),
                 Err(
                     "The session's budget is spent: capUsd: over. Raise the limit to continue."
                         .into()

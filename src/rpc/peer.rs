@@ -67,7 +67,24 @@ impl Peer {
         params: &P,
         timeout: Duration,
     ) -> Result<Value, PeerError> {
-        let id = format!("sidechat-{}", self.next_id.fetch_add(1, Ordering::Relaxed));
+        self.request_as(self.new_request_id(), method, params, timeout)
+            .await
+    }
+
+    /// A fresh id for a request to the client, for a caller that names the request before
+    /// sending it (to withdraw it later with a cancellation that names its id).
+    pub fn new_request_id(&self) -> String {
+        format!("sidechat-{}", self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// [`Peer::request`] with an id from [`Peer::new_request_id`].
+    pub async fn request_as<P: Serialize>(
+        &self,
+        id: String,
+        method: &str,
+        params: &P,
+        timeout: Duration,
+    ) -> Result<Value, PeerError> {
         let (tx, rx) = oneshot::channel();
         self.lock().insert(id.clone(), tx);
         let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});

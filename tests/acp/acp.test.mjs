@@ -32,10 +32,13 @@ const schema = JSON.parse(readFileSync(schemaFile, 'utf8'));
 const ajv = new Ajv2020({ strict: false, allErrors: true, validateFormats: false });
 ajv.addSchema({ $id: 'acp', $defs: schema.$defs });
 const envelope = ajv.compile({ $defs: schema.$defs, ...schema.anyOf[0] });
+// `$/` notifications belong to neither side: the protocol level has its own envelope.
+const protocolEnvelope = ajv.compile({ $defs: schema.$defs, ...schema.anyOf[2] });
 const type = (name) => ajv.getSchema(`acp#/$defs/${name}`);
 const sentTypes = {
   'session/update': type('SessionNotification'),
   'session/request_permission': type('RequestPermissionRequest'),
+  '$/cancel_request': type('CancelRequestNotification'),
 };
 const resultTypes = {
   initialize: type('InitializeResponse'),
@@ -57,7 +60,7 @@ const errorType = type('Error');
  */
 function refusal(message, asked) {
   const check = (validate, value, what) => (validate(value) ? null : { what, errors: validate.errors.slice(0, 5) });
-  const outer = check(envelope, message, 'envelope');
+  const outer = check(message.method?.startsWith('$/') ? protocolEnvelope : envelope, message, 'envelope');
   if (outer) return outer;
   if ('method' in message) {
     const validate = sentTypes[message.method];
@@ -73,9 +76,10 @@ function refusal(message, asked) {
 }
 
 // A step waiting for something that never comes fails the run instead of hanging it.
-const GUARD_MS = 120_000;
+const GUARD_MS = Number(process.env.GUARD_MS ?? 120_000);
 const guard = setTimeout(() => {
   console.error('acp test: gave up after', GUARD_MS, 'ms');
+  if (agent) console.error(JSON.stringify(agent.messages.slice(-6)), JSON.stringify(agent.sent.slice(-4)), agent.stderr.slice(-3000));
   process.exit(1);
 }, GUARD_MS);
 guard.unref();
@@ -100,8 +104,8 @@ function lines(record) {
 
 /** One running `sidechat acp` and the ACP client connected to it. */
 class Agent {
-  constructor(env, db) {
-    this.child = spawn(bin, ['acp', '--db', db], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+  constructor(env, db, cwd = undefined) {
+    this.child = spawn(bin, ['acp', '--db', db], { env, cwd, stdio: ['pipe', 'pipe', 'pipe'] });
     this.stderr = '';
     this.child.stderr.setEncoding('utf8');
     this.child.stderr.on('data', (c) => { this.stderr += c; });
@@ -112,7 +116,8 @@ class Agent {
     this.invalid = [];
     this.updates = [];
     this.events = new EventEmitter();
-    /** Answers `session/request_permission`; tests replace it. */
+    /** Answers `session/request_permission` (its params and the signal a `$/cancel_request`
+     * for it aborts); tests replace it. */
     this.onPermission = () => new Promise(() => {});
     this.permissions = [];
 
@@ -127,6 +132,7 @@ class Agent {
     this.sent = [];
     const fromClient = lines((message) => {
       this.sent.push(message);
+      this.events.emit('sent', message);
       if ('method' in message && 'id' in message) asked.set(JSON.stringify(message.id), message.method);
     });
     const toAgent = fromClient.readable;
@@ -137,10 +143,10 @@ class Agent {
         this.updates.push(params);
         this.events.emit('update', params);
       })
-      .onRequest('session/request_permission', ({ params }) => {
+      .onRequest('session/request_permission', ({ params, signal }) => {
         this.permissions.push(params);
         this.events.emit('permission', params);
-        return this.onPermission(params);
+        return this.onPermission(params, signal);
       });
     this.connection = app.connect(stream);
     this.agent = this.connection.agent;
@@ -169,9 +175,39 @@ class Agent {
     });
   }
 
+  /** Resolves with the first message the client wrote that satisfies `match`. */
+  sentWhere(match) {
+    return new Promise((resolve) => {
+      const found = this.sent.find(match);
+      if (found) return resolve(found);
+      const listener = (m) => {
+        if (match(m)) {
+          this.events.off('sent', listener);
+          resolve(m);
+        }
+      };
+      this.events.on('sent', listener);
+    });
+  }
+
   /** Resolves with the next permission request. */
   nextPermission() {
     return new Promise((resolve) => this.events.once('permission', resolve));
+  }
+
+  /** The id of the last `session/request_permission` the agent sent. */
+  lastPermissionId() {
+    return this.messages.findLast((m) => m.method === 'session/request_permission').id;
+  }
+
+  /** Where in `messages` the `$/cancel_request` for request `id` is, and where the answer to
+   * the client's request of `method` sent last is (-1 when not written). */
+  positions(id, method) {
+    const asked = this.sent.findLast((m) => m.method === method).id;
+    return {
+      withdrawn: this.messages.findIndex((m) => m.method === '$/cancel_request' && m.params.requestId === id),
+      answered: this.messages.findIndex((m) => m.id === asked && !('method' in m)),
+    };
   }
 
   /** The updates of one session, from index `from` on. */
@@ -376,6 +412,54 @@ test('session/cancel withdraws an open permission request', async () => {
   assert.equal(last.status, 'failed');
 });
 
+/** A client that answers a permission request only once it is withdrawn, with `answer`. */
+const answerWhenWithdrawn = (answer) => (_params, signal) => new Promise((resolve) => {
+  signal.addEventListener('abort', () => resolve(answer), { once: true });
+});
+
+test('session/cancel withdraws an open permission request with $/cancel_request', async () => {
+  const { sessionId: cancelling } = await agent.request('session/new', { cwd: workspace, mcpServers: [] });
+  const asked = agent.nextPermission();
+  agent.onPermission = answerWhenWithdrawn({ outcome: { outcome: 'cancelled' } });
+  const prompting = agent.request('session/prompt', { sessionId: cancelling, prompt: [{ type: 'text', text: 'run a command' }] });
+  await asked;
+  const id = agent.lastPermissionId();
+  await agent.notify('session/cancel', { sessionId: cancelling });
+  assert.deepEqual(await prompting, { stopReason: 'cancelled' });
+  // The request is withdrawn before the prompt answers, and the client's `cancelled` follows.
+  const { withdrawn, answered } = agent.positions(id, 'session/prompt');
+  assert.ok(withdrawn >= 0 && withdrawn < answered, JSON.stringify({ withdrawn, answered }));
+  await agent.sentWhere((m) => m.id === id && m.result?.outcome?.outcome === 'cancelled');
+});
+
+test('a choice sent after session/close withdrew its request changes nothing', async () => {
+  const { sessionId: closing } = await agent.request('session/new', { cwd: workspace, mcpServers: [] });
+  const asked = agent.nextPermission();
+  // A person who clicks "allow" as the request goes away.
+  agent.onPermission = answerWhenWithdrawn({ outcome: { outcome: 'selected', optionId: 'allow' } });
+  const prompting = agent.request('session/prompt', { sessionId: closing, prompt: [{ type: 'text', text: 'write late.md' }] });
+  const request = await asked;
+  const id = agent.lastPermissionId();
+  assert.deepEqual(await agent.request('session/close', { sessionId: closing }), {});
+  assert.deepEqual(await prompting, { stopReason: 'cancelled' });
+  assert.ok(agent.positions(id, 'session/close').withdrawn >= 0);
+  await agent.sentWhere((m) => m.id === id && m.result?.outcome?.optionId === 'allow');
+  // The late answer is not applied, and the session goes on once resumed.
+  await agent.request('session/resume', { sessionId: closing, cwd: workspace, mcpServers: [] });
+  assert.deepEqual(await agent.request('session/prompt', { sessionId: closing, prompt: [{ type: 'text', text: 'hello again' }] }), { stopReason: 'end_turn' });
+  assert.equal(existsSync(join(workspace, 'late.md')), false);
+  const last = agent.of(closing).filter((u) => u.sessionUpdate === 'tool_call_update' && u.toolCallId === request.toolCall.toolCallId).at(-1);
+  assert.equal(last.status, 'failed');
+});
+
+test('a permission answered cancelled cancels the turn', async () => {
+  const { sessionId: declining } = await agent.request('session/new', { cwd: workspace, mcpServers: [] });
+  agent.onPermission = async () => ({ outcome: { outcome: 'cancelled' } });
+  const answer = await agent.request('session/prompt', { sessionId: declining, prompt: [{ type: 'text', text: 'write never.md' }] });
+  assert.deepEqual(answer, { stopReason: 'cancelled' });
+  assert.equal(existsSync(join(workspace, 'never.md')), false);
+});
+
 test('session/load replays the history in order, before its answer', async () => {
   const from = agent.messages.length;
   const loaded = await agent.request('session/load', { sessionId, cwd: workspace, mcpServers: [] });
@@ -466,8 +550,116 @@ test('a failed model request answers the prompt with an error a person can act o
     agent.request('session/prompt', { sessionId: failing, prompt: [{ type: 'text', text: 'are you overloaded?' }] }),
     (e) => e.code === -32603 && /^The model request failed: .*overloaded/.test(e.message),
   );
+  // The notice that says so reaches the client too, marked as one.
+  const notices = agent.of(failing).filter((u) => u.sessionUpdate === 'agent_message_chunk' && u._meta?.sidechat?.notice);
+  assert.deepEqual(notices.map((u) => u._meta.sidechat.notice.level), ['error']);
+  assert.match(notices[0].content.text, /^\n\nError: .*overloaded/);
   // The session goes on.
   assert.deepEqual(await agent.request('session/prompt', { sessionId: failing, prompt: [{ type: 'text', text: 'hello' }] }), { stopReason: 'end_turn' });
+});
+
+test('a refusal answers refusal, with the refusal and a notice shown, and replays', async () => {
+  const { sessionId: refusing } = await agent.request('session/new', { cwd: workspace, mcpServers: [] });
+  const answer = await agent.request('session/prompt', { sessionId: refusing, prompt: [{ type: 'text', text: 'please refuse this' }] });
+  assert.deepEqual(answer, { stopReason: 'refusal' });
+  const chunks = agent.of(refusing).filter((u) => u.sessionUpdate === 'agent_message_chunk');
+  const notice = {
+    sessionUpdate: 'agent_message_chunk',
+    messageId: chunks.at(-1).messageId,
+    content: { type: 'text', text: '\n\nWarning: The model declined to answer.\n\n' },
+    _meta: { sidechat: { notice: { level: 'warning' } } },
+  };
+  assert.deepEqual(chunks.map((c) => c.content.text), ['I cannot help with that.', notice.content.text]);
+  assert.deepEqual(chunks.at(-1), notice);
+  assert.notEqual(chunks[0].messageId, notice.messageId);
+  // Loading the session shows both again, the notice marked as before.
+  const from = agent.updates.length;
+  await agent.request('session/load', { sessionId: refusing, cwd: workspace, mcpServers: [] });
+  const replayed = agent.of(refusing, from).filter((u) => u.sessionUpdate === 'agent_message_chunk');
+  assert.deepEqual(replayed.map((c) => c.content.text), ['I cannot help with that.', notice.content.text]);
+  assert.deepEqual(replayed.at(-1), notice);
+});
+
+/** Creates a session through `sidechat serve` (the native protocol) and returns its id. */
+async function createWithServe(env, db, params) {
+  const child = spawn(bin, ['serve', '--db', db], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+  const exited = new Promise((resolve) => child.on('exit', resolve));
+  const send = (message) => child.stdin.write(`${JSON.stringify({ jsonrpc: '2.0', ...message })}\n`);
+  send({ id: 1, method: 'initialize', params: { protocolVersion: 1, clientInfo: { name: 'acp-test' } } });
+  send({ method: 'initialized', params: {} });
+  send({ id: 2, method: 'session/create', params });
+  let buffered = '';
+  child.stdout.setEncoding('utf8');
+  const created = await new Promise((resolve, reject) => {
+    child.stdout.on('data', (data) => {
+      buffered += data;
+      for (const line of buffered.split('\n').slice(0, -1)) {
+        const message = JSON.parse(line);
+        if (message.id === 2) (message.result ? resolve(message.result) : reject(new Error(JSON.stringify(message.error))));
+      }
+      buffered = buffered.slice(buffered.lastIndexOf('\n') + 1);
+    });
+  });
+  child.stdin.end();
+  await exited;
+  return created.id;
+}
+
+/** Agents started for one test with their own database and limits, checked at the end. */
+const others = [];
+
+/** A `sidechat acp` on a database of its own, with `limits` in its environment, in `cwd`. */
+async function limitedAgent(name, limits, cwd = workspace) {
+  const db = join(dir, `${name}.db`);
+  const limited = new Agent({ ...env, ...limits }, db, cwd);
+  others.push(limited);
+  await limited.request('initialize', { protocolVersion: 1 });
+  return { limited, db };
+}
+
+test('a session made without a workspace is listed in the agent folder and takes the folder it is loaded in', async () => {
+  const db = join(dir, 'rootless.db');
+  const rootless = await createWithServe(env, db, { title: 'made elsewhere' });
+  const elsewhere = join(dir, 'elsewhere');
+  mkdirSync(elsewhere, { recursive: true });
+  const listing = new Agent(env, db, elsewhere);
+  others.push(listing);
+  await listing.request('initialize', { protocolVersion: 1 });
+  const listed = await listing.request('session/list', {});
+  assert.deepEqual(listed.sessions.map((s) => ({ ...s, updatedAt: undefined })), [
+    { sessionId: rootless, cwd: elsewhere, title: 'made elsewhere', updatedAt: undefined, _meta: { sidechat: { workspaceRoot: null } } },
+  ]);
+  assert.deepEqual((await listing.request('session/list', { cwd: workspace })).sessions, []);
+  await listing.request('session/load', { sessionId: rootless, cwd: workspace, mcpServers: [] });
+  const mine = await listing.request('session/list', { cwd: workspace });
+  assert.deepEqual(mine.sessions.map((s) => [s.sessionId, s.cwd, s._meta]), [[rootless, workspace, undefined]]);
+  await listing.stop();
+});
+
+test('a spent budget answers the prompt with an error a person can act on', async () => {
+  const { limited } = await limitedAgent('capped', { SIDECHAT_CAP_USD: '0.000001' });
+  const { sessionId: capped } = await limited.request('session/new', { cwd: workspace, mcpServers: [] });
+  const requests = upstream.requests.length;
+  await assert.rejects(
+    limited.request('session/prompt', { sessionId: capped, prompt: [{ type: 'text', text: 'hello' }] }),
+    (e) => e.code === -32603 && /^The session's budget is spent: capUsd: .*Raise the limit to continue\.$/.test(e.message),
+  );
+  // Nothing was sent upstream, the client was told why, and the connection goes on.
+  assert.equal(upstream.requests.length, requests);
+  const notices = limited.of(capped).filter((u) => u._meta?.sidechat?.notice?.level === 'warning');
+  assert.match(notices.at(-1).content.text, /capUsd/);
+  assert.deepEqual(await limited.request('session/prompt', { sessionId: capped, prompt: [{ type: 'text', text: '/cost' }] }), { stopReason: 'end_turn' });
+  await limited.stop();
+});
+
+test('a run at its step limit answers max_turn_requests', async () => {
+  const { limited } = await limitedAgent('stepped', { SIDECHAT_MAX_STEPS: '1' });
+  const { sessionId: stepped } = await limited.request('session/new', { cwd: workspace, mcpServers: [] });
+  limited.onPermission = async () => ({ outcome: { outcome: 'selected', optionId: 'allow' } });
+  const answer = await limited.request('session/prompt', { sessionId: stepped, prompt: [{ type: 'text', text: 'write stepped.md' }] });
+  assert.deepEqual(answer, { stopReason: 'max_turn_requests' });
+  assert.equal(readFileSync(join(workspace, 'stepped.md'), 'utf8'), 'written by the model\n');
+  await limited.stop();
 });
 
 test('a permission open when the agent is killed is asked again after a restart and a load', async () => {
@@ -497,5 +689,5 @@ test('a permission open when the agent is killed is asked again after a restart 
 test('every message the agents wrote is valid ACP', () => {
   const agents = [...retired, agent];
   assert.ok(agents.every((a) => a.messages.length > 10));
-  assert.deepEqual(agents.flatMap((a) => a.invalid), []);
+  assert.deepEqual([...agents, ...others].flatMap((a) => a.invalid), []);
 });
