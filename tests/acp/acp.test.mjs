@@ -536,6 +536,7 @@ test('bad input gets a clear error and the connection goes on', async () => {
   await assert.rejects(agent.request('session/prompt', { sessionId: 'ses_nope', prompt: [{ type: 'text', text: 'hi' }] }), (e) => e.code === -32002 && /ses_nope/.test(e.message));
   await assert.rejects(agent.request('session/prompt', { sessionId, prompt: [{ type: 'image', data: 'AAAA', mimeType: 'image/png' }] }), (e) => e.code === -32602 && /image/.test(e.message));
   await assert.rejects(agent.request('session/prompt', { sessionId, prompt: [] }), (e) => e.code === -32602 && /no text/.test(e.message));
+  await assert.rejects(agent.request('session/prompt', { sessionId, prompt: [{ type: 'bogus', text: 'hi' }] }), (e) => e.code === -32602 && /session\/prompt.*bogus/.test(e.message));
   await assert.rejects(agent.request('session/new', { cwd: 'relative/path', mcpServers: [] }), (e) => e.code === -32602 && /absolute/.test(e.message));
   const { sessionId: closing } = await agent.request('session/new', { cwd: workspace, mcpServers: [] });
   assert.deepEqual(await agent.request('session/close', { sessionId: closing }), {});
@@ -578,6 +579,14 @@ test('a refusal answers refusal, with the refusal and a notice shown, and replay
   const replayed = agent.of(refusing, from).filter((u) => u.sessionUpdate === 'agent_message_chunk');
   assert.deepEqual(replayed.map((c) => c.content.text), ['I cannot help with that.', notice.content.text]);
   assert.deepEqual(replayed.at(-1), notice);
+});
+
+test('an answer cut off by the output limit answers max_tokens, with a notice', async () => {
+  const { sessionId: cut } = await agent.request('session/new', { cwd: workspace, mcpServers: [] });
+  const answer = await agent.request('session/prompt', { sessionId: cut, prompt: [{ type: 'text', text: 'go on at length' }] });
+  assert.deepEqual(answer, { stopReason: 'max_tokens' });
+  const chunks = agent.of(cut).filter((u) => u.sessionUpdate === 'agent_message_chunk').map((u) => u.content.text);
+  assert.deepEqual(chunks, ['A long answer that', '\n\nWarning: The answer got too long and was cut off.\n\n']);
 });
 
 /** Creates a session through `sidechat serve` (the native protocol) and returns its id. */

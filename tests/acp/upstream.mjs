@@ -46,6 +46,9 @@ function answer(messages) {
   if (said.includes('command')) {
     return { before: [toolCall('run_command', { command: 'echo from-the-command' }), chunk({}, 'tool_calls'), ...done] };
   }
+  if (said.includes('at length')) {
+    return { before: [chunk({ role: 'assistant', content: 'A long answer that' }), chunk({}, 'length'), ...done] };
+  }
   if (said.includes('refuse')) {
     // OpenAI streams a refusal in its own field, then says `stop`.
     return { before: [chunk({ role: 'assistant', content: null, refusal: '' }), chunk({ refusal: 'I cannot help with that.' }), chunk({}, 'stop'), ...done] };
