@@ -5,6 +5,7 @@
 //! summed incrementally ([`HistoryTally`]); a snapshot is then a handful of additions.
 
 pub mod budget;
+pub mod carry_over;
 pub mod compaction;
 pub mod pieces;
 pub mod projection;
