@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::context::DEFAULT_RESPONSE_RESERVE;
+use crate::context::carry_over::parse_rollover;
 use crate::cost::ModelPrice;
 use crate::protocol::Thresholds;
 use crate::protocol::{AccountInfo, ProviderKind};
@@ -102,8 +103,11 @@ pub struct BudgetDefaults {
     /// The share of the usable window (window − reserve − system − tools) the history may
     /// fill before older turns are compacted.
     pub history_share: f64,
-    /// How long a summary request may take before the oldest turns are dropped instead.
+    /// How long a summary request (or a carry-over note's) may take before the oldest turns
+    /// are dropped (or the note is copied) instead.
     pub summary_timeout: Duration,
+    /// New sessions start a new context after this many idle seconds; `None`: off.
+    pub rollover_secs: Option<u64>,
 }
 
 /// The history's share of the usable window unless configured: half, so the newest turns,
@@ -130,6 +134,7 @@ impl Default for BudgetDefaults {
             thresholds: Thresholds::DEFAULT,
             history_share: DEFAULT_HISTORY_SHARE,
             summary_timeout: Duration::from_secs(20),
+            rollover_secs: None,
         }
     }
 }
@@ -169,6 +174,8 @@ struct FileDefaults {
     pressure_high: Option<f64>,
     pressure_critical: Option<f64>,
     history_share: Option<f64>,
+    /// `off`, `3h`, `1d`, `7d`…
+    rollover: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -350,6 +357,12 @@ fn budget_defaults(file: &FileDefaults) -> BudgetDefaults {
     if let Some(ms) = number("SIDECHAT_SUMMARY_TIMEOUT_MS") {
         budget.summary_timeout = Duration::from_millis(ms);
     }
+    if let Some(rollover) = var("SIDECHAT_ROLLOVER").or(file.rollover.clone()) {
+        match parse_rollover(&rollover) {
+            Ok(secs) => budget.rollover_secs = secs,
+            Err(e) => tracing::warn!(error = %e, "ignored the rollover setting"),
+        }
+    }
     let high = number("SIDECHAT_PRESSURE_HIGH").or(file.pressure_high);
     let critical = number("SIDECHAT_PRESSURE_CRITICAL").or(file.pressure_critical);
     if high.is_some() || critical.is_some() {
@@ -385,6 +398,9 @@ fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
 fn check(file: &FileConfig) -> Result<(), String> {
     if let Some(share) = file.defaults.history_share {
         valid_history_share(share).map_err(|e| format!("[defaults] {e}"))?;
+    }
+    if let Some(rollover) = &file.defaults.rollover {
+        parse_rollover(rollover).map_err(|e| format!("[defaults] {e}"))?;
     }
     for (name, account) in &file.accounts {
         if let Some(share) = account.history_share {

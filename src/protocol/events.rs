@@ -120,7 +120,9 @@ pub enum Event {
         actual: Option<super::Reconciliation>,
     },
     /// Older entries were folded so that what the model is sent fits its window: `method` says
-    /// whether they were summarised or dropped, and the `summary` entry stands for them.
+    /// whether they were summarised or dropped, and the `summary` entry stands for them. Method
+    /// `carryOver`: a new context started, and the entry is the note carried over from the
+    /// range (`fromSeq`–`toSeq`), which stays in the transcript but is no longer sent.
     Compaction {
         method: CompactionMethod,
         /// The `summary` entry that now stands for the range.
@@ -133,8 +135,14 @@ pub enum Event {
         tokens_before: u64,
         tokens_after: u64,
         /// Why: `share` (the history passed its share of the window), `window` (the request
-        /// would not fit), `command` (`/compact`).
+        /// would not fit), `command` (`/compact` or `/new-context`), `idle` (a new turn after
+        /// the session's rollover time: a new context, method `carryOver`).
         reason: String,
+    },
+    /// A carry-over note was deleted (`note/delete`): its entry's text is now empty and it is
+    /// never sent to a model again.
+    NoteDeleted {
+        message_id: String,
     },
     /// Token counts the provider reported for one model request (facts, no prices).
     Usage {

@@ -241,6 +241,8 @@ protocol_methods! {
         ApprovalRespond "approval/respond" (ApprovalRespondParams) -> ApprovalRespondResult => approval_respond;
         /// Withdraws a queued interjection.
         InterjectionCancel "interjection/cancel" (InterjectionCancelParams) -> InterjectionCancelResult => interjection_cancel;
+        /// Deletes a carry-over note: it is never sent to a model again.
+        NoteDelete "note/delete" (NoteDeleteParams) -> NoteDeleteResult => note_delete;
     }
     notifications {
         /// One event of one session, numbered.

@@ -42,6 +42,11 @@ pub struct SessionCreateParams {
     /// Longest one run may take, in seconds (default from the config: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_seconds: Option<u64>,
+    /// Start the model afresh, with a carry-over note, when a new turn comes after this idle
+    /// time: `off`, or a whole number of `s`, `m`, `h` or `d` such as `3h`, `1d` or `7d`
+    /// (default from the config: off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollover: Option<String>,
 }
 
 /// Tells "absent" (leave alone) from `null` (remove) in update params.
@@ -108,6 +113,9 @@ pub struct Session {
     pub cap_usd: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_seconds: Option<u64>,
+    /// The idle time after which a new turn starts a new context (e.g. `3h`); absent when off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollover: Option<String>,
     pub state: SessionState,
     /// RFC 3339 timestamps.
     pub created_at: String,
@@ -213,6 +221,9 @@ pub struct SessionUpdateParams {
         skip_serializing_if = "Option::is_none"
     )]
     pub max_seconds: Option<Option<u64>>,
+    /// A new rollover idle time (`3h`, `1d`, `7d`…), or `off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollover: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

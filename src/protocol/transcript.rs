@@ -130,7 +130,8 @@ pub enum Block {
         level: super::NoticeLevel,
         text: String,
     },
-    /// What stands for the folded range in a `summary` entry: the text the model reads.
+    /// What stands for the folded range in a `summary` entry: the text the model reads. A
+    /// carry-over note deleted by `note/delete` keeps its entry with an empty `text`.
     Summary {
         method: CompactionMethod,
         text: String,
@@ -156,6 +157,20 @@ pub struct TranscriptEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
     pub created_at: String,
+}
+
+/// Params of `note/delete`: a carry-over note (a `summary` entry of method `carryOver`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NoteDeleteParams {
+    pub message_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NoteDeleteResult {
+    /// False when the note was already deleted; nothing changed.
+    pub deleted: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -92,6 +92,10 @@ impl Handler for Runtime {
     ) -> Result<InterjectionCancelResult, RuntimeError> {
         self.cancel_interjection(&params.pending_id)
     }
+
+    async fn note_delete(self, params: NoteDeleteParams) -> Result<NoteDeleteResult, RuntimeError> {
+        self.delete_note(params)
+    }
 }
 
 impl From<RouteError<RuntimeError>> for ErrorObjectOwned {

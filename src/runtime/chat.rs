@@ -7,6 +7,16 @@ use crate::protocol::*;
 use crate::store::{ApprovalOutcome, CancelOutcome, EarlierSend, NewMessage};
 use crate::util::new_id;
 
+/// What a send found: a run at work, which queued the text, or the session claimed for a new
+/// run.
+enum Claimed {
+    Queued(ChatSendResult),
+    Run {
+        run_id: String,
+        signals: super::registry::RunSignals,
+    },
+}
+
 impl Runtime {
     /// The composer always sends: a new turn that starts a run, or, while a run works, an
     /// interjection queued for the run's next delivery point.
@@ -26,53 +36,15 @@ impl Runtime {
         if let Some(earlier) = self.earlier_answer(&session.id, client_id)? {
             return Ok(earlier);
         }
-        let store = &self.inner.store;
-        let mut runs = self.inner.runs.lock();
-        // Decided under the registry lock: a run ending promotes the queue under the same lock,
-        // so a row is either queued before that promotion or finds no run and starts one.
-        let working = match runs.get(&session.id) {
-            Some(active) => Some(active.run_id.clone()),
-            None => self.inner.store.suspended_run(&session.id)?.map(|r| r.id),
+        let (run_id, signals) = match self.claim_or_queue(&session, &params)? {
+            Claimed::Queued(queued) => return Ok(queued),
+            Claimed::Run { run_id, signals } => (run_id, signals),
         };
-        if let Some(working) = working {
-            if !params.attachments.is_empty() {
-                return Err(RuntimeError::InvalidParams(
-                    "attachments wait for the next turn: a run is working, so send the text alone now \
-                     and attach the files once the run has finished"
-                        .into(),
-                ));
-            }
-            let row = match store.insert_pending(&session.id, &working, client_id, &params.text) {
-                Ok(row) => row,
-                Err(e) => {
-                    drop(runs);
-                    // A concurrent retry with the same client id got there first.
-                    return self.earlier_answer(&session.id, client_id)?.ok_or(e.into());
-                }
-            };
-            drop(runs);
-            self.inner.events.emit(
-                store,
-                &session.id,
-                None,
-                Event::InterjectionQueued {
-                    pending_id: row.id.clone(),
-                    text: row.text,
-                },
-            );
-            return Ok(ChatSendResult {
-                run_id: Some(working),
-                message_id: None,
-                queued: true,
-                pending_id: Some(row.id),
-            });
+        // A context idle past the session's rollover time starts afresh before this turn.
+        if let Err(e) = self.roll_over_if_idle(&session).await {
+            self.inner.runs.release(&session.id, &run_id);
+            return Err(e);
         }
-        self.inner.driver(&session.account)?;
-        self.refuse_if_cap_spent(&session)?;
-        let run_id = new_id("run");
-        let signals = claim_locked(&mut runs, &session.id, &run_id)
-            .map_err(RuntimeError::busy(&session.id))?;
-        drop(runs);
         let mut blocks = vec![Block::Text { text: params.text }];
         blocks.extend(params.attachments.into_iter().map(|a| Block::Attachment {
             name: a.name,
@@ -101,6 +73,65 @@ impl Runtime {
             queued: false,
             pending_id: None,
         })
+    }
+
+    /// While a run works, queues the text as an interjection; otherwise claims the session for
+    /// a new run. Decided under the registry lock, which is released before anything awaits.
+    fn claim_or_queue(
+        &self,
+        session: &crate::store::SessionRow,
+        params: &ChatSendParams,
+    ) -> RuntimeResult<Claimed> {
+        let client_id = params.client_message_id.as_deref();
+        let store = &self.inner.store;
+        let mut runs = self.inner.runs.lock();
+        // Decided under the registry lock: a run ending promotes the queue under the same lock,
+        // so a row is either queued before that promotion or finds no run and starts one.
+        let working = match runs.get(&session.id) {
+            Some(active) => Some(active.run_id.clone()),
+            None => self.inner.store.suspended_run(&session.id)?.map(|r| r.id),
+        };
+        if let Some(working) = working {
+            if !params.attachments.is_empty() {
+                return Err(RuntimeError::InvalidParams(
+                    "attachments wait for the next turn: a run is working, so send the text alone now \
+                     and attach the files once the run has finished"
+                        .into(),
+                ));
+            }
+            let row = match store.insert_pending(&session.id, &working, client_id, &params.text) {
+                Ok(row) => row,
+                Err(e) => {
+                    drop(runs);
+                    // A concurrent retry with the same client id got there first.
+                    return Ok(Claimed::Queued(
+                        self.earlier_answer(&session.id, client_id)?.ok_or(e)?,
+                    ));
+                }
+            };
+            drop(runs);
+            self.inner.events.emit(
+                store,
+                &session.id,
+                None,
+                Event::InterjectionQueued {
+                    pending_id: row.id.clone(),
+                    text: row.text,
+                },
+            );
+            return Ok(Claimed::Queued(ChatSendResult {
+                run_id: Some(working),
+                message_id: None,
+                queued: true,
+                pending_id: Some(row.id),
+            }));
+        }
+        self.inner.driver(&session.account)?;
+        self.refuse_if_cap_spent(session)?;
+        let run_id = new_id("run");
+        let signals = claim_locked(&mut runs, &session.id, &run_id)
+            .map_err(RuntimeError::busy(&session.id))?;
+        Ok(Claimed::Run { run_id, signals })
     }
 
     /// A new turn on a session whose spend cap is used up waits until the cap is raised.

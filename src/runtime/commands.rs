@@ -13,6 +13,7 @@ const HELP: &str = "Commands:
   /system <text>   set the system prompt; /system alone removes it
   /clear           the model starts fresh; earlier messages stay readable here
   /compact [focus] summarise the earlier turns now (optionally: what to keep in view)
+  /new-context     the model starts afresh with a short note carried over from before
   /help            this list
 Start a message with // to send a literal slash.";
 
@@ -120,6 +121,7 @@ impl Runtime {
                 self.inner.runs.release(&session.id, &claim);
                 done?
             }
+            "new-context" => self.new_context_command(session).await?,
             "clear" => {
                 // A run, live or suspended on an approval after a restart, still needs the
                 // transcript it stands on: its next request must start with its own tool call.

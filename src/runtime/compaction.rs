@@ -128,7 +128,7 @@ fn over_window(prepared: &Prepared) -> Option<String> {
         false => format!(
             "The request would be {total} tokens, more than the {room} tokens the model's window \
              leaves for it {limits}, and nothing more could be folded. It was not sent; everything \
-             stays in the transcript. /clear starts the model afresh."
+             stays in the transcript. /new-context or /clear starts the model afresh."
         ),
     })
 }
@@ -243,9 +243,7 @@ impl Inner {
         focus: Option<&str>,
     ) -> Result<String, String> {
         let account = self.config.account(&session.account);
-        let model = account
-            .and_then(|a| a.summary_model.clone())
-            .unwrap_or_else(|| session.model.clone());
+        let model = self.summary_model(session);
         let counter = TokenCounter::for_model(&model);
         let session_counter = TokenCounter::for_model(&session.model);
         let room_for_summary = plan.target.saturating_sub(plan.kept_tokens);
@@ -282,6 +280,41 @@ impl Inner {
             tools: Vec::new(),
             max_output_tokens: max_output.min(window.max_output) as u32,
         };
+        let text = self.ask_summariser(session, request).await?;
+        let block = Block::Summary {
+            method: CompactionMethod::Summary,
+            text: text.clone(),
+            from_seq: None,
+            to_seq: None,
+            messages: plan.messages,
+        };
+        let tokens = crate::context::projection::count_summary(session_counter, &block).tokens;
+        if tokens > room_for_summary {
+            return Err(format!(
+                "the summary is {tokens} tokens, more than the {room_for_summary} left for it"
+            ));
+        }
+        Ok(text)
+    }
+
+    /// The model that writes summaries and carry-over notes for the session: the account's
+    /// `summary_model`, else the session's own.
+    pub(super) fn summary_model(&self, session: &SessionRow) -> String {
+        self.config
+            .account(&session.account)
+            .and_then(|a| a.summary_model.clone())
+            .unwrap_or_else(|| session.model.clone())
+    }
+
+    /// Makes a summariser's request (a summary, or a carry-over note) and collects its text,
+    /// within the summary time limit; its usage is a line of kind `summary`. Why there is no
+    /// text, otherwise.
+    pub(super) async fn ask_summariser(
+        &self,
+        session: &SessionRow,
+        request: ModelRequest,
+    ) -> Result<String, String> {
+        let model = request.model.clone();
         let driver = self.driver(&session.account).map_err(|e| e.to_string())?;
         let started = std::time::Instant::now();
         let mut stream = driver.stream(request);
@@ -306,7 +339,7 @@ impl Inner {
         match outcome {
             Err(_) => {
                 return Err(format!(
-                    "no summary within {} s",
+                    "no answer within {} s",
                     self.config.budget.summary_timeout.as_secs_f64()
                 ));
             }
@@ -316,19 +349,6 @@ impl Inner {
         let text = text.trim().to_string();
         if text.is_empty() {
             return Err("the summary came back empty".into());
-        }
-        let block = Block::Summary {
-            method: CompactionMethod::Summary,
-            text: text.clone(),
-            from_seq: None,
-            to_seq: None,
-            messages: plan.messages,
-        };
-        let tokens = crate::context::projection::count_summary(session_counter, &block).tokens;
-        if tokens > room_for_summary {
-            return Err(format!(
-                "the summary is {tokens} tokens, more than the {room_for_summary} left for it"
-            ));
         }
         Ok(text)
     }

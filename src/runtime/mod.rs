@@ -4,6 +4,7 @@
 //! session at a time; runs of different sessions proceed concurrently.
 
 mod accounting;
+mod carry_over;
 mod chat;
 mod commands;
 mod compaction;

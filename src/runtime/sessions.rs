@@ -1,6 +1,7 @@
 //! Session methods: create, list, get, update, delete, transcript, and each session's state.
 
 use super::{Runtime, RuntimeError, RuntimeResult};
+use crate::context::carry_over::{format_rollover, parse_rollover};
 use crate::protocol::*;
 use crate::store::{NewSession, SessionRow, SessionUpdate};
 use crate::util::rfc3339;
@@ -34,6 +35,14 @@ fn check_limits(cap_usd: Option<f64>, max_seconds: Option<u64>) -> RuntimeResult
         ));
     }
     Ok(())
+}
+
+/// A rollover period, when one is given: `Some(None)` for `off`.
+fn check_rollover(rollover: Option<&str>) -> RuntimeResult<Option<Option<u64>>> {
+    rollover
+        .map(parse_rollover)
+        .transpose()
+        .map_err(RuntimeError::InvalidParams)
 }
 
 /// A workspace root given to an existing session: tools are confined to it at once, so it must
@@ -79,6 +88,7 @@ impl Runtime {
         })?;
         check_steps(params.max_steps)?;
         check_limits(params.cap_usd, params.max_seconds)?;
+        let rollover = check_rollover(params.rollover.as_deref())?;
         if let Some(root) = &params.workspace_root
             && !std::path::Path::new(root).is_absolute()
         {
@@ -98,6 +108,20 @@ impl Runtime {
             cap_usd: params.cap_usd.or(config.budget.cap_usd),
             max_seconds: params.max_seconds.or(config.budget.max_seconds),
         })?;
+        let row = match rollover.unwrap_or(config.budget.rollover_secs) {
+            None => row,
+            Some(secs) => self
+                .inner
+                .store
+                .update_session(
+                    &row.id,
+                    &SessionUpdate {
+                        rollover_secs: Some(Some(secs)),
+                        ..SessionUpdate::default()
+                    },
+                )?
+                .ok_or_else(|| RuntimeError::SessionNotFound(row.id.clone()))?,
+        };
         self.session_view(row)
     }
 
@@ -160,6 +184,7 @@ impl Runtime {
     pub fn update_session(&self, params: SessionUpdateParams) -> RuntimeResult<Session> {
         check_steps(params.max_steps)?;
         check_limits(params.cap_usd.flatten(), params.max_seconds.flatten())?;
+        let rollover_secs = check_rollover(params.rollover.as_deref())?;
         if params.title.as_deref().is_some_and(|t| t.trim().is_empty()) {
             return Err(RuntimeError::InvalidParams(
                 "title must not be empty".into(),
@@ -191,6 +216,7 @@ impl Runtime {
             max_steps: params.max_steps,
             cap_usd: params.cap_usd,
             max_seconds: params.max_seconds,
+            rollover_secs,
         };
         let row = self
             .inner
@@ -343,6 +369,7 @@ impl Runtime {
             max_steps: row.max_steps,
             cap_usd: row.cap_usd,
             max_seconds: row.max_seconds,
+            rollover: row.rollover_secs.map(format_rollover),
             created_at: rfc3339(row.created_at),
             updated_at: rfc3339(row.updated_at),
             last_seq: row.last_seq,

@@ -4,7 +4,9 @@ use rusqlite::{OptionalExtension, Row, params};
 
 use super::{Store, StoreError, StoreResult};
 use crate::context::Counted;
-use crate::protocol::{Block, InterjectionStatus, MessageStatus, Role, TranscriptEntry};
+use crate::protocol::{
+    Block, CompactionMethod, InterjectionStatus, MessageStatus, Role, TranscriptEntry,
+};
 use crate::util::{new_id, now_ms, rfc3339};
 
 /// A message to append. The caller numbers it: the runtime owns each session's `seq` counter
@@ -28,6 +30,20 @@ pub struct NewMessage {
     /// Also reserve event numbers up to this one in the same transaction (0: none beyond
     /// `seq`), so the event counter seldom needs a write of its own.
     pub reserve_seq_through: u64,
+}
+
+/// What `note/delete` found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NoteDeletion {
+    NotFound,
+    /// The message exists but is no carry-over note; its role.
+    NotANote(Role),
+    /// The note was already empty; nothing changed.
+    AlreadyDeleted,
+    /// The note's text is gone.
+    Deleted {
+        session_id: String,
+    },
 }
 
 /// What becomes of the interjections a message carries.
@@ -190,6 +206,66 @@ impl Store {
             .optional()?;
         row.map(RawMessage::into_entry).transpose()
             })
+    }
+
+    /// When the newest message after `after_seq` that a model is sent was committed, in
+    /// milliseconds since the epoch: how long the session's context has been idle.
+    pub fn last_model_message_at(
+        &self,
+        session_id: &str,
+        after_seq: u64,
+    ) -> StoreResult<Option<i64>> {
+        self.read(|conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT created_at FROM messages
+                     WHERE session_id = ?1 AND seq > ?2 AND role IN ('user', 'assistant', 'tool')
+                     ORDER BY seq DESC LIMIT 1",
+                    params![session_id, after_seq as i64],
+                    |r| r.get(0),
+                )
+                .optional()?)
+        })
+    }
+
+    /// Empties a carry-over note's text (and its count), so that it is never sent again; the
+    /// entry stays, so the transcript still shows where a context started.
+    pub fn delete_carry_over_note(&self, id: &str) -> StoreResult<NoteDeletion> {
+        self.write(|conn| {
+            let tx = conn.transaction()?;
+            let found = tx
+                .query_row(
+                    "SELECT id, seq, run_id, role, blocks, status, created_at, session_id
+                     FROM messages WHERE id = ?1",
+                    [id],
+                    |r| Ok((raw(r)?, r.get::<_, String>(7)?)),
+                )
+                .optional()?;
+            let Some((raw, session_id)) = found else {
+                return Ok(NoteDeletion::NotFound);
+            };
+            let mut entry = raw.into_entry()?;
+            let Some(Block::Summary {
+                method: CompactionMethod::CarryOver,
+                text,
+                ..
+            }) = entry.blocks.first_mut()
+            else {
+                return Ok(NoteDeletion::NotANote(entry.role));
+            };
+            if text.is_empty() {
+                return Ok(NoteDeletion::AlreadyDeleted);
+            }
+            text.clear();
+            let blocks = serde_json::to_string(&entry.blocks)
+                .map_err(|e| StoreError::Corrupt(format!("unserialisable blocks: {e}")))?;
+            tx.execute(
+                "UPDATE messages SET blocks = ?2, tokens = 0, tokens_exact = 1 WHERE id = ?1",
+                params![id, blocks],
+            )?;
+            tx.commit()?;
+            Ok(NoteDeletion::Deleted { session_id })
+        })
     }
 
     /// Entries after `after_seq`, oldest first, each with its stored token count (`None` where

@@ -28,7 +28,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 
 pub use file_changes::{FileChange, FileDiffRow, SNAPSHOT_CAP};
-pub use messages::{NewMessage, Settle, Settled};
+pub use messages::{NewMessage, NoteDeletion, Settle, Settled};
 pub use pending::{CancelOutcome, EarlierSend, PendingRow};
 pub use runs::{RunRow, RunStatus};
 pub use sessions::{NewSession, SessionPage, SessionRow, SessionUpdate};

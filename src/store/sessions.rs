@@ -26,6 +26,8 @@ pub struct SessionRow {
     pub context_start_seq: u64,
     /// The highest event `seq` reserved; events may have used any number up to it.
     pub seq_reserved: u64,
+    /// After this many idle seconds a new turn starts a new context with a carry-over note.
+    pub rollover_secs: Option<u64>,
 }
 
 impl SessionRow {
@@ -61,6 +63,8 @@ pub struct SessionUpdate {
     /// `Some(None)` removes the cap.
     pub cap_usd: Option<Option<f64>>,
     pub max_seconds: Option<Option<u64>>,
+    /// `Some(None)` turns rollover off.
+    pub rollover_secs: Option<Option<u64>>,
 }
 
 /// One page of sessions, newest first.
@@ -73,7 +77,7 @@ pub struct SessionPage {
 
 const COLUMNS: &str = "id, title, account, model, system_prompt, workspace_root, max_steps, \
                        created_at, updated_at, last_seq, cap_usd, max_seconds, context_start_seq, \
-                       seq_reserved";
+                       seq_reserved, rollover_secs";
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
     Ok(SessionRow {
@@ -91,6 +95,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
         max_seconds: row.get::<_, Option<i64>>(11)?.map(|s| s as u64),
         context_start_seq: row.get::<_, i64>(12)? as u64,
         seq_reserved: row.get::<_, i64>(13)? as u64,
+        rollover_secs: row.get::<_, Option<i64>>(14)?.map(|s| s as u64),
     })
 }
 
@@ -112,11 +117,12 @@ impl Store {
             max_seconds: new.max_seconds,
             context_start_seq: 0,
             seq_reserved: 0,
+            rollover_secs: None,
         };
         self.write(|conn| {
             conn.execute(
                 &format!(
-                    "INSERT INTO sessions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, ?11, 0, 0)"
+                    "INSERT INTO sessions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, ?11, 0, 0, NULL)"
                 ),
                 params![
                     row.id,
@@ -199,7 +205,8 @@ impl Store {
                 cap_usd = CASE WHEN ?8 THEN ?9 ELSE cap_usd END,
                 max_seconds = CASE WHEN ?10 THEN ?11 ELSE max_seconds END,
                 account = COALESCE(?12, account),
-                workspace_root = COALESCE(?13, workspace_root)
+                workspace_root = COALESCE(?13, workspace_root),
+                rollover_secs = CASE WHEN ?14 THEN ?15 ELSE rollover_secs END
              WHERE id = ?1",
                 params![
                     id,
@@ -214,7 +221,9 @@ impl Store {
                     update.max_seconds.is_some(),
                     update.max_seconds.flatten().map(|s| s as i64),
                     update.account,
-                    update.workspace_root
+                    update.workspace_root,
+                    update.rollover_secs.is_some(),
+                    update.rollover_secs.flatten().map(|s| s as i64)
                 ],
             )?)
         })?;

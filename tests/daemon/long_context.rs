@@ -316,7 +316,7 @@ async fn a_failing_summariser_falls_back_to_dropping_whole_turns() {
             text_reply(&oversize, 900, 6_000),
             "the summary is ",
         ),
-        ("timeout", stalled_reply(), "(no summary within 0.3 s)"),
+        ("timeout", stalled_reply(), "(no answer within 0.3 s)"),
     ] {
         // Each turn: a tool call and its result, then the answer.
         let mut replies = Vec::new();
@@ -664,5 +664,339 @@ async fn a_turn_whose_tool_result_alone_passes_the_window_is_not_sent() {
         (notice["role"].clone(), notice["blocks"][0]["text"].clone()),
         (json!("notice"), json!(error))
     );
+    daemon.close().await;
+}
+
+/// A key as a user might paste it, and what a stored note has in its place.
+const PASTED_KEY: &str = "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7cDe0f";
+
+/// The texts of the `summary` entries of role carry-over in a transcript, with their ids.
+fn carry_over_notes(transcript: &Value) -> Vec<(String, String)> {
+    transcript["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["role"] == "summary" && e["blocks"][0]["method"] == "carryOver")
+        .map(|e| {
+            (
+                e["id"].as_str().unwrap().to_string(),
+                e["blocks"][0]["text"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A daemon that also logs at info level to `log`.
+async fn daemon_logging_to(
+    db: &std::path::Path,
+    env: &[(&str, String)],
+    log: &std::path::Path,
+) -> Daemon {
+    let mut command = crate::harness::command(db, env);
+    command
+        .arg("--log-file")
+        .arg(log)
+        .env("SIDECHAT_LOG", "info");
+    let (conn, notes) =
+        sidechat::client::Connection::spawn(command, sidechat::rpc::framing::Framing::Line)
+            .expect("spawn sidechat");
+    let daemon = Daemon { conn, notes };
+    daemon
+        .call("initialize", json!({"protocolVersion": 1}))
+        .await;
+    daemon.conn.notify("initialized", json!({})).await.unwrap();
+    daemon
+}
+
+#[tokio::test]
+async fn an_idle_session_rolls_over_into_a_new_context_that_opens_with_a_redacted_note() {
+    let note = format!(
+        "NOTE: the user deploys with the key {PASTED_KEY}; the workspace was listed. Next: deploy."
+    );
+    let upstream = start(vec![
+        list_reply("call_1"),
+        text_reply("Listed it.", 100, 3),
+        text_reply(&note, 300, 30),
+        text_reply("Deploying.", 100, 3),
+    ]);
+    let scratch = Scratch::new();
+    std::fs::write(scratch.workspace().join("secret-plan.txt"), "x").unwrap();
+    let log = scratch.dir.path().join("sidechat.log");
+    let mut daemon = daemon_logging_to(&scratch.db(), &env(&upstream.url, WINDOW), &log).await;
+    let session = daemon
+        .call(
+            "session/create",
+            json!({"workspaceRoot": scratch.workspace().display().to_string(), "rollover": "1s"}),
+        )
+        .await;
+    assert_eq!(session["rollover"], json!("1s"));
+    let session = session["id"].as_str().unwrap().to_string();
+    let first = format!("Deploy it, the key is {PASTED_KEY}. List the workspace first.");
+    daemon.send(&session, &first).await;
+    assert_eq!(
+        finish(&daemon.until_finished().await).0,
+        FinishReason::EndTurn
+    );
+    // Idle past the session's rollover time (1 s) before the next turn.
+    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+    daemon.send(&session, "Go on.").await;
+    let events = daemon.until_finished().await;
+    assert_eq!(finish(&events).0, FinishReason::EndTurn);
+
+    let requests = upstream.bodies();
+    assert_eq!(requests.len(), 4);
+    assert_within_window(&requests);
+    // The note's request: user and assistant text and the tools' names, never their results.
+    let asked = &requests[2];
+    assert_eq!(
+        (asked.get("tools"), asked["max_tokens"].clone()),
+        (None, json!(500))
+    );
+    let source = user_texts(asked).join("\n");
+    assert!(source.contains(&format!("User: {first}")), "{source}");
+    assert!(
+        source.contains("Assistant: Listed it.") && source.contains("Tools called: list_directory")
+    );
+    assert!(!source.contains("secret-plan.txt"), "{source}");
+    // The new context: the note, redacted, then the new turn; nothing of the old context.
+    let stored = note.replace(PASTED_KEY, "[redacted]");
+    assert_eq!(
+        user_texts(&requests[3]),
+        vec![format!(
+            "Notes carried over from an earlier conversation:\n{stored}\n\nGo on."
+        )]
+    );
+    assert_eq!(requests[3]["messages"].as_array().unwrap().len(), 1);
+    let compaction = &compactions(&events)[0];
+    assert_eq!(
+        [
+            &compaction["method"],
+            &compaction["reason"],
+            &compaction["messages"]
+        ],
+        [&json!("carryOver"), &json!("idle"), &json!(4)]
+    );
+    // The old context stays readable; the note is an entry of its own.
+    let transcript = daemon.transcript(&session).await;
+    let notes = carry_over_notes(&transcript);
+    assert_eq!(
+        notes.iter().map(|n| n.1.clone()).collect::<Vec<_>>(),
+        vec![stored]
+    );
+    assert_eq!(transcript["entries"][0]["blocks"][0]["text"], json!(first));
+    // The note's request is a summary usage line (the tool call's reply reported no usage).
+    let cost = daemon
+        .call("session/cost", json!({"sessionId": session}))
+        .await;
+    let kinds: Vec<(Value, Value)> = cost["cost"]["byRequest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| (k["kind"].clone(), k["lines"].clone()))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![(json!("turn"), json!(2)), (json!("summary"), json!(1))]
+    );
+    daemon.close().await;
+    // One info line says why, how large, and the limits.
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = logged
+        .lines()
+        .filter(|l| l.contains("started a new context with a carry-over note"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{logged}");
+    for field in [
+        " INFO ",
+        "reason=\"idle\"",
+        "rollover_secs=1 ",
+        "messages=4 ",
+        &format!("note_chars={} ", stored_len(&note)),
+        "note_limit_chars=1500 ",
+        "note=\"model\"",
+    ] {
+        assert!(lines[0].contains(field), "{field} in {}", lines[0]);
+    }
+    assert!(!logged.contains(PASTED_KEY));
+}
+
+fn stored_len(note: &str) -> usize {
+    note.replace(PASTED_KEY, "[redacted]").chars().count()
+}
+
+#[tokio::test]
+async fn new_context_copies_a_note_when_the_model_fails_and_a_deleted_note_is_not_sent_again() {
+    let upstream = start(vec![
+        text_reply(
+            "Sure: the guide at https://example.com/guide says to reset the token.",
+            100,
+            9,
+        ),
+        Reply::status(500, r#"{"error":{"message":"overloaded"}}"#),
+        text_reply("Answer 2.", 100, 3),
+        text_reply("Answer 3.", 100, 3),
+    ]);
+    let scratch = Scratch::new();
+    let mut daemon =
+        Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
+    let session = daemon.create_session(json!({})).await;
+    daemon
+        .send(
+            &session,
+            "Fix the login bug (https://example.com/issues/7); the test user has password=hunter2hunter2",
+        )
+        .await;
+    daemon.until_finished().await;
+    let answer = daemon
+        .call(
+            "chat/send",
+            json!({"sessionId": session, "text": "/new-context"}),
+        )
+        .await;
+    // The copied note: the task and the last answer, without URLs, redacted.
+    let copied = "Task: Fix the login bug (); the test user has password=[redacted]\n\
+                  Last answer: Sure: the guide at says to reset the token.";
+    let transcript = daemon.transcript(&session).await;
+    let notes = carry_over_notes(&transcript);
+    assert_eq!(
+        notes.iter().map(|n| n.1.as_str()).collect::<Vec<_>>(),
+        vec![copied]
+    );
+    let note_id = notes[0].0.clone();
+    let entries = transcript["entries"].as_array().unwrap();
+    let said = entries.last().unwrap();
+    assert_eq!(
+        (said["id"].clone(), said["role"].clone()),
+        (answer["messageId"].clone(), json!("note"))
+    );
+    let said = said["blocks"][0]["text"].as_str().unwrap();
+    assert!(
+        said.starts_with("New context: the model starts afresh") && said.contains("copied"),
+        "{said}"
+    );
+    assert!(entries.iter().any(|e| {
+        e["role"] == "notice"
+            && e["blocks"][0]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("The model could not write the carry-over note (")
+    }));
+
+    daemon.send(&session, "Second question").await;
+    daemon.until_finished().await;
+    let requests = upstream.bodies();
+    assert_eq!(
+        user_texts(&requests[2]),
+        vec![format!(
+            "Notes carried over from an earlier conversation:\n{copied}\n\nSecond question"
+        )]
+    );
+
+    // Deleted: gone from the next request, its entry kept with no text.
+    let deleted = daemon
+        .call("note/delete", json!({"messageId": note_id}))
+        .await;
+    assert_eq!(deleted, json!({"deleted": true}));
+    let event = daemon
+        .events_until(|e| matches!(e, Event::NoteDeleted { .. }))
+        .await;
+    assert_eq!(
+        event.last().map(|e| e.event.clone()),
+        Some(Event::NoteDeleted {
+            message_id: note_id.clone()
+        })
+    );
+    daemon.send(&session, "Third question").await;
+    daemon.until_finished().await;
+    let requests = upstream.bodies();
+    assert_eq!(requests.len(), 4);
+    assert_eq!(
+        user_texts(&requests[3]),
+        vec!["Second question".to_string(), "Third question".to_string()]
+    );
+    assert!(!requests[3].to_string().contains("carried over"));
+    let notes = carry_over_notes(&daemon.transcript(&session).await);
+    assert_eq!(notes, vec![(note_id.clone(), String::new())]);
+
+    // Deleting again changes nothing; an unknown id or a message that is not a note is refused.
+    let again = daemon
+        .call("note/delete", json!({"messageId": note_id}))
+        .await;
+    assert_eq!(again, json!({"deleted": false}));
+    let unknown = daemon
+        .try_call("note/delete", json!({"messageId": "msg_nope"}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (unknown.code, unknown.message.as_str()),
+        (-32004, "no note with id \"msg_nope\"")
+    );
+    let user = &daemon.transcript(&session).await["entries"][0];
+    let not_a_note = daemon
+        .try_call("note/delete", json!({"messageId": user["id"]}))
+        .await
+        .unwrap_err();
+    assert_eq!(not_a_note.code, -32602);
+    assert!(
+        not_a_note.message.contains("not a carry-over note"),
+        "{}",
+        not_a_note.message
+    );
+    assert_eq!(daemon.transcript(&session).await["entries"][0], *user);
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn rollover_values_and_new_context_on_an_empty_session_are_checked() {
+    let scratch = Scratch::new();
+    let daemon = Daemon::start(&scratch.db(), Options::default()).await;
+    let refused = daemon
+        .try_call("session/create", json!({"rollover": "soon"}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (refused.code, refused.message.as_str()),
+        (
+            -32602,
+            "invalid params: rollover must be off or a whole number of s, m, h or d (such as 3h, 1d or 7d); got \"soon\""
+        )
+    );
+    let listed = daemon.call("session/list", json!({})).await;
+    assert_eq!(listed["sessions"], json!([]));
+    let session = daemon.create_session(json!({"rollover": "7d"})).await;
+    let refused = daemon
+        .try_call(
+            "session/update",
+            json!({"sessionId": session, "rollover": "1w"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code, -32602);
+    let got = daemon
+        .call("session/get", json!({"sessionId": session}))
+        .await;
+    assert_eq!(got["rollover"], json!("7d"));
+    let off = daemon
+        .call(
+            "session/update",
+            json!({"sessionId": session, "rollover": "off"}),
+        )
+        .await;
+    assert_eq!(off.get("rollover"), None);
+    let error = daemon
+        .try_call(
+            "chat/send",
+            json!({"sessionId": session, "text": "/new-context"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (error.code, error.message.as_str()),
+        (
+            -32007,
+            "nothing to carry over: the model's context is already empty"
+        )
+    );
+    assert_eq!(daemon.transcript(&session).await["entries"], json!([]));
     daemon.close().await;
 }

@@ -225,9 +225,14 @@ export type Event =
       tokensAfter: number;
       /**
        * Why: `share` (the history passed its share of the window), `window` (the request
-       * would not fit), `command` (`/compact`).
+       * would not fit), `command` (`/compact` or `/new-context`), `idle` (a new turn after
+       * the session's rollover time: a new context, method `carryOver`).
        */
       reason: string;
+    }
+  | {
+      kind: 'noteDeleted';
+      messageId: string;
     }
   | {
       kind: 'usage';
@@ -337,6 +342,8 @@ export interface WireTypes {
   KindCosts?: KindCosts;
   MessageStatus?: MessageStatus;
   ModelCost?: ModelCost;
+  NoteDeleteParams?: NoteDeleteParams;
+  NoteDeleteResult?: NoteDeleteResult;
   NoticeLevel?: NoticeLevel;
   PendingApproval?: PendingApproval;
   PendingInterjection?: PendingInterjection;
@@ -827,6 +834,25 @@ export interface InterjectionCancelResult {
   status: InterjectionStatus;
 }
 /**
+ * Params of `note/delete`: a carry-over note (a `summary` entry of method `carryOver`).
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "NoteDeleteParams".
+ */
+export interface NoteDeleteParams {
+  messageId: string;
+}
+/**
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "NoteDeleteResult".
+ */
+export interface NoteDeleteResult {
+  /**
+   * False when the note was already deleted; nothing changed.
+   */
+  deleted: boolean;
+}
+/**
  * Input typed while a run works, not yet delivered to the model.
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -854,6 +880,10 @@ export interface Session {
   maxSteps: number;
   capUsd?: number | null;
   maxSeconds?: number | null;
+  /**
+   * The idle time after which a new turn starts a new context (e.g. `3h`); absent when off.
+   */
+  rollover?: string | null;
   state: SessionState;
   /**
    * RFC 3339 timestamps.
@@ -934,6 +964,12 @@ export interface SessionCreateParams {
    * Longest one run may take, in seconds (default from the config: none).
    */
   maxSeconds?: number | null;
+  /**
+   * Start the model afresh, with a carry-over note, when a new turn comes after this idle
+   * time: `off`, or a whole number of `s`, `m`, `h` or `d` such as `3h`, `1d` or `7d`
+   * (default from the config: off).
+   */
+  rollover?: string | null;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -1132,6 +1168,10 @@ export interface SessionUpdateParams {
    * A new run time limit in seconds; `null` removes it.
    */
   maxSeconds?: number | null;
+  /**
+   * A new rollover idle time (`3h`, `1d`, `7d`…), or `off`.
+   */
+  rollover?: string | null;
 }
 
 /** Every request a client sends, with its params and result types. */
@@ -1142,6 +1182,7 @@ export interface Requests {
   'chat/stop': { params: SessionIdParams; result: ChatStopResult };
   'initialize': { params: InitializeParams; result: InitializeResult };
   'interjection/cancel': { params: InterjectionCancelParams; result: InterjectionCancelResult };
+  'note/delete': { params: NoteDeleteParams; result: NoteDeleteResult };
   'session/budget': { params: SessionIdParams; result: SessionBudgetResult };
   'session/cost': { params: SessionIdParams; result: SessionCostResult };
   'session/create': { params: SessionCreateParams; result: Session };
