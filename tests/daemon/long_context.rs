@@ -910,6 +910,7 @@ async fn new_context_copies_a_note_when_the_model_fails_and_a_deleted_note_is_no
     daemon.until_finished().await;
     let requests = upstream.bodies();
     assert_eq!(requests.len(), 4);
+    assert_within_window(&requests);
     assert_eq!(
         user_texts(&requests[3]),
         vec!["Second question".to_string(), "Third question".to_string()]
