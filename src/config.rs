@@ -213,6 +213,14 @@ fn number<T: std::str::FromStr>(name: &str) -> Option<T> {
     }
 }
 
+/// `$XDG_DATA_HOME/sidechat` (`~/.local/share/sidechat`): the database and the logs.
+pub fn default_data_dir() -> Option<PathBuf> {
+    var("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .map(|dir| dir.join("sidechat"))
+}
+
 /// `$XDG_CONFIG_HOME/sidechat/config.toml`, or `~/.config/sidechat/config.toml`.
 pub fn default_config_path() -> Option<PathBuf> {
     var("SIDECHAT_CONFIG").map(PathBuf::from).or_else(|| {

@@ -42,18 +42,11 @@ enum Command {
         #[arg(long)]
         log_file: Option<PathBuf>,
     },
-    /// Chat in the terminal; spawns `sidechat serve` the way an editor does.
-    Chat {
-        /// The SQLite database handed to the daemon.
-        #[arg(long, env = "SIDECHAT_DB")]
-        db: Option<PathBuf>,
-        /// Continue this session instead of starting a new one.
-        #[arg(long)]
-        session: Option<String>,
-        /// The folder tools may touch (default: the current folder).
-        #[arg(long)]
-        workspace: Option<PathBuf>,
-    },
+    /// Chat in the terminal; spawns `sidechat serve` the way an editor does. With `-p TEXT`
+    /// or text piped on stdin, runs one turn and exits.
+    Chat(sidechat::client::ChatArgs),
+    /// List, show, export or delete stored sessions.
+    Sessions(sidechat::client::SessionsArgs),
     /// Write the protocol's JSON Schema files.
     Schema {
         /// Folder to write into.
@@ -64,12 +57,9 @@ enum Command {
 
 /// Where the database lives when `--db` and `SIDECHAT_DB` are absent.
 fn default_db() -> anyhow::Result<PathBuf> {
-    let data = std::env::var_os("XDG_DATA_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+    let data = sidechat::config::default_data_dir()
         .context("neither XDG_DATA_HOME nor HOME is set; pass --db")?;
-    Ok(data.join("sidechat").join("sidechat.db"))
+    Ok(data.join("sidechat.db"))
 }
 
 /// Two workers are plenty for one editor connection, and a fixed count skips sizing the pool
@@ -178,15 +168,8 @@ fn main() {
     let outcome = match cli.command {
         Command::Serve { db, log_file } => serve(db, log_file),
         Command::Acp { db, log_file } => acp(db, log_file),
-        Command::Chat {
-            db,
-            session,
-            workspace,
-        } => sidechat::client::run(sidechat::client::ChatOptions {
-            db,
-            session,
-            workspace,
-        }),
+        Command::Chat(args) => sidechat::client::run(args),
+        Command::Sessions(args) => sidechat::client::run_sessions(args),
         Command::Schema { out } => write_schema(out),
     };
     match outcome {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, anyhow};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, oneshot};
 
@@ -22,7 +22,15 @@ pub struct Connection {
     framing: Framing,
     pending: Pending,
     next_id: AtomicU64,
+    /// The last lines the daemon wrote to stderr, kept to explain why it failed to start.
+    stderr_tail: StderrTail,
 }
+
+/// The newest lines of a child's stderr, bounded so a chatty daemon costs nothing.
+type StderrTail = Arc<Mutex<std::collections::VecDeque<String>>>;
+
+/// How many stderr lines are kept.
+const STDERR_LINES: usize = 40;
 
 /// An error answer from the daemon.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -42,11 +50,27 @@ impl Connection {
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .context("cannot start sidechat serve")?;
         let stdin = child.stdin.take().context("no stdin")?;
         let mut stdout = child.stdout.take().context("no stdout")?;
+        let stderr_tail = StderrTail::default();
+        if let Some(stderr) = child.stderr.take() {
+            let tail = stderr_tail.clone();
+            tokio::spawn(async move {
+                let mut lines = tokio::io::BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if let Ok(mut tail) = tail.lock() {
+                        if tail.len() == STDERR_LINES {
+                            tail.pop_front();
+                        }
+                        tail.push_back(line);
+                    }
+                }
+            });
+        }
         let pending: Pending = Arc::default();
         let (notes_tx, notes_rx) = mpsc::unbounded_channel();
         let routing = pending.clone();
@@ -81,6 +105,7 @@ impl Connection {
                 framing,
                 pending,
                 next_id: AtomicU64::new(1),
+                stderr_tail,
             },
             notes_rx,
         ))
@@ -143,6 +168,14 @@ impl Connection {
         self.notify("exit", Value::Null).await?;
         let status = self.child.wait().await?;
         Ok(status.code().unwrap_or(-1))
+    }
+
+    /// What the daemon last wrote to stderr, oldest line first.
+    pub fn stderr_tail(&self) -> Vec<String> {
+        self.stderr_tail
+            .lock()
+            .map(|tail| tail.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     pub fn child_mut(&mut self) -> &mut Child {

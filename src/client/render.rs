@@ -1,154 +1,569 @@
-//! How events look in the terminal.
+//! How events and stored entries look in the terminal: in plain words, whole lines at a time.
+//!
+//! Everything is drawn as complete lines handed to a [`Sink`], so a line editor can keep its
+//! prompt below them and what the user is typing is never mixed into the streamed text.
 
 use std::io::Write;
+use std::path::PathBuf;
 
 use serde_json::Value;
 
-use super::flush;
-use crate::protocol::Pressure;
-use crate::protocol::{Event, FinishReason, InitializeResult, NoticeLevel, Role, ToolCallStatus};
+use super::markdown::Markdown;
+use super::plural;
+use super::style::{Paint, Style};
+use crate::protocol::{
+    ApprovalDecision, Block, CompactionMethod, Event, FinishReason, NoticeLevel, PendingApproval,
+    Pressure, Role, ToolCallStatus, TranscriptEntry,
+};
 
-pub struct Screen<W: Write> {
-    out: W,
-    /// Whether the cursor is mid-line (after streamed text).
-    mid_line: bool,
-    /// Whether an assistant message started and its first text has not come yet.
-    awaiting_text: bool,
+/// Where drawn lines go: stdout, or above a line editor's prompt.
+pub trait Sink: Send {
+    /// Writes `lines`, each ending in a newline.
+    fn lines(&mut self, lines: Vec<String>);
 }
 
-impl<W: Write> Screen<W> {
-    pub fn new(out: W) -> Self {
+/// Lines straight to a writer (no prompt to keep).
+pub struct Plain<W: Write + Send>(pub W);
+
+impl<W: Write + Send> Sink for Plain<W> {
+    fn lines(&mut self, lines: Vec<String>) {
+        for line in lines {
+            let _ = writeln!(self.0, "{line}");
+        }
+        let _ = self.0.flush();
+    }
+}
+
+/// Draws a session: live events, and stored entries when it is reattached.
+pub struct Screen {
+    sink: Box<dyn Sink>,
+    pub style: Style,
+    show_thinking: bool,
+    /// The folder the session's tools work in, to show what a write would change.
+    workspace: Option<PathBuf>,
+    /// The assistant message being streamed.
+    text: Option<Markdown>,
+    thinking: Thinking,
+    /// The error last told in a notice, so the run's end does not repeat it.
+    last_error: Option<String>,
+}
+
+/// Streamed thinking: shown dimmed as it comes, or counted and folded to one line.
+enum Thinking {
+    None,
+    Shown(Box<Markdown>),
+    Folded { words: usize },
+}
+
+impl Screen {
+    pub fn new(sink: Box<dyn Sink>, style: Style, show_thinking: bool) -> Self {
         Self {
-            out,
-            mid_line: false,
-            awaiting_text: false,
+            sink,
+            style,
+            show_thinking,
+            workspace: None,
+            text: None,
+            thinking: Thinking::None,
+            last_error: None,
         }
     }
 
-    fn end_line(&mut self) {
-        if self.mid_line {
-            let _ = writeln!(self.out);
-            self.mid_line = false;
-        }
+    pub fn set_workspace(&mut self, workspace: Option<&str>) {
+        self.workspace = workspace.map(PathBuf::from);
+    }
+
+    pub fn set_sink(&mut self, sink: Box<dyn Sink>) {
+        self.sink = sink;
     }
 
     pub fn line(&mut self, text: &str) {
-        self.end_line();
-        let _ = writeln!(self.out, "{text}");
-        flush(&mut self.out);
+        self.out(text.lines().map(str::to_string).collect());
     }
 
-    pub fn prompt(&mut self) {
-        self.end_line();
-        let _ = write!(self.out, "> ");
-        self.mid_line = true;
-        flush(&mut self.out);
+    /// A line in the given attributes.
+    pub fn styled(&mut self, paints: &[Paint], text: &str) {
+        let lines = text.lines().map(|l| self.style.paint(paints, l)).collect();
+        self.out(lines);
     }
 
-    pub fn banner(&mut self, init: &InitializeResult, session: &Value) {
-        let account = init
-            .accounts
-            .iter()
-            .find(|a| session["account"].as_str() == Some(a.name.as_str()));
-        self.line(&format!(
-            "sidechat {} · session {} · model {}",
-            init.server_info.version,
-            session["id"].as_str().unwrap_or("?"),
-            session["model"].as_str().unwrap_or("?")
-        ));
-        if account.is_some_and(|a| a.is_demo) {
-            self.line("Using the built-in OFFLINE DEMO model (no API key configured): it is scripted, not a real model.");
-            self.line("Set ANTHROPIC_API_KEY or OPENAI_API_KEY to talk to a real model. Try: create notes.md with hello");
+    pub fn lines(&mut self, lines: Vec<String>) {
+        self.out(lines);
+    }
+
+    fn out(&mut self, lines: Vec<String>) {
+        if !lines.is_empty() {
+            self.sink.lines(lines);
         }
-        if let Some(root) = session["workspaceRoot"].as_str() {
-            self.line(&format!(
-                "Tools work in {root}. Ctrl-C stops a run; /quit leaves."
-            ));
+    }
+
+    /// Draws what streamed so far of the message and thinking, before anything else shows.
+    fn settle(&mut self) {
+        let mut lines = self.close_thinking();
+        if let Some(text) = self.text.as_mut() {
+            lines.extend(text.finish());
         }
+        self.out(lines);
+    }
+
+    fn close_thinking(&mut self) -> Vec<String> {
+        match std::mem::replace(&mut self.thinking, Thinking::None) {
+            Thinking::None => Vec::new(),
+            Thinking::Shown(mut markdown) => self.dim_lines(markdown.finish()),
+            Thinking::Folded { words } => vec![self.folded_thinking(words)],
+        }
+    }
+
+    fn folded_thinking(&self, words: usize) -> String {
+        self.style.paint(
+            &[Paint::Dim, Paint::Italic],
+            &format!(
+                "  thought for {} (--show-thinking shows it)",
+                plural(words as u64, "word", "words")
+            ),
+        )
+    }
+
+    fn dim_lines(&self, lines: Vec<String>) -> Vec<String> {
+        lines
+            .into_iter()
+            .map(|l| self.style.paint(&[Paint::Dim], &l))
+            .collect()
     }
 
     pub fn event(&mut self, event: &Event) {
         match event {
-            // The speaker is written with the first text, so lines about tools and queued
-            // messages that come first do not split it.
             Event::MessageStarted {
                 role: Role::Assistant,
                 ..
-            } => self.awaiting_text = true,
-            Event::TextDelta { text, .. } => {
-                if std::mem::take(&mut self.awaiting_text) {
-                    self.end_line();
-                    let _ = write!(self.out, "assistant: ");
-                }
-                let _ = write!(self.out, "{text}");
-                self.mid_line = true;
+            } => {
+                self.settle();
+                self.text = None;
             }
-            Event::ToolCallStarted { summary, .. } => self.line(&format!("  • {summary}")),
-            Event::ToolCallUpdated { status, output, .. } => {
-                let first = output
-                    .as_deref()
-                    .and_then(|o| o.lines().next())
-                    .unwrap_or("");
-                match status {
-                    ToolCallStatus::Running => self.line("    running…"),
-                    ToolCallStatus::Done => self.line(&format!("    done: {first}")),
-                    ToolCallStatus::Error => self.line(&format!("    failed: {first}")),
-                    ToolCallStatus::Denied => self.line("    denied"),
-                    ToolCallStatus::Cancelled => self.line("    cancelled"),
-                    ToolCallStatus::AwaitingApproval | ToolCallStatus::Pending => {}
+            Event::ThinkingDelta { text, .. } => {
+                if matches!(self.thinking, Thinking::None) {
+                    self.thinking = match self.show_thinking {
+                        true => {
+                            Thinking::Shown(Box::new(Markdown::new(Style::plain(self.style.width))))
+                        }
+                        false => Thinking::Folded { words: 0 },
+                    };
                 }
+                let lines = match &mut self.thinking {
+                    Thinking::Shown(markdown) => markdown.push(text),
+                    Thinking::Folded { words } => {
+                        *words += text.split_whitespace().count();
+                        Vec::new()
+                    }
+                    Thinking::None => Vec::new(),
+                };
+                let lines = self.dim_lines(lines);
+                self.out(lines);
+            }
+            Event::TextDelta { text, .. } => {
+                let mut lines = self.close_thinking();
+                let style = self.style;
+                let markdown = self.text.get_or_insert_with(|| Markdown::new(style));
+                lines.extend(markdown.push(text));
+                self.out(lines);
+            }
+            Event::MessageCompleted { entry } => {
+                self.settle();
+                self.text = None;
+                if matches!(entry.role, Role::Note) {
+                    let lines = self.entry(entry);
+                    self.out(lines);
+                }
+            }
+            Event::ToolCallStarted { tool, input, .. } => {
+                self.settle();
+                let line = self.call_line(tool, input);
+                self.out(vec![line]);
+            }
+            Event::ToolCallUpdated { status, output, .. } => {
+                let line = self.result_line(*status, output.as_deref());
+                self.out(line.into_iter().collect());
             }
             Event::ApprovalRequested { approval } => {
-                self.line(&format!(
-                    "  ? allow {}:  [a]llow once · al[w]ays · [d]eny",
-                    approval.summary
-                ));
-                let _ = write!(self.out, "approve> ");
-                self.mid_line = true;
+                self.settle();
+                let lines = self.approval(approval);
+                self.out(lines);
             }
-            Event::MessageCompleted { entry } if entry.role == Role::Note => {
-                for block in &entry.blocks {
-                    if let crate::protocol::Block::Text { text } = block {
-                        self.line(text);
-                    }
+            Event::ApprovalResolved { decision, .. } => {
+                let said = match decision {
+                    ApprovalDecision::Allow => "allowed once",
+                    ApprovalDecision::AllowAlways => "allowed for the rest of this session",
+                    ApprovalDecision::Deny => "denied",
+                    ApprovalDecision::Cancelled => "no longer asked: the run ended",
+                };
+                self.line(&format!("    {said}"));
+            }
+            Event::InterjectionQueued { text, .. } => {
+                let line = self.waiting_line(text);
+                self.out(vec![line]);
+            }
+            Event::InterjectionDelivered { pending_ids, .. } => {
+                let what = match pending_ids.len() {
+                    1 => "your waiting message reached the model".to_string(),
+                    n => format!("your {n} waiting messages reached the model"),
+                };
+                self.styled(&[Paint::Dim], &format!("  ↳ {what}"));
+            }
+            Event::InterjectionPromoted { .. } => self.styled(
+                &[Paint::Dim],
+                "  ↳ your waiting message starts the next turn",
+            ),
+            Event::InterjectionCancelled { .. } => {
+                self.styled(&[Paint::Dim], "  ↳ your waiting message was withdrawn")
+            }
+            Event::Notice { level, message, .. } => {
+                self.settle();
+                if *level == NoticeLevel::Error {
+                    self.last_error = Some(message.clone());
                 }
-                self.prompt();
+                let line = self.notice_line(*level, message);
+                self.out(vec![line]);
             }
             Event::Budget {
                 snapshot,
                 actual: None,
             } if snapshot.pressure != Pressure::Normal => {
-                self.line(&format!(
-                    "! the context is {:.0}% full ({:?} pressure): consider /clear",
-                    snapshot.utilisation * 100.0,
-                    snapshot.pressure
-                ));
-            }
-            Event::InterjectionDelivered { .. } => self.line("  ↳ your message reached the model"),
-            Event::InterjectionPromoted { .. } => {
-                self.line("  ↳ your queued message starts the next turn")
-            }
-            Event::ApprovalResolved { decision, .. } => {
-                self.line(&format!("    answered: {decision:?}"))
-            }
-            Event::Notice { level, message, .. } => {
-                let mark = match level {
-                    NoticeLevel::Info => "i",
-                    NoticeLevel::Warning => "!",
-                    NoticeLevel::Error => "!!",
+                let how = match snapshot.pressure {
+                    Pressure::Critical => "nearly full",
+                    _ => "filling up",
                 };
-                self.line(&format!("{mark} {message}"));
+                let line = format!(
+                    "! the context is {how} ({:.0}% used): /compact folds older turns",
+                    snapshot.utilisation * 100.0
+                );
+                self.styled(&[Paint::Yellow], &line);
+            }
+            Event::Compaction {
+                method,
+                messages,
+                tokens_before,
+                tokens_after,
+                ..
+            } => {
+                let how = match method {
+                    CompactionMethod::Summary => "summarised",
+                    CompactionMethod::Drop => "left out",
+                    CompactionMethod::CarryOver => "carried over in a note",
+                };
+                let line = format!(
+                    "  ({} {how} to fit the context: {tokens_before} → {tokens_after} tokens)",
+                    plural(*messages, "older message", "older messages")
+                );
+                self.styled(&[Paint::Dim], &line);
             }
             Event::RunFinished { reason, error } => {
-                match (reason, error) {
-                    (FinishReason::EndTurn, _) => {}
-                    (_, Some(error)) => self.line(&format!("[run ended: {error}]")),
-                    (reason, None) => self.line(&format!("[run ended: {reason:?}]")),
-                }
-                self.prompt();
+                self.settle();
+                self.text = None;
+                let told = self.last_error.take();
+                let line = match (reason, error) {
+                    (FinishReason::EndTurn, _) => None,
+                    (_, Some(error)) if told.as_deref() == Some(error.as_str()) => None,
+                    (_, Some(error)) => Some(self.notice_line(NoticeLevel::Error, error)),
+                    (reason, None) => Some(
+                        self.style
+                            .paint(&[Paint::Yellow], &format!("({})", finish_words(*reason))),
+                    ),
+                };
+                self.out(line.into_iter().collect());
             }
             _ => {}
         }
-        flush(&mut self.out);
+    }
+
+    fn notice_line(&self, level: NoticeLevel, message: &str) -> String {
+        match level {
+            NoticeLevel::Info => self.style.paint(&[Paint::Dim], &format!("i {message}")),
+            NoticeLevel::Warning => self.style.paint(&[Paint::Yellow], &format!("! {message}")),
+            NoticeLevel::Error => self.style.paint(&[Paint::Red], &format!("✗ {message}")),
+        }
+    }
+
+    pub fn waiting_line(&self, text: &str) -> String {
+        let first = text.lines().next().unwrap_or("");
+        let more = if text.lines().count() > 1 { " …" } else { "" };
+        self.style.paint(
+            &[Paint::Dim],
+            &format!("  ↳ waiting: {first}{more} (the model reads it after the current step)"),
+        )
+    }
+
+    fn call_line(&self, tool: &str, input: &Value) -> String {
+        format!(
+            "  {} {}",
+            self.style.paint(&[Paint::Cyan], "⚙"),
+            describe_call(tool, input)
+        )
+    }
+
+    fn result_line(&self, status: ToolCallStatus, output: Option<&str>) -> Option<String> {
+        let first = output.and_then(|o| o.lines().next()).unwrap_or("");
+        let first = crate::tools::truncate(first, self.style.width.saturating_sub(16).max(20));
+        Some(match status {
+            ToolCallStatus::Running => self.style.paint(&[Paint::Dim], "    running…"),
+            ToolCallStatus::Done => {
+                format!("    {} {first}", self.style.paint(&[Paint::Green], "✓"))
+            }
+            ToolCallStatus::Error => format!(
+                "    {} {first}",
+                self.style.paint(&[Paint::Red], "✗ failed:")
+            ),
+            ToolCallStatus::Denied => self.style.paint(&[Paint::Red], "    ✗ not run: denied"),
+            ToolCallStatus::Cancelled => self.style.paint(&[Paint::Dim], "    not run: cancelled"),
+            ToolCallStatus::AwaitingApproval | ToolCallStatus::Pending => return None,
+        })
+    }
+
+    /// An approval prompt: what the call would do (the command, or the change as a diff) and
+    /// the answers.
+    pub fn approval(&self, approval: &PendingApproval) -> Vec<String> {
+        let mut lines = vec![format!(
+            "  {} {}",
+            self.style.paint(&[Paint::Yellow, Paint::Bold], "?"),
+            self.style.paint(
+                &[Paint::Bold],
+                &format!("allow: {}", describe_call(&approval.tool, &approval.input))
+            )
+        )];
+        lines.extend(self.change_preview(&approval.tool, &approval.input));
+        lines.push(format!(
+            "    {} allow once · {} always, for this session · {} deny",
+            self.style.paint(&[Paint::Bold], "[a]"),
+            self.style.paint(&[Paint::Bold], "[w]"),
+            self.style.paint(&[Paint::Bold], "[d]"),
+        ));
+        lines
+    }
+
+    /// The command a call runs, or the lines a write or edit changes, coloured.
+    fn change_preview(&self, tool: &str, input: &Value) -> Vec<String> {
+        let text = |key: &str| input.get(key).and_then(Value::as_str).unwrap_or("");
+        let mut lines = Vec::new();
+        match tool {
+            "run_command" => {
+                for line in text("command").lines() {
+                    lines.push(format!("    $ {}", self.style.paint(&[Paint::Bold], line)));
+                }
+            }
+            "write_file" => {
+                let path = text("path");
+                let before = self
+                    .workspace
+                    .as_ref()
+                    .and_then(|w| std::fs::read_to_string(w.join(path)).ok())
+                    .unwrap_or_default();
+                lines.extend(self.diff(&before, text("content")));
+            }
+            "edit_file" => lines.extend(self.diff(text("old_string"), text("new_string"))),
+            _ => {}
+        }
+        lines
+    }
+
+    /// A line diff, removed lines red and added ones green, at most 40 lines shown.
+    fn diff(&self, before: &str, after: &str) -> Vec<String> {
+        const SHOWN: usize = 40;
+        let diff = similar::TextDiff::from_lines(before, after);
+        let mut lines = Vec::new();
+        for change in diff.iter_all_changes() {
+            let text = change.value().trim_end_matches(['\n', '\r']);
+            let line = match change.tag() {
+                similar::ChangeTag::Delete => {
+                    self.style.paint(&[Paint::Red], &format!("    - {text}"))
+                }
+                similar::ChangeTag::Insert => {
+                    self.style.paint(&[Paint::Green], &format!("    + {text}"))
+                }
+                similar::ChangeTag::Equal => {
+                    self.style.paint(&[Paint::Dim], &format!("      {text}"))
+                }
+            };
+            lines.push(line);
+        }
+        if lines.len() > SHOWN {
+            let hidden = lines.len() - SHOWN;
+            lines.truncate(SHOWN);
+            lines.push(self.style.paint(
+                &[Paint::Dim],
+                &format!("    … {} more", plural(hidden as u64, "line", "lines")),
+            ));
+        }
+        lines
+    }
+
+    /// A stored entry as the live events drew it.
+    pub fn entry(&self, entry: &TranscriptEntry) -> Vec<String> {
+        let mut lines = Vec::new();
+        for block in &entry.blocks {
+            match (entry.role, block) {
+                (Role::User, Block::Text { text }) => {
+                    lines.push(String::new());
+                    for line in text.lines() {
+                        lines.push(self.style.paint(&[Paint::Bold], &format!("> {line}")));
+                    }
+                }
+                (_, Block::Text { text }) if entry.role == Role::Assistant => {
+                    lines.extend(Markdown::render(self.style, text));
+                }
+                (_, Block::Text { text }) => {
+                    lines.extend(text.lines().map(str::to_string));
+                }
+                (_, Block::Thinking { text, .. }) => match self.show_thinking {
+                    true => lines.extend(
+                        self.dim_lines(Markdown::render(Style::plain(self.style.width), text)),
+                    ),
+                    false => lines.push(self.folded_thinking(text.split_whitespace().count())),
+                },
+                (_, Block::ToolCall { name, input, .. }) => lines.push(self.call_line(name, input)),
+                (_, Block::ToolResult { output, status, .. }) => {
+                    lines.extend(self.result_line(*status, Some(output)))
+                }
+                (_, Block::Interjection { text, .. }) => {
+                    let first = text.lines().next().unwrap_or("");
+                    lines.push(
+                        self.style
+                            .paint(&[Paint::Dim], &format!("  ↳ you added: {first}")),
+                    );
+                }
+                (_, Block::Attachment { name, .. }) => lines.push(
+                    self.style
+                        .paint(&[Paint::Dim], &format!("  (attached {name})")),
+                ),
+                (_, Block::Notice { level, text }) => lines.push(self.notice_line(*level, text)),
+                (_, Block::Summary { messages, .. }) => lines.push(self.style.paint(
+                    &[Paint::Dim],
+                    &format!(
+                        "  ({} folded away from the model's context)",
+                        plural(*messages, "earlier message", "earlier messages")
+                    ),
+                )),
+            }
+        }
+        lines
+    }
+}
+
+/// A tool call in plain words, counts spelled right.
+pub fn describe_call(tool: &str, input: &Value) -> String {
+    let text = |key: &str| input.get(key).and_then(Value::as_str).unwrap_or("");
+    let lines = |key: &str| text(key).lines().count() as u64;
+    let path = match text("path") {
+        "" => ".",
+        path => path,
+    };
+    match tool {
+        "write_file" => format!(
+            "write {path} ({})",
+            plural(lines("content"), "line", "lines")
+        ),
+        "edit_file" => format!(
+            "edit {path} (replace {} with {})",
+            plural(lines("old_string"), "line", "lines"),
+            plural(lines("new_string"), "line", "lines")
+        ),
+        _ => crate::tools::summary(tool, input),
+    }
+}
+
+/// Why a run ended, for people.
+pub fn finish_words(reason: FinishReason) -> &'static str {
+    match reason {
+        FinishReason::EndTurn => "done",
+        FinishReason::Stopped => "stopped",
+        FinishReason::MaxIterations => "stopped: the run used all the steps it may take",
+        FinishReason::BudgetSpent => "stopped: the spend cap is reached",
+        FinishReason::CutOff => "cut off: the reply reached the model's output limit",
+        FinishReason::Error => "failed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Recorded(Arc<Mutex<Vec<String>>>);
+
+    impl Sink for Recorded {
+        fn lines(&mut self, lines: Vec<String>) {
+            self.0.lock().unwrap().extend(lines);
+        }
+    }
+
+    #[test]
+    fn calls_are_described_in_words_with_counts_right() {
+        assert_eq!(
+            describe_call("write_file", &json!({"path": "a.md", "content": "x\n"})),
+            "write a.md (1 line)"
+        );
+        assert_eq!(
+            describe_call(
+                "edit_file",
+                &json!({"path": "a.md", "old_string": "x", "new_string": "y\nz"})
+            ),
+            "edit a.md (replace 1 line with 2 lines)"
+        );
+    }
+
+    #[test]
+    fn a_failed_run_tells_its_error_once() {
+        let recorded = Recorded::default();
+        let mut screen = Screen::new(Box::new(recorded.clone()), Style::plain(80), false);
+        screen.event(&Event::Notice {
+            level: NoticeLevel::Error,
+            message: "upstream said no".into(),
+            message_id: "m".into(),
+        });
+        screen.event(&Event::RunFinished {
+            reason: FinishReason::Error,
+            error: Some("upstream said no".into()),
+        });
+        screen.event(&Event::RunFinished {
+            reason: FinishReason::Stopped,
+            error: None,
+        });
+        assert_eq!(
+            *recorded.0.lock().unwrap(),
+            ["✗ upstream said no", "(stopped)"]
+        );
+    }
+
+    #[test]
+    fn thinking_folds_to_one_line() {
+        let recorded = Recorded::default();
+        let mut screen = Screen::new(Box::new(recorded.clone()), Style::plain(80), false);
+        let id = || "m".to_string();
+        screen.event(&Event::MessageStarted {
+            message_id: id(),
+            role: Role::Assistant,
+        });
+        screen.event(&Event::ThinkingDelta {
+            message_id: id(),
+            text: "let me see".into(),
+        });
+        screen.event(&Event::TextDelta {
+            message_id: id(),
+            text: "Hi **there**\nbye".into(),
+        });
+        screen.event(&Event::RunFinished {
+            reason: FinishReason::EndTurn,
+            error: None,
+        });
+        assert_eq!(
+            *recorded.0.lock().unwrap(),
+            [
+                "  thought for 3 words (--show-thinking shows it)",
+                "Hi there",
+                "bye"
+            ]
+        );
     }
 }

@@ -1,11 +1,14 @@
-//! `sidechat chat` driven through a real terminal (tmux): a demo run that writes a file after
-//! the user allows it.
+//! `sidechat chat` driven through a real terminal (tmux), and its one-shot mode and
+//! `sidechat sessions` run as a script would run them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::harness::Scratch;
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+use crate::harness::{Daemon, Options, Scratch, clean_command};
 
 /// A tmux server of its own (its own socket), started with a cleared environment: the chat
 /// and the daemon it spawns see `PATH`, a UTF-8 locale and the test's own HOME and XDG
@@ -15,137 +18,383 @@ struct Tmux {
     home: PathBuf,
 }
 
-fn tmux(terminal: &Tmux, args: &[&str]) -> String {
-    let home = &terminal.home;
-    let output = Command::new("tmux")
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("LANG", "C.UTF-8")
-        .env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env("XDG_DATA_HOME", home.join(".local/share"))
-        .env("XDG_STATE_HOME", home.join(".local/state"))
-        .env("XDG_CACHE_HOME", home.join(".cache"))
-        .arg("-L")
-        .arg(&terminal.socket)
-        // No tmux configuration of the machine either.
-        .arg("-f")
-        .arg("/dev/null")
-        .args(args)
-        .output()
-        .expect("tmux is installed (see .ci/run)");
-    String::from_utf8_lossy(&output.stdout).into_owned()
+impl Tmux {
+    /// Starts `command` (a shell line) in a 120×50 terminal; the pane is kept after it exits
+    /// so its last words can be read.
+    fn start(scratch: &Scratch, name: &str, command: &str) -> Self {
+        let terminal = Self {
+            socket: format!("sidechat-test-{}-{name}", std::process::id()),
+            home: scratch.home(),
+        };
+        let command = format!("{command}; echo CHAT-EXITED-$?; sleep 60");
+        terminal.run(&[
+            "new-session",
+            "-d",
+            "-s",
+            "chat",
+            "-x",
+            "120",
+            "-y",
+            "50",
+            &command,
+        ]);
+        terminal
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let home = &self.home;
+        let output = Command::new("tmux")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("LANG", "C.UTF-8")
+            .env("HOME", home)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("XDG_DATA_HOME", home.join(".local/share"))
+            .env("XDG_STATE_HOME", home.join(".local/state"))
+            .env("XDG_CACHE_HOME", home.join(".cache"))
+            .arg("-L")
+            .arg(&self.socket)
+            // No tmux configuration of the machine either.
+            .arg("-f")
+            .arg("/dev/null")
+            .args(args)
+            .output()
+            .expect("tmux is installed (see .ci/run)");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Enters `text` at the prompt: pasted (as a terminal pastes, bracketed), and Enter
+    /// pressed once the prompt shows it.
+    fn type_line(&self, text: &str) {
+        let shown = format!("› {}", text.lines().next().unwrap_or(""));
+        let before = self.screen().matches(&shown).count();
+        self.run(&["set-buffer", "-b", "typed", "--", text]);
+        self.run(&["paste-buffer", "-p", "-d", "-b", "typed", "-t", "chat"]);
+        self.wait_for_count(&shown, before + 1);
+        self.run(&["send-keys", "-t", "chat", "Enter"]);
+    }
+
+    fn keys(&self, keys: &str) {
+        self.run(&["send-keys", "-t", "chat", keys]);
+    }
+
+    /// The whole pane, scroll-back included.
+    fn screen(&self) -> String {
+        self.run(&["capture-pane", "-p", "-J", "-S", "-500", "-t", "chat"])
+    }
+
+    /// Waits until the screen shows `needle` `times` times; the screen on failure.
+    fn wait_for_count(&self, needle: &str, times: usize) -> String {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let screen = self.screen();
+            if screen.matches(needle).count() >= times {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the screen never showed {needle:?} {times} times:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn wait_for(&self, needle: &str) -> String {
+        self.wait_for_count(needle, 1)
+    }
 }
 
-/// Waits until the screen shows `needle`; the screen on failure.
-fn wait_for(terminal: &Tmux, needle: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let screen = tmux(
-            terminal,
-            &["capture-pane", "-p", "-J", "-S", "-200", "-t", "chat"],
-        );
-        if screen.contains(needle) {
-            return screen;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the screen never showed {needle:?}:\n{screen}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        self.run(&["kill-server"]);
     }
+}
+
+/// The shell line that runs `sidechat chat ARGS` in the scratch workspace.
+fn chat_line(scratch: &Scratch, args: &str) -> String {
+    format!(
+        "cd {} && SIDECHAT_DEMO_DELAY_MS=15 {} chat --db {} {args}",
+        scratch.workspace().display(),
+        env!("CARGO_BIN_EXE_sidechat"),
+        scratch.db().display()
+    )
+}
+
+/// The session id in the line the chat prints when it quits.
+fn resumed_id(screen: &str) -> String {
+    let marker = "Resume it with: sidechat chat --session ";
+    let at = screen.rfind(marker).expect("the quit line") + marker.len();
+    screen[at..].split_whitespace().next().unwrap().to_string()
 }
 
 #[test]
 fn chat_in_a_terminal_writes_a_file_after_approval() {
     let scratch = Scratch::new();
     let workspace = scratch.workspace();
-    let terminal = Tmux {
-        socket: format!("sidechat-test-{}", std::process::id()),
-        home: scratch.home(),
-    };
-    let command = format!(
-        "cd {} && SIDECHAT_DEMO_DELAY_MS=15 {} chat --db {}; echo CHAT-EXITED-$?; sleep 30",
-        workspace.display(),
-        env!("CARGO_BIN_EXE_sidechat"),
-        scratch.db().display()
-    );
-    tmux(
-        &terminal,
-        &[
-            "new-session",
-            "-d",
-            "-s",
-            "chat",
-            "-x",
-            "200",
-            "-y",
-            "50",
-            &command,
-        ],
-    );
-    let banner = wait_for(&terminal, "> ");
+    let terminal = Tmux::start(&scratch, "approval", &chat_line(&scratch, ""));
+    let banner = terminal.wait_for("› ");
     assert!(banner.contains("OFFLINE DEMO"), "{banner}");
+    assert!(banner.contains("account demo · model demo"), "{banner}");
 
-    tmux(
-        &terminal,
-        &[
-            "send-keys",
-            "-t",
-            "chat",
-            "create notes.md with hello from the terminal",
-            "Enter",
-        ],
+    terminal.type_line("create notes.md with hello from the terminal");
+    let prompt = terminal.wait_for("[a] allow once");
+    assert!(
+        prompt.contains("allow: write notes.md (1 line)"),
+        "{prompt}"
     );
-    let prompt = wait_for(&terminal, "[a]llow once");
-    assert!(prompt.contains("write notes.md (1 lines)"), "{prompt}");
+    assert!(prompt.contains("    + hello from the terminal"), "{prompt}");
     assert!(
         !workspace.join("notes.md").exists(),
         "nothing is written before approval"
     );
 
-    tmux(&terminal, &["send-keys", "-t", "chat", "a", "Enter"]);
-    wait_for(&terminal, "Done. The tool answered:");
+    terminal.type_line("a");
+    terminal.wait_for("Done. The tool answered:");
     assert_eq!(
         std::fs::read_to_string(workspace.join("notes.md")).unwrap(),
         "hello from the terminal\n"
     );
 
+    // An edit's approval shows the lines it changes.
+    terminal.type_line("edit notes.md replace hello with goodbye");
+    let diff = terminal.wait_for("allow: edit notes.md (replace 1 line with 1 line)");
+    terminal.wait_for("    + goodbye");
+    assert!(!diff.contains("AllowAlways"), "{diff}");
+    terminal.type_line("d");
+    terminal.wait_for("✗ not run: denied");
+
     // Ctrl-C stops a streaming run; the daemon survives it and the chat goes on.
-    tmux(
-        &terminal,
-        &["send-keys", "-t", "chat", "tell me a story", "Enter"],
-    );
-    wait_for(&terminal, "Once upon a time");
-    tmux(&terminal, &["send-keys", "-t", "chat", "C-c", ""]);
-    wait_for(&terminal, "[run ended: Stopped]");
-    let screen = wait_for(&terminal, "> ");
+    terminal.type_line("tell me a story");
+    terminal.wait_for("Once upon a time");
+    terminal.keys("C-c");
+    terminal.wait_for("(stopped)");
+    let screen = terminal.screen();
     assert!(!screen.contains("The daemon exited"), "{screen}");
+    assert!(!screen.contains("Stopped"), "no enum names: {screen}");
 
-    // Typing while a run waits for approval queues the text for the model.
-    tmux(
-        &terminal,
-        &[
-            "send-keys",
-            "-t",
-            "chat",
-            "create later.md with soon",
-            "Enter",
-        ],
-    );
-    wait_for(&terminal, "write later.md (1 lines)");
-    tmux(
-        &terminal,
-        &["send-keys", "-t", "chat", "and say thanks", "Enter"],
-    );
-    wait_for(
-        &terminal,
-        "queued: the model reads it after the current step",
-    );
-    tmux(&terminal, &["send-keys", "-t", "chat", "a", "Enter"]);
-    wait_for(&terminal, "your message reached the model");
+    // Typing while a run waits for approval queues the text for the model, shown waiting.
+    terminal.type_line("create later.md with soon");
+    terminal.wait_for("allow: write later.md (1 line)");
+    terminal.type_line("and say thanks");
+    terminal.wait_for("↳ waiting: and say thanks");
+    terminal.type_line("a");
+    terminal.wait_for("your waiting message reached the model");
 
-    tmux(&terminal, &["send-keys", "-t", "chat", "/quit", "Enter"]);
-    wait_for(&terminal, "CHAT-EXITED-0");
-    tmux(&terminal, &["kill-server"]);
+    terminal.type_line("/quit");
+    let screen = terminal.wait_for("CHAT-EXITED-0");
+    assert!(
+        screen.contains("Resume it with: sidechat chat --session ses_"),
+        "{screen}"
+    );
+}
+
+#[test]
+fn a_chat_continues_with_its_history_and_sessions_switch() {
+    let scratch = Scratch::new();
+    let first = Tmux::start(&scratch, "first", &chat_line(&scratch, "--new"));
+    first.wait_for("› ");
+    first.type_line("create a.md with one");
+    first.wait_for("[a] allow once");
+    first.type_line("a");
+    first.wait_for("Done. The tool answered:");
+    first.type_line("/title First chat");
+    first.wait_for("Renamed to “First chat”.");
+    first.type_line("/quit");
+    let first_id = resumed_id(&first.wait_for("CHAT-EXITED-0"));
+    drop(first);
+
+    // Without a flag the chat offers the folder's newest session; Enter takes it.
+    let again = Tmux::start(&scratch, "again", &chat_line(&scratch, ""));
+    again.wait_for("Continue this folder's last chat, “First chat”");
+    again.keys("Enter");
+    let history = again.wait_for("› ");
+    assert!(history.contains("> create a.md with one"), "{history}");
+    assert!(history.contains("⚙ write a.md (1 line)"), "{history}");
+    assert!(history.contains("✓ Created a.md"), "{history}");
+    again.type_line("/quit");
+    assert_eq!(resumed_id(&again.wait_for("CHAT-EXITED-0")), first_id);
+    drop(again);
+
+    // A second session; /sessions lists both and switches back to the first.
+    let second = Tmux::start(&scratch, "second", &chat_line(&scratch, "--new"));
+    second.wait_for("› ");
+    second.type_line("list files");
+    second.wait_for("✓ a.md");
+    second.type_line("/sessions");
+    let list = second.wait_for("/sessions N switches");
+    assert!(list.contains("2 chats in"), "{list}");
+    assert!(list.contains(&first_id), "{list}");
+    assert!(list.contains("list files"), "{list}");
+    second.type_line("/sessions 2");
+    let switched = second.wait_for("Switched to “First chat”");
+    let after = &switched[switched.rfind("Switched to").unwrap()..];
+    assert!(after.contains("> create a.md with one"), "{switched}");
+    second.type_line("/quit");
+    assert_eq!(resumed_id(&second.wait_for("CHAT-EXITED-0")), first_id);
+
+    // --continue takes the newest without asking: the one /sessions left last.
+    let cont = Tmux::start(&scratch, "continue", &chat_line(&scratch, "--continue"));
+    let history = cont.wait_for("› ");
+    assert!(!history.contains("Continue this folder"), "{history}");
+    cont.type_line("/quit");
+    cont.wait_for("CHAT-EXITED-0");
+}
+
+/// `sidechat ARGS` with the test's clean environment; (status, stdout, stderr).
+fn sidechat(scratch: &Scratch, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    let mut command = clean_command(&scratch.home()).into_std();
+    command
+        .current_dir(scratch.workspace())
+        .arg(args[0])
+        .arg("--db")
+        .arg(scratch.db())
+        .args(&args[1..])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .stdin(std::process::Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    {
+        use std::io::Write;
+        let mut input = child.stdin.take().unwrap();
+        if let Some(text) = stdin {
+            input.write_all(text.as_bytes()).unwrap();
+        }
+    }
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn one_shot_mode_runs_one_turn_and_denies_what_is_not_allowed() {
+    let scratch = Scratch::new();
+    let workspace = scratch.workspace();
+
+    let (status, out, err) = sidechat(&scratch, &["chat", "-p", "create a.md with hi"], None);
+    assert_eq!(status, 0, "{out}\n{err}");
+    assert!(
+        err.contains(
+            "✗ denied: write a.md (1 line) (one-shot mode allows only the tools named with --allow)"
+        ),
+        "{err}"
+    );
+    assert!(!workspace.join("a.md").exists());
+
+    let (status, out, err) = sidechat(
+        &scratch,
+        &["chat", "-p", "create a.md with hi", "--allow", "write_file"],
+        None,
+    );
+    assert_eq!(status, 0, "{out}\n{err}");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("a.md")).unwrap(),
+        "hi\n"
+    );
+    assert!(out.contains("Done. The tool answered:"), "{out}");
+
+    // Piped stdin is the message; --json prints the run's events, one per line.
+    let (status, out, err) = sidechat(&scratch, &["chat", "--json"], Some("list files\n"));
+    assert_eq!(status, 0, "{out}\n{err}");
+    let kinds: Vec<String> = out
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["event"]["kind"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(kinds.iter().any(|k| k == "runStarted"), "{out}");
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("runFinished"),
+        "{out}"
+    );
+
+    // Nothing to send is an error, not a hang.
+    let (status, _, err) = sidechat(&scratch, &["chat"], Some(""));
+    assert_eq!(status, 2);
+    assert!(err.contains("nothing to send"), "{err}");
+}
+
+/// Every entry `session/transcript` holds, read by the test's own client.
+async fn stored_entries(db: &Path, session: &str) -> Value {
+    let daemon = Daemon::start(db, Options::default()).await;
+    let transcript = daemon.transcript(session).await;
+    daemon.close().await;
+    transcript["entries"].clone()
+}
+
+#[tokio::test]
+async fn the_json_export_holds_every_stored_entry() {
+    let scratch = Scratch::new();
+    let script = json!({"turns": [
+        {"text": "Looking around, slowly.", "delayMs": 100,
+         "toolCalls": [{"name": "list_directory", "input": {"path": "."}}]},
+        {"thinking": "Listing done.", "text": "Found nothing much."}
+    ]});
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
+    let session = daemon
+        .create_session(json!({"account": "replay", "workspaceRoot": scratch.workspace().display().to_string()}))
+        .await;
+    daemon.send(&session, "look around").await;
+    daemon
+        .events_until(|e| matches!(e, sidechat::protocol::Event::TextDelta { .. }))
+        .await;
+    daemon.send(&session, "and mind the README").await;
+    daemon.until_finished().await;
+    daemon.send(&session, "/cost").await;
+    daemon
+        .events_until(|e| matches!(e, sidechat::protocol::Event::MessageCompleted { entry } if entry.role == sidechat::protocol::Role::Note))
+        .await;
+    daemon.close().await;
+
+    let (status, out, err) = sidechat(
+        &scratch,
+        &["sessions", "export", &session, "--format", "json"],
+        None,
+    );
+    assert_eq!(status, 0, "{err}");
+    let export: Value = serde_json::from_str(&out).unwrap();
+    let stored = stored_entries(&scratch.db(), &session).await;
+    assert_eq!(export["entries"], stored);
+    assert_eq!(export["session"]["id"], json!(session));
+    let blocks: Vec<&str> = stored
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| e["blocks"].as_array().unwrap())
+        .map(|b| b["type"].as_str().unwrap())
+        .collect();
+    for kind in ["toolCall", "toolResult", "interjection", "thinking"] {
+        assert!(blocks.contains(&kind), "{kind} in {blocks:?}");
+    }
+    let roles: Vec<&str> = stored
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["role"].as_str().unwrap())
+        .collect();
+    assert!(roles.contains(&"note"), "{roles:?}");
+
+    // The Markdown export has the same entries to read; list and delete close the circle.
+    let (status, markdown, _) = sidechat(&scratch, &["sessions", "export", &session], None);
+    assert_eq!(status, 0);
+    for part in [
+        "## User\n\nlook around",
+        "**Tool call** `list_directory`",
+        "**The user added** (typed while the run worked): and mind the README",
+        "## Note",
+    ] {
+        assert!(markdown.contains(part), "{part:?} in:\n{markdown}");
+    }
+    let (_, listed, _) = sidechat(&scratch, &["sessions", "list"], None);
+    assert!(listed.contains(&session), "{listed}");
+    let (status, _, err) = sidechat(&scratch, &["sessions", "delete", &session], None);
+    assert_eq!(status, 0, "{err}");
+    let (_, listed, _) = sidechat(&scratch, &["sessions", "list", "--json"], None);
+    assert_eq!(listed, "");
 }

@@ -1,0 +1,240 @@
+//! Starting `sidechat serve` for a terminal client, and the requests every client makes.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, anyhow, bail};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::Connection;
+use crate::protocol::{
+    InitializeResult, Session, SessionListResult, SessionSummary, SessionTranscriptResult,
+};
+use crate::rpc::framing::Framing;
+
+/// How many of the client's daemon log files are kept (one per process, newest kept).
+const KEPT_LOGS: usize = 10;
+
+/// A started and initialised daemon.
+pub struct Daemon {
+    pub connection: Connection,
+    pub init: InitializeResult,
+}
+
+/// What the daemon sends unasked (`session/event` notifications).
+pub type Notes = mpsc::UnboundedReceiver<Value>;
+
+impl Daemon {
+    /// Spawns `sidechat serve` and completes the handshake. When the daemon cannot start, the
+    /// error is its own last words on stderr (a config file's parse error, say), not "the
+    /// connection closed".
+    pub async fn start(db: Option<&Path>) -> anyhow::Result<(Self, Notes)> {
+        let (connection, notes) = Connection::spawn(command(db)?, Framing::ContentLength)?;
+        let params = json!({
+            "clientInfo": {"name": "sidechat-chat", "version": env!("CARGO_PKG_VERSION")},
+            "protocolVersion": 1,
+        });
+        let answer = match connection.request("initialize", params).await {
+            Ok(answer) => answer,
+            Err(_) => return Err(start_failure(connection).await),
+        };
+        let init = serde_json::from_value(answer.map_err(|e| anyhow!("{}", e.message))?)
+            .context("the daemon's initialize answer is not understood")?;
+        connection.notify("initialized", json!({})).await?;
+        Ok((Self { connection, init }, notes))
+    }
+
+    /// Sends a request and reads its result; an error answer becomes the error.
+    pub async fn call<R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: impl Serialize,
+    ) -> anyhow::Result<R> {
+        let params = serde_json::to_value(params)?;
+        let result = self
+            .connection
+            .request(method, params)
+            .await?
+            .map_err(|e| anyhow!("{}", e.message))?;
+        serde_json::from_value(result).with_context(|| format!("cannot read {method}'s answer"))
+    }
+
+    pub async fn session(&self, id: &str) -> anyhow::Result<Session> {
+        self.call("session/get", json!({"sessionId": id}))
+            .await
+            .with_context(|| format!("cannot open session {id}"))
+    }
+
+    /// Every session (of one folder, when given), newest first.
+    pub async fn sessions(&self, workspace: Option<&str>) -> anyhow::Result<Vec<SessionSummary>> {
+        let mut all = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page: SessionListResult = self
+                .call(
+                    "session/list",
+                    json!({"limit": 200, "cursor": cursor, "workspaceRoot": workspace}),
+                )
+                .await?;
+            all.extend(page.sessions);
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    /// The whole transcript, read page by page; the pending approvals and interjections are
+    /// those of the last page.
+    pub async fn transcript(&self, id: &str) -> anyhow::Result<SessionTranscriptResult> {
+        let mut whole: Option<SessionTranscriptResult> = None;
+        loop {
+            let after = whole
+                .as_ref()
+                .and_then(|w| w.entries.last())
+                .map_or(0, |e| e.seq);
+            let page: SessionTranscriptResult = self
+                .call(
+                    "session/transcript",
+                    json!({"sessionId": id, "afterSeq": after, "limit": 5000}),
+                )
+                .await?;
+            let more = page.has_more && !page.entries.is_empty();
+            whole = Some(match whole {
+                None => page,
+                Some(mut whole) => {
+                    whole.entries.extend(page.entries);
+                    whole.state = page.state;
+                    whole.last_seq = page.last_seq;
+                    whole.pending_approvals = page.pending_approvals;
+                    whole.pending_interjections = page.pending_interjections;
+                    whole
+                }
+            });
+            if !more {
+                return whole.context("no transcript");
+            }
+        }
+    }
+
+    /// `shutdown` and `exit`; whether the daemon exited cleanly.
+    pub async fn close(self) -> anyhow::Result<bool> {
+        Ok(self.connection.close().await? == 0)
+    }
+}
+
+/// The daemon's own explanation of why it stopped before answering `initialize`.
+async fn start_failure(mut connection: Connection) -> anyhow::Error {
+    // Its stderr is read to the end once it has exited.
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        connection.child_mut().wait(),
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let tail = connection.stderr_tail();
+    // The error `main` prints, when there is one; else whatever was said last.
+    let errors: Vec<String> = tail
+        .iter()
+        .filter_map(|line| line.strip_prefix("sidechat: "))
+        .map(str::to_string)
+        .collect();
+    let said = match errors.is_empty() {
+        true => tail.into_iter().filter(|l| !l.trim().is_empty()).collect(),
+        false => errors,
+    };
+    match said.is_empty() {
+        true => anyhow!("sidechat serve stopped before answering; see its log"),
+        false => anyhow!("sidechat serve could not start: {}", said.join("\n")),
+    }
+}
+
+/// `sidechat serve` as this very executable, logging into the data folder.
+fn command(db: Option<&Path>) -> anyhow::Result<tokio::process::Command> {
+    let exe = std::env::current_exe().context("cannot find the sidechat executable")?;
+    let mut command = tokio::process::Command::new(exe);
+    command.arg("serve");
+    if let Some(db) = db {
+        command.arg("--db").arg(db);
+    }
+    if let Some(log) = log_file() {
+        command.arg("--log-file").arg(log);
+    }
+    // Its own process group: Ctrl-C in the terminal is for the client (it stops the run), not
+    // a signal that kills the daemon as an editor's would never be killed.
+    command.process_group(0);
+    Ok(command)
+}
+
+/// `<data>/logs/chat-<pid>.log`, after removing all but the newest few of the earlier ones;
+/// none when there is no data folder or it cannot be written.
+fn log_file() -> Option<PathBuf> {
+    let dir = crate::config::default_data_dir()?.join("logs");
+    std::fs::create_dir_all(&dir).ok()?;
+    rotate(&dir, KEPT_LOGS);
+    Some(dir.join(format!("chat-{}.log", std::process::id())))
+}
+
+/// Deletes the oldest `chat-*.log` files of `dir` so that `keep - 1` remain for the new one.
+fn rotate(dir: &Path, keep: usize) {
+    let Ok(read) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut logs: Vec<(std::time::SystemTime, PathBuf)> = read
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("chat-") && name.ends_with(".log")
+        })
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    logs.sort();
+    let excess = (logs.len() + 1).saturating_sub(keep);
+    for (_, path) in logs.into_iter().take(excess) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Checks an account named on the command line against the daemon's.
+pub fn check_account(init: &InitializeResult, name: &str) -> anyhow::Result<()> {
+    if init.accounts.iter().any(|a| a.name == name) {
+        return Ok(());
+    }
+    let known: Vec<&str> = init.accounts.iter().map(|a| a.name.as_str()).collect();
+    bail!(
+        "there is no account {name:?}; the configured accounts are: {}",
+        known.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rotation_keeps_the_newest_logs() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in 0..5 {
+            let path = dir.path().join(format!("chat-{n}.log"));
+            std::fs::write(&path, "x").unwrap();
+            let when = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(n);
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(when)
+                .unwrap();
+        }
+        std::fs::write(dir.path().join("other.txt"), "kept").unwrap();
+        rotate(dir.path(), 3);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["chat-3.log", "chat-4.log", "other.txt"]);
+    }
+}

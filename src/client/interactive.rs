@@ -1,0 +1,441 @@
+//! The interactive chat: a prompt below the streamed transcript.
+
+use serde_json::{Value, json};
+
+use super::daemon::{Daemon, Notes};
+use super::input::{Input, Prompt};
+use super::open::{self, Ask, UNTITLED};
+use super::render::{Plain, Screen};
+use super::sessions::list_line;
+use super::style::{Paint, Style, terminal_height};
+use super::{ChatArgs, plural};
+use crate::protocol::{
+    ApprovalDecision, Event, InitializeResult, Session, SessionEventParams, SessionState,
+};
+
+const HELP: &str = "\
+Commands:
+  /sessions          this folder's chats; /sessions N switches to the N-th
+  /title TEXT        renames this chat
+  /stop              stops the run (Ctrl-C does too)
+  /resume            answers a last message no run answered
+  /quit              leaves (Ctrl-D does too)
+  /help              this list
+Other /commands (/cost, /compact, /clear …) go to sidechat.
+Alt-Enter adds a new line; a pasted text stays one message.";
+
+pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
+    let (daemon, notes) = Daemon::start(args.db.as_deref()).await?;
+    let style = Style::detect();
+    let mut screen = Screen::new(
+        Box::new(Plain(std::io::stdout())),
+        style,
+        args.show_thinking,
+    );
+    let (session, existed) = open::choose(&daemon, &args, Ask::User).await?;
+    banner(&mut screen, &daemon.init, &session);
+    let mut chat = Chat {
+        daemon,
+        screen,
+        session,
+        running: false,
+        pending_approval: None,
+        interrupts: 0,
+    };
+    if existed {
+        chat.reattach().await?;
+    }
+    let (prompt, sink) = Prompt::start()?;
+    chat.screen.set_sink(sink);
+    let outcome = chat.run(prompt, notes).await;
+    let Chat {
+        daemon, session, ..
+    } = chat;
+    println!(
+        "Session {} (“{}”). Resume it with: sidechat chat --session {}",
+        session.id, session.title, session.id
+    );
+    let clean = daemon.close().await.unwrap_or(false);
+    outcome?;
+    Ok(if clean { 0 } else { 1 })
+}
+
+/// The banner: which account and model, and what the tools may do.
+fn banner(screen: &mut Screen, init: &InitializeResult, session: &Session) {
+    let style = screen.style;
+    screen.line(&format!(
+        "{} {} · account {} · model {} · “{}”",
+        style.paint(&[Paint::Bold], "sidechat"),
+        init.server_info.version,
+        style.paint(&[Paint::Bold], &session.account),
+        style.paint(&[Paint::Bold], &session.model),
+        session.title
+    ));
+    let account = init.accounts.iter().find(|a| a.name == session.account);
+    if account.is_some_and(|a| a.is_demo) {
+        screen.styled(
+            &[Paint::Yellow],
+            "Using the built-in OFFLINE DEMO model: it is scripted, not a real model.\n\
+             Set ANTHROPIC_API_KEY or OPENAI_API_KEY (or configure an account) to talk to a real one. Try: create notes.md with hello",
+        );
+    }
+    if let Some(root) = &session.workspace_root {
+        screen.styled(
+            &[Paint::Dim],
+            &format!(
+                "Tools work in {root}; commands run for real once you allow them.\n\
+                 Alt-Enter: new line · Ctrl-C: stop a run · /help · Ctrl-D: quit"
+            ),
+        );
+    }
+}
+
+struct Chat {
+    daemon: Daemon,
+    screen: Screen,
+    session: Session,
+    running: bool,
+    pending_approval: Option<String>,
+    /// Ctrl-C presses since the last line or run: the second one quits.
+    interrupts: u32,
+}
+
+impl Chat {
+    async fn run(&mut self, prompt: Prompt, mut notes: Notes) -> anyhow::Result<()> {
+        let Prompt { mut inputs, next } = prompt;
+        let mut ctrl_c = CtrlC::listen()?;
+        loop {
+            tokio::select! {
+                note = notes.recv() => {
+                    let Some(note) = note else {
+                        self.screen.styled(&[Paint::Red], "The daemon exited; press Enter to leave.");
+                        // The editor gives the terminal back once its line is read.
+                        let _ = inputs.recv().await;
+                        return Ok(());
+                    };
+                    if let Some(event) = as_event(&note)
+                        && event.session_id == self.session.id
+                    {
+                        self.event(&event.event);
+                    }
+                }
+                input = inputs.recv() => {
+                    let keep_going = match input {
+                        None | Some(Input::End) => false,
+                        Some(Input::Interrupt) => self.interrupt().await?,
+                        Some(Input::Line(line)) => {
+                            self.interrupts = 0;
+                            self.line(line).await?
+                        }
+                    };
+                    if !keep_going {
+                        return Ok(());
+                    }
+                    let _ = next.send(());
+                }
+                _ = ctrl_c.pressed() => {
+                    if !self.interrupt().await? {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    fn event(&mut self, event: &Event) {
+        match event {
+            Event::RunStarted { .. } => self.running = true,
+            Event::ApprovalRequested { approval } => {
+                self.pending_approval = Some(approval.approval_id.clone())
+            }
+            Event::ApprovalResolved { approval_id, .. }
+                if self.pending_approval.as_deref() == Some(approval_id) =>
+            {
+                self.pending_approval = None
+            }
+            Event::RunFinished { .. } => {
+                self.running = false;
+                self.pending_approval = None;
+                self.interrupts = 0;
+            }
+            _ => {}
+        }
+        self.screen.event(event);
+    }
+
+    /// Ctrl-C: stops a run; at the prompt the line is cleared and a second press quits.
+    async fn interrupt(&mut self) -> anyhow::Result<bool> {
+        self.interrupts += 1;
+        if self.interrupts > 1 {
+            return Ok(false);
+        }
+        if self.running {
+            self.screen
+                .styled(&[Paint::Dim], "^C stopping the run (Ctrl-C again quits)");
+            self.stop().await?;
+        } else {
+            self.screen
+                .styled(&[Paint::Dim], "^C (Ctrl-C again or Ctrl-D quits)");
+        }
+        Ok(true)
+    }
+
+    /// One line typed at the prompt; false to quit.
+    async fn line(&mut self, line: String) -> anyhow::Result<bool> {
+        let text = line.trim();
+        if text.is_empty() {
+            return Ok(true);
+        }
+        let (command, rest) = match text.split_once(char::is_whitespace) {
+            Some((command, rest)) => (command, rest.trim()),
+            None => (text, ""),
+        };
+        match command {
+            "/quit" | "/exit" => return Ok(false),
+            "/help" => self.screen.line(HELP),
+            "/stop" => self.stop().await?,
+            "/sessions" => self.sessions(rest).await?,
+            "/title" => self.title(rest).await?,
+            "/resume" => {
+                let said = self.request("chat/resume", json!({"sessionId": self.session.id}));
+                if let Err(e) = said.await {
+                    self.screen.styled(&[Paint::Red], &format!("✗ {e}"));
+                }
+            }
+            _ => {
+                if let Some(approval_id) = self.pending_approval.clone()
+                    && let Some(decision) = parse_decision(text)
+                {
+                    let answer = self.request(
+                        "approval/respond",
+                        json!({"approvalId": approval_id, "decision": decision}),
+                    );
+                    if let Err(e) = answer.await {
+                        self.screen.styled(&[Paint::Red], &format!("✗ {e}"));
+                    }
+                    return Ok(true);
+                }
+                self.send(line.trim_end()).await?;
+            }
+        }
+        Ok(true)
+    }
+
+    async fn send(&mut self, text: &str) -> anyhow::Result<()> {
+        let sent = self.request(
+            "chat/send",
+            json!({"sessionId": self.session.id, "text": text}),
+        );
+        if let Err(e) = sent.await {
+            self.screen
+                .styled(&[Paint::Red], &format!("✗ not sent: {e}"));
+            return Ok(());
+        }
+        if self.session.title == UNTITLED && !text.starts_with('/') {
+            let first = text.lines().next().unwrap_or(text);
+            let title = crate::tools::truncate(first, 60);
+            if let Ok(session) = self
+                .daemon
+                .call::<Session>(
+                    "session/update",
+                    json!({"sessionId": self.session.id, "title": title}),
+                )
+                .await
+            {
+                self.session = session;
+            }
+        }
+        Ok(())
+    }
+
+    async fn request(&self, method: &str, params: Value) -> anyhow::Result<Value> {
+        self.daemon.call(method, params).await
+    }
+
+    async fn stop(&mut self) -> anyhow::Result<()> {
+        if let Err(e) = self
+            .request("chat/stop", json!({"sessionId": self.session.id}))
+            .await
+        {
+            self.screen.styled(&[Paint::Red], &format!("✗ {e}"));
+        }
+        Ok(())
+    }
+
+    /// `/title TEXT`: renames the session (shows the title without text).
+    async fn title(&mut self, title: &str) -> anyhow::Result<()> {
+        if title.is_empty() {
+            let line = format!(
+                "This chat is “{}”. /title TEXT renames it.",
+                self.session.title
+            );
+            self.screen.line(&line);
+            return Ok(());
+        }
+        match self
+            .daemon
+            .call::<Session>(
+                "session/update",
+                json!({"sessionId": self.session.id, "title": title}),
+            )
+            .await
+        {
+            Ok(session) => {
+                self.session = session;
+                self.screen
+                    .line(&format!("Renamed to “{}”.", self.session.title));
+            }
+            Err(e) => self.screen.styled(&[Paint::Red], &format!("✗ {e}")),
+        }
+        Ok(())
+    }
+
+    /// `/sessions`: this folder's sessions, numbered; `/sessions N` (or an id) switches.
+    async fn sessions(&mut self, choice: &str) -> anyhow::Result<()> {
+        let folder = self.session.workspace_root.clone();
+        let sessions = self.daemon.sessions(folder.as_deref()).await?;
+        if choice.is_empty() {
+            let mut lines = vec![format!(
+                "{} in {}:",
+                plural(sessions.len() as u64, "chat", "chats"),
+                folder.as_deref().unwrap_or("(no folder)")
+            )];
+            for (n, session) in sessions.iter().enumerate() {
+                let mark = if session.id == self.session.id {
+                    "*"
+                } else {
+                    " "
+                };
+                lines.push(format!("{mark}{:>3}. {}", n + 1, list_line(session)));
+            }
+            lines.push("/sessions N switches to the N-th.".into());
+            self.screen.lines(lines);
+            return Ok(());
+        }
+        let chosen = choice
+            .parse::<usize>()
+            .ok()
+            .and_then(|n| sessions.get(n.wrapping_sub(1)))
+            .map(|s| s.id.clone())
+            .unwrap_or_else(|| choice.to_string());
+        match self.daemon.session(&chosen).await {
+            Ok(session) => {
+                self.session = session;
+                self.pending_approval = None;
+                self.screen
+                    .set_workspace(self.session.workspace_root.as_deref());
+                let line = format!(
+                    "Switched to “{}” ({}).",
+                    self.session.title, self.session.id
+                );
+                self.screen.styled(&[Paint::Bold], &line);
+                self.reattach().await?;
+            }
+            Err(e) => self.screen.styled(&[Paint::Red], &format!("✗ {e:#}")),
+        }
+        Ok(())
+    }
+
+    /// Prints the end of the stored transcript (two screens of it), what waits for the user,
+    /// and how much more there is.
+    async fn reattach(&mut self) -> anyhow::Result<()> {
+        self.screen
+            .set_workspace(self.session.workspace_root.as_deref());
+        let transcript = self.daemon.transcript(&self.session.id).await?;
+        let mut lines = Vec::new();
+        for entry in &transcript.entries {
+            lines.extend(self.screen.entry(entry));
+        }
+        let shown = 2 * terminal_height().unwrap_or(24);
+        if lines.len() > shown {
+            let above = lines.len() - shown;
+            lines.drain(..above);
+            let note = format!(
+                "… {} above (sidechat sessions show {} prints all {})",
+                plural(above as u64, "earlier line", "earlier lines"),
+                self.session.id,
+                plural(transcript.entries.len() as u64, "entry", "entries"),
+            );
+            lines.insert(0, self.screen.style.paint(&[Paint::Dim], &note));
+        }
+        for approval in &transcript.pending_approvals {
+            lines.extend(self.screen.approval(approval));
+            self.pending_approval = Some(approval.approval_id.clone());
+        }
+        for waiting in &transcript.pending_interjections {
+            lines.push(self.screen.waiting_line(&waiting.text));
+        }
+        self.running = matches!(
+            transcript.state,
+            SessionState::Running | SessionState::AwaitingApproval
+        );
+        if transcript.state == SessionState::Unanswered {
+            lines.push(self.screen.style.paint(
+                &[Paint::Yellow],
+                "! The last message has no answer (the run did not finish): /resume asks again.",
+            ));
+        }
+        self.screen.lines(lines);
+        Ok(())
+    }
+}
+
+/// Ctrl-C presses while the line editor is not reading (it reads them itself as keys), heard
+/// by one listener kept for the whole chat.
+struct CtrlC {
+    #[cfg(unix)]
+    signal: tokio::signal::unix::Signal,
+}
+
+impl CtrlC {
+    fn listen() -> std::io::Result<Self> {
+        Ok(Self {
+            #[cfg(unix)]
+            signal: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?,
+        })
+    }
+
+    async fn pressed(&mut self) {
+        #[cfg(unix)]
+        if self.signal.recv().await.is_none() {
+            std::future::pending::<()>().await;
+        }
+        #[cfg(not(unix))]
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+pub(crate) fn as_event(note: &Value) -> Option<SessionEventParams> {
+    if note.get("method")?.as_str()? != "session/event" {
+        return None;
+    }
+    serde_json::from_value(note.get("params")?.clone()).ok()
+}
+
+/// What the user typed at an approval prompt.
+fn parse_decision(line: &str) -> Option<ApprovalDecision> {
+    match line.to_lowercase().as_str() {
+        "a" | "y" | "yes" | "allow" => Some(ApprovalDecision::Allow),
+        "w" | "always" | "allow always" => Some(ApprovalDecision::AllowAlways),
+        "d" | "n" | "no" | "deny" => Some(ApprovalDecision::Deny),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions() {
+        assert_eq!(parse_decision("A"), Some(ApprovalDecision::Allow));
+        assert_eq!(
+            parse_decision("always"),
+            Some(ApprovalDecision::AllowAlways)
+        );
+        assert_eq!(parse_decision("deny"), Some(ApprovalDecision::Deny));
+        assert_eq!(parse_decision("what?"), None);
+    }
+}

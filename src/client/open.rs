@@ -1,0 +1,77 @@
+//! Which session a chat works in: the one named, this folder's newest, or a new one.
+
+use serde_json::json;
+
+use super::daemon::{Daemon, check_account};
+use super::{ChatArgs, workspace_root};
+use crate::protocol::{Session, SessionSummary};
+
+/// The title of a session the terminal started, until its first message names it.
+pub const UNTITLED: &str = "Terminal chat";
+
+/// How a chat chooses when no flag says.
+pub enum Ask {
+    /// Ask on the terminal whether to continue the folder's newest session.
+    User,
+    /// Start a new session (one-shot mode).
+    New,
+}
+
+/// The session to chat in, and whether it existed before.
+pub async fn choose(daemon: &Daemon, args: &ChatArgs, ask: Ask) -> anyhow::Result<(Session, bool)> {
+    if let Some(account) = &args.account {
+        check_account(&daemon.init, account)?;
+    }
+    if let Some(id) = &args.session {
+        return Ok((daemon.session(id).await?, true));
+    }
+    let folder = workspace_root(args.workspace.as_ref())?;
+    if !args.new {
+        let newest = daemon.sessions(Some(&folder)).await?.into_iter().next();
+        if let Some(newest) = newest {
+            let resume = match (args.continue_newest, ask) {
+                (true, _) => true,
+                (false, Ask::New) => false,
+                (false, Ask::User) => ask_to_continue(&newest).await?,
+            };
+            if resume {
+                return Ok((daemon.session(&newest.id).await?, true));
+            }
+        }
+    }
+    let session = daemon
+        .call(
+            "session/create",
+            json!({
+                "title": UNTITLED,
+                "workspaceRoot": folder,
+                "account": args.account,
+                "model": args.model,
+            }),
+        )
+        .await
+        .map_err(|e| e.context("cannot create a session"))?;
+    Ok((session, false))
+}
+
+/// `Continue "title" (…)? [Y/n]` on the terminal, before the line editor starts.
+async fn ask_to_continue(newest: &SessionSummary) -> anyhow::Result<bool> {
+    let when = newest
+        .updated_at
+        .get(..16)
+        .unwrap_or(&newest.updated_at)
+        .replace('T', " ");
+    print!(
+        "Continue this folder's last chat, “{}” ({when} UTC)? [Y/n] ",
+        newest.title
+    );
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    let answer = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    })
+    .await??;
+    let answer = answer.trim().to_lowercase();
+    Ok(!(answer == "n" || answer == "no"))
+}
