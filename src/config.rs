@@ -13,7 +13,7 @@ use crate::context::DEFAULT_RESPONSE_RESERVE;
 use crate::context::carry_over::parse_rollover;
 use crate::cost::ModelPrice;
 use crate::protocol::Thresholds;
-use crate::protocol::{AccountInfo, ProviderKind};
+use crate::protocol::{AccountInfo, ProviderKind, UnavailableAccount};
 use crate::provider::HttpSettings;
 
 /// Default most model steps in one run.
@@ -89,6 +89,8 @@ pub struct Config {
     pub budget: BudgetDefaults,
     /// Prices that beat the built-in table for the same model, USD per million tokens.
     pub prices: HashMap<String, ModelPrice>,
+    /// Accounts the configuration names that cannot be used (left out of `accounts`), and why.
+    pub unavailable: Vec<UnavailableAccount>,
 }
 
 /// Limits and budget settings for new sessions and every snapshot.
@@ -148,6 +150,14 @@ pub enum ConfigError {
     },
     #[error("{path} is not valid configuration: {message}")]
     Invalid { path: PathBuf, message: String },
+    /// `SIDECHAT_ACCOUNT` or `default_account` names an account that does not exist.
+    #[error("{setting} names the account {name:?}, which {why}; the accounts are: {known}")]
+    UnknownAccount {
+        setting: String,
+        name: String,
+        why: String,
+        known: String,
+    },
 }
 
 /// The config file's shape.
@@ -233,12 +243,45 @@ pub fn default_config_path() -> Option<PathBuf> {
 
 impl Config {
     /// Reads the config file (if any) and the environment; the environment wins.
+    ///
+    /// An account asked for by `SIDECHAT_ACCOUNT` or `default_account` that does not exist (or
+    /// cannot be used) is an error naming the accounts there are, not a quiet fallback.
     pub fn load() -> Result<Self, ConfigError> {
-        let file = match default_config_path() {
-            Some(path) if path.exists() => read_file(&path)?,
+        let path = default_config_path();
+        let file = match &path {
+            Some(path) if path.exists() => read_file(path)?,
             _ => FileConfig::default(),
         };
-        Ok(Self::from_parts(file))
+        let asked = match (var("SIDECHAT_ACCOUNT"), &file.default_account) {
+            (Some(name), _) => Some(("SIDECHAT_ACCOUNT".to_string(), name)),
+            (None, Some(name)) => Some((
+                format!(
+                    "default_account in {}",
+                    path.as_deref()
+                        .unwrap_or(Path::new("the config file"))
+                        .display()
+                ),
+                name.clone(),
+            )),
+            (None, None) => None,
+        };
+        let config = Self::from_parts(file);
+        if let Some((setting, name)) = asked
+            && config.account(&name).is_none()
+        {
+            let why = match config.unavailable.iter().find(|u| u.name == name) {
+                Some(unavailable) => format!("cannot be used: {}", unavailable.reason),
+                None => "does not exist".to_string(),
+            };
+            let known: Vec<&str> = config.accounts.iter().map(|a| a.name.as_str()).collect();
+            return Err(ConfigError::UnknownAccount {
+                setting,
+                name,
+                why,
+                known: known.join(", "),
+            });
+        }
+        Ok(config)
     }
 
     /// The environment alone, ignoring any config file.
@@ -264,13 +307,22 @@ impl Config {
             prices.extend(account.prices.clone());
         }
         let budget = budget_defaults(&file.defaults);
+        let mut unavailable = Vec::new();
         for (name, account) in file.accounts {
-            match file_account(&name, account) {
+            match file_account(&name, account).and_then(usable) {
                 Ok(account) => accounts.push(account),
-                Err(message) => tracing::warn!(account = name, message, "ignored account"),
+                Err(reason) => {
+                    tracing::warn!(
+                        account = name.as_str(),
+                        reason = reason.as_str(),
+                        "ignored account"
+                    );
+                    unavailable.push(UnavailableAccount { name, reason });
+                }
             }
         }
         for account in env_accounts() {
+            unavailable.retain(|u| u.name != account.name);
             preferred.push(account.name.clone());
             accounts.retain(|a| a.name != account.name);
             accounts.push(account);
@@ -325,6 +377,7 @@ impl Config {
             http,
             budget,
             prices,
+            unavailable,
         }
     }
 
@@ -340,8 +393,36 @@ impl Config {
                 kind: a.kind.provider_kind(),
                 default_model: a.default_model.clone(),
                 is_demo: matches!(a.kind, AccountKind::Demo { .. }),
+                models: self.known_models(a),
             })
             .collect()
+    }
+
+    /// The models an account is known to serve: its default model, the built-in price
+    /// table's models of its provider, and the models the configuration prices.
+    pub fn known_models(&self, account: &Account) -> Vec<String> {
+        let mut models = vec![account.default_model.clone()];
+        let provider = account.kind.provider_kind();
+        let remote = matches!(provider, ProviderKind::Anthropic | ProviderKind::OpenAi);
+        // A local OpenAI-compatible server serves its own models, not OpenAI's.
+        let hosted = !matches!(account.kind, AccountKind::OpenAi { compat: true, .. });
+        if remote && hosted {
+            let table = crate::cost::prices::PriceBook::builtin();
+            models.extend(
+                table
+                    .builtin_entries()
+                    .filter(|(_, p, _)| *p == Some(provider.as_str()))
+                    .map(|(prefix, _, _)| prefix.to_string()),
+            );
+        }
+        if remote {
+            let mut priced: Vec<&String> = self.prices.keys().collect();
+            priced.sort();
+            models.extend(priced.into_iter().cloned());
+        }
+        let mut seen = std::collections::HashSet::new();
+        models.retain(|m| seen.insert(m.clone()));
+        models
     }
 }
 
@@ -444,6 +525,19 @@ fn file_account(name: &str, account: FileAccount) -> Result<Account, String> {
     })
 }
 
+/// An account whose key variable is named but not set cannot be used: say so up front rather
+/// than at the first request.
+fn usable(account: Account) -> Result<Account, String> {
+    let remote = match &account.kind {
+        AccountKind::Anthropic(remote) | AccountKind::OpenAi { remote, .. } => remote,
+        _ => return Ok(account),
+    };
+    match (&remote.key_env, remote.api_key()) {
+        (Some(name), None) => Err(format!("its key variable {name} is not set")),
+        _ => Ok(account),
+    }
+}
+
 /// Accounts the standard provider variables describe.
 fn env_accounts() -> Vec<Account> {
     let mut accounts = Vec::new();
@@ -513,8 +607,25 @@ mod tests {
         .unwrap();
         let config = Config::from_parts(file);
         let names: Vec<_> = config.accounts.iter().map(|a| a.name.as_str()).collect();
-        assert_eq!(names, ["demo", "local", "work"]);
+        assert_eq!(names, ["demo", "local"]);
         assert_eq!(config.default_account, "local");
+        // Accounts that cannot be used are named with what to fix.
+        assert_eq!(
+            config.unavailable,
+            [
+                UnavailableAccount {
+                    name: "broken".into(),
+                    reason: "unknown kind \"gemini\"; use anthropic or openai".into()
+                },
+                UnavailableAccount {
+                    name: "work".into(),
+                    reason: "its key variable WORK_KEY is not set".into()
+                },
+            ]
+        );
+        // A local server's models are its own; the demo serves one.
+        assert_eq!(config.account_infos()[1].models, ["qwen2.5-coder"]);
+        assert_eq!(config.account_infos()[0].models, ["demo"]);
         assert_eq!(
             config.accounts[1].kind,
             AccountKind::OpenAi {

@@ -135,15 +135,14 @@ async fn start_failure(mut connection: Connection) -> anyhow::Error {
     .await;
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     let tail = connection.stderr_tail();
-    // The error `main` prints, when there is one; else whatever was said last.
-    let errors: Vec<String> = tail
-        .iter()
-        .filter_map(|line| line.strip_prefix("sidechat: "))
-        .map(str::to_string)
-        .collect();
-    let said = match errors.is_empty() {
-        true => tail.into_iter().filter(|l| !l.trim().is_empty()).collect(),
-        false => errors,
+    // The error `main` prints (with the lines of its explanation), when there is one; else
+    // whatever was said last.
+    let said: Vec<String> = match tail.iter().position(|l| l.starts_with("sidechat: ")) {
+        Some(start) => tail[start..]
+            .iter()
+            .map(|l| l.strip_prefix("sidechat: ").unwrap_or(l).to_string())
+            .collect(),
+        None => tail.into_iter().filter(|l| !l.trim().is_empty()).collect(),
     };
     match said.is_empty() {
         true => anyhow!("sidechat serve stopped before answering; see its log"),
@@ -196,6 +195,25 @@ fn rotate(dir: &Path, keep: usize) {
     for (_, path) in logs.into_iter().take(excess) {
         let _ = std::fs::remove_file(path);
     }
+}
+
+/// Checks a model against those the account is known to serve, unless forced.
+pub fn check_model(
+    init: &InitializeResult,
+    account: &str,
+    model: &str,
+    force: bool,
+) -> anyhow::Result<()> {
+    let Some(info) = init.accounts.iter().find(|a| a.name == account) else {
+        return check_account(init, account);
+    };
+    if force || info.models.iter().any(|m| m == model) {
+        return Ok(());
+    }
+    bail!(
+        "{model:?} is not a model the account {account} is known to serve ({}); add --force to use it anyway",
+        info.models.join(", ")
+    )
 }
 
 /// Checks an account named on the command line against the daemon's.

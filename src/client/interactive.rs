@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use super::daemon::{Daemon, Notes};
+use super::daemon::{Daemon, Notes, check_account, check_model};
 use super::input::{Input, Prompt};
 use super::open::{self, Ask, UNTITLED};
 use super::render::{Plain, Screen};
@@ -17,6 +17,8 @@ const HELP: &str = "\
 Commands:
   /sessions          this folder's chats; /sessions N switches to the N-th
   /title TEXT        renames this chat
+  /model [NAME]      lists the account's models, or switches (NAME --force: any name)
+  /account [NAME]    lists the accounts, or switches (to the account's default model)
   /stop              stops the run (Ctrl-C does too)
   /resume            answers a last message no run answered
   /quit              leaves (Ctrl-D does too)
@@ -71,6 +73,15 @@ fn banner(screen: &mut Screen, init: &InitializeResult, session: &Session) {
         style.paint(&[Paint::Bold], &session.model),
         session.title
     ));
+    for unavailable in &init.unavailable_accounts {
+        screen.styled(
+            &[Paint::Yellow],
+            &format!(
+                "! The account {} in your configuration cannot be used: {}.",
+                unavailable.name, unavailable.reason
+            ),
+        );
+    }
     let account = init.accounts.iter().find(|a| a.name == session.account);
     if account.is_some_and(|a| a.is_demo) {
         screen.styled(
@@ -196,6 +207,8 @@ impl Chat {
             "/stop" => self.stop().await?,
             "/sessions" => self.sessions(rest).await?,
             "/title" => self.title(rest).await?,
+            "/model" => self.model(rest).await?,
+            "/account" => self.account(rest).await?,
             "/resume" => {
                 let said = self.request("chat/resume", json!({"sessionId": self.session.id}));
                 if let Err(e) = said.await {
@@ -284,6 +297,91 @@ impl Chat {
                 self.session = session;
                 self.screen
                     .line(&format!("Renamed to “{}”.", self.session.title));
+            }
+            Err(e) => self.screen.styled(&[Paint::Red], &format!("✗ {e}")),
+        }
+        Ok(())
+    }
+
+    /// `/model`: the account's known models; `/model NAME` switches, refusing a model the
+    /// account is not known to serve unless `--force` follows.
+    async fn model(&mut self, rest: &str) -> anyhow::Result<()> {
+        let force = rest.split_whitespace().any(|w| w == "--force");
+        let name = rest.split_whitespace().find(|w| *w != "--force");
+        let Some(name) = name else {
+            let models = self
+                .daemon
+                .init
+                .accounts
+                .iter()
+                .find(|a| a.name == self.session.account)
+                .map(|a| a.models.clone())
+                .unwrap_or_default();
+            let mut lines = vec![format!("Models of the account {}:", self.session.account)];
+            for model in models {
+                let mark = if model == self.session.model {
+                    "*"
+                } else {
+                    " "
+                };
+                lines.push(format!("{mark} {model}"));
+            }
+            lines.push("/model NAME switches (/model NAME --force for one not listed).".into());
+            self.screen.lines(lines);
+            return Ok(());
+        };
+        if let Err(e) = check_model(&self.daemon.init, &self.session.account, name, force) {
+            self.screen.styled(&[Paint::Red], &format!("✗ {e}"));
+            return Ok(());
+        }
+        self.update(json!({"sessionId": self.session.id, "model": name}))
+            .await
+    }
+
+    /// `/account`: the accounts; `/account NAME` switches to it (and its default model).
+    async fn account(&mut self, name: &str) -> anyhow::Result<()> {
+        if name.is_empty() {
+            let mut lines = vec!["Accounts:".to_string()];
+            for account in &self.daemon.init.accounts {
+                let mark = if account.name == self.session.account {
+                    "*"
+                } else {
+                    " "
+                };
+                lines.push(format!(
+                    "{mark} {} ({}, default model {})",
+                    account.name,
+                    account.kind.as_str(),
+                    account.default_model
+                ));
+            }
+            for unavailable in &self.daemon.init.unavailable_accounts {
+                lines.push(format!(
+                    "  {} cannot be used: {}",
+                    unavailable.name, unavailable.reason
+                ));
+            }
+            self.screen.lines(lines);
+            return Ok(());
+        }
+        if let Err(e) = check_account(&self.daemon.init, name) {
+            self.screen.styled(&[Paint::Red], &format!("✗ {e}"));
+            return Ok(());
+        }
+        self.update(json!({"sessionId": self.session.id, "account": name}))
+            .await
+    }
+
+    /// `session/update`, then says which account and model the session now uses.
+    async fn update(&mut self, params: Value) -> anyhow::Result<()> {
+        match self.daemon.call::<Session>("session/update", params).await {
+            Ok(session) => {
+                self.session = session;
+                let line = format!(
+                    "Now using account {} with model {}.",
+                    self.session.account, self.session.model
+                );
+                self.screen.line(&line);
             }
             Err(e) => self.screen.styled(&[Paint::Red], &format!("✗ {e}")),
         }

@@ -49,6 +49,9 @@ pub struct ChatArgs {
     /// The model of a new session (default: the account's default model).
     #[arg(long)]
     pub model: Option<String>,
+    /// Use `--model` even when the account is not known to serve it.
+    #[arg(long)]
+    pub force: bool,
     /// Run one turn with this text, print the answer and exit.
     #[arg(long, short = 'p')]
     pub prompt: Option<String>,

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use super::daemon::{Daemon, check_account};
+use super::daemon::{Daemon, check_account, check_model};
 use super::{ChatArgs, workspace_root};
 use crate::protocol::{Session, SessionSummary};
 
@@ -21,6 +21,13 @@ pub enum Ask {
 pub async fn choose(daemon: &Daemon, args: &ChatArgs, ask: Ask) -> anyhow::Result<(Session, bool)> {
     if let Some(account) = &args.account {
         check_account(&daemon.init, account)?;
+    }
+    if let Some(model) = &args.model {
+        let account = args
+            .account
+            .as_deref()
+            .unwrap_or(&daemon.init.default_account);
+        check_model(&daemon.init, account, model, args.force)?;
     }
     if let Some(id) = &args.session {
         return Ok((daemon.session(id).await?, true));

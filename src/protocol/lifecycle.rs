@@ -76,6 +76,19 @@ pub struct AccountInfo {
     pub default_model: String,
     /// True for the offline demo model, so a client can label it.
     pub is_demo: bool,
+    /// Models the account is known to serve: its default, the built-in price table's for its
+    /// provider and the configured prices'. Others may work too (a local server's, say).
+    #[serde(default)]
+    pub models: Vec<String>,
+}
+
+/// An account the configuration names that cannot be used, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnavailableAccount {
+    pub name: String,
+    /// What to fix, e.g. `ANTHROPIC_WORK_KEY is not set`.
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -87,4 +100,7 @@ pub struct InitializeResult {
     pub accounts: Vec<AccountInfo>,
     /// The account a new session uses when `session/create` names none.
     pub default_account: String,
+    /// Configured accounts left out of `accounts`, with the reason.
+    #[serde(default)]
+    pub unavailable_accounts: Vec<UnavailableAccount>,
 }

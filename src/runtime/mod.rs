@@ -102,6 +102,7 @@ pub fn describe(config: &Config) -> InitializeResult {
         },
         accounts: config.account_infos(),
         default_account: config.default_account.clone(),
+        unavailable_accounts: config.unavailable.clone(),
     }
 }
 

@@ -26,7 +26,7 @@ async fn crud_round_trip(framing: Framing) {
     assert_eq!(init["defaultAccount"], "demo");
     assert_eq!(
         init["accounts"],
-        json!([{"name": "demo", "kind": "demo", "defaultModel": "demo", "isDemo": true}])
+        json!([{"name": "demo", "kind": "demo", "defaultModel": "demo", "isDemo": true, "models": ["demo"]}])
     );
     daemon.conn.notify("initialized", json!({})).await.unwrap();
 

@@ -242,7 +242,22 @@ fn a_chat_continues_with_its_history_and_sessions_switch() {
 
 /// `sidechat ARGS` with the test's clean environment; (status, stdout, stderr).
 fn sidechat(scratch: &Scratch, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    run_sidechat(scratch, &[], args, stdin)
+}
+
+/// [`sidechat`] with more environment variables and nothing on stdin.
+fn sidechat_with(scratch: &Scratch, env: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
+    run_sidechat(scratch, env, args, None)
+}
+
+fn run_sidechat(
+    scratch: &Scratch,
+    env: &[(&str, &str)],
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (i32, String, String) {
     let mut command = clean_command(&scratch.home()).into_std();
+    command.envs(env.iter().copied());
     command
         .current_dir(scratch.workspace())
         .arg(args[0])
@@ -397,4 +412,92 @@ async fn the_json_export_holds_every_stored_entry() {
     assert_eq!(status, 0, "{err}");
     let (_, listed, _) = sidechat(&scratch, &["sessions", "list", "--json"], None);
     assert_eq!(listed, "");
+}
+
+#[test]
+fn a_multi_line_paste_is_one_message_and_markdown_is_drawn() {
+    let scratch = Scratch::new();
+    let reply = "# Plan\n\nThis is **bold**, *leaning* and `code`.\n\n- first point\n- second point\n\n1. one\n2. two\n\n```rust\nfn main() {\n    println!(\"hi\");\n}\n```\n\n> quoted words\n\nEND-OF-REPLY";
+    let env: String = scratch
+        .replay(json!({"turns": [{"text": reply, "thinking": "Let me think about the plan."}]}))
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v} "))
+        .collect();
+    let terminal = Tmux::start(
+        &scratch,
+        "markdown",
+        &format!("export {env}; {}", chat_line(&scratch, "")),
+    );
+    terminal.wait_for("account replay");
+    terminal.wait_for("› ");
+    terminal.type_line("first line of a paste\nsecond line of it");
+    let screen = terminal.wait_for("END-OF-REPLY");
+    let requests = scratch.requests();
+    let sent: Vec<&Value> = requests[0]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .collect();
+    assert_eq!(sent.len(), 1, "{requests:?}");
+    assert_eq!(
+        sent[0]["content"][0]["text"],
+        "first line of a paste\nsecond line of it"
+    );
+    // From the folded thinking to the reply's last line (the prompt below it comes and goes).
+    let start = screen.find("thought for").expect("folded thinking");
+    let end = screen.find("END-OF-REPLY").unwrap() + "END-OF-REPLY".len();
+    let drawn: Vec<&str> = screen[start..end].lines().map(str::trim_end).collect();
+    insta::assert_snapshot!(drawn.join("\n"));
+    terminal.type_line("/quit");
+    terminal.wait_for("CHAT-EXITED-0");
+}
+
+#[test]
+fn configuration_mistakes_are_named() {
+    let scratch = Scratch::new();
+    // A malformed file: the daemon's own error, with its line and column.
+    scratch.write_config("[defaults]\nmax_steps = = 3\n");
+    let terminal = Tmux::start(&scratch, "malformed", &chat_line(&scratch, ""));
+    let screen = terminal.wait_for("CHAT-EXITED-2");
+    assert!(screen.contains("is not valid configuration"), "{screen}");
+    assert!(screen.contains("line 2, column"), "{screen}");
+    assert!(!screen.contains("closed the connection"), "{screen}");
+    drop(terminal);
+
+    // An unknown default account is an error naming the accounts there are.
+    scratch.write_config("default_account = \"nope\"\n");
+    let terminal = Tmux::start(&scratch, "unknown", &chat_line(&scratch, ""));
+    let screen = terminal.wait_for("CHAT-EXITED-2");
+    assert!(
+        screen.contains("names the account \"nope\", which does not exist; the accounts are: demo"),
+        "{screen}"
+    );
+    drop(terminal);
+    let (status, _, err) = sidechat_with(
+        &scratch,
+        &[("SIDECHAT_ACCOUNT", "ghost")],
+        &["chat", "-p", "hi"],
+    );
+    assert_eq!(status, 2);
+    assert!(
+        err.contains("SIDECHAT_ACCOUNT names the account \"ghost\""),
+        "{err}"
+    );
+
+    // An account whose key is missing is named in the banner with the reason; /model refuses
+    // a model the account does not serve.
+    scratch.write_config(
+        "[accounts.work]\nkind = \"anthropic\"\napi_key_env = \"WORK_KEY_UNSET\"\ndefault_model = \"claude-sonnet-4-5\"\n",
+    );
+    let terminal = Tmux::start(&scratch, "unusable", &chat_line(&scratch, ""));
+    let banner = terminal.wait_for("› ");
+    assert!(
+        banner.contains("The account work in your configuration cannot be used: its key variable WORK_KEY_UNSET is not set."),
+        "{banner}"
+    );
+    terminal.type_line("/model gpt-5");
+    terminal.wait_for("\"gpt-5\" is not a model the account demo is known to serve (demo)");
+    terminal.type_line("/quit");
+    terminal.wait_for("CHAT-EXITED-0");
 }
