@@ -377,6 +377,7 @@ export interface WireTypes {
   TokenUsage?: TokenUsage;
   ToolCallStatus?: ToolCallStatus;
   TranscriptEntry?: TranscriptEntry;
+  UnavailableAccount?: UnavailableAccount;
   UnpricedUsage?: UnpricedUsage;
   UsageKind?: UsageKind;
 }
@@ -394,6 +395,11 @@ export interface AccountInfo {
    * True for the offline demo model, so a client can label it.
    */
   isDemo: boolean;
+  /**
+   * Models the account is known to serve: its default, the built-in price table's for its
+   * provider and the configured prices'. Others may work too (a local server's, say).
+   */
+  models?: string[];
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -790,6 +796,10 @@ export interface InitializeResult {
    * The account a new session uses when `session/create` names none.
    */
   defaultAccount: string;
+  /**
+   * Configured accounts left out of `accounts`, with the reason.
+   */
+  unavailableAccounts?: UnavailableAccount[];
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -814,6 +824,19 @@ export interface ServerCapabilities {
    * Kinds of `session/event` the server emits.
    */
   events: string[];
+}
+/**
+ * An account the configuration names that cannot be used, and why.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "UnavailableAccount".
+ */
+export interface UnavailableAccount {
+  name: string;
+  /**
+   * What to fix, e.g. `ANTHROPIC_WORK_KEY is not set`.
+   */
+  reason: string;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
