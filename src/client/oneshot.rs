@@ -25,6 +25,7 @@ pub fn exit_code(reason: FinishReason) -> i32 {
         FinishReason::MaxIterations => 3,
         FinishReason::BudgetSpent => 4,
         FinishReason::CutOff => 5,
+        FinishReason::Refusal => 6,
         FinishReason::Stopped => 130,
     }
 }

@@ -477,6 +477,7 @@ pub fn finish_words(reason: FinishReason) -> &'static str {
         FinishReason::BudgetSpent => "stopped: the spend cap is reached",
         FinishReason::CutOff => "cut off: the reply reached the model's output limit",
         FinishReason::Error => "failed",
+        FinishReason::Refusal => "the model declined to answer",
     }
 }
 
