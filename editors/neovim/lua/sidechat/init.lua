@@ -41,6 +41,15 @@ local function on_session_change(session, what)
     -- Spend and changed files, once a run or a step's tools are done.
     session:refresh_info()
   end
+  if what == "compaction" then
+    -- The history shrank; a /compact outside a run sends no budget of its own.
+    session.client:request("session/budget", { sessionId = session.id }, function(err, result)
+      if not err and result then
+        session.budget = result.snapshot
+        view.schedule()
+      end
+    end)
+  end
 end
 
 --- The connection, with the plugin's listeners on it.

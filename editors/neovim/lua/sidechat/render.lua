@@ -137,9 +137,69 @@ end
 
 local ENDED = { stopped = "_(stopped)_", failed = "_(failed)_" }
 
+local function thousands(n)
+  local s = tostring(math.floor(n))
+  local out = s:reverse():gsub("(%d%d%d)", "%1,"):reverse()
+  return (out:gsub("^,", ""))
+end
+
+--- The heading of a `summary` entry: how the older messages were folded.
+---@param block table the entry's `summary` block
+function M.summary_heading(block)
+  local n = block.messages or 0
+  local messages = n == 1 and "1 earlier message" or (n .. " earlier messages")
+  if block.method == "drop" then
+    return messages:sub(1, 1):upper() .. messages:sub(2) .. " left out of what the model is sent"
+  elseif block.method == "carryOver" then
+    return "Carried over from the previous context"
+  end
+  return "Summary of " .. messages
+end
+
+local REASONS = {
+  share = "the history passed its share of the window",
+  window = "the request would not have fit the window",
+  command = "/compact",
+}
+
+--- The line under it: the folded range and, when its `compaction` event was seen, why and the
+--- history's tokens before and after. Empty when there is nothing to say.
+---@param block table
+---@param compaction table? the event's `reason`, `tokensBefore`, `tokensAfter`
+function M.summary_detail(block, compaction)
+  local parts = {}
+  if block.fromSeq and block.toSeq and block.fromSeq ~= vim.NIL and block.toSeq ~= vim.NIL then
+    table.insert(parts, ("seq %d–%d"):format(block.fromSeq, block.toSeq))
+  end
+  if compaction then
+    table.insert(parts, REASONS[compaction.reason] or compaction.reason)
+    table.insert(
+      parts,
+      ("history %s → %s tokens"):format(thousands(compaction.tokensBefore), thousands(compaction.tokensAfter))
+    )
+  end
+  return table.concat(parts, " · ")
+end
+
+--- A summary entry: its heading, the detail line, and the text the model reads, folded.
+function Builder:summary(session, entry, block)
+  self:heading(M.summary_heading(block))
+  local detail = M.summary_detail(block, session.compactions[entry.id])
+  if detail ~= "" then
+    self:add("_" .. detail .. "_")
+  end
+  if block.text and block.text ~= "" then
+    self:add("▸ summary", ">1")
+    self:text(block.text, "> ", 1)
+  end
+end
+
 function Builder:entry(session, entry)
   local role = entry.role
   local first = entry.blocks[1]
+  if role == "summary" and first and first.type == "summary" then
+    return self:summary(session, entry, first)
+  end
   if role == "user" and first and first.type == "interjection" and not first.promoted then
     -- Typed during the run and delivered with tool results: its own heading follows.
   elseif role == "user" then

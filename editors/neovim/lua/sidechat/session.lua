@@ -27,6 +27,7 @@ function M.new(client, id)
     waiting = {}, -- interjections not yet delivered: { pendingId, text }
     state = "idle",
     budget = nil, -- the latest budget snapshot
+    compactions = {}, -- summary entry id -> its `compaction` event (reason, tokens), seen live
     notices = {}, -- { level, message } of a daemon that does not store its notices
     fetching = false,
     buffered = {}, -- events that arrived while fetching
@@ -158,6 +159,11 @@ function Session:apply(params)
     else
       table.insert(self.notices, { level = ev.level, message = ev.message })
     end
+  elseif kind == "compaction" then
+    self.compactions[ev.messageId] = { reason = ev.reason, tokensBefore = ev.tokensBefore, tokensAfter = ev.tokensAfter }
+    -- Its summary entry is drawn already (committed first): draw it again with these details.
+    self.render_cache[ev.messageId] = nil
+    self.render_prefix = nil
   elseif kind == "budget" then
     self.budget = ev.snapshot
   elseif kind == "runFinished" then
