@@ -321,7 +321,7 @@ test('/compact: the summary entry, the compaction, folded entries and the summar
   }
 });
 
-test('an approval answered in another view of the same daemon leaves this one, and the run goes on here', { timeout: 120_000 }, async () => {
+test('an approval answered in another view of the same daemon (Always) leaves this one, the run goes on here, and a later write asks nobody', { timeout: 120_000 }, async () => {
   const scratch = new Scratch();
   const daemon = scratch.daemon({ SIDECHAT_DEMO_DELAY_MS: '5' });
   await daemon.start();
@@ -334,7 +334,7 @@ test('an approval answered in another view of the same daemon leaves this one, a
     there = await openChat(browser, served.url, daemon, scratch.workspace);
     await there.page.waitForSelector('.approval', STEP);
     assert.equal(await there.page.getAttribute('.approval', 'data-approval-id'), await here.page.getAttribute('.approval', 'data-approval-id'));
-    await there.page.click('.approval button.allow');
+    await there.page.click('.approval button.allow-always');
     // Here, nobody clicked: the card goes, the tool runs and the reply follows.
     await here.page.waitForSelector('.approval', { state: 'detached', ...STEP });
     await here.page.waitForSelector('.entry.tool[data-status="done"]', STEP);
@@ -344,6 +344,14 @@ test('an approval answered in another view of the same daemon leaves this one, a
     assert.equal(readFileSync(join(scratch.workspace, 'notes.md'), 'utf8'), 'hello\n');
     await there.page.waitForSelector('.approval', { state: 'detached', ...STEP });
     await screenshot(here.page, '12-approved-elsewhere');
+
+    // "Always" covered the rest of the chat: the next write asks nobody.
+    await send(here.page, 'create other.md with more');
+    await waitIn(here.page, () => document.querySelectorAll('.entry.tool[data-status="done"]').length === 2);
+    await waitIn(here.page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
+    assert.equal(readFileSync(join(scratch.workspace, 'other.md'), 'utf8'), 'more\n');
+    assert.equal(await here.page.locator('.approval').count(), 0);
+    assert.equal(await here.page.locator('.entry.tool[data-status="awaitingApproval"]').count(), 0);
 
     // The same for a denial, answered through the daemon directly (no page involved).
     await send(here.page, 'run ls -la');
