@@ -146,7 +146,8 @@ export class Daemon {
     await exited;
     clearTimeout(killer);
     connection?.dispose();
-    this.child = undefined;
+    // A request while this one exited may have started the next daemon: keep hold of that one.
+    if (this.child === child) this.child = undefined;
   }
 
   private setStatus(status: DaemonStatus): void {
