@@ -3,9 +3,10 @@
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
+use sidechat::protocol::{InitializeParams, SessionListParams};
 use sidechat::rpc::framing::Framing;
 
-use crate::harness::{Daemon, Options, Scratch};
+use crate::harness::{Daemon, Options, Scratch, sid};
 
 /// The code and id of the next unsolicited frame (an error answer to a raw write).
 async fn next_error(daemon: &mut Daemon) -> (Value, i64) {
@@ -19,7 +20,15 @@ async fn next_error(daemon: &mut Daemon) -> (Value, i64) {
 }
 
 async fn still_answers(daemon: &Daemon) {
-    let listed = daemon.call("session/list", json!({"limit": 1})).await;
+    let listed = daemon
+        .call(
+            "session/list",
+            SessionListParams {
+                limit: Some(1),
+                ..SessionListParams::default()
+            },
+        )
+        .await;
     assert!(listed["sessions"].is_array());
 }
 
@@ -35,7 +44,7 @@ async fn line_framing_bad_input() {
         .await
         .unwrap();
     assert_eq!(next_error(&mut daemon).await, (json!(1), -32002));
-    daemon.call("initialize", json!({})).await;
+    daemon.call("initialize", InitializeParams::default()).await;
 
     let cases: &[(&[u8], Value, i64)] = &[
         // Random bytes.
@@ -70,7 +79,7 @@ async fn line_framing_bad_input() {
 
     // The unknown session's id is named in the error.
     let error = daemon
-        .try_call("session/delete", json!({"sessionId": "ses_gone"}))
+        .try_call("session/delete", sid("ses_gone"))
         .await
         .unwrap_err();
     assert_eq!(
@@ -132,7 +141,7 @@ async fn content_length_framing_bad_input() {
             ..Options::default()
         },
     );
-    daemon.call("initialize", json!({})).await;
+    daemon.call("initialize", InitializeParams::default()).await;
 
     // A truncated header.
     daemon.conn.write_raw(b"Content-Len\r\n\r\n").await.unwrap();

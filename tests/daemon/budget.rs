@@ -2,9 +2,12 @@
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use sidechat::protocol::{Event, FinishReason, SessionEventParams};
+use sidechat::protocol::{
+    Event, FinishReason, SessionCreateParams, SessionEventParams, SessionListParams,
+    SessionUpdateParams,
+};
 
-use crate::harness::{Daemon, Options, Scratch};
+use crate::harness::{Daemon, Options, Scratch, say, sid};
 use crate::upstream::{Reply, start};
 
 fn openai_text(text: &str, prompt: u64, cached: u64, completion: u64) -> Reply {
@@ -56,15 +59,14 @@ async fn counts_are_tiktokens_and_the_stored_counts_add_up_to_a_recount() {
     ]});
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
     let session = daemon
-        .create_session(
-            json!({"account": "replay", "model": "gpt-4o", "systemPrompt": "Be brief.",
-                               "workspaceRoot": scratch.workspace().display().to_string()}),
-        )
+        .create_session(SessionCreateParams {
+            model: Some("gpt-4o".into()),
+            system_prompt: Some("Be brief.".into()),
+            ..scratch.replay_session()
+        })
         .await;
     let question = "What files are in this folder, and which one is the largest?";
-    daemon
-        .call("chat/send", json!({"sessionId": session, "text": question}))
-        .await;
+    daemon.call("chat/send", say(&session, question)).await;
     let events = daemon.until_finished().await;
     let first = &budgets(&events)[0]["snapshot"];
     assert_eq!(
@@ -75,10 +77,7 @@ async fn counts_are_tiktokens_and_the_stored_counts_add_up_to_a_recount() {
     assert_eq!(first["countedByEstimate"], json!(false));
 
     // The incremental tally equals a recount of every message the model is sent.
-    let snapshot = daemon
-        .call("session/budget", json!({"sessionId": session}))
-        .await["snapshot"]
-        .clone();
+    let snapshot = daemon.call("session/budget", sid(&session)).await["snapshot"].clone();
     let transcript = daemon.transcript(&session).await;
     let entries: Vec<sidechat::protocol::TranscriptEntry> =
         serde_json::from_value(transcript["entries"].clone()).unwrap();
@@ -108,10 +107,7 @@ async fn counts_are_tiktokens_and_the_stored_counts_add_up_to_a_recount() {
         },
     )
     .await;
-    let again = daemon
-        .call("session/budget", json!({"sessionId": session}))
-        .await["snapshot"]
-        .clone();
+    let again = daemon.call("session/budget", sid(&session)).await["snapshot"].clone();
     assert_eq!(again, snapshot);
     daemon.close().await;
 }
@@ -146,13 +142,8 @@ async fn a_long_streamed_answer_counts_as_a_recount_of_it() {
         Options::with_env(openai_env(&upstream.url, "gpt-4o")),
     )
     .await;
-    let session = daemon.create_session(json!({})).await;
-    daemon
-        .call(
-            "chat/send",
-            json!({"sessionId": session, "text": "Explain."}),
-        )
-        .await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
+    daemon.call("chat/send", say(&session, "Explain.")).await;
     assert_eq!(
         finish(&daemon.until_finished().await).0,
         FinishReason::EndTurn
@@ -174,10 +165,7 @@ async fn a_long_streamed_answer_counts_as_a_recount_of_it() {
         .iter()
         .map(|e| sidechat::runtime::count_blocks("gpt-4o", e.role, &e.blocks).tokens)
         .sum();
-    let snapshot = daemon
-        .call("session/budget", json!({"sessionId": session}))
-        .await["snapshot"]
-        .clone();
+    let snapshot = daemon.call("session/budget", sid(&session)).await["snapshot"].clone();
     assert_eq!(snapshot["historyTokens"].as_u64().unwrap(), recount);
     daemon.close().await;
 }
@@ -196,18 +184,28 @@ async fn context_windows_come_from_the_table_unless_the_account_overrides() {
     let window = |session: String| {
         let daemon = &daemon;
         async move {
-            daemon
-                .call("session/budget", json!({"sessionId": session}))
-                .await["snapshot"]["contextWindow"]
-                .clone()
+            daemon.call("session/budget", sid(&session)).await["snapshot"]["contextWindow"].clone()
         }
     };
-    let local = daemon.create_session(json!({"account": "local"})).await;
+    let local = daemon
+        .create_session(SessionCreateParams {
+            account: Some("local".into()),
+            ..Default::default()
+        })
+        .await;
     let claude = daemon
-        .create_session(json!({"account": "local", "model": "claude-sonnet-4-5"}))
+        .create_session(SessionCreateParams {
+            account: Some("local".into()),
+            model: Some("claude-sonnet-4-5".into()),
+            ..Default::default()
+        })
         .await;
     let unknown = daemon
-        .create_session(json!({"account": "demo", "model": "no-such-model"}))
+        .create_session(SessionCreateParams {
+            account: Some("demo".into()),
+            model: Some("no-such-model".into()),
+            ..Default::default()
+        })
         .await;
     // The owner's 8,000 tokens win over the table's figure for llama3.1 and for Claude alike.
     assert_eq!(window(local).await, json!(8000));
@@ -221,11 +219,13 @@ async fn pressure_follows_the_configured_thresholds_exactly() {
     let scratch = Scratch::new();
     let daemon = Daemon::start(&scratch.db(), Options::default()).await;
     let session = daemon
-        .create_session(json!({"model": "gpt-4o", "systemPrompt": "x ".repeat(30000)}))
+        .create_session(SessionCreateParams {
+            model: Some("gpt-4o".into()),
+            system_prompt: Some("x ".repeat(30000)),
+            ..SessionCreateParams::default()
+        })
         .await;
-    let utilisation = daemon
-        .call("session/budget", json!({"sessionId": session}))
-        .await["snapshot"]["utilisation"]
+    let utilisation = daemon.call("session/budget", sid(&session)).await["snapshot"]["utilisation"]
         .as_f64()
         .unwrap();
     daemon.close().await;
@@ -240,10 +240,7 @@ async fn pressure_follows_the_configured_thresholds_exactly() {
             ("SIDECHAT_PRESSURE_CRITICAL", critical.to_string()),
         ];
         let daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
-        let snapshot = daemon
-            .call("session/budget", json!({"sessionId": session}))
-            .await["snapshot"]
-            .clone();
+        let snapshot = daemon.call("session/budget", sid(&session)).await["snapshot"].clone();
         assert_eq!(
             (
                 snapshot["pressure"].clone(),
@@ -276,7 +273,7 @@ async fn actual_usage_is_reported_and_priced_when_read() {
         Options::with_env(openai_env(&upstream.url, "gpt-4o")),
     )
     .await;
-    let session = daemon.create_session(json!({})).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     daemon.send(&session, "hi").await;
     let events = daemon.until_finished().await;
     let reported = budgets(&events);
@@ -293,10 +290,7 @@ async fn actual_usage_is_reported_and_priced_when_read() {
         (json!(false), json!(1.0))
     );
 
-    let cost = daemon
-        .call("session/cost", json!({"sessionId": session}))
-        .await["cost"]
-        .clone();
+    let cost = daemon.call("session/cost", sid(&session)).await["cost"].clone();
     // 100,000 × 2.50 + 20,000 × 1.25 + 5,000 × 10 = 250,000 + 25,000 + 50,000 µ$ = $0.325
     assert_eq!(
         cost["byKind"],
@@ -307,7 +301,10 @@ async fn actual_usage_is_reported_and_priced_when_read() {
         (json!(0.325), json!(false))
     );
     assert_eq!(cost["unpriced"]["lines"], json!(0));
-    let listed = daemon.call("session/list", json!({})).await["sessions"][0].clone();
+    let listed = daemon
+        .call("session/list", SessionListParams::default())
+        .await["sessions"][0]
+        .clone();
     let spend = |v: &Value| {
         (
             v["tokens"].clone(),
@@ -316,9 +313,7 @@ async fn actual_usage_is_reported_and_priced_when_read() {
         )
     };
     assert_eq!(spend(&listed), (json!(125_000), json!(0.325), json!(0)));
-    let view = daemon
-        .call("session/get", json!({"sessionId": session}))
-        .await;
+    let view = daemon.call("session/get", sid(&session)).await;
     assert_eq!(spend(&view), spend(&listed));
     daemon.close().await;
 }
@@ -344,7 +339,7 @@ async fn an_estimated_model_learns_a_correction_from_actuals() {
         ("SIDECHAT_ANTHROPIC_MODEL", "claude-sonnet-4-5".into()),
     ];
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
-    let session = daemon.create_session(json!({})).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     daemon.send(&session, "one").await;
     let first = budgets(&daemon.until_finished().await);
     let raw = first[0]["snapshot"]["rawInputTokens"].as_f64().unwrap();
@@ -377,13 +372,10 @@ async fn configured_prices_beat_the_table_and_unpriced_models_say_so() {
     let mut env = openai_env(&upstream.url, "my-local-model");
     env.push(("SIDECHAT_CONFIG", config.display().to_string()));
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
-    let priced = daemon.create_session(json!({})).await;
+    let priced = daemon.create_session(SessionCreateParams::default()).await;
     daemon.send(&priced, "hi").await;
     daemon.until_finished().await;
-    let cost = daemon
-        .call("session/cost", json!({"sessionId": priced}))
-        .await["cost"]
-        .clone();
+    let cost = daemon.call("session/cost", sid(&priced)).await["cost"].clone();
     // 1,000 × $1/M + 500 × $2/M = $0.001 + $0.001
     assert_eq!(
         (
@@ -394,14 +386,14 @@ async fn configured_prices_beat_the_table_and_unpriced_models_say_so() {
     );
 
     let unpriced = daemon
-        .create_session(json!({"model": "mystery-model"}))
+        .create_session(SessionCreateParams {
+            model: Some("mystery-model".into()),
+            ..Default::default()
+        })
         .await;
     daemon.send(&unpriced, "hi").await;
     daemon.until_finished().await;
-    let cost = daemon
-        .call("session/cost", json!({"sessionId": unpriced}))
-        .await["cost"]
-        .clone();
+    let cost = daemon.call("session/cost", sid(&unpriced)).await["cost"].clone();
     assert_eq!(
         (
             cost.get("totalUsd").cloned(),
@@ -414,9 +406,7 @@ async fn configured_prices_beat_the_table_and_unpriced_models_say_so() {
             json!({"lines": 1, "tokens": {"input": 1000, "output": 500, "cacheRead": 0, "cacheWrite": 0, "reasoning": 0}, "models": ["mystery-model"]})
         )
     );
-    let view = daemon
-        .call("session/get", json!({"sessionId": unpriced}))
-        .await;
+    let view = daemon.call("session/get", sid(&unpriced)).await;
     assert_eq!(
         (
             view["tokens"].clone(),
@@ -458,7 +448,12 @@ async fn a_spend_cap_stops_before_the_request_and_refuses_sends_until_raised() {
     .await;
 
     // A cap below one request's input: the run ends before anything is sent.
-    let tiny = daemon.create_session(json!({"capUsd": 0.000001})).await;
+    let tiny = daemon
+        .create_session(SessionCreateParams {
+            cap_usd: Some(0.000001),
+            ..Default::default()
+        })
+        .await;
     daemon.send(&tiny, "hi").await;
     let (reason, error) = finish(&daemon.until_finished().await);
     assert_eq!(reason, FinishReason::BudgetSpent);
@@ -466,14 +461,19 @@ async fn a_spend_cap_stops_before_the_request_and_refuses_sends_until_raised() {
     assert_eq!(upstream.requests.lock().unwrap().len(), 0);
 
     // A cap the first request uses up: the next send is refused until the cap is raised.
-    let session = daemon.create_session(json!({"capUsd": 0.30})).await;
+    let session = daemon
+        .create_session(SessionCreateParams {
+            cap_usd: Some(0.30),
+            ..Default::default()
+        })
+        .await;
     daemon.send(&session, "hi").await;
     assert_eq!(
         finish(&daemon.until_finished().await).0,
         FinishReason::EndTurn
     );
     let refused = daemon
-        .try_call("chat/send", json!({"sessionId": session, "text": "more"}))
+        .try_call("chat/send", say(&session, "more"))
         .await
         .unwrap_err();
     assert_eq!(refused.code, -32006);
@@ -487,7 +487,11 @@ async fn a_spend_cap_stops_before_the_request_and_refuses_sends_until_raised() {
     daemon
         .call(
             "session/update",
-            json!({"sessionId": session, "capUsd": 1.0}),
+            SessionUpdateParams {
+                session_id: session.clone(),
+                cap_usd: Some(Some(1.0)),
+                ..SessionUpdateParams::default()
+            },
         )
         .await;
     daemon.send(&session, "more").await;
@@ -498,7 +502,11 @@ async fn a_spend_cap_stops_before_the_request_and_refuses_sends_until_raised() {
     let removed = daemon
         .call(
             "session/update",
-            json!({"sessionId": session, "capUsd": null}),
+            SessionUpdateParams {
+                session_id: session.clone(),
+                cap_usd: Some(None),
+                ..SessionUpdateParams::default()
+            },
         )
         .await;
     assert_eq!(removed.get("capUsd"), None);
@@ -518,7 +526,10 @@ async fn a_run_past_its_time_limit_ends_with_budget_spent() {
     )
     .await;
     let session = daemon
-        .create_session(json!({"account": "replay", "maxSeconds": 1, "workspaceRoot": scratch.workspace().display().to_string()}))
+        .create_session(SessionCreateParams {
+            max_seconds: Some(1),
+            ..scratch.replay_session()
+        })
         .await;
     daemon.send(&session, "go").await;
     let (reason, error) = finish(&daemon.until_finished().await);
@@ -538,12 +549,14 @@ async fn slash_commands_run_locally_and_notes_never_reach_the_model() {
     let scratch = Scratch::new();
     let script = json!({"turns": [{"text": "first answer"}, {"text": "second answer"}, {"text": "third answer"}]});
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
-    let session = daemon.create_session(json!({"account": "replay"})).await;
+    let session = daemon
+        .create_session(SessionCreateParams {
+            account: Some("replay".into()),
+            ..Default::default()
+        })
+        .await;
     daemon
-        .call(
-            "chat/send",
-            json!({"sessionId": session, "text": "remember the word apple"}),
-        )
+        .call("chat/send", say(&session, "remember the word apple"))
         .await;
     daemon.until_finished().await;
 
@@ -556,9 +569,7 @@ async fn slash_commands_run_locally_and_notes_never_reach_the_model() {
             "System prompt set: Answer in French.",
         ),
     ] {
-        let sent = daemon
-            .call("chat/send", json!({"sessionId": session, "text": command}))
-            .await;
+        let sent = daemon.call("chat/send", say(&session, command)).await;
         assert_eq!(
             (sent["runId"].clone(), sent["queued"].clone()),
             (Value::Null, json!(false)),
@@ -577,39 +588,24 @@ async fn slash_commands_run_locally_and_notes_never_reach_the_model() {
             .to_string();
         assert!(text.starts_with(starts), "{command}: {text}");
     }
-    let view = daemon
-        .call("session/get", json!({"sessionId": session}))
-        .await;
+    let view = daemon.call("session/get", sid(&session)).await;
     assert_eq!(
         (view["model"].clone(), view["systemPrompt"].clone()),
         (json!("replay-2"), json!("Answer in French."))
     );
 
-    daemon
-        .call(
-            "chat/send",
-            json!({"sessionId": session, "text": "/frobnicate"}),
-        )
-        .await;
+    daemon.call("chat/send", say(&session, "/frobnicate")).await;
     let notice = daemon.next_event().await;
     assert!(
         matches!(&notice.event, Event::Notice { message, .. } if message.starts_with("Unknown command /frobnicate"))
     );
 
-    daemon
-        .call(
-            "chat/send",
-            json!({"sessionId": session, "text": "what word?"}),
-        )
-        .await;
+    daemon.call("chat/send", say(&session, "what word?")).await;
     daemon.until_finished().await;
     daemon.send(&session, "/clear").await;
     daemon.next_event().await;
     daemon
-        .call(
-            "chat/send",
-            json!({"sessionId": session, "text": "//start over"}),
-        )
+        .call("chat/send", say(&session, "//start over"))
         .await;
     daemon.until_finished().await;
 

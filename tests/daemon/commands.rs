@@ -3,9 +3,9 @@
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use sidechat::protocol::Event;
+use sidechat::protocol::{ApprovalDecision, Event, SessionCreateParams, SessionUpdateParams};
 
-use crate::harness::{Daemon, Options, Scratch};
+use crate::harness::{Daemon, Options, Scratch, answer, say, sid};
 
 fn write_turn() -> Value {
     json!({"toolCalls": [{"name": "write_file", "input": {"path": "a.txt", "content": "a"}}]})
@@ -13,23 +13,17 @@ fn write_turn() -> Value {
 
 async fn replay(scratch: &Scratch, script: Value) -> (Daemon, String) {
     let daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
-    let session = daemon
-        .create_session(json!({"account": "replay", "workspaceRoot": scratch.workspace().display().to_string()}))
-        .await;
+    let session = daemon.create_session(scratch.replay_session()).await;
     (daemon, session)
 }
 
 async fn session_view(daemon: &Daemon, session: &str) -> Value {
-    daemon
-        .call("session/get", json!({"sessionId": session}))
-        .await
+    daemon.call("session/get", sid(session)).await
 }
 
 /// The text of the note a command wrote.
 async fn note_of(daemon: &mut Daemon, session: &str, command: &str) -> String {
-    daemon
-        .call("chat/send", json!({"sessionId": session, "text": command}))
-        .await;
+    daemon.call("chat/send", say(session, command)).await;
     let events = daemon
         .events_until(|e| matches!(e, Event::MessageCompleted { .. }))
         .await;
@@ -52,9 +46,7 @@ async fn commands_match_whatever_the_case_and_an_unknown_one_keeps_what_was_type
     assert!(help.starts_with("Commands:"), "{help}");
 
     let typed = "/frobnicate the widgets, please";
-    let sent = daemon
-        .call("chat/send", json!({"sessionId": session, "text": typed}))
-        .await;
+    let sent = daemon.call("chat/send", say(&session, typed)).await;
     let transcript = daemon.transcript(&session).await;
     let last = transcript["entries"].as_array().unwrap().last().unwrap();
     assert_eq!(
@@ -80,14 +72,14 @@ async fn clear_is_refused_while_a_run_waits_on_an_approval_after_a_restart() {
 
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
     let refused = daemon
-        .try_call("chat/send", json!({"sessionId": session, "text": "/clear"}))
+        .try_call("chat/send", say(&session, "/clear"))
         .await
         .unwrap_err();
     assert_eq!(refused.code, -32003, "{}", refused.message);
     daemon
         .call(
             "approval/respond",
-            json!({"approvalId": approval, "decision": "allow"}),
+            answer(&approval, ApprovalDecision::Allow),
         )
         .await;
     daemon.until_finished().await;
@@ -134,7 +126,7 @@ async fn clear_on_an_unanswered_session_leaves_nothing_to_resume() {
     assert!(cleared.starts_with("Context cleared"), "{cleared}");
     assert_eq!(session_view(&daemon, &session).await["state"], "idle");
     let nothing = daemon
-        .try_call("chat/resume", json!({"sessionId": session}))
+        .try_call("chat/resume", sid(&session))
         .await
         .unwrap_err();
     assert_eq!(nothing.code, -32007);
@@ -152,12 +144,14 @@ async fn clear_on_an_unanswered_session_leaves_nothing_to_resume() {
 async fn unknown_models_need_force_and_the_demo_is_never_priced() {
     let scratch = Scratch::new();
     let mut daemon = Daemon::start(&scratch.db(), Options::default()).await;
-    let session = daemon.create_session(json!({"account": "demo"})).await;
+    let session = daemon
+        .create_session(SessionCreateParams {
+            account: Some("demo".into()),
+            ..Default::default()
+        })
+        .await;
     let refused = daemon
-        .try_call(
-            "chat/send",
-            json!({"sessionId": session, "text": "/model gtp-4o"}),
-        )
+        .try_call("chat/send", say(&session, "/model gtp-4o"))
         .await
         .unwrap_err();
     assert_eq!(refused.code, -32602);
@@ -180,10 +174,7 @@ async fn unknown_models_need_force_and_the_demo_is_never_priced() {
     // The demo answers whatever the session's model says; its usage is never priced as it.
     daemon.send(&session, "hello").await;
     daemon.until_finished().await;
-    let cost = daemon
-        .call("session/cost", json!({"sessionId": session}))
-        .await["cost"]
-        .clone();
+    let cost = daemon.call("session/cost", sid(&session)).await["cost"].clone();
     assert_eq!(
         (
             cost.get("totalUsd").cloned(),
@@ -205,12 +196,22 @@ async fn update_changes_the_account_and_the_workspace_root_or_says_why_not() {
         Options::with_env(scratch.replay(json!({"turns": []}))),
     )
     .await;
-    let session = daemon.create_session(json!({"account": "demo"})).await;
+    let session = daemon
+        .create_session(SessionCreateParams {
+            account: Some("demo".into()),
+            ..Default::default()
+        })
+        .await;
     let root = scratch.workspace().display().to_string();
     let updated = daemon
         .call(
             "session/update",
-            json!({"sessionId": session, "account": "replay", "workspaceRoot": root}),
+            SessionUpdateParams {
+                session_id: session.clone(),
+                account: Some("replay".into()),
+                workspace_root: Some(root.clone()),
+                ..SessionUpdateParams::default()
+            },
         )
         .await;
     assert_eq!(
@@ -224,31 +225,38 @@ async fn update_changes_the_account_and_the_workspace_root_or_says_why_not() {
 
     let file = scratch.workspace().join("file.txt");
     std::fs::write(&file, "not a folder").unwrap();
+    let update = |account: Option<&str>, workspace_root: Option<String>| SessionUpdateParams {
+        session_id: session.clone(),
+        account: account.map(str::to_string),
+        workspace_root,
+        ..SessionUpdateParams::default()
+    };
     for (params, says) in [
         (
-            json!({"account": "nowhere"}),
+            update(Some("nowhere"), None),
             "no account named \"nowhere\"",
         ),
-        (json!({"workspaceRoot": "relative/path"}), "absolute"),
+        (update(None, Some("relative/path".into())), "absolute"),
         (
-            json!({"workspaceRoot": scratch.dir.path().join("missing").display().to_string()}),
+            update(
+                None,
+                Some(scratch.dir.path().join("missing").display().to_string()),
+            ),
             "not an existing directory",
         ),
         (
-            json!({"workspaceRoot": file.display().to_string()}),
+            update(None, Some(file.display().to_string())),
             "not an existing directory",
         ),
     ] {
-        let mut params = params;
-        params["sessionId"] = json!(session);
         let refused = daemon
             .try_call("session/update", params.clone())
             .await
             .unwrap_err();
-        assert_eq!(refused.code, -32602, "{params}");
+        assert_eq!(refused.code, -32602, "{params:?}");
         assert!(
             refused.message.contains(says),
-            "{params}: {}",
+            "{params:?}: {}",
             refused.message
         );
     }

@@ -3,9 +3,9 @@
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use sidechat::protocol::Event;
+use sidechat::protocol::{ApprovalDecision, Event, SessionCreateParams, SessionFileDiffParams};
 
-use crate::harness::{Daemon, Options, Scratch};
+use crate::harness::{Daemon, Options, Scratch, answer, sid};
 
 fn tool_turn(name: &str, input: Value) -> Value {
     json!({"text": format!("Calling {name}."), "toolCalls": [{"name": name, "input": input}]})
@@ -17,9 +17,7 @@ async fn run_script(scratch: &Scratch, turns: Value) -> (Daemon, String) {
         Options::with_env(scratch.replay(json!({ "turns": turns }))),
     )
     .await;
-    let session = daemon
-        .create_session(json!({"account": "replay", "workspaceRoot": scratch.workspace().display().to_string()}))
-        .await;
+    let session = daemon.create_session(scratch.replay_session()).await;
     daemon.send(&session, "change files").await;
     // Allow every write and edit until the run ends.
     loop {
@@ -36,7 +34,7 @@ async fn run_script(scratch: &Scratch, turns: Value) -> (Daemon, String) {
                 daemon
                     .call(
                         "approval/respond",
-                        json!({"approvalId": approval.approval_id, "decision": "allow"}),
+                        answer(&approval.approval_id, ApprovalDecision::Allow),
                     )
                     .await;
             }
@@ -62,7 +60,10 @@ async fn spans_the_sessions_changes_and_skips_failed_ones() {
     let diff = daemon
         .call(
             "session/fileDiff",
-            json!({"sessionId": session, "path": "a.txt"}),
+            SessionFileDiffParams {
+                session_id: session.clone(),
+                path: "a.txt".into(),
+            },
         )
         .await;
     assert_eq!(
@@ -87,7 +88,10 @@ async fn keeps_the_text_an_overwrite_replaced() {
     let diff = daemon
         .call(
             "session/fileDiff",
-            json!({"sessionId": session, "path": "b.txt"}),
+            SessionFileDiffParams {
+                session_id: session.clone(),
+                path: "b.txt".into(),
+            },
         )
         .await;
     assert_eq!(
@@ -112,16 +116,17 @@ async fn a_file_over_the_cap_is_listed_but_its_text_omitted() {
     let diff = daemon
         .call(
             "session/fileDiff",
-            json!({"sessionId": session, "path": "big.txt"}),
+            SessionFileDiffParams {
+                session_id: session.clone(),
+                path: "big.txt".into(),
+            },
         )
         .await;
     assert_eq!(
         diff,
         json!({"sessionId": session, "path": "big.txt", "omitted": true, "changes": 1})
     );
-    let view = daemon
-        .call("session/get", json!({"sessionId": session}))
-        .await;
+    let view = daemon.call("session/get", sid(&session)).await;
     assert_eq!(
         view["changedFiles"],
         json!([{"path": "big.txt", "added": 1, "removed": 0}])
@@ -133,11 +138,14 @@ async fn a_file_over_the_cap_is_listed_but_its_text_omitted() {
 async fn bad_requests_get_clear_errors() {
     let scratch = Scratch::new();
     let daemon = Daemon::start(&scratch.db(), Options::default()).await;
-    let session = daemon.create_session(json!({})).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     let never_changed = daemon
         .try_call(
             "session/fileDiff",
-            json!({"sessionId": session, "path": "nope.txt"}),
+            SessionFileDiffParams {
+                session_id: session.clone(),
+                path: "nope.txt".into(),
+            },
         )
         .await
         .unwrap_err();
@@ -148,13 +156,16 @@ async fn bad_requests_get_clear_errors() {
     let unknown = daemon
         .try_call(
             "session/fileDiff",
-            json!({"sessionId": "ses_nope", "path": "a.txt"}),
+            SessionFileDiffParams {
+                session_id: "ses_nope".into(),
+                path: "a.txt".into(),
+            },
         )
         .await
         .unwrap_err();
     assert_eq!(unknown.code, -32001);
     let missing = daemon
-        .try_call("session/fileDiff", json!({"sessionId": session}))
+        .try_call("session/fileDiff", sid(&session))
         .await
         .unwrap_err();
     assert_eq!(missing.code, -32602);

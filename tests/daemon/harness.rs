@@ -8,8 +8,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use sidechat::client::{Connection, RpcError};
 use sidechat::protocol::{
-    ChatSendParams, ClientInfo, Event, InitializeParams, SessionEventParams,
-    SessionTranscriptParams,
+    ApprovalDecision, ApprovalRespondParams, ChatSendParams, ClientInfo, Event, InitializeParams,
+    SessionCreateParams, SessionEventParams, SessionIdParams, SessionTranscriptParams,
 };
 use sidechat::rpc::framing::Framing;
 use tokio::sync::mpsc;
@@ -144,16 +144,7 @@ impl Daemon {
 
     /// `chat/send` of plain text; the result.
     pub async fn send(&self, session: &str, text: &str) -> Value {
-        self.call(
-            "chat/send",
-            ChatSendParams {
-                session_id: session.into(),
-                text: text.into(),
-                client_message_id: None,
-                attachments: Vec::new(),
-            },
-        )
-        .await
+        self.call("chat/send", say(session, text)).await
     }
 
     /// The whole `session/transcript` of a session.
@@ -231,6 +222,41 @@ impl Daemon {
     }
 }
 
+/// Params of the methods that name one session and nothing else (`session/get`, `chat/stop`…).
+pub fn sid(session: &str) -> SessionIdParams {
+    SessionIdParams {
+        session_id: session.into(),
+    }
+}
+
+/// Params of `chat/send` with a client message id, for retries and interjections.
+pub fn send_with_id(session: &str, text: &str, client_message_id: &str) -> ChatSendParams {
+    ChatSendParams {
+        session_id: session.into(),
+        text: text.into(),
+        client_message_id: Some(client_message_id.into()),
+        attachments: Vec::new(),
+    }
+}
+
+/// Params of `chat/send` of plain text.
+pub fn say(session: &str, text: &str) -> ChatSendParams {
+    ChatSendParams {
+        session_id: session.into(),
+        text: text.into(),
+        client_message_id: None,
+        attachments: Vec::new(),
+    }
+}
+
+/// Params of `approval/respond`.
+pub fn answer(approval: &str, decision: ApprovalDecision) -> ApprovalRespondParams {
+    ApprovalRespondParams {
+        approval_id: approval.into(),
+        decision,
+    }
+}
+
 /// A scratch folder with a database path and a workspace folder.
 pub struct Scratch {
     pub dir: tempfile::TempDir,
@@ -262,6 +288,15 @@ impl Scratch {
                 self.request_log().display().to_string(),
             ),
         ]
+    }
+
+    /// `session/create` params for the scripted replay model working in [`Scratch::workspace`].
+    pub fn replay_session(&self) -> SessionCreateParams {
+        SessionCreateParams {
+            account: Some("replay".into()),
+            workspace_root: Some(self.workspace().display().to_string()),
+            ..SessionCreateParams::default()
+        }
     }
 
     /// The HOME (and XDG folders) of daemons on [`Scratch::db`]; see [`home_for`].

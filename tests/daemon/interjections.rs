@@ -2,18 +2,20 @@
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use sidechat::protocol::{Event, FinishReason};
+use sidechat::protocol::{
+    ApprovalDecision, Attachment, ChatSendParams, Event, FinishReason, InterjectionCancelParams,
+    SessionCreateParams, SessionTranscriptParams,
+};
 
-use crate::harness::{Daemon, Options, Scratch, kinds};
+use crate::harness::{Daemon, Options, Scratch, answer, kinds, say, send_with_id, sid};
 
-async fn replay(scratch: &Scratch, script: Value, session: Value) -> (Daemon, String) {
+/// A replay daemon and a session on it, taking at most `max_steps` steps per run when given.
+async fn replay(scratch: &Scratch, script: Value, max_steps: Option<u32>) -> (Daemon, String) {
     let daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
-    let mut params =
-        json!({"account": "replay", "workspaceRoot": scratch.workspace().display().to_string()});
-    params
-        .as_object_mut()
-        .unwrap()
-        .extend(session.as_object().unwrap().clone());
+    let params = SessionCreateParams {
+        max_steps,
+        ..scratch.replay_session()
+    };
     let id = daemon.create_session(params).await;
     (daemon, id)
 }
@@ -22,10 +24,10 @@ async fn replay(scratch: &Scratch, script: Value, session: Value) -> (Daemon, St
 async fn mid_step(
     scratch: &Scratch,
     script: Value,
-    session: Value,
+    max_steps: Option<u32>,
     first: &str,
 ) -> (Daemon, String) {
-    let (mut daemon, id) = replay(scratch, script, session).await;
+    let (mut daemon, id) = replay(scratch, script, max_steps).await;
     daemon.send(&id, first).await;
     daemon
         .events_until(|e| matches!(e, Event::TextDelta { .. }))
@@ -57,7 +59,7 @@ async fn delivered_after_the_tool_results_exactly_once_and_in_order() {
     let (mut daemon, session) = mid_step(
         &scratch,
         json!({"turns": [slow_tool_step(), {"text": "Noted both."}]}),
-        json!({}),
+        None,
         "look around",
     )
     .await;
@@ -148,7 +150,7 @@ async fn queued_during_the_last_allowed_step_is_promoted_into_the_next_run() {
     let (mut daemon, session) = mid_step(
         &scratch,
         json!({"turns": [slow_tool_step(), {"text": "Answering the follow-up."}]}),
-        json!({"maxSteps": 1}),
+        Some(1),
         "look",
     )
     .await;
@@ -198,14 +200,12 @@ async fn stop_with_queued_input_ends_the_run_and_the_input_goes_out_next() {
     let (mut daemon, session) = mid_step(
         &scratch,
         json!({"turns": [long, {"text": "On it."}]}),
-        json!({}),
+        None,
         "talk",
     )
     .await;
     daemon.send(&session, "stop that, do this instead").await;
-    daemon
-        .call("chat/stop", json!({"sessionId": session}))
-        .await;
+    daemon.call("chat/stop", sid(&session)).await;
     let stopped = daemon.until_finished().await;
     assert!(matches!(
         stopped.last().map(|e| &e.event),
@@ -238,7 +238,7 @@ async fn an_interjection_never_answers_a_pending_approval() {
     let (mut daemon, session) = replay(
         &scratch,
         json!({"turns": [write, {"text": "Written."}]}),
-        json!({}),
+        None,
     )
     .await;
     daemon.send(&session, "write a.txt").await;
@@ -254,7 +254,7 @@ async fn an_interjection_never_answers_a_pending_approval() {
     daemon
         .call(
             "approval/respond",
-            json!({"approvalId": approval, "decision": "allow"}),
+            answer(&approval, ApprovalDecision::Allow),
         )
         .await;
     daemon.until_finished().await;
@@ -268,15 +268,15 @@ async fn cancel_withdraws_a_waiting_interjection() {
     let (mut daemon, session) = mid_step(
         &scratch,
         json!({"turns": [slow_tool_step(), {"text": "Done."}]}),
-        json!({}),
+        None,
         "look",
     )
     .await;
     let queued = daemon.send(&session, "never mind").await;
-    let pending_id = queued["pendingId"].clone();
-    let cancelled = daemon
-        .call("interjection/cancel", json!({"pendingId": pending_id}))
-        .await;
+    let cancel = InterjectionCancelParams {
+        pending_id: queued["pendingId"].as_str().expect("a pending id").into(),
+    };
+    let cancelled = daemon.call("interjection/cancel", cancel.clone()).await;
     assert_eq!(cancelled, json!({"cancelled": true, "status": "cancelled"}));
     daemon.until_finished().await;
     assert!(
@@ -285,12 +285,15 @@ async fn cancel_withdraws_a_waiting_interjection() {
             .iter()
             .any(|r| texts(r).iter().any(|t| t.contains("never mind")))
     );
-    let again = daemon
-        .call("interjection/cancel", json!({"pendingId": pending_id}))
-        .await;
+    let again = daemon.call("interjection/cancel", cancel.clone()).await;
     assert_eq!(again, json!({"cancelled": true, "status": "cancelled"}));
     let unknown = daemon
-        .try_call("interjection/cancel", json!({"pendingId": "inj_nope"}))
+        .try_call(
+            "interjection/cancel",
+            InterjectionCancelParams {
+                pending_id: "inj_nope".into(),
+            },
+        )
         .await
         .unwrap_err();
     assert_eq!(unknown.code, -32004);
@@ -303,16 +306,19 @@ async fn attachments_wait_for_the_next_turn() {
     let (mut daemon, session) = mid_step(
         &scratch,
         json!({"turns": [slow_tool_step(), {"text": "Done."}, {"text": "Read it."}]}),
-        json!({}),
+        None,
         "look",
     )
     .await;
-    let attachment = json!([{"name": "notes.md", "text": "hello"}]);
+    let with_attachment = ChatSendParams {
+        attachments: vec![Attachment {
+            name: "notes.md".into(),
+            text: "hello".into(),
+        }],
+        ..say(&session, "see this")
+    };
     let refused = daemon
-        .try_call(
-            "chat/send",
-            json!({"sessionId": session, "text": "see this", "attachments": attachment}),
-        )
+        .try_call("chat/send", with_attachment.clone())
         .await
         .unwrap_err();
     assert_eq!(refused.code, -32602);
@@ -324,12 +330,7 @@ async fn attachments_wait_for_the_next_turn() {
         refused.message
     );
     daemon.until_finished().await;
-    daemon
-        .call(
-            "chat/send",
-            json!({"sessionId": session, "text": "see this", "attachments": attachment}),
-        )
-        .await;
+    daemon.call("chat/send", with_attachment.clone()).await;
     daemon.until_finished().await;
     assert!(
         texts(scratch.requests().last().unwrap())
@@ -342,14 +343,14 @@ async fn attachments_wait_for_the_next_turn() {
 async fn a_retried_send_stores_nothing_twice_even_across_a_restart() {
     let scratch = Scratch::new();
     let script = json!({"turns": [slow_tool_step(), {"text": "Done."}]});
-    let (mut daemon, session) = replay(&scratch, script.clone(), json!({})).await;
-    let params = json!({"sessionId": session, "text": "look", "clientMessageId": "c-1"});
+    let (mut daemon, session) = replay(&scratch, script.clone(), None).await;
+    let params = send_with_id(&session, "look", "c-1");
     let first = daemon.call("chat/send", params.clone()).await;
     assert_eq!(daemon.call("chat/send", params.clone()).await, first);
     daemon
         .events_until(|e| matches!(e, Event::TextDelta { .. }))
         .await;
-    let aside = json!({"sessionId": session, "text": "aside", "clientMessageId": "c-2"});
+    let aside = send_with_id(&session, "aside", "c-2");
     let queued = daemon.call("chat/send", aside.clone()).await;
     assert_eq!(daemon.call("chat/send", aside.clone()).await, queued);
     assert_eq!(daemon.call("chat/send", aside.clone()).await, queued);
@@ -393,20 +394,20 @@ async fn killed_at_random_moments_no_acknowledged_interjection_is_lost_or_double
     let env = scratch.replay(script);
     let start = || Daemon::start(&db, Options::with_env(env.clone()));
     let mut daemon = start().await;
-    let session = daemon.create_session(json!({"account": "replay", "maxSteps": 8, "workspaceRoot": scratch.workspace().display().to_string()})).await;
+    let session = daemon
+        .create_session(SessionCreateParams {
+            max_steps: Some(8),
+            ..scratch.replay_session()
+        })
+        .await;
     let mut rng = Lcg(0x5eed);
     let mut acknowledged: Vec<String> = Vec::new();
     let mut sent_unconfirmed: Vec<String> = Vec::new();
     let rounds = 50;
     for round in 0..rounds {
-        let state = daemon
-            .call("session/get", json!({"sessionId": session}))
-            .await["state"]
-            .clone();
+        let state = daemon.call("session/get", sid(&session)).await["state"].clone();
         if state == "unanswered" {
-            daemon
-                .call("chat/resume", json!({"sessionId": session}))
-                .await;
+            daemon.call("chat/resume", sid(&session)).await;
         } else {
             let text = format!("turn-{round}");
             daemon.send(&session, &text).await;
@@ -432,7 +433,11 @@ async fn killed_at_random_moments_no_acknowledged_interjection_is_lost_or_double
         let transcript = daemon
             .call(
                 "session/transcript",
-                json!({"sessionId": session, "limit": 5000}),
+                SessionTranscriptParams {
+                    session_id: session.clone(),
+                    after_seq: None,
+                    limit: Some(5000),
+                },
             )
             .await;
         assert_eq!(
@@ -463,7 +468,11 @@ async fn killed_at_random_moments_no_acknowledged_interjection_is_lost_or_double
     let transcript = daemon
         .call(
             "session/transcript",
-            json!({"sessionId": session, "limit": 5000}),
+            SessionTranscriptParams {
+                session_id: session.clone(),
+                after_seq: None,
+                limit: Some(5000),
+            },
         )
         .await;
     let blocks: Vec<Value> = transcript["entries"]

@@ -4,9 +4,9 @@
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::context::TokenCounter;
-use sidechat::protocol::{Event, FinishReason, SessionEventParams};
+use sidechat::protocol::{Event, FinishReason, SessionCreateParams, SessionEventParams};
 
-use crate::harness::{Daemon, Options, Scratch};
+use crate::harness::{Daemon, Options, Scratch, say, sid};
 use crate::upstream::{Part, Reply, openai, start};
 
 /// The window every test here gives its model, and what is left of it for the prompt: the
@@ -204,7 +204,7 @@ async fn a_long_session_is_summarised_and_goes_on_from_the_summary_and_the_newes
     let scratch = Scratch::new();
     let mut daemon =
         Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
-    let session = daemon.create_session(json!({})).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     let quiet = turns(&mut daemon, &session, 1..6).await;
     assert_eq!(compactions(&quiet), Vec::<Value>::new());
     let events = turns(&mut daemon, &session, 6..7).await;
@@ -254,9 +254,7 @@ async fn a_long_session_is_summarised_and_goes_on_from_the_summary_and_the_newes
     assert_eq!(summary["blocks"][0]["toSeq"], compaction["toSeq"]);
 
     // The summary request is a usage line of kind summary, counted in the session's cost.
-    let cost = daemon
-        .call("session/cost", json!({"sessionId": session}))
-        .await;
+    let cost = daemon.call("session/cost", sid(&session)).await;
     let by_request: Vec<(Value, Value, Value)> = cost["cost"]["byRequest"]
         .as_array()
         .unwrap()
@@ -277,10 +275,7 @@ async fn a_long_session_is_summarised_and_goes_on_from_the_summary_and_the_newes
         ]
     );
     // The budget describes the projection: part of the history is the summary.
-    let snapshot = daemon
-        .call("session/budget", json!({"sessionId": session}))
-        .await["snapshot"]
-        .clone();
+    let snapshot = daemon.call("session/budget", sid(&session)).await["snapshot"].clone();
     assert!(snapshot["summaryTokens"].as_u64().unwrap() > 0);
     assert!(snapshot["historyTokens"].as_u64() <= snapshot["historyLimitTokens"].as_u64());
     daemon.close().await;
@@ -335,7 +330,10 @@ async fn a_failing_summariser_falls_back_to_dropping_whole_turns() {
         }
         let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
         let session = daemon
-            .create_session(json!({"workspaceRoot": scratch.workspace().display().to_string()}))
+            .create_session(SessionCreateParams {
+                workspace_root: Some(scratch.workspace().display().to_string()),
+                ..SessionCreateParams::default()
+            })
             .await;
         turns(&mut daemon, &session, 1..6).await;
         let events = turns(&mut daemon, &session, 6..7).await;
@@ -388,7 +386,7 @@ async fn compact_works_on_a_session_already_over_its_window() {
         Options::with_env(env(&upstream.url, 100_000)),
     )
     .await;
-    let session = daemon.create_session(json!({})).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     for i in 1..=3 {
         daemon.send(&session, &big(i)).await;
         daemon.until_finished().await;
@@ -396,16 +394,10 @@ async fn compact_works_on_a_session_already_over_its_window() {
     daemon.close().await;
     // The same session under a model with a far smaller window: over it before anything.
     let daemon = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
-    let before = daemon
-        .call("session/budget", json!({"sessionId": session}))
-        .await["snapshot"]
-        .clone();
+    let before = daemon.call("session/budget", sid(&session)).await["snapshot"].clone();
     assert!(before["utilisation"].as_f64().unwrap() > 2.0, "{before}");
     let answer = daemon
-        .call(
-            "chat/send",
-            json!({"sessionId": session, "text": "/compact keep the part numbers"}),
-        )
+        .call("chat/send", say(&session, "/compact keep the part numbers"))
         .await;
     let requests = upstream.requests.lock().unwrap().clone();
     assert_eq!(requests.len(), 4);
@@ -423,18 +415,12 @@ async fn compact_works_on_a_session_already_over_its_window() {
         said.starts_with("Compacted 6 messages") && said.contains("summarised"),
         "{said}"
     );
-    let after = daemon
-        .call("session/budget", json!({"sessionId": session}))
-        .await["snapshot"]
-        .clone();
+    let after = daemon.call("session/budget", sid(&session)).await["snapshot"].clone();
     assert!(after["utilisation"].as_f64().unwrap() < 1.0, "{after}");
     assert_eq!(after["historyMessages"], json!(1));
     // Nothing is left to fold.
     let again = daemon
-        .try_call(
-            "chat/send",
-            json!({"sessionId": session, "text": "/compact"}),
-        )
+        .try_call("chat/send", say(&session, "/compact"))
         .await;
     assert!(again.is_err(), "{again:?}");
     daemon.close().await;
@@ -446,7 +432,7 @@ async fn a_message_too_large_for_the_window_is_refused_before_any_request() {
     let scratch = Scratch::new();
     let mut daemon =
         Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
-    let session = daemon.create_session(json!({})).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     let huge = "word ".repeat(8_000);
     daemon.send(&session, &huge).await;
     let (reason, error) = finish(&daemon.until_finished().await);
@@ -472,7 +458,7 @@ async fn chinese_and_emoji_are_budgeted_in_tokens_not_bytes() {
     let scratch = Scratch::new();
     let mut daemon =
         Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
-    let session = daemon.create_session(json!({})).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     let text = "请帮我重构这个函数，让它更容易测试。🙂🚀 ".repeat(60);
     daemon.send(&session, &text).await;
     let events = daemon.until_finished().await;
@@ -504,8 +490,10 @@ async fn an_interjection_leased_into_a_request_is_in_its_budget() {
     ]});
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
     let session = daemon
-        .create_session(json!({"account": "replay", "model": "gpt-4o",
-                               "workspaceRoot": scratch.workspace().display().to_string()}))
+        .create_session(SessionCreateParams {
+            model: Some("gpt-4o".into()),
+            ..scratch.replay_session()
+        })
         .await;
     daemon.send(&session, "look around").await;
     daemon
@@ -582,12 +570,9 @@ async fn a_history_share_outside_zero_to_one_is_a_clear_error() {
 async fn compact_on_an_empty_session_is_refused_and_changes_nothing() {
     let scratch = Scratch::new();
     let daemon = Daemon::start(&scratch.db(), Options::default()).await;
-    let session = daemon.create_session(json!({})).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     let error = daemon
-        .try_call(
-            "chat/send",
-            json!({"sessionId": session, "text": "/compact"}),
-        )
+        .try_call("chat/send", say(&session, "/compact"))
         .await
         .unwrap_err();
     assert_eq!(
@@ -616,7 +601,10 @@ async fn a_turn_whose_tool_result_alone_passes_the_window_is_not_sent() {
     let mut daemon =
         Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
     let session = daemon
-        .create_session(json!({"workspaceRoot": scratch.workspace().display().to_string()}))
+        .create_session(SessionCreateParams {
+            workspace_root: Some(scratch.workspace().display().to_string()),
+            ..SessionCreateParams::default()
+        })
         .await;
     daemon.send(&session, "read big.txt").await;
     let events = daemon.until_finished().await;

@@ -1,10 +1,13 @@
 //! Handshake, session methods, paging and persistence, in both framings.
 
 use pretty_assertions::assert_eq;
-use serde_json::{Value, json};
+use serde_json::{Value, json, to_value};
+use sidechat::protocol::{
+    ClientInfo, InitializeParams, SessionCreateParams, SessionListParams, SessionUpdateParams,
+};
 use sidechat::rpc::framing::Framing;
 
-use crate::harness::{Daemon, Options, Scratch};
+use crate::harness::{Daemon, Options, Scratch, sid};
 
 async fn crud_round_trip(framing: Framing) {
     let scratch = Scratch::new();
@@ -18,7 +21,14 @@ async fn crud_round_trip(framing: Framing) {
     let init = daemon
         .call(
             "initialize",
-            json!({"clientInfo": {"name": "t", "version": "1"}, "protocolVersion": 1}),
+            InitializeParams {
+                client_info: Some(ClientInfo {
+                    name: "t".into(),
+                    version: Some("1".into()),
+                }),
+                protocol_version: Some(1),
+                capabilities: None,
+            },
         )
         .await;
     assert_eq!(init["serverInfo"]["name"], "sidechat");
@@ -34,7 +44,12 @@ async fn crud_round_trip(framing: Framing) {
     let created = daemon
         .call(
             "session/create",
-            json!({"title": "First", "workspaceRoot": root, "systemPrompt": "Be brief."}),
+            SessionCreateParams {
+                title: Some("First".into()),
+                workspace_root: Some(root.clone()),
+                system_prompt: Some("Be brief.".into()),
+                ..SessionCreateParams::default()
+            },
         )
         .await;
     let id = created["id"].as_str().unwrap().to_string();
@@ -50,15 +65,17 @@ async fn crud_round_trip(framing: Framing) {
             "workspaceRoot": root, "maxSteps": 25, "state": "idle", "lastSeq": 0, "changedFiles": [],
         })
     );
-    assert_eq!(
-        daemon.call("session/get", json!({"sessionId": id})).await,
-        created
-    );
+    assert_eq!(daemon.call("session/get", sid(&id)).await, created);
 
     let updated = daemon
         .call(
             "session/update",
-            json!({"sessionId": id, "title": "Renamed", "systemPrompt": ""}),
+            SessionUpdateParams {
+                session_id: id.clone(),
+                title: Some("Renamed".into()),
+                system_prompt: Some(String::new()),
+                ..SessionUpdateParams::default()
+            },
         )
         .await;
     assert_eq!(
@@ -69,7 +86,9 @@ async fn crud_round_trip(framing: Framing) {
         (json!("Renamed"), None)
     );
 
-    let listed = daemon.call("session/list", json!({})).await;
+    let listed = daemon
+        .call("session/list", SessionListParams::default())
+        .await;
     assert_eq!(listed["sessions"][0]["id"], json!(id));
     assert_eq!(listed["sessions"][0]["title"], "Renamed");
     assert_eq!(listed.get("nextCursor"), None);
@@ -81,15 +100,10 @@ async fn crud_round_trip(framing: Framing) {
     );
 
     assert_eq!(
-        daemon
-            .call("session/delete", json!({"sessionId": id}))
-            .await,
+        daemon.call("session/delete", sid(&id)).await,
         json!({"deleted": true})
     );
-    let gone = daemon
-        .try_call("session/get", json!({"sessionId": id}))
-        .await
-        .unwrap_err();
+    let gone = daemon.try_call("session/get", sid(&id)).await.unwrap_err();
     assert_eq!(gone.code, -32001);
     assert_eq!(daemon.close().await, 0);
 }
@@ -117,17 +131,22 @@ async fn list_pages_newest_first_and_filters_by_root() {
         };
         made.push(
             daemon
-                .create_session(json!({"title": format!("s{i}"), "workspaceRoot": root}))
+                .create_session(SessionCreateParams {
+                    title: Some(format!("s{i}")),
+                    workspace_root: Some(root.into()),
+                    ..SessionCreateParams::default()
+                })
                 .await,
         );
     }
     let mut seen = Vec::new();
-    let mut cursor = Value::Null;
+    let mut cursor = None;
     let mut pages = 0;
     loop {
-        let params = match &cursor {
-            Value::Null => json!({"limit": 2}),
-            c => json!({"limit": 2, "cursor": c}),
+        let params = SessionListParams {
+            cursor: cursor.take(),
+            limit: Some(2),
+            workspace_root: None,
         };
         let page = daemon.call("session/list", params).await;
         pages += 1;
@@ -139,7 +158,7 @@ async fn list_pages_newest_first_and_filters_by_root() {
                 .map(|s| s["id"].as_str().unwrap().to_string()),
         );
         match page.get("nextCursor") {
-            Some(next) => cursor = next.clone(),
+            Some(next) => cursor = Some(next.as_str().expect("a string cursor").to_string()),
             None => break,
         }
     }
@@ -147,7 +166,13 @@ async fn list_pages_newest_first_and_filters_by_root() {
     assert_eq!((seen, pages), (made.clone(), 3));
 
     let odd = daemon
-        .call("session/list", json!({"workspaceRoot": "/projects/odd"}))
+        .call(
+            "session/list",
+            SessionListParams {
+                workspace_root: Some("/projects/odd".into()),
+                ..Default::default()
+            },
+        )
         .await;
     let odd_ids: Vec<_> = odd["sessions"]
         .as_array()
@@ -158,7 +183,13 @@ async fn list_pages_newest_first_and_filters_by_root() {
     assert_eq!(odd_ids, vec![json!(made[1]), json!(made[3])]);
 
     let bad = daemon
-        .try_call("session/list", json!({"cursor": "nonsense"}))
+        .try_call(
+            "session/list",
+            SessionListParams {
+                cursor: Some("nonsense".into()),
+                ..Default::default()
+            },
+        )
         .await
         .unwrap_err();
     assert_eq!(bad.code, -32602);
@@ -169,7 +200,12 @@ async fn list_pages_newest_first_and_filters_by_root() {
 async fn sessions_survive_a_restart_and_exit_codes_follow_lsp() {
     let scratch = Scratch::new();
     let daemon = Daemon::start(&scratch.db(), Options::default()).await;
-    let id = daemon.create_session(json!({"title": "Kept"})).await;
+    let id = daemon
+        .create_session(SessionCreateParams {
+            title: Some("Kept".into()),
+            ..Default::default()
+        })
+        .await;
     assert_eq!(daemon.close().await, 0);
 
     let daemon = Daemon::start(
@@ -180,7 +216,7 @@ async fn sessions_survive_a_restart_and_exit_codes_follow_lsp() {
         },
     )
     .await;
-    let session = daemon.call("session/get", json!({"sessionId": id})).await;
+    let session = daemon.call("session/get", sid(&id)).await;
     assert_eq!(session["title"], "Kept");
     // `exit` without `shutdown` is exit code 1.
     daemon.conn.notify("exit", Value::Null).await.unwrap();
@@ -196,14 +232,17 @@ async fn default_database_location_follows_xdg_data_home() {
     let mut command = crate::harness::clean_command(&scratch.home());
     command.arg("serve").env("XDG_DATA_HOME", &data_home);
     let (conn, _notes) = sidechat::client::Connection::spawn(command, Framing::Line).unwrap();
-    conn.request("initialize", json!({}))
+    conn.request("initialize", to_value(InitializeParams::default()).unwrap())
         .await
         .unwrap()
         .unwrap();
-    conn.request("session/create", json!({}))
-        .await
-        .unwrap()
-        .unwrap();
+    conn.request(
+        "session/create",
+        to_value(SessionCreateParams::default()).unwrap(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
     assert_eq!(conn.close().await.unwrap(), 0);
     assert!(data_home.join("sidechat/sidechat.db").exists());
 }
@@ -251,13 +290,13 @@ async fn a_database_that_cannot_be_opened_is_reported_on_every_request() {
     let blocker = scratch.dir.path().join("not-a-folder");
     std::fs::write(&blocker, "").unwrap();
     let daemon = Daemon::spawn(&blocker.join("sidechat.db"), Options::default());
-    let init = daemon.call("initialize", json!({})).await;
+    let init = daemon.call("initialize", InitializeParams::default()).await;
     assert_eq!(
         init["serverInfo"]["name"], "sidechat",
         "the handshake does not wait for the store"
     );
     let error = daemon
-        .try_call("session/list", json!({}))
+        .try_call("session/list", SessionListParams::default())
         .await
         .unwrap_err();
     assert_eq!(error.code, -32603);

@@ -2,9 +2,9 @@
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use sidechat::protocol::{Event, FinishReason};
+use sidechat::protocol::{Event, FinishReason, SessionCreateParams};
 
-use crate::harness::{Daemon, Options, Scratch, kinds};
+use crate::harness::{Daemon, Options, Scratch, kinds, say, sid};
 use crate::upstream::{Part, Reply, openai, start};
 
 fn chunk(delta: Value, finish: Option<&str>) -> Value {
@@ -36,7 +36,10 @@ async fn openai_compatible_server_with_a_retry_then_a_streamed_answer() {
     let mut daemon =
         Daemon::start(&scratch.db(), Options::with_env(openai_env(&upstream.url))).await;
     let session = daemon
-        .create_session(json!({"systemPrompt": "Be brief."}))
+        .create_session(SessionCreateParams {
+            system_prompt: Some("Be brief.".into()),
+            ..Default::default()
+        })
         .await;
     daemon.send(&session, "hi").await;
     let events = daemon.until_finished().await;
@@ -107,7 +110,7 @@ async fn a_dropped_stream_keeps_the_partial_text_and_is_not_resent() {
     let scratch = Scratch::new();
     let mut daemon =
         Daemon::start(&scratch.db(), Options::with_env(openai_env(&upstream.url))).await;
-    let session = daemon.create_session(json!({})).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     daemon.send(&session, "hi").await;
     let events = daemon.until_finished().await;
     let Some(Event::RunFinished { reason, error }) = events.last().map(|e| &e.event) else {
@@ -137,12 +140,17 @@ async fn a_session_bound_to_a_missing_account_is_refused_clearly() {
     let upstream = start(vec![]);
     let scratch = Scratch::new();
     let daemon = Daemon::start(&scratch.db(), Options::with_env(openai_env(&upstream.url))).await;
-    let session = daemon.create_session(json!({"account": "openai"})).await;
+    let session = daemon
+        .create_session(SessionCreateParams {
+            account: Some("openai".into()),
+            ..Default::default()
+        })
+        .await;
     daemon.close().await;
     // The next daemon has no OpenAI configuration.
     let daemon = Daemon::start(&scratch.db(), Options::default()).await;
     let refused = daemon
-        .try_call("chat/send", json!({"sessionId": session, "text": "hi"}))
+        .try_call("chat/send", say(&session, "hi"))
         .await
         .unwrap_err();
     assert_eq!(refused.code, -32005);
@@ -153,9 +161,7 @@ async fn a_session_bound_to_a_missing_account_is_refused_clearly() {
         "{}",
         refused.message
     );
-    let _: Value = daemon
-        .call("session/get", json!({"sessionId": session}))
-        .await;
+    let _: Value = daemon.call("session/get", sid(&session)).await;
     daemon.close().await;
 }
 
@@ -224,13 +230,8 @@ async fn openai_answer_cut_by_the_length_limit_is_kept_and_reported() {
     let scratch = Scratch::new();
     let mut daemon =
         Daemon::start(&scratch.db(), Options::with_env(openai_env(&upstream.url))).await;
-    let session = daemon.create_session(json!({})).await;
-    daemon
-        .call(
-            "chat/send",
-            json!({"sessionId": session, "text": "write a lot"}),
-        )
-        .await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
+    daemon.call("chat/send", say(&session, "write a lot")).await;
     let events = daemon.until_finished().await;
     assert_eq!(finish_reason(&events), FinishReason::CutOff);
     assert_eq!(
@@ -281,13 +282,14 @@ async fn anthropic_tool_call_cut_by_max_tokens_is_not_run_and_the_model_is_told(
     .await;
     let workspace = scratch.workspace();
     let session = daemon
-        .create_session(json!({"systemPrompt": "Be brief.", "workspaceRoot": workspace}))
+        .create_session(SessionCreateParams {
+            system_prompt: Some("Be brief.".into()),
+            workspace_root: Some(workspace.display().to_string()),
+            ..SessionCreateParams::default()
+        })
         .await;
     daemon
-        .call(
-            "chat/send",
-            json!({"sessionId": session, "text": "write big.txt"}),
-        )
+        .call("chat/send", say(&session, "write big.txt"))
         .await;
     let events = daemon.until_finished().await;
     assert_eq!(finish_reason(&events), FinishReason::EndTurn);
@@ -379,7 +381,7 @@ async fn anthropic_thinking_is_sent_back_with_its_signature() {
         Options::with_env(anthropic_env(&upstream.url)),
     )
     .await;
-    let session = daemon.create_session(json!({})).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     daemon.send(&session, "hi").await;
     let events = daemon.until_finished().await;
     assert_eq!(finish_reason(&events), FinishReason::EndTurn);
@@ -393,10 +395,7 @@ async fn anthropic_thinking_is_sent_back_with_its_signature() {
     assert_eq!(thinking, "The user says hi. Greet back.");
 
     daemon
-        .call(
-            "chat/send",
-            json!({"sessionId": session, "text": "still there?"}),
-        )
+        .call("chat/send", say(&session, "still there?"))
         .await;
     let events = daemon.until_finished().await;
     assert_eq!(finish_reason(&events), FinishReason::EndTurn);

@@ -3,18 +3,17 @@
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use sidechat::protocol::{Event, FinishReason, SessionEventParams};
+use sidechat::protocol::{Event, FinishReason, SessionCreateParams, SessionEventParams};
 
-use crate::harness::{Daemon, Options, Scratch};
+use crate::harness::{Daemon, Options, Scratch, sid};
 
-async fn replay(scratch: &Scratch, script: Value, session: Value) -> (Daemon, String) {
+/// A replay daemon and a session on it, taking at most `max_steps` steps per run when given.
+async fn replay(scratch: &Scratch, script: Value, max_steps: Option<u32>) -> (Daemon, String) {
     let daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
-    let mut params =
-        json!({"account": "replay", "workspaceRoot": scratch.workspace().display().to_string()});
-    params
-        .as_object_mut()
-        .unwrap()
-        .extend(session.as_object().unwrap().clone());
+    let params = SessionCreateParams {
+        max_steps,
+        ..scratch.replay_session()
+    };
     let id = daemon.create_session(params).await;
     (daemon, id)
 }
@@ -27,10 +26,7 @@ fn finish_of(events: &[SessionEventParams]) -> FinishReason {
 }
 
 async fn state(daemon: &Daemon, session: &str) -> Value {
-    daemon
-        .call("session/get", json!({"sessionId": session}))
-        .await["state"]
-        .clone()
+    daemon.call("session/get", sid(session)).await["state"].clone()
 }
 
 /// The session's entries of one role, whole.
@@ -65,19 +61,17 @@ async fn stop_during_an_approval_leaves_the_session_idle() {
     let scratch = Scratch::new();
     let write =
         json!({"toolCalls": [{"name": "write_file", "input": {"path": "a.txt", "content": "a"}}]});
-    let (mut daemon, session) = replay(&scratch, json!({"turns": [write]}), json!({})).await;
+    let (mut daemon, session) = replay(&scratch, json!({"turns": [write]}), None).await;
     daemon.send(&session, "write a.txt").await;
     daemon.until_approval().await;
-    daemon
-        .call("chat/stop", json!({"sessionId": session}))
-        .await;
+    daemon.call("chat/stop", sid(&session)).await;
     assert_eq!(
         finish_of(&daemon.until_finished().await),
         FinishReason::Stopped
     );
     assert_eq!(state(&daemon, &session).await, "idle");
     let nothing = daemon
-        .try_call("chat/resume", json!({"sessionId": session}))
+        .try_call("chat/resume", sid(&session))
         .await
         .unwrap_err();
     assert_eq!(nothing.code, -32007);
@@ -90,7 +84,7 @@ async fn a_run_at_its_step_limit_leaves_the_session_idle_and_says_why() {
     let (mut daemon, session) = replay(
         &scratch,
         json!({"turns": [], "fallback": list_step(0)}),
-        json!({"maxSteps": 2}),
+        Some(2),
     )
     .await;
     daemon.send(&session, "loop").await;
@@ -116,7 +110,7 @@ async fn a_failed_run_stores_its_error_as_a_notice_that_no_model_is_sent() {
         {"text": "Starting", "error": "the connection dropped"},
         {"text": "Second try worked."}
     ]});
-    let (mut daemon, session) = replay(&scratch, script, json!({})).await;
+    let (mut daemon, session) = replay(&scratch, script, None).await;
     daemon.send(&session, "go").await;
     let events = daemon.until_finished().await;
     assert_eq!(finish_of(&events), FinishReason::Error);
@@ -164,7 +158,7 @@ async fn a_failed_run_stores_its_error_as_a_notice_that_no_model_is_sent() {
 async fn nothing_is_delivered_on_the_last_allowed_step_it_is_promoted_into_the_next_turn() {
     let scratch = Scratch::new();
     let script = json!({"turns": [list_step(150), list_step(0), {"text": "Here is the summary."}]});
-    let (mut daemon, session) = replay(&scratch, script, json!({"maxSteps": 2})).await;
+    let (mut daemon, session) = replay(&scratch, script, Some(2)).await;
     let started = daemon.send(&session, "look").await;
     daemon
         .events_until(|e| matches!(e, Event::TextDelta { .. }))
@@ -213,7 +207,7 @@ async fn nothing_is_delivered_on_the_last_allowed_step_it_is_promoted_into_the_n
 async fn input_promoted_after_a_crash_keeps_its_pending_id() {
     let scratch = Scratch::new();
     let script = json!({"turns": [list_step(150), {"text": "Answered."}]});
-    let (mut daemon, session) = replay(&scratch, script.clone(), json!({})).await;
+    let (mut daemon, session) = replay(&scratch, script.clone(), None).await;
     daemon.send(&session, "look").await;
     daemon
         .events_until(|e| matches!(e, Event::TextDelta { .. }))

@@ -4,10 +4,12 @@ use std::collections::HashMap;
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use sidechat::protocol::{Event, FinishReason, SessionEventParams};
+use sidechat::protocol::{
+    ApprovalDecision, Event, FinishReason, SessionCreateParams, SessionEventParams,
+};
 use sidechat::rpc::framing::Framing;
 
-use crate::harness::{Daemon, Options, Scratch, kinds};
+use crate::harness::{Daemon, Options, Scratch, answer, kinds, sid};
 
 /// Replaces generated ids and timestamps with stable placeholders numbered by first sight.
 fn normalize(value: &Value, seen: &mut HashMap<String, String>) -> Value {
@@ -48,18 +50,13 @@ fn finish_of(events: &[SessionEventParams]) -> (FinishReason, Option<String>) {
 
 async fn replay_daemon(scratch: &Scratch, script: Value) -> (Daemon, String) {
     let daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
-    let session = daemon
-        .create_session(json!({"account": "replay", "workspaceRoot": scratch.workspace().display().to_string()}))
-        .await;
+    let session = daemon.create_session(scratch.replay_session()).await;
     (daemon, session)
 }
 
-async fn respond(daemon: &Daemon, approval: &str, decision: &str) -> Value {
+async fn respond(daemon: &Daemon, approval: &str, decision: ApprovalDecision) -> Value {
     daemon
-        .call(
-            "approval/respond",
-            json!({"approvalId": approval, "decision": decision}),
-        )
+        .call("approval/respond", answer(approval, decision))
         .await
 }
 
@@ -86,7 +83,7 @@ async fn plain_turn(framing: Framing) {
         ..Options::default()
     };
     let mut daemon = Daemon::start(&scratch.db(), options).await;
-    let session = daemon.create_session(json!({})).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     let sent = daemon.send(&session, "hello there").await;
     let events = daemon.until_finished().await;
     assert_eq!(
@@ -146,12 +143,9 @@ async fn tool_round_trip_allowed_is_one_snapshot() {
     .await;
     daemon.send(&session, "write out.txt").await;
     let (mut events, approval) = daemon.until_approval().await;
-    let state = daemon
-        .call("session/get", json!({"sessionId": session}))
-        .await["state"]
-        .clone();
+    let state = daemon.call("session/get", sid(&session)).await["state"].clone();
     assert_eq!(state, "awaitingApproval");
-    respond(&daemon, &approval, "allow").await;
+    respond(&daemon, &approval, ApprovalDecision::Allow).await;
     events.extend(daemon.until_finished().await);
     assert_eq!(
         std::fs::read_to_string(scratch.workspace().join("out.txt")).unwrap(),
@@ -160,9 +154,7 @@ async fn tool_round_trip_allowed_is_one_snapshot() {
     let mut seen = HashMap::new();
     let normalized = normalize(&serde_json::to_value(&events).unwrap(), &mut seen);
     insta::assert_json_snapshot!("tool_round_trip_allowed", normalized);
-    let session_view = daemon
-        .call("session/get", json!({"sessionId": session}))
-        .await;
+    let session_view = daemon.call("session/get", sid(&session)).await;
     assert_eq!(
         session_view["changedFiles"],
         json!([{"path": "out.txt", "added": 1, "removed": 0}])
@@ -180,7 +172,7 @@ async fn denied_call_is_reported_to_the_model_and_the_run_goes_on() {
     .await;
     daemon.send(&session, "write no.txt").await;
     let (_, approval) = daemon.until_approval().await;
-    respond(&daemon, &approval, "deny").await;
+    respond(&daemon, &approval, ApprovalDecision::Deny).await;
     let events = daemon.until_finished().await;
     assert_eq!(finish_of(&events), (FinishReason::EndTurn, None));
     assert!(!scratch.workspace().join("no.txt").exists());
@@ -189,9 +181,7 @@ async fn denied_call_is_reported_to_the_model_and_the_run_goes_on() {
     assert_eq!(results[0]["type"], "toolResult");
     assert_eq!(results[0]["isError"], true);
     assert!(results[0]["output"].as_str().unwrap().contains("denied"));
-    let session_view = daemon
-        .call("session/get", json!({"sessionId": session}))
-        .await;
+    let session_view = daemon.call("session/get", sid(&session)).await;
     assert_eq!(session_view["changedFiles"], json!([]));
     daemon.close().await;
 }
@@ -207,7 +197,7 @@ async fn allow_always_does_not_ask_again_and_answers_are_idempotent() {
     daemon.send(&session, "write two files").await;
     let (_, approval) = daemon.until_approval().await;
     assert_eq!(
-        respond(&daemon, &approval, "allowAlways").await,
+        respond(&daemon, &approval, ApprovalDecision::AllowAlways).await,
         json!({"decision": "allowAlways", "applied": true})
     );
     let events = daemon.until_finished().await;
@@ -219,20 +209,18 @@ async fn allow_always_does_not_ask_again_and_answers_are_idempotent() {
     assert_eq!(finish_of(&events), (FinishReason::EndTurn, None));
     assert!(scratch.workspace().join("b.txt").exists());
 
-    let again = respond(&daemon, &approval, "deny").await;
+    let again = respond(&daemon, &approval, ApprovalDecision::Deny).await;
     assert_eq!(again["applied"], false);
     assert_eq!(again["decision"], "allowAlways");
     let unknown = daemon
         .try_call(
             "approval/respond",
-            json!({"approvalId": "apr_nope", "decision": "allow"}),
+            answer("apr_nope", ApprovalDecision::Allow),
         )
         .await
         .unwrap_err();
     assert_eq!(unknown.code, -32004);
-    let session_view = daemon
-        .call("session/get", json!({"sessionId": session}))
-        .await;
+    let session_view = daemon.call("session/get", sid(&session)).await;
     assert_eq!(
         session_view["changedFiles"],
         json!([{"path": "a.txt", "added": 1, "removed": 0}, {"path": "b.txt", "added": 2, "removed": 0}])
@@ -250,9 +238,7 @@ async fn stop_mid_stream_keeps_the_partial_text() {
     daemon
         .events_until(|e| matches!(e, Event::TextDelta { .. }))
         .await;
-    let stopped = daemon
-        .call("chat/stop", json!({"sessionId": session}))
-        .await;
+    let stopped = daemon.call("chat/stop", sid(&session)).await;
     assert_eq!(stopped["stopped"], true);
     let events = daemon.until_finished().await;
     assert_eq!(finish_of(&events), (FinishReason::Stopped, None));
@@ -268,9 +254,7 @@ async fn stop_mid_stream_keeps_the_partial_text() {
     );
     // Stopping again is harmless.
     assert_eq!(
-        daemon
-            .call("chat/stop", json!({"sessionId": session}))
-            .await,
+        daemon.call("chat/stop", sid(&session)).await,
         json!({"stopped": false})
     );
     daemon.close().await;
@@ -283,9 +267,7 @@ async fn stop_while_an_approval_is_pending_cancels_it() {
         replay_daemon(&scratch, json!({"turns": [write_turn("x.txt", "x")]})).await;
     daemon.send(&session, "write").await;
     let (_, approval) = daemon.until_approval().await;
-    daemon
-        .call("chat/stop", json!({"sessionId": session}))
-        .await;
+    daemon.call("chat/stop", sid(&session)).await;
     let events = daemon.until_finished().await;
     let tail: Vec<_> = kinds(&events);
     assert_eq!(
@@ -301,7 +283,7 @@ async fn stop_while_an_approval_is_pending_cancels_it() {
     let transcript = daemon.transcript(&session).await;
     assert_eq!(transcript["pendingApprovals"], json!([]));
     assert_eq!(transcript["entries"][2]["blocks"][0]["status"], "cancelled");
-    let late = respond(&daemon, &approval, "allow").await;
+    let late = respond(&daemon, &approval, ApprovalDecision::Allow).await;
     assert_eq!(
         (late["applied"].clone(), late["decision"].clone()),
         (json!(false), json!("cancelled"))
@@ -323,7 +305,12 @@ async fn step_limit_ends_with_max_iterations() {
     )
     .await;
     let mut daemon = daemon;
-    let session = daemon.create_session(json!({"account": "replay", "maxSteps": 2, "workspaceRoot": scratch.workspace().display().to_string()})).await;
+    let session = daemon
+        .create_session(SessionCreateParams {
+            max_steps: Some(2),
+            ..scratch.replay_session()
+        })
+        .await;
     daemon.send(&session, "loop").await;
     let events = daemon.until_finished().await;
     assert_eq!(finish_of(&events), (FinishReason::MaxIterations, None));
@@ -346,7 +333,7 @@ async fn step_limit_ends_with_max_iterations() {
 async fn send_right_after_run_finished_is_not_busy() {
     let scratch = Scratch::new();
     let mut daemon = Daemon::start(&scratch.db(), Options::default()).await;
-    let session = daemon.create_session(json!({})).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     for round in 0..5 {
         daemon.send(&session, &format!("round {round}")).await;
         daemon.until_finished().await;
@@ -364,8 +351,18 @@ async fn two_sessions_run_at_once_without_crossing() {
         Options::with_env(vec![("SIDECHAT_DEMO_DELAY_MS", "2".into())]),
     )
     .await;
-    let first = daemon.create_session(json!({"title": "one"})).await;
-    let second = daemon.create_session(json!({"title": "two"})).await;
+    let first = daemon
+        .create_session(SessionCreateParams {
+            title: Some("one".into()),
+            ..Default::default()
+        })
+        .await;
+    let second = daemon
+        .create_session(SessionCreateParams {
+            title: Some("two".into()),
+            ..Default::default()
+        })
+        .await;
     daemon.send(&first, "tell me a story").await;
     daemon.send(&second, "say something about apples").await;
     let mut by_session: HashMap<String, Vec<SessionEventParams>> = HashMap::new();
@@ -473,12 +470,10 @@ async fn only_successful_writes_are_recorded_as_changed() {
     daemon.send(&session, "change things").await;
     for _ in 0..4 {
         let (_, approval) = daemon.until_approval().await;
-        respond(&daemon, &approval, "allow").await;
+        respond(&daemon, &approval, ApprovalDecision::Allow).await;
     }
     daemon.until_finished().await;
-    let session_view = daemon
-        .call("session/get", json!({"sessionId": session}))
-        .await;
+    let session_view = daemon.call("session/get", sid(&session)).await;
     assert_eq!(
         session_view["changedFiles"],
         json!([{"path": "keep.txt", "added": 2, "removed": 1}, {"path": "ok.txt", "added": 1, "removed": 0}])
@@ -507,7 +502,7 @@ async fn an_approval_survives_a_killed_daemon_and_resumes_the_run() {
     let queued = daemon.send(&session, "hello?").await;
     assert_eq!(queued["queued"], true);
 
-    respond(&daemon, &approval, "allow").await;
+    respond(&daemon, &approval, ApprovalDecision::Allow).await;
     let events = daemon.until_finished().await;
     assert_eq!(finish_of(&events), (FinishReason::EndTurn, None));
     assert_eq!(
@@ -534,7 +529,7 @@ async fn a_run_killed_mid_tool_is_closed_with_a_result_for_every_call() {
     let (mut daemon, session) = replay_daemon(&scratch, script.clone()).await;
     daemon.send(&session, "run it").await;
     let (_, approval) = daemon.until_approval().await;
-    respond(&daemon, &approval, "allow").await;
+    respond(&daemon, &approval, ApprovalDecision::Allow).await;
     daemon
         .events_until(|e| {
             matches!(
@@ -562,13 +557,11 @@ async fn a_run_killed_mid_tool_is_closed_with_a_result_for_every_call() {
             .unwrap()
             .starts_with("Interrupted")
     );
-    daemon
-        .call("chat/resume", json!({"sessionId": session}))
-        .await;
+    daemon.call("chat/resume", sid(&session)).await;
     let events = daemon.until_finished().await;
     assert_eq!(finish_of(&events), (FinishReason::EndTurn, None));
     let nothing = daemon
-        .try_call("chat/resume", json!({"sessionId": session}))
+        .try_call("chat/resume", sid(&session))
         .await
         .unwrap_err();
     assert_eq!(nothing.code, -32007);

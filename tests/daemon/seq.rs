@@ -5,7 +5,7 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use sidechat::protocol::{Event, FinishReason};
 
-use crate::harness::{Daemon, Options, Scratch};
+use crate::harness::{Daemon, Options, Scratch, sid};
 
 #[tokio::test]
 async fn seq_keeps_increasing_after_a_daemon_killed_mid_stream() {
@@ -17,9 +17,7 @@ async fn seq_keeps_increasing_after_a_daemon_killed_mid_stream() {
         Options::with_env(scratch.replay(script.clone())),
     )
     .await;
-    let session = daemon
-        .create_session(json!({"account": "replay", "workspaceRoot": scratch.workspace().display().to_string()}))
-        .await;
+    let session = daemon.create_session(scratch.replay_session()).await;
     daemon.send(&session, "talk").await;
     let mut seen = Vec::new();
     let mut deltas = 0;
@@ -35,9 +33,7 @@ async fn seq_keeps_increasing_after_a_daemon_killed_mid_stream() {
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
     let transcript = daemon.transcript(&session).await;
     assert_eq!(transcript["state"], "unanswered");
-    daemon
-        .call("chat/resume", json!({"sessionId": session}))
-        .await;
+    daemon.call("chat/resume", sid(&session)).await;
     let events = daemon.until_finished().await;
     assert!(matches!(
         events.last().map(|e| &e.event),
