@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use sidechat::context::{
-    BudgetInput, BudgetSnapshot, CountCache, Counted, HistoryTally, Part, TokenCounter, Tokenizers,
-    model_window,
+    BudgetInput, CountCache, Counted, HistoryTally, Part, TokenCounter, Tokenizers, model_window,
 };
+use sidechat::protocol::BudgetSnapshot;
 
 const MODEL: &str = "gpt-4o";
 const SESSION_MESSAGES: usize = 10_000;

@@ -782,7 +782,7 @@ impl Agent {
     async fn usage_update(
         &self,
         session_id: &str,
-        snapshot: Option<(&crate::context::BudgetSnapshot, Option<u64>)>,
+        snapshot: Option<(&BudgetSnapshot, Option<u64>)>,
     ) -> Option<acp::SessionUpdate> {
         let runtime = self.runtime().await.ok()?;
         let (window, used) = match snapshot {

@@ -14,9 +14,6 @@ pub mod streaming;
 pub mod tokens;
 pub mod window;
 
-/// The budget's wire types, defined in [`crate::protocol`] with the rest of the contract; also
-/// reachable here, where the code computing them has always found them.
-pub use crate::protocol::{BudgetError, BudgetSnapshot, Pressure, Reconciliation, Thresholds};
 pub use budget::{
     Actuals, BudgetInput, Correction, CorrectionTable, DEFAULT_RESPONSE_RESERVE, HistoryTally,
 };

@@ -6,12 +6,6 @@
 pub mod prices;
 pub mod usage;
 
-/// The cost's wire types, defined in [`crate::protocol`] with the rest of the contract; also
-/// reachable here, where the code computing them has always found them.
-pub use crate::protocol::{
-    CostSummary, KindCosts, ModelCost, PriceSource, RequestKindCost, TokenUsage, UnpricedUsage,
-    UsageKind,
-};
 pub use prices::{
     ModelPrice, PriceBook, PriceEntry, PriceError, PriceMatch, PriceTier, Rates, parse_price_table,
 };

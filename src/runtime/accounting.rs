@@ -9,12 +9,11 @@ use std::sync::{Mutex, OnceLock};
 
 use super::{Inner, RuntimeResult};
 use crate::context::projection::{interjection_text, summary_text};
-use crate::context::{
-    Actuals, BudgetSnapshot, CorrectionTable, CountCache, Counted, Part, Reconciliation,
-    TokenCounter,
+use crate::context::{Actuals, CorrectionTable, CountCache, Counted, Part, TokenCounter};
+use crate::cost::{PriceBook, UsageLine, cost_summary};
+use crate::protocol::{
+    Block, BudgetSnapshot, CostSummary, NoticeLevel, Reconciliation, Role, TranscriptEntry,
 };
-use crate::cost::{CostSummary, PriceBook, UsageLine, cost_summary};
-use crate::protocol::{Block, NoticeLevel, Role, TranscriptEntry};
 use crate::store::NewMessage;
 use crate::util::lock;
 

@@ -2,7 +2,6 @@
 //! never sent to a model) and start no run.
 
 use super::{Runtime, RuntimeError, RuntimeResult};
-use crate::cost::CostSummary;
 use crate::protocol::*;
 use crate::store::{NewMessage, SessionRow, SessionUpdate};
 

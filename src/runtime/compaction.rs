@@ -18,7 +18,6 @@ use crate::context::compaction::{
 };
 use crate::context::projection::Stored;
 use crate::context::{TokenCounter, model_window};
-use crate::cost::UsageKind;
 use crate::protocol::*;
 use crate::provider::{ModelContent, ModelEvent, ModelMessage, ModelRequest, ModelRole};
 use crate::store::{NewMessage, PendingRow, SessionRow, UsageRow, elapsed_ms};
@@ -359,7 +358,7 @@ impl Inner {
         &self,
         session: &SessionRow,
         model: &str,
-        tokens: crate::cost::TokenUsage,
+        tokens: TokenUsage,
         started: std::time::Instant,
     ) {
         let provider = self

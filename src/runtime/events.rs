@@ -19,8 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
-use crate::protocol::{Block, Event, Role, SessionEventParams, TranscriptEntry};
-pub(super) use crate::protocol::{Delta, DeltaKind};
+use crate::protocol::{Block, Delta, DeltaKind, Event, Role, SessionEventParams, TranscriptEntry};
 use crate::store::{NewMessage, SessionRow, Store};
 
 use super::RuntimeResult;

@@ -7,7 +7,8 @@
 use super::accounting::count_blocks;
 use super::{Inner, RuntimeResult};
 use crate::context::projection::{self, Projection, Request, Stored};
-use crate::context::{BudgetInput, BudgetSnapshot, TokenCounter, model_window};
+use crate::context::{BudgetInput, TokenCounter, model_window};
+use crate::protocol::BudgetSnapshot;
 use crate::store::SessionRow;
 
 /// A request's messages and their budget.

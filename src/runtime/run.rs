@@ -11,14 +11,14 @@ use std::sync::Arc;
 use futures::StreamExt;
 
 use super::accounting::count_blocks_with;
-use super::events::{DeltaKind, SeqCounter};
+use super::events::SeqCounter;
 use super::projection::Prepared;
 use super::registry::RunSignals;
 use super::reply::Reply;
 use super::run_end::RunEnd;
 use super::{Inner, RuntimeError, RuntimeResult};
 use crate::config::AccountKind;
-use crate::context::{Actuals, BudgetSnapshot, TokenCounter};
+use crate::context::{Actuals, TokenCounter};
 use crate::protocol::*;
 use crate::provider::{ModelDriver, ModelEvent, ModelRequest, StopReason, TokenUsage};
 use crate::store::{
@@ -489,7 +489,7 @@ impl RunContext {
             tokens,
             at: crate::util::now_ms(),
             duration_ms: elapsed_ms(started),
-            kind: crate::cost::UsageKind::Turn,
+            kind: UsageKind::Turn,
         };
         self.inner.store.insert_usage(&self.session_id, &row)?;
         self.emit(Event::Usage {

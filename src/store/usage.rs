@@ -3,7 +3,7 @@
 use rusqlite::params;
 
 use super::{Store, StoreResult};
-use crate::cost::UsageKind;
+use crate::protocol::UsageKind;
 use crate::provider::TokenUsage;
 
 /// One model request's usage as stored.
