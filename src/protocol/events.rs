@@ -162,6 +162,32 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// Every `kind` of `session/event`, in declaration order, as `initialize` advertises them.
+    /// A constant, so start-up does not generate the schema to learn them; a test checks that
+    /// it lists exactly the kinds of the schema generated from the enum above.
+    pub const KINDS: &'static [&'static str] = &[
+        "runStarted",
+        "messageStarted",
+        "textDelta",
+        "thinkingDelta",
+        "messageCompleted",
+        "toolCallStarted",
+        "toolCallUpdated",
+        "approvalRequested",
+        "approvalResolved",
+        "interjectionQueued",
+        "interjectionDelivered",
+        "interjectionPromoted",
+        "interjectionCancelled",
+        "notice",
+        "budget",
+        "compaction",
+        "usage",
+        "runFinished",
+    ];
+}
+
 /// Which streamed text a [`Delta`] adds to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeltaKind {

@@ -98,7 +98,7 @@ pub fn describe(config: &Config) -> InitializeResult {
         protocol_version: PROTOCOL_VERSION,
         capabilities: ServerCapabilities {
             methods,
-            events: event_kinds(),
+            events: Event::KINDS.iter().map(|kind| kind.to_string()).collect(),
         },
         accounts: config.account_infos(),
         default_account: config.default_account.clone(),
