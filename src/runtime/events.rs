@@ -8,8 +8,12 @@
 //! the last committed `seq` cannot tell a restarted daemon which numbers a client already saw.
 //! The counter therefore hands out only numbers at or below a mark persisted ahead of use
 //! (`sessions.seq_reserved`), reserved [`RESERVE_BLOCK`] at a time, and a daemon starts each
-//! session's counter at that mark. A commit extends the mark in its own transaction when it runs
-//! low, so a write of its own is rare. Numbers reserved and not used before a stop are skipped.
+//! session's counter at that mark, reserving its first block as it does. A commit extends the
+//! mark in its own transaction when it runs low; when half a block is used without one (a long
+//! stream of deltas), the next block is reserved ahead on a thread of its own, so numbering a
+//! delta does not wait for the store's writer (which a slow commit of another session may
+//! hold). Only if that reservation has not landed when the block runs out does the event wait
+//! for one. Numbers reserved and not used before a stop are skipped.
 //!
 //! **Order:** a session's events reach the sink in `seq` order. A commit takes its number, then
 //! writes without holding the counter (a slow disk must not hold anyone waiting to number an
@@ -78,6 +82,8 @@ struct SeqState {
     last: u64,
     /// The highest number known to be persisted as reserved (or committed).
     reserved: u64,
+    /// A reservation of the next block is being written off the event path.
+    reserving_ahead: bool,
     /// Commits numbered but not yet published.
     writing: BTreeSet<u64>,
     /// Events numbered after a commit still being written, waiting for it, by `seq`.
@@ -85,39 +91,75 @@ struct SeqState {
 }
 
 impl SessionSeq {
+    /// A counter past every number an earlier daemon may have handed out, with its first
+    /// block reserved.
     fn new(session: &SessionRow, store: Store) -> Self {
         let start = session.next_free_seq() - 1;
-        Self {
+        let counter = Self {
             session_id: session.id.clone(),
             store,
             state: Mutex::new(SeqState {
                 last: start,
                 reserved: start,
+                reserving_ahead: false,
                 writing: BTreeSet::new(),
                 held: BTreeMap::new(),
             }),
-        }
+        };
+        counter.reserve_now(&mut lock(&counter.state), start + RESERVE_BLOCK);
+        counter
     }
 
-    /// The next number for an event published now, reserving a block first when the
-    /// persisted mark is used up.
-    fn next(&self, state: &mut SeqState) -> u64 {
+    /// The next number for an event published now. Past half of the reserved block, the next
+    /// block is reserved ahead; only when the block is used up before that lands does this
+    /// wait for a reservation.
+    fn next(self: &Arc<Self>, state: &mut SeqState) -> u64 {
         let seq = state.last + 1;
         if seq > state.reserved {
-            let through = seq + RESERVE_BLOCK - 1;
-            match self.store.reserve_seq(&self.session_id, through) {
-                Ok(()) => state.reserved = through,
-                // The event still goes out: the client is live, and a store that cannot write
-                // fails the run's next commit anyway. Only a crash right after could repeat.
-                Err(e) => tracing::warn!(
-                    session_id = %self.session_id,
-                    error = %e,
-                    "cannot reserve event numbers"
-                ),
-            }
+            self.reserve_now(state, seq + RESERVE_BLOCK - 1);
+        } else if !state.reserving_ahead && state.reserved - seq < RESERVE_BLOCK / 2 {
+            self.reserve_ahead(state, state.reserved + RESERVE_BLOCK);
         }
         state.last = seq;
         seq
+    }
+
+    /// Persists the mark `through` before returning.
+    fn reserve_now(&self, state: &mut SeqState, through: u64) {
+        match self.store.reserve_seq(&self.session_id, through) {
+            Ok(()) => state.reserved = state.reserved.max(through),
+            // The event still goes out: the client is live, and a store that cannot write
+            // fails the run's next commit anyway. Only a crash right after could repeat.
+            Err(e) => tracing::warn!(
+                session_id = %self.session_id,
+                error = %e,
+                "cannot reserve event numbers"
+            ),
+        }
+    }
+
+    /// Persists the mark `through` on a thread of its own; numbers past the current mark are
+    /// handed out only once it has landed.
+    fn reserve_ahead(self: &Arc<Self>, state: &mut SeqState, through: u64) {
+        let counter = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("seq-reserve".into())
+            .spawn(move || {
+                let written = counter.store.reserve_seq(&counter.session_id, through);
+                let mut state = lock(&counter.state);
+                state.reserving_ahead = false;
+                match written {
+                    Ok(()) => state.reserved = state.reserved.max(through),
+                    // The block runs out later and is then reserved in place.
+                    Err(e) => tracing::warn!(
+                        session_id = %counter.session_id,
+                        error = %e,
+                        "cannot reserve event numbers ahead"
+                    ),
+                }
+            });
+        // Without a thread the block is reserved in place when it runs out, as before.
+        state.reserving_ahead = spawned.is_ok();
     }
 
     /// Publishes now, or holds the event while an earlier commit is being written.
@@ -343,6 +385,68 @@ mod tests {
             (stored.last_seq, stored.seq_reserved),
             (RESERVE_BLOCK + 2, 2 * RESERVE_BLOCK)
         );
+    }
+
+    /// Numbers `n` deltas of the session through `counter`.
+    fn deltas(events: &Events, counter: &SeqCounter, id: &str, n: u64) {
+        for _ in 0..n {
+            events.emit_delta(counter, id, None, DeltaKind::Text, "msg_1", "a");
+        }
+    }
+
+    /// Waits until `counter` knows `through` is reserved; a guard against a hang, not a timing.
+    fn await_reserved(counter: &SeqCounter, through: u64) {
+        let guard = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while lock(&counter.state).reserved < through {
+            assert!(
+                std::time::Instant::now() < guard,
+                "numbers through {through} were never reserved"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn the_next_block_is_reserved_ahead_so_deltas_never_wait_for_the_writer() {
+        let store = Store::open_in_memory().unwrap();
+        let id = session(&store);
+        let recorder = Arc::new(Recorder::default());
+        let events = Arc::new(Events::new(recorder.clone()));
+        let counter = events.counter(&store, &id).unwrap();
+        // Past half of the first block, the second is reserved ahead, off this thread.
+        deltas(&events, &counter, &id, RESERVE_BLOCK / 2 + 1);
+        await_reserved(&counter, 2 * RESERVE_BLOCK);
+        let stored = store.session(&id).unwrap().unwrap();
+        assert_eq!(stored.seq_reserved, 2 * RESERVE_BLOCK);
+
+        // With the writer held (a slow commit elsewhere), the rest of the first block and all
+        // of the second are numbered and published without waiting for it.
+        let writer = store.hold_writer();
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn({
+            let (events, counter, id) = (events.clone(), counter.clone(), id.clone());
+            move || {
+                deltas(
+                    &events,
+                    &counter,
+                    &id,
+                    2 * RESERVE_BLOCK - (RESERVE_BLOCK / 2 + 1),
+                );
+                done.send(()).unwrap();
+            }
+        });
+        finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("a delta waited for the store's writer");
+        drop(writer);
+        // The reservation of the third block, asked for while the writer was held, lands now.
+        await_reserved(&counter, 3 * RESERVE_BLOCK);
+        assert_eq!(
+            *lock(&recorder.0),
+            (1..=2 * RESERVE_BLOCK).collect::<Vec<_>>()
+        );
+        let stored = store.session(&id).unwrap().unwrap();
+        assert_eq!(stored.seq_reserved, 3 * RESERVE_BLOCK);
     }
 
     #[test]

@@ -219,6 +219,12 @@ impl Store {
         })
     }
 
+    /// Holds the writer as a slow commit would, for tests of what must not wait for it.
+    #[cfg(test)]
+    pub(crate) fn hold_writer(&self) -> MutexGuard<'_, Connection> {
+        lock(&self.shared.writer)
+    }
+
     /// Sleeps before a message commit of the session named by [`SLOW_COMMIT_VAR`], if any.
     fn slow_commit(&self, session_id: &str) {
         if let Some(slow) = self.shared.slow_commit.get()
