@@ -7,6 +7,7 @@ mod commands;
 mod environment;
 mod file_diff;
 mod harness;
+mod in_flight;
 mod interjections;
 mod long_context;
 mod protocol;
