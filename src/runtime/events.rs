@@ -310,7 +310,7 @@ impl Events {
 mod tests {
     use super::*;
     use crate::protocol::{Block, NoticeLevel, Role};
-    use crate::store::NewSession;
+    use crate::store::test_support::new_session as session;
     use pretty_assertions::assert_eq;
 
     /// Keeps every published event's `seq`.
@@ -321,22 +321,6 @@ mod tests {
         fn emit(&self, event: &SessionEventParams) {
             lock(&self.0).push(event.seq);
         }
-    }
-
-    fn session(store: &Store) -> String {
-        store
-            .insert_session(&NewSession {
-                title: "t".into(),
-                account: "demo".into(),
-                model: "demo".into(),
-                system_prompt: None,
-                workspace_root: None,
-                max_steps: 25,
-                cap_usd: None,
-                max_seconds: None,
-            })
-            .unwrap()
-            .id
     }
 
     fn notice() -> Event {

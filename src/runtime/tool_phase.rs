@@ -7,7 +7,7 @@
 use super::run::RunContext;
 use super::{RuntimeError, RuntimeResult};
 use crate::protocol::*;
-use crate::store::{FileChange, ToolCallRow};
+use crate::store::{ApprovalStatus, FileChange, ToolCallRow};
 use crate::tools::{self, ToolOutcome, Workspace};
 use crate::util::new_id;
 
@@ -139,7 +139,7 @@ impl RunContext {
         {
             return Ok(Some(ApprovalDecision::Allow));
         }
-        if !store.has_approval(&self.session_id, &call.id)? {
+        if store.approval_status(&self.session_id, &call.id)?.is_none() {
             let approval = PendingApproval {
                 approval_id: new_id("apr"),
                 run_id: self.run_id.clone(),
@@ -168,7 +168,8 @@ impl RunContext {
             if let Some(decision) = self
                 .inner
                 .store
-                .approval_decision(&self.session_id, &call.id)?
+                .approval_status(&self.session_id, &call.id)?
+                .and_then(ApprovalStatus::decision)
             {
                 return Ok(Some(decision));
             }

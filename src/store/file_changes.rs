@@ -95,24 +95,8 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::NewSession;
+    use crate::store::test_support::new_session as session;
     use pretty_assertions::assert_eq;
-
-    fn session(store: &Store) -> String {
-        store
-            .insert_session(&NewSession {
-                title: "t".into(),
-                account: "demo".into(),
-                model: "demo".into(),
-                system_prompt: None,
-                workspace_root: None,
-                max_steps: 25,
-                cap_usd: None,
-                max_seconds: None,
-            })
-            .unwrap()
-            .id
-    }
 
     fn change<'a>(call_id: &'a str, before: Option<&'a str>, after: &'a str) -> FileChange<'a> {
         FileChange {

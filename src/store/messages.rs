@@ -341,24 +341,13 @@ pub(super) fn record_seq(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::NewSession;
+    use crate::store::test_support::new_session;
     use pretty_assertions::assert_eq;
 
     #[test]
     fn appends_with_increasing_seq_and_reads_back_after_seq() {
         let store = Store::open_in_memory().unwrap();
-        let session = store
-            .insert_session(&NewSession {
-                title: "t".into(),
-                account: "demo".into(),
-                model: "demo".into(),
-                system_prompt: None,
-                workspace_root: None,
-                max_steps: 25,
-                cap_usd: None,
-                max_seconds: None,
-            })
-            .unwrap();
+        let session = new_session(&store);
         let mut written = Vec::new();
         for (seq, text) in [(1, "one"), (2, "two"), (5, "three")] {
             written.push(
@@ -366,7 +355,7 @@ mod tests {
                     .append_message(&NewMessage {
                         seq,
                         ..NewMessage::new(
-                            &session.id,
+                            &session,
                             None,
                             Role::User,
                             vec![Block::Text { text: text.into() }],
@@ -380,9 +369,9 @@ mod tests {
             vec![1, 2, 5]
         );
         assert_eq!(
-            store.messages_after(&session.id, 1, 10).unwrap(),
+            store.messages_after(&session, 1, 10).unwrap(),
             written[1..].to_vec()
         );
-        assert_eq!(store.session(&session.id).unwrap().unwrap().last_seq, 5);
+        assert_eq!(store.session(&session).unwrap().unwrap().last_seq, 5);
     }
 }

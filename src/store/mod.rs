@@ -247,42 +247,16 @@ fn open_reader(path: &Path) -> StoreResult<Connection> {
     Ok(conn)
 }
 
+/// What the crate's tests of the store, and of what is built on it, share.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod test_support {
+    use super::{NewSession, Store};
 
-    #[test]
-    fn opening_twice_keeps_data_and_uses_wal() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("nested/sidechat.db");
-        let id = {
-            let store = Store::open(&path).unwrap();
-            store
-                .insert_session(&NewSession {
-                    title: "kept".into(),
-                    account: "demo".into(),
-                    model: "demo".into(),
-                    system_prompt: None,
-                    workspace_root: None,
-                    max_steps: 25,
-                    cap_usd: None,
-                    max_seconds: None,
-                })
-                .unwrap()
-                .id
-        };
-        let store = Store::open(&path).unwrap();
-        assert_eq!(store.session(&id).unwrap().unwrap().title, "kept");
-        let mode: String = store
-            .read(|conn| Ok(conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?))
-            .unwrap();
-        assert_eq!(mode, "wal");
-    }
-
-    fn new_session(store: &Store) -> String {
+    /// A new demo session titled `title`; its id.
+    pub(crate) fn session_titled(store: &Store, title: &str) -> String {
         store
             .insert_session(&NewSession {
-                title: "t".into(),
+                title: title.into(),
                 account: "demo".into(),
                 model: "demo".into(),
                 system_prompt: None,
@@ -291,8 +265,32 @@ mod tests {
                 cap_usd: None,
                 max_seconds: None,
             })
-            .unwrap()
+            .expect("a new session")
             .id
+    }
+
+    /// A new demo session; its id.
+    pub(crate) fn new_session(store: &Store) -> String {
+        session_titled(store, "t")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{new_session, session_titled};
+    use super::*;
+
+    #[test]
+    fn opening_twice_keeps_data_and_uses_wal() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nested/sidechat.db");
+        let id = session_titled(&Store::open(&path).unwrap(), "kept");
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.session(&id).unwrap().unwrap().title, "kept");
+        let mode: String = store
+            .read(|conn| Ok(conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?))
+            .unwrap();
+        assert_eq!(mode, "wal");
     }
 
     fn user_message(session_id: &str, seq: u64) -> NewMessage {

@@ -61,7 +61,7 @@ impl From<ApprovalDecision> for ApprovalStatus {
 
 impl ApprovalStatus {
     /// The decision once it is made (the user's, or `cancelled` by the run's end).
-    fn decision(self) -> Option<ApprovalDecision> {
+    pub fn decision(self) -> Option<ApprovalDecision> {
         match self {
             ApprovalStatus::Pending => None,
             ApprovalStatus::Allow => Some(ApprovalDecision::Allow),
@@ -196,36 +196,22 @@ impl Store {
             })
     }
 
-    /// The decision on a call's approval: `None` while pending or when none was asked.
-    pub fn approval_decision(
+    /// The status of a call's latest approval: `None` when none was asked; its
+    /// [`ApprovalStatus::decision`] once answered.
+    pub fn approval_status(
         &self,
         session_id: &str,
         call_id: &str,
-    ) -> StoreResult<Option<ApprovalDecision>> {
-        self.read(|conn| {
-            let status: Option<ApprovalStatus> = conn
-                .query_row(
-                    "SELECT status FROM approvals WHERE session_id = ?1 AND call_id = ?2
-                 ORDER BY created_at DESC LIMIT 1",
-                    params![session_id, call_id],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            Ok(status.and_then(ApprovalStatus::decision))
-        })
-    }
-
-    /// Whether the call already has an approval row (pending or answered).
-    pub fn has_approval(&self, session_id: &str, call_id: &str) -> StoreResult<bool> {
+    ) -> StoreResult<Option<ApprovalStatus>> {
         self.read(|conn| {
             Ok(conn
                 .query_row(
-                    "SELECT 1 FROM approvals WHERE session_id = ?1 AND call_id = ?2",
+                    "SELECT status FROM approvals WHERE session_id = ?1 AND call_id = ?2
+                     ORDER BY created_at DESC LIMIT 1",
                     params![session_id, call_id],
-                    |_| Ok(()),
+                    |r| r.get(0),
                 )
-                .optional()?
-                .is_some())
+                .optional()?)
         })
     }
 
