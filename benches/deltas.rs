@@ -45,16 +45,16 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+#[path = "support/stdio.rs"]
+mod stdio;
 #[path = "../tests/support/upstream.rs"]
 mod upstream;
-
-const SIDECHAT: &str = env!("CARGO_BIN_EXE_sidechat");
 
 const DELTAS: usize = 100_000;
 const RUNS: usize = 3;
@@ -184,60 +184,27 @@ fn feed_stream(
 /// `sidechat serve` driven over its stdio, one JSON object per line.
 struct Daemon {
     child: Child,
-    stdin: ChildStdin,
+    requests: stdio::Requests,
     stdout: BufReader<ChildStdout>,
-    next_id: u64,
 }
 
 impl Daemon {
     fn spawn(home: &Path, db: &Path, upstream: &str) -> Self {
-        let mut child = Command::new(SIDECHAT)
-            .arg("serve")
-            .arg("--db")
-            .arg(db)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", home)
-            .env("XDG_CONFIG_HOME", home.join("config"))
-            .env("XDG_DATA_HOME", home.join("data"))
-            .env("OPENAI_BASE_URL", format!("{upstream}/v1"))
-            .env("OPENAI_API_KEY", "x")
-            .env("SIDECHAT_LOG", "warn")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+        let mut child = stdio::serve_command(home, db, upstream, "warn")
             .spawn()
             .expect("cannot spawn `sidechat serve`");
         let stdin = child.stdin.take().expect("the child's stdin is piped");
         let stdout = child.stdout.take().expect("the child's stdout is piped");
         Self {
             child,
-            stdin,
+            requests: stdio::Requests::new(stdin),
             stdout: BufReader::with_capacity(READ_BUFFER, stdout),
-            next_id: 1,
         }
-    }
-
-    fn send(&mut self, message: &Value) {
-        let mut line = message.to_string();
-        line.push('\n');
-        self.stdin
-            .write_all(line.as_bytes())
-            .and_then(|()| self.stdin.flush())
-            .expect("cannot write to the daemon's stdin");
-    }
-
-    /// Sends a request and returns its id, without waiting for the answer.
-    fn start_call(&mut self, method: &str, params: Value) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        id
     }
 
     /// Sends a request and waits for its result; notifications on the way are skipped.
     fn call(&mut self, method: &str, params: Value) -> Value {
-        let id = self.start_call(method, params);
+        let id = self.requests.start_call(method, params);
         let mut line = Vec::new();
         loop {
             self.read_line(&mut line);
@@ -262,17 +229,9 @@ impl Daemon {
         }
     }
 
-    /// The daemon's peak resident set so far, from `/proc/<pid>/status`.
+    /// The daemon's peak resident set so far.
     fn peak_rss_kib(&self) -> u64 {
-        let pid = self.child.id();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .expect("cannot read /proc/<pid>/status of the daemon");
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmHWM:"))
-            .and_then(|rest| rest.trim().strip_suffix("kB"))
-            .and_then(|kib| kib.trim().parse().ok())
-            .expect("no VmHWM line in /proc/<pid>/status")
+        stdio::status_kib(self.child.id(), "VmHWM:")
     }
 
     /// CPU time and context switches of the daemon's live threads so far (an ended thread no
@@ -331,8 +290,9 @@ impl Daemon {
     /// `shutdown` and `exit`; checks the daemon exits with 0.
     fn stop(mut self) {
         self.call("shutdown", Value::Null);
-        self.send(&json!({"jsonrpc": "2.0", "method": "exit"}));
-        drop(self.stdin);
+        self.requests
+            .send(&json!({"jsonrpc": "2.0", "method": "exit"}));
+        drop(self.requests);
         let status = self.child.wait().expect("cannot reap the daemon");
         assert!(status.success(), "the daemon exited with {status}");
     }
@@ -408,7 +368,9 @@ fn stream_run(home: &Path, db: &Path, deltas: usize, feed: Feed) -> StreamRun {
         "initialize",
         json!({"clientInfo": {"name": "deltas-bench", "version": "1"}, "protocolVersion": 1, "capabilities": {}}),
     );
-    daemon.send(&json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}));
+    daemon
+        .requests
+        .send(&json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}));
     let session = daemon.call("session/create", json!({}));
     let session_id = session["id"].as_str().expect("a session id").to_owned();
     let settled = daemon.wait_until_idle();
@@ -421,7 +383,9 @@ fn stream_run(home: &Path, db: &Path, deltas: usize, feed: Feed) -> StreamRun {
     let mut line = Vec::with_capacity(1024);
     let before = daemon.usage();
     let started = Instant::now();
-    let send_id = daemon.start_call("chat/send", json!({"sessionId": session_id, "text": "go"}));
+    let send_id = daemon
+        .requests
+        .start_call("chat/send", json!({"sessionId": session_id, "text": "go"}));
     let finished = loop {
         daemon.read_line(&mut line);
         let at = Instant::now();
@@ -748,7 +712,7 @@ fn main() {
     println!(
         "sidechat delta streaming: {deltas} deltas per run, {runs} run(s), interleaved with the raw pipe ({profile})"
     );
-    println!("binary: {SIDECHAT}");
+    println!("binary: {}", env!("CARGO_BIN_EXE_sidechat"));
     println!();
     println!("{:<56} {:>12} {:>12} {:>12}", "", "median", "min", "max");
     let row = |name: &str, sorted: &[f64], decimals: usize, unit: &str| {

@@ -32,6 +32,8 @@
 //! The daemon gets an empty environment apart from `PATH`, a temporary `HOME` and XDG folders
 //! (so no config file of the machine is read), the provider variables and `SIDECHAT_LOG=warn`.
 
+#[path = "support/stdio.rs"]
+mod stdio;
 #[path = "../tests/support/upstream.rs"]
 mod upstream;
 
@@ -39,14 +41,12 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::Child;
 use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-
-const SIDECHAT: &str = env!("CARGO_BIN_EXE_sidechat");
 
 const SESSIONS: usize = 50;
 /// The session whose commits are slowed in the slow case; it asks short questions back to back.
@@ -157,30 +157,14 @@ fn tag_of(body: &Value) -> Option<usize> {
 
 struct Daemon {
     child: Child,
-    stdin: ChildStdin,
+    requests: stdio::Requests,
     /// Lines of stdout with the instant each was read, from a thread that only reads.
     lines: Receiver<(Instant, Vec<u8>)>,
-    next_id: u64,
 }
 
 impl Daemon {
     fn spawn(home: &Path, db: &Path, upstream: &str, slow: Option<(&str, Duration)>) -> Self {
-        let mut command = Command::new(SIDECHAT);
-        command
-            .arg("serve")
-            .arg("--db")
-            .arg(db)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", home)
-            .env("XDG_CONFIG_HOME", home.join("config"))
-            .env("XDG_DATA_HOME", home.join("data"))
-            .env("OPENAI_BASE_URL", format!("{upstream}/v1"))
-            .env("OPENAI_API_KEY", "x")
-            .env("SIDECHAT_LOG", "error")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+        let mut command = stdio::serve_command(home, db, upstream, "error");
         if let Some((session, delay)) = slow {
             command.env(
                 "SIDECHAT_TEST_SLOW_COMMIT",
@@ -210,32 +194,17 @@ impl Daemon {
             .expect("cannot start the stdout reader");
         let mut daemon = Self {
             child,
-            stdin,
+            requests: stdio::Requests::new(stdin),
             lines,
-            next_id: 1,
         };
         daemon.call(
             "initialize",
             json!({"clientInfo": {"name": "load-bench", "version": "1"}, "protocolVersion": 1}),
         );
-        daemon.send(&json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}));
         daemon
-    }
-
-    fn send(&mut self, message: &Value) {
-        let mut line = message.to_string();
-        line.push('\n');
-        self.stdin
-            .write_all(line.as_bytes())
-            .and_then(|()| self.stdin.flush())
-            .expect("cannot write to the daemon's stdin");
-    }
-
-    fn start_call(&mut self, method: &str, params: Value) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        id
+            .requests
+            .send(&json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}));
+        daemon
     }
 
     /// The next line from the daemon, parsed, with the instant it was read.
@@ -252,7 +221,7 @@ impl Daemon {
 
     /// Sends a request and waits for its result; there are no notifications while it runs.
     fn call(&mut self, method: &str, params: Value) -> Value {
-        let id = self.start_call(method, params);
+        let id = self.requests.start_call(method, params);
         loop {
             let (_, message) = self.next();
             if message["id"] == id && message.get("method").is_none() {
@@ -263,19 +232,13 @@ impl Daemon {
     }
 
     fn status_kib(&self, field: &str) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .expect("cannot read /proc/<pid>/status of the daemon");
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix(field))
-            .and_then(|rest| rest.trim().strip_suffix("kB"))
-            .and_then(|kib| kib.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {field} line in /proc/<pid>/status"))
+        stdio::status_kib(self.child.id(), field)
     }
 
     fn close(mut self) {
         self.call("shutdown", Value::Null);
-        self.send(&json!({"jsonrpc": "2.0", "method": "exit"}));
+        self.requests
+            .send(&json!({"jsonrpc": "2.0", "method": "exit"}));
         let status = self.child.wait().expect("cannot reap the daemon");
         assert!(status.success(), "the daemon exited with {status}");
     }
@@ -333,7 +296,7 @@ fn round(home: &Path, db: &Path, plan: Plan, case: Case) -> RoundResult {
     let mut seen: Vec<Seen> = (0..SESSIONS).map(|_| Seen::default()).collect();
     let mut result = RoundResult::default();
     let ask = |daemon: &mut Daemon, tag: usize| {
-        daemon.start_call(
+        daemon.requests.start_call(
             "chat/send",
             json!({"sessionId": sessions[tag], "text": format!("load-{tag}")}),
         );

@@ -60,60 +60,75 @@ fn sidechat_command(home: &Path) -> Command {
     command
 }
 
-fn serve_once(home: &Path, db: &Path) -> ServeRun {
-    let started = Instant::now();
-    let mut child = sidechat_command(home)
-        .arg("serve")
-        .arg("--db")
-        .arg(db)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("cannot spawn `sidechat serve`");
-    let mut stdin = child.stdin.take().expect("the child's stdin is piped");
-    let mut stdout = BufReader::new(child.stdout.take().expect("the child's stdout is piped"));
-    send(&mut stdin, INITIALIZE);
-    let reply = read_reply(&mut stdout, &mut child);
-    let elapsed = started.elapsed();
-    assert!(
-        reply.contains(r#""id":1"#) && reply.contains(r#""result""#),
-        "unexpected reply to initialize: {reply}"
-    );
-    let rss_kib = vm_rss_kib(child.id());
-    stop(child, stdin, stdout);
-    ServeRun { elapsed, rss_kib }
+/// A daemon mode the benchmark starts: its subcommand, its `initialize` request and a piece of
+/// the reply that shows the handshake succeeded.
+#[derive(Clone, Copy)]
+struct Mode {
+    subcommand: &'static str,
+    initialize: &'static str,
+    answered: &'static str,
 }
 
-/// One `acp` run: time from spawn to the `initialize` reply, and VmRSS after it, in KiB.
-fn acp_once(home: &Path, db: &Path) -> ServeRun {
+const SERVE: Mode = Mode {
+    subcommand: "serve",
+    initialize: INITIALIZE,
+    answered: r#""result""#,
+};
+
+const ACP: Mode = Mode {
+    subcommand: "acp",
+    initialize: ACP_INITIALIZE,
+    answered: r#""agentCapabilities""#,
+};
+
+/// Spawns `sidechat <mode> --db <db>` and completes the `initialize` handshake: the time from
+/// spawn to the reply, VmRSS after it in KiB, and the live daemon.
+fn initialized(
+    home: &Path,
+    db: &Path,
+    mode: Mode,
+) -> (ServeRun, Child, ChildStdin, BufReader<ChildStdout>) {
     let started = Instant::now();
     let mut child = sidechat_command(home)
-        .arg("acp")
+        .arg(mode.subcommand)
         .arg("--db")
         .arg(db)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .expect("cannot spawn `sidechat acp`");
+        .unwrap_or_else(|e| panic!("cannot spawn `sidechat {}`: {e}", mode.subcommand));
     let mut stdin = child.stdin.take().expect("the child's stdin is piped");
     let mut stdout = BufReader::new(child.stdout.take().expect("the child's stdout is piped"));
-    send(&mut stdin, ACP_INITIALIZE);
+    send(&mut stdin, mode.initialize);
     let reply = read_reply(&mut stdout, &mut child);
     let elapsed = started.elapsed();
     assert!(
-        reply.contains(r#""id":1"#) && reply.contains(r#""agentCapabilities""#),
-        "unexpected reply to the ACP initialize: {reply}"
+        reply.contains(r#""id":1"#) && reply.contains(mode.answered),
+        "unexpected reply to the initialize of `sidechat {}`: {reply}",
+        mode.subcommand
     );
     let rss_kib = vm_rss_kib(child.id());
+    (ServeRun { elapsed, rss_kib }, child, stdin, stdout)
+}
+
+/// One `serve` run, ended with `shutdown` and `exit`.
+fn serve_once(home: &Path, db: &Path) -> ServeRun {
+    let (run, child, stdin, stdout) = initialized(home, db, SERVE);
+    stop(child, stdin, stdout);
+    run
+}
+
+/// One `acp` run, ended by closing its input (an ACP agent ends with its input).
+fn acp_once(home: &Path, db: &Path) -> ServeRun {
+    let (run, mut child, stdin, _stdout) = initialized(home, db, ACP);
     drop(stdin);
     let status = child.wait().expect("cannot reap the agent");
     assert!(
         status.success(),
         "the agent exited with {status} when its input closed"
     );
-    ServeRun { elapsed, rss_kib }
+    run
 }
 
 fn send(stdin: &mut ChildStdin, line: &str) {
