@@ -9,9 +9,11 @@
 //! the measured daemon is then spawned on it, pointed at a fake OpenAI-compatible server on
 //! 127.0.0.1 (the tests' shared one, `tests/support/upstream.rs`: threads of this process, one
 //! per connection). Of the 50 sessions, 49 ask once and are answered with
-//! [`STREAM_DELTAS`] chunks, one every [`PACE`]; the 50th, the chatty one, asks a short question
-//! ([`SHORT_DELTAS`] chunks) and asks again as soon as each answer has finished, until the 49
-//! streams have ended. Two cases, interleaved in one invocation:
+//! [`STREAM_DELTAS`] chunks, one every [`PACE`]; the 50th, the chatty one, asks
+//! [`CHATTY_TURNS`] short questions ([`SHORT_DELTAS`] chunks each), one every [`CHATTY_EVERY`]
+//! (or as soon as the previous answer has finished, when that is later). Both cases do exactly
+//! this work on the same schedule, so the slow case's figures compare with the baseline's.
+//! Two cases, interleaved in one invocation:
 //! - baseline: nothing is slowed;
 //! - slow store: every message commit of the chatty session sleeps [`SLOW_COMMIT`] while it
 //!   holds the store's writer, as on a slow disk (`SIDECHAT_TEST_SLOW_COMMIT`, a setting for
@@ -30,7 +32,7 @@
 //! (`VmHWM`) when the round ends, and its resident set (`VmRSS`) after a second of idleness.
 //!
 //! The daemon gets an empty environment apart from `PATH`, a temporary `HOME` and XDG folders
-//! (so no config file of the machine is read), the provider variables and `SIDECHAT_LOG=warn`.
+//! (so no config file of the machine is read), the provider variables and `SIDECHAT_LOG=error`.
 
 #[path = "support/stdio.rs"]
 mod stdio;
@@ -49,7 +51,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 const SESSIONS: usize = 50;
-/// The session whose commits are slowed in the slow case; it asks short questions back to back.
+/// The session whose commits are slowed in the slow case; it asks short questions.
 const CHATTY: usize = 0;
 
 /// Chunks in each streaming session's answer, one every [`PACE`].
@@ -57,6 +59,10 @@ const STREAM_DELTAS: usize = 500;
 const PACE: Duration = Duration::from_millis(10);
 /// Chunks in each of the chatty session's answers.
 const SHORT_DELTAS: usize = 5;
+/// The chatty session's questions, and how far apart they are asked: spread over the
+/// streams' [`STREAM_DELTAS`] × [`PACE`], with room for a slow turn (two slow commits).
+const CHATTY_TURNS: usize = 12;
+const CHATTY_EVERY: Duration = Duration::from_millis(400);
 /// How long each message commit of the chatty session takes in the slow case.
 const SLOW_COMMIT: Duration = Duration::from_millis(150);
 /// Rounds of each case, interleaved (baseline, slow, baseline, slow, ...).
@@ -65,6 +71,8 @@ const ROUNDS: usize = 3;
 const SMOKE_STREAM_DELTAS: usize = 20;
 const SMOKE_PACE: Duration = Duration::from_millis(5);
 const SMOKE_SLOW_COMMIT: Duration = Duration::from_millis(20);
+const SMOKE_CHATTY_TURNS: usize = 3;
+const SMOKE_CHATTY_EVERY: Duration = Duration::from_millis(30);
 
 const GOAL_RATIO: f64 = 1.5;
 
@@ -82,6 +90,8 @@ struct Plan {
     stream_deltas: usize,
     pace: Duration,
     slow_commit: Duration,
+    chatty_turns: usize,
+    chatty_every: Duration,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -209,14 +219,23 @@ impl Daemon {
 
     /// The next line from the daemon, parsed, with the instant it was read.
     fn next(&self) -> (Instant, Value) {
-        let (at, line) = self
-            .lines
-            .recv_timeout(Duration::from_secs(120))
-            .expect("the daemon went quiet or closed stdout");
-        (
-            at,
-            serde_json::from_slice(&line).expect("a JSON line from the daemon"),
-        )
+        self.next_before(Instant::now() + Duration::from_secs(120))
+            .expect("the daemon went quiet or closed stdout")
+    }
+
+    /// The next line if one comes before `deadline`.
+    fn next_before(&self, deadline: Instant) -> Option<(Instant, Value)> {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match self.lines.recv_timeout(wait) {
+            Ok((at, line)) => Some((
+                at,
+                serde_json::from_slice(&line).expect("a JSON line from the daemon"),
+            )),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                panic!("the daemon closed stdout")
+            }
+        }
     }
 
     /// Sends a request and waits for its result; there are no notifications while it runs.
@@ -301,15 +320,33 @@ fn round(home: &Path, db: &Path, plan: Plan, case: Case) -> RoundResult {
             json!({"sessionId": sessions[tag], "text": format!("load-{tag}")}),
         );
     };
+    let started = Instant::now();
     for tag in 0..SESSIONS {
         ask(&mut daemon, tag);
     }
-    let mut chatty_started = Instant::now();
+    // The chatty session's turns: asked, answered, and when the next one is due.
+    let mut chatty_asked = 1;
+    let mut chatty_answered = 0;
+    let mut chatty_started = started;
     let mut chatty_total = Duration::ZERO;
+    let next_due = |asked: usize| started + plan.chatty_every * u32::try_from(asked).unwrap_or(0);
     let mut streams_done = 0;
-    let mut chatty_busy = true;
-    while streams_done < SESSIONS - 1 || chatty_busy {
-        let (at, message) = daemon.next();
+    while streams_done < SESSIONS - 1 || chatty_answered < plan.chatty_turns {
+        let chatty_idle = chatty_answered == chatty_asked && chatty_asked < plan.chatty_turns;
+        if chatty_idle && Instant::now() >= next_due(chatty_asked) {
+            chatty_started = Instant::now();
+            chatty_asked += 1;
+            ask(&mut daemon, CHATTY);
+            continue;
+        }
+        let line = if chatty_idle {
+            daemon.next_before(next_due(chatty_asked))
+        } else {
+            Some(daemon.next())
+        };
+        let Some((at, message)) = line else {
+            continue;
+        };
         if message.get("method").is_none() {
             assert!(
                 message.get("error").is_none(),
@@ -372,12 +409,7 @@ fn round(home: &Path, db: &Path, plan: Plan, case: Case) -> RoundResult {
                 state.runs_finished += 1;
                 if tag == CHATTY {
                     chatty_total += chatty_started.elapsed();
-                    if streams_done < SESSIONS - 1 {
-                        chatty_started = Instant::now();
-                        ask(&mut daemon, CHATTY);
-                    } else {
-                        chatty_busy = false;
-                    }
+                    chatty_answered += 1;
                 } else {
                     streams_done += 1;
                 }
@@ -387,7 +419,7 @@ fn round(home: &Path, db: &Path, plan: Plan, case: Case) -> RoundResult {
     }
     for (tag, state) in seen.iter().enumerate() {
         let (answers, deltas) = if tag == CHATTY {
-            (state.runs_finished, SHORT_DELTAS * state.runs_finished)
+            (plan.chatty_turns, SHORT_DELTAS * plan.chatty_turns)
         } else {
             (1, plan.stream_deltas)
         };
@@ -458,6 +490,8 @@ fn main() {
                 stream_deltas: STREAM_DELTAS,
                 pace: PACE,
                 slow_commit: SLOW_COMMIT,
+                chatty_turns: CHATTY_TURNS,
+                chatty_every: CHATTY_EVERY,
             },
             ROUNDS,
         )
@@ -467,6 +501,8 @@ fn main() {
                 stream_deltas: SMOKE_STREAM_DELTAS,
                 pace: SMOKE_PACE,
                 slow_commit: SMOKE_SLOW_COMMIT,
+                chatty_turns: SMOKE_CHATTY_TURNS,
+                chatty_every: SMOKE_CHATTY_EVERY,
             },
             1,
         )
@@ -493,10 +529,13 @@ fn main() {
     };
     println!(
         "load: {SESSIONS} sessions in one daemon, {} of them streaming {} deltas one every {:?}, \
-         1 asking short questions back to back; {rounds} round(s) of each case, interleaved ({profile})",
+         1 asking {} short questions one every {:?} in both cases; {rounds} round(s) of each case, \
+         interleaved ({profile})",
         SESSIONS - 1,
         plan.stream_deltas,
         plan.pace,
+        plan.chatty_turns,
+        plan.chatty_every,
     );
     println!(
         "no lost or crossed events: seq contiguous per session, every delta in its own session, every answer whole"
