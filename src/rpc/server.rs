@@ -22,6 +22,7 @@ use super::request_id::{RequestId, recover_id};
 use super::transport::{spawn_reader, spawn_writer};
 use crate::protocol::{InitializeParams, InitializeResult, read_params};
 use crate::runtime::Runtime;
+use crate::util::lock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Lifecycle {
@@ -240,11 +241,11 @@ where
 
 impl Dispatcher {
     fn lifecycle(&self) -> Lifecycle {
-        *self.state.lock().unwrap_or_else(|p| p.into_inner())
+        *lock(&self.state)
     }
 
     fn set_lifecycle(&self, state: Lifecycle) {
-        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = state;
+        *lock(&self.state) = state;
     }
 
     /// Handles one frame; true when the client asked to exit.
@@ -618,11 +619,6 @@ impl Dispatcher {
         };
         with_id(&response.into_json(), id)
     }
-}
-
-/// Locks a mutex whose data stays valid even if a holder panicked.
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn result_response<T: serde::Serialize>(id: &RequestId, result: &T) -> String {

@@ -22,10 +22,13 @@ mod usage;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
+use std::sync::{Arc, Mutex, OnceLock, TryLockError};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
+
+// A poisoned connection is still usable: every write is a transaction.
+use crate::util::lock;
 
 pub use file_changes::{FileChange, FileDiffRow, SNAPSHOT_CAP};
 pub use messages::{NewMessage, NoteDeletion, Settle, Settled};
@@ -116,11 +119,6 @@ fn off_worker<R>(work: impl FnOnce() -> R) -> R {
         }
         _ => work(),
     }
-}
-
-/// A poisoned lock is still usable: every write is a transaction.
-fn lock(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
-    conn.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
 impl Store {
@@ -221,7 +219,7 @@ impl Store {
 
     /// Holds the writer as a slow commit would, for tests of what must not wait for it.
     #[cfg(test)]
-    pub(crate) fn hold_writer(&self) -> MutexGuard<'_, Connection> {
+    pub(crate) fn hold_writer(&self) -> std::sync::MutexGuard<'_, Connection> {
         lock(&self.shared.writer)
     }
 
