@@ -19,8 +19,8 @@ pub use budget::{
 };
 pub use streaming::StreamingCount;
 pub use tokens::{
-    CountCache, Counted, DOCUMENT_TOKENS, Encoding, IMAGE_TOKENS, Part, REPLY_PRIMING_TOKENS,
-    TOKENS_PER_MESSAGE, TOOL_CALL_OVERHEAD_TOKENS, TokenCounter, TokenizerError, Tokenizers,
+    CountCache, Counted, Encoding, Part, REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE,
+    TOOL_CALL_OVERHEAD_TOKENS, TokenCounter, TokenizerError, Tokenizers,
 };
 pub use window::{
     DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_OUTPUT, FamilyEntry, ModelWindow, WindowError,

@@ -29,19 +29,6 @@ pub const REPLY_PRIMING_TOKENS: u64 = 3;
 /// Extra framing per tool call in an assistant message, as tiktoken-rs counts it.
 pub const TOOL_CALL_OVERHEAD_TOKENS: u64 = 1;
 
-/// Charge for one image. Providers bill images by size: Anthropic about width×height/750 after
-/// scaling to at most ~1.15 megapixels (so at most ~1,600 tokens), OpenAI 85 + 170 per 512px
-/// tile (765 for a 1024² image at high detail), Gemini 258 per tile. We do not decode images to
-/// measure them, so we charge the largest common case: overestimating keeps the budget safe,
-/// and the learned correction factor absorbs the rest.
-pub const IMAGE_TOKENS: u64 = 1_600;
-
-/// Charge for one attached document (e.g. a PDF) whose text we have not extracted. Anthropic
-/// bills a PDF page at roughly 1,500–3,000 tokens (its text plus an image of the page); short
-/// attachments of a page or two are the common case in an editor. A caller that has the text or
-/// the page count should count that instead.
-pub const DOCUMENT_TOKENS: u64 = 3_000;
-
 /// Bytes per token assumed if a BPE could not be built (it is compiled in, so this should not
 /// happen); about right for English prose and code.
 const FALLBACK_BYTES_PER_TOKEN: u64 = 4;
@@ -117,10 +104,6 @@ pub enum Part<'a> {
     Text(&'a str),
     /// A tool call: its name and its arguments serialised as JSON.
     ToolCall { name: &'a str, arguments: &'a str },
-    /// An image, charged [`IMAGE_TOKENS`].
-    Image,
-    /// A document whose text is not given, charged [`DOCUMENT_TOKENS`].
-    Document,
     /// Text counted before, e.g. while it streamed in ([`super::StreamingCount`]).
     Counted(Counted),
 }
@@ -273,8 +256,6 @@ impl TokenCounter {
                     + TOOL_CALL_OVERHEAD_TOKENS,
                 exact: self.exact,
             },
-            Part::Image => Counted::estimated(IMAGE_TOKENS),
-            Part::Document => Counted::estimated(DOCUMENT_TOKENS),
             Part::Counted(counted) => counted,
         }
     }
@@ -552,20 +533,6 @@ mod tests {
         assert_eq!(
             Ok(ours.tokens + REPLY_PRIMING_TOKENS),
             theirs.map(|n| n as u64)
-        );
-    }
-
-    #[test]
-    fn images_and_documents_are_fixed_estimates() {
-        let counter = TokenCounter::for_model("gpt-4o");
-        let text = counter.count_message("user", &[Part::Text("What is this?")]);
-        let with_media = counter.count_message(
-            "user",
-            &[Part::Text("What is this?"), Part::Image, Part::Document],
-        );
-        assert_eq!(
-            with_media,
-            Counted::estimated(text.tokens + IMAGE_TOKENS + DOCUMENT_TOKENS)
         );
     }
 
