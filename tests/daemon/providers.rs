@@ -469,7 +469,7 @@ async fn openai_refusals_and_content_filters_end_the_run_as_a_refusal() {
     let scratch = Scratch::new();
     let mut daemon =
         Daemon::start(&scratch.db(), Options::with_env(openai_env(&upstream.url))).await;
-    let session = daemon.create_session(json!({})).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     assert_eq!(
         refused_turn(&mut daemon, &session, "something it refuses").await,
         declined("I can't help with that.")
@@ -479,10 +479,7 @@ async fn openai_refusals_and_content_filters_end_the_run_as_a_refusal() {
         declined("Here is how to")
     );
     // Declined on purpose: nothing is owed an answer.
-    let state = daemon
-        .call("session/get", json!({"sessionId": session}))
-        .await["state"]
-        .clone();
+    let state = daemon.call("session/get", sid(&session)).await["state"].clone();
     assert_eq!(state, "idle");
     daemon.close().await;
 }
@@ -499,7 +496,7 @@ async fn anthropic_refusal_ends_the_run_as_a_refusal() {
         Options::with_env(anthropic_env(&upstream.url)),
     )
     .await;
-    let session = daemon.create_session(json!({})).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     assert_eq!(
         refused_turn(&mut daemon, &session, "something it refuses").await,
         declined("I won't do that.")
