@@ -183,6 +183,7 @@ impl Event {
         "notice",
         "budget",
         "compaction",
+        "noteDeleted",
         "usage",
         "runFinished",
     ];
