@@ -14,6 +14,7 @@ pub mod cost;
 pub mod http_client;
 mod json_text;
 pub mod logging;
+pub mod mcp;
 pub mod protocol;
 pub mod provider;
 pub mod rpc;

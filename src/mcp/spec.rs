@@ -1,0 +1,364 @@
+//! One MCP server's configuration, as read from the config file (`[mcp_servers.NAME]`) or a
+//! session's `mcpServers`, checked once so the rest of `mcp` can trust it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// How long a server may take to start and list its tools unless configured.
+pub const DEFAULT_STARTUP_TIMEOUT_SECS: u64 = 10;
+/// How long one tool call may take unless configured.
+pub const DEFAULT_TOOL_TIMEOUT_SECS: u64 = 60;
+
+/// How sidechat reaches a server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Transport {
+    /// A child process speaking MCP over its stdin and stdout.
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        /// Variables set for the child on top of the daemon's environment.
+        env: BTreeMap<String, String>,
+        cwd: Option<String>,
+    },
+    /// A server speaking MCP's streamable HTTP transport.
+    Http { url: String },
+}
+
+/// A checked server configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerSpec {
+    /// The name tools are prefixed with (`mcp__NAME__tool`).
+    pub name: String,
+    pub transport: Transport,
+    pub enabled: bool,
+    pub startup_timeout_secs: u64,
+    pub tool_timeout_secs: u64,
+    /// When set, only these tools are offered.
+    pub enabled_tools: Option<Vec<String>>,
+    /// Tools never offered.
+    pub disabled_tools: Vec<String>,
+    /// Tools the server marks `readOnlyHint` run without asking.
+    pub trust: bool,
+}
+
+/// The fields a configuration may give, before checking; the config file and the wire both
+/// fill one of these.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RawSpec {
+    pub command: Option<String>,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<String>,
+    pub url: Option<String>,
+    pub enabled: Option<bool>,
+    pub startup_timeout_secs: Option<u64>,
+    pub tool_timeout_secs: Option<u64>,
+    pub enabled_tools: Option<Vec<String>>,
+    pub disabled_tools: Vec<String>,
+    pub trust: Option<bool>,
+}
+
+impl ServerSpec {
+    /// Checks a configuration; the error says which field is wrong and how to fix it.
+    pub fn check(name: &str, raw: RawSpec) -> Result<Self, String> {
+        check_name(name)?;
+        let transport = match (raw.command, raw.url) {
+            (Some(_), Some(_)) => {
+                return Err(format!(
+                    "MCP server {name:?} has both `command` and `url`: give one"
+                ));
+            }
+            (None, None) => {
+                return Err(format!(
+                    "MCP server {name:?} needs `command` (a local server) or `url` (streamable HTTP)"
+                ));
+            }
+            (Some(command), None) => {
+                if command.trim().is_empty() {
+                    return Err(format!("MCP server {name:?} has an empty `command`"));
+                }
+                if let Some(cwd) = &raw.cwd
+                    && !std::path::Path::new(cwd).is_absolute()
+                {
+                    return Err(format!(
+                        "MCP server {name:?}: `cwd` must be an absolute path, got {cwd:?}"
+                    ));
+                }
+                Transport::Stdio {
+                    command,
+                    args: raw.args,
+                    env: raw.env,
+                    cwd: raw.cwd,
+                }
+            }
+            (None, Some(url)) => {
+                let parsed = reqwest::Url::parse(url.trim())
+                    .map_err(|e| format!("MCP server {name:?}: `url` is not a valid URL ({e})"))?;
+                if !matches!(parsed.scheme(), "http" | "https") {
+                    return Err(format!(
+                        "MCP server {name:?}: `url` must start with http:// or https://"
+                    ));
+                }
+                if !raw.args.is_empty() || !raw.env.is_empty() || raw.cwd.is_some() {
+                    return Err(format!(
+                        "MCP server {name:?}: `args`, `env` and `cwd` apply only to a `command`"
+                    ));
+                }
+                Transport::Http {
+                    url: url.trim().to_string(),
+                }
+            }
+        };
+        let timeout = |value: Option<u64>, default: u64, field: &str| match value {
+            Some(0) => Err(format!(
+                "MCP server {name:?}: `{field}` must be at least 1 second"
+            )),
+            Some(secs) => Ok(secs),
+            None => Ok(default),
+        };
+        Ok(Self {
+            name: name.to_string(),
+            transport,
+            enabled: raw.enabled.unwrap_or(true),
+            startup_timeout_secs: timeout(
+                raw.startup_timeout_secs,
+                DEFAULT_STARTUP_TIMEOUT_SECS,
+                "startup_timeout_secs",
+            )?,
+            tool_timeout_secs: timeout(
+                raw.tool_timeout_secs,
+                DEFAULT_TOOL_TIMEOUT_SECS,
+                "tool_timeout_secs",
+            )?,
+            enabled_tools: raw.enabled_tools,
+            disabled_tools: raw.disabled_tools,
+            trust: raw.trust.unwrap_or(false),
+        })
+    }
+
+    pub fn startup_timeout(&self) -> Duration {
+        Duration::from_secs(self.startup_timeout_secs)
+    }
+
+    pub fn tool_timeout(&self) -> Duration {
+        Duration::from_secs(self.tool_timeout_secs)
+    }
+
+    /// Whether the configuration lets the model see a tool of this (original) name.
+    pub fn offers(&self, tool: &str) -> bool {
+        let listed = self
+            .enabled_tools
+            .as_ref()
+            .is_none_or(|enabled| enabled.iter().any(|t| t == tool));
+        listed && !self.disabled_tools.iter().any(|t| t == tool)
+    }
+
+    /// Identifies the process this configuration starts, for sharing one running server
+    /// between sessions and for the tool-list cache: everything that can change what the
+    /// server is. Environment values count (a different token can mean different tools) but
+    /// only through this one-way hash.
+    pub fn key(&self) -> String {
+        let mut hash = Fnv::default();
+        hash.write(self.name.as_bytes());
+        match &self.transport {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                hash.write(b"stdio");
+                hash.write(command.as_bytes());
+                for arg in args {
+                    hash.write(arg.as_bytes());
+                }
+                for (key, value) in env {
+                    hash.write(key.as_bytes());
+                    hash.write(value.as_bytes());
+                }
+                hash.write(cwd.as_deref().unwrap_or("").as_bytes());
+            }
+            Transport::Http { url } => {
+                hash.write(b"http");
+                hash.write(url.as_bytes());
+            }
+        }
+        format!("{}-{:016x}", self.name, hash.finish())
+    }
+
+    /// The configuration as it may be stored: environment values can be secrets, so only
+    /// their names are kept (see [`ServerSpec::with_env_from`]).
+    pub fn without_env_values(&self) -> Self {
+        let mut stored = self.clone();
+        if let Transport::Stdio { env, .. } = &mut stored.transport {
+            for value in env.values_mut() {
+                value.clear();
+            }
+        }
+        stored
+    }
+}
+
+/// Server names become part of tool names, so they keep to the characters providers accept.
+fn check_name(name: &str) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && name.len() <= 32
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    match valid {
+        true if !name.contains("__") => Ok(()),
+        _ => Err(format!(
+            "MCP server name {name:?} must be 1 to 32 letters, digits, '_' or '-' (no \"__\")"
+        )),
+    }
+}
+
+/// FNV-1a, 64 bits: stable across builds and platforms, unlike the standard hasher, so a cache
+/// key and a shortened tool name stay the same from one release to the next.
+#[derive(Debug, Clone, Copy)]
+pub struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    /// Adds `bytes` and a separator, so `["ab", "c"]` and `["a", "bc"]` differ.
+    pub fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes.iter().chain(&[0xff]) {
+            self.0 ^= u64::from(*byte);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    pub fn finish(self) -> u64 {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn stdio(command: &str) -> RawSpec {
+        RawSpec {
+            command: Some(command.into()),
+            ..RawSpec::default()
+        }
+    }
+
+    #[test]
+    fn defaults_fill_what_is_not_given() {
+        let spec = ServerSpec::check("fs", stdio("npx")).unwrap();
+        assert_eq!(
+            spec,
+            ServerSpec {
+                name: "fs".into(),
+                transport: Transport::Stdio {
+                    command: "npx".into(),
+                    args: vec![],
+                    env: BTreeMap::new(),
+                    cwd: None
+                },
+                enabled: true,
+                startup_timeout_secs: 10,
+                tool_timeout_secs: 60,
+                enabled_tools: None,
+                disabled_tools: vec![],
+                trust: false,
+            }
+        );
+    }
+
+    #[test]
+    fn bad_configurations_say_what_to_fix() {
+        let both = RawSpec {
+            url: Some("http://x".into()),
+            ..stdio("a")
+        };
+        let errors = [
+            ServerSpec::check("fs", RawSpec::default()),
+            ServerSpec::check("fs", both),
+            ServerSpec::check("a b", stdio("a")),
+            ServerSpec::check("a__b", stdio("a")),
+            ServerSpec::check(
+                "web",
+                RawSpec {
+                    url: Some("ftp://x".into()),
+                    ..RawSpec::default()
+                },
+            ),
+            ServerSpec::check(
+                "fs",
+                RawSpec {
+                    startup_timeout_secs: Some(0),
+                    ..stdio("a")
+                },
+            ),
+            ServerSpec::check(
+                "fs",
+                RawSpec {
+                    cwd: Some("rel".into()),
+                    ..stdio("a")
+                },
+            ),
+        ]
+        .map(|r| r.unwrap_err());
+        assert_eq!(
+            errors,
+            [
+                "MCP server \"fs\" needs `command` (a local server) or `url` (streamable HTTP)",
+                "MCP server \"fs\" has both `command` and `url`: give one",
+                "MCP server name \"a b\" must be 1 to 32 letters, digits, '_' or '-' (no \"__\")",
+                "MCP server name \"a__b\" must be 1 to 32 letters, digits, '_' or '-' (no \"__\")",
+                "MCP server \"web\": `url` must start with http:// or https://",
+                "MCP server \"fs\": `startup_timeout_secs` must be at least 1 second",
+                "MCP server \"fs\": `cwd` must be an absolute path, got \"rel\"",
+            ]
+            .map(String::from)
+        );
+    }
+
+    #[test]
+    fn enabled_and_disabled_tools_filter() {
+        let mut spec = ServerSpec::check("fs", stdio("npx")).unwrap();
+        spec.enabled_tools = Some(vec!["read".into(), "write".into()]);
+        spec.disabled_tools = vec!["write".into()];
+        let offered: Vec<bool> = ["read", "write", "other"]
+            .iter()
+            .map(|t| spec.offers(t))
+            .collect();
+        assert_eq!(offered, vec![true, false, false]);
+    }
+
+    #[test]
+    fn the_key_follows_what_starts_the_process() {
+        let a = ServerSpec::check("fs", stdio("npx")).unwrap();
+        let mut b = a.clone();
+        b.tool_timeout_secs = 5;
+        let mut c = a.clone();
+        if let Transport::Stdio { env, .. } = &mut c.transport {
+            env.insert("TOKEN".into(), "x".into());
+        }
+        assert_eq!(a.key(), b.key());
+        assert_ne!(a.key(), c.key());
+        let stored = c.without_env_values();
+        assert_eq!(
+            stored.transport,
+            Transport::Stdio {
+                command: "npx".into(),
+                args: vec![],
+                env: BTreeMap::from([("TOKEN".to_string(), String::new())]),
+                cwd: None
+            }
+        );
+    }
+}
