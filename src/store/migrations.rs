@@ -169,6 +169,18 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE usage_lines ADD COLUMN kind TEXT NOT NULL DEFAULT 'turn';
     ALTER TABLE sessions ADD COLUMN rollover_secs INTEGER;
     "#,
+    // 9: the MCP servers a session was given, and every server configuration's last tool list.
+    r#"
+    CREATE TABLE session_mcp_servers (
+        session_id  TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+        servers     TEXT NOT NULL
+    );
+    CREATE TABLE mcp_tool_cache (
+        config_key  TEXT PRIMARY KEY,
+        tools       TEXT NOT NULL,
+        updated_at  INTEGER NOT NULL
+    );
+    "#,
 ];
 
 /// Brings the schema to the newest version this build knows.

@@ -11,6 +11,7 @@
 //! last commit while a write is in progress, so a read never queues behind a write.
 
 mod file_changes;
+mod mcp;
 mod messages;
 mod migrations;
 mod pending;
