@@ -47,6 +47,10 @@ pub struct SessionCreateParams {
     /// (default from the config: off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollover: Option<String>,
+    /// MCP servers this session uses beside those of the config file. They start in the
+    /// background; the answer never waits for them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<Vec<super::McpServerParams>>,
 }
 
 /// Tells "absent" (leave alone) from `null` (remove) in update params.
@@ -125,6 +129,10 @@ pub struct Session {
     #[serde(flatten)]
     pub spend: SessionSpend,
     pub changed_files: Vec<ChangedFile>,
+    /// The session's MCP servers (configured and its own) and where each stands; absent when
+    /// it has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<super::McpServerStatus>,
 }
 
 /// One row of `session/list`.
