@@ -91,6 +91,8 @@ pub struct Config {
     pub prices: HashMap<String, ModelPrice>,
     /// Accounts the configuration names that cannot be used (left out of `accounts`), and why.
     pub unavailable: Vec<UnavailableAccount>,
+    /// MCP servers every session uses (`[mcp_servers.NAME]`), by name.
+    pub mcp_servers: Vec<crate::mcp::ServerSpec>,
 }
 
 /// Limits and budget settings for new sessions and every snapshot.
@@ -172,6 +174,47 @@ struct FileConfig {
     /// Price overrides by model name.
     #[serde(default)]
     prices: HashMap<String, ModelPrice>,
+    #[serde(default)]
+    mcp_servers: BTreeMap<String, FileMcpServer>,
+}
+
+/// `[mcp_servers.NAME]`: a local server (`command`) or a streamable HTTP one (`url`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileMcpServer {
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    cwd: Option<String>,
+    url: Option<String>,
+    enabled: Option<bool>,
+    startup_timeout_secs: Option<u64>,
+    tool_timeout_secs: Option<u64>,
+    enabled_tools: Option<Vec<String>>,
+    #[serde(default)]
+    disabled_tools: Vec<String>,
+    trust: Option<bool>,
+}
+
+impl FileMcpServer {
+    fn spec(&self, name: &str) -> Result<crate::mcp::ServerSpec, String> {
+        let raw = crate::mcp::RawSpec {
+            command: self.command.clone(),
+            args: self.args.clone(),
+            env: self.env.clone(),
+            cwd: self.cwd.clone(),
+            url: self.url.clone(),
+            enabled: self.enabled,
+            startup_timeout_secs: self.startup_timeout_secs,
+            tool_timeout_secs: self.tool_timeout_secs,
+            enabled_tools: self.enabled_tools.clone(),
+            disabled_tools: self.disabled_tools.clone(),
+            trust: self.trust,
+        };
+        crate::mcp::ServerSpec::check(name, raw).map_err(|e| format!("[mcp_servers.{name}] {e}"))
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -308,6 +351,17 @@ impl Config {
         }
         let budget = budget_defaults(&file.defaults);
         let mut unavailable = Vec::new();
+        let mcp_servers = file
+            .mcp_servers
+            .iter()
+            .filter_map(|(name, server)| match server.spec(name) {
+                Ok(spec) => Some(spec),
+                Err(message) => {
+                    tracing::warn!(server = name, message, "ignored MCP server");
+                    None
+                }
+            })
+            .collect();
         for (name, account) in file.accounts {
             match file_account(&name, account).and_then(usable) {
                 Ok(account) => accounts.push(account),
@@ -378,6 +432,7 @@ impl Config {
             budget,
             prices,
             unavailable,
+            mcp_servers,
         }
     }
 
@@ -495,6 +550,9 @@ fn check(file: &FileConfig) -> Result<(), String> {
         if let Some(share) = account.history_share {
             valid_history_share(share).map_err(|e| format!("[accounts.{name}] {e}"))?;
         }
+    }
+    for (name, server) in &file.mcp_servers {
+        server.spec(name)?;
     }
     Ok(())
 }
@@ -645,5 +703,31 @@ mod tests {
             "[accounts.a]\nkind = \"openai\"\ndefault_model = \"m\"\nbase_ulr = \"typo\"\n",
         );
         assert!(parsed.is_err());
+    }
+
+    #[test]
+    fn mcp_servers_are_read_and_checked() {
+        let file: FileConfig = toml::from_str(
+            "[mcp_servers.fs]\ncommand = \"npx\"\nargs = [\"-y\", \"server\"]\ntrust = true\n\
+             [mcp_servers.docs]\nurl = \"http://127.0.0.1:1/mcp\"\nenabled = false\n",
+        )
+        .unwrap();
+        assert_eq!(check(&file), Ok(()));
+        let config = Config::from_parts(file);
+        let names: Vec<(&str, bool, bool)> = config
+            .mcp_servers
+            .iter()
+            .map(|s| (s.name.as_str(), s.enabled, s.trust))
+            .collect();
+        assert_eq!(names, vec![("docs", false, false), ("fs", true, true)]);
+        let both: FileConfig =
+            toml::from_str("[mcp_servers.x]\ncommand = \"a\"\nurl = \"http://h\"\n").unwrap();
+        assert_eq!(
+            check(&both),
+            Err("[mcp_servers.x] MCP server \"x\" has both `command` and `url`: give one".into())
+        );
+        let typo: Result<FileConfig, _> =
+            toml::from_str("[mcp_servers.x]\ncommand = \"a\"\nstartup_timeout = 5\n");
+        assert!(typo.is_err());
     }
 }
