@@ -5,7 +5,7 @@
 //! price re-prices history.
 
 use std::borrow::Cow;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use super::{Inner, RuntimeResult};
 use crate::context::projection::{interjection_text, summary_text};
@@ -124,12 +124,6 @@ pub fn count_blocks_with(
         Role::User | Role::Note | Role::Notice | Role::Summary => "user",
     };
     counter.count_message(role, &parts)
-}
-
-/// The tool definitions as sent, serialised once for counting.
-pub(super) fn tool_definitions() -> &'static str {
-    static JSON: OnceLock<String> = OnceLock::new();
-    JSON.get_or_init(|| serde_json::to_string(&crate::tools::specs()).unwrap_or_default())
 }
 
 impl Inner {

@@ -10,6 +10,7 @@ mod commands;
 mod compaction;
 mod error;
 mod events;
+mod mcp_tools;
 mod projection;
 mod promotion;
 mod recovery;
@@ -51,6 +52,8 @@ struct Inner {
     accounting: accounting::Accounting,
     runs: Registry,
     drivers: Mutex<HashMap<String, Arc<dyn ModelDriver>>>,
+    /// The sessions' MCP servers.
+    mcp: Arc<crate::mcp::Manager>,
 }
 
 impl Runtime {
@@ -60,7 +63,13 @@ impl Runtime {
             tracing::warn!(error = %e, "ignored the configured price overrides");
             crate::cost::PriceBook::builtin()
         });
-        let inner = Arc::new(Inner {
+        let configured_mcp = config.mcp_servers.clone();
+        let inner = Arc::new_cyclic(|weak| Inner {
+            mcp: Arc::new(crate::mcp::Manager::new(
+                store.clone(),
+                configured_mcp,
+                Arc::new(mcp_tools::Notices(weak.clone())),
+            )),
             store,
             config,
             events: Events::new(sink),
@@ -78,6 +87,7 @@ impl Runtime {
         for mut done in self.inner.runs.suspend_all() {
             let _ = done.wait_for(|d| *d).await;
         }
+        self.inner.mcp.shutdown();
     }
 }
 

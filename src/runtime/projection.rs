@@ -18,11 +18,17 @@ pub struct Prepared {
     pub snapshot: BudgetSnapshot,
     /// The counts the snapshot was made from, for planning a compaction.
     pub input: BudgetInput,
+    /// The tool definitions the request sends (and the snapshot counts).
+    pub tools: Vec<crate::provider::ToolSpec>,
 }
 
 impl Inner {
     /// The budget counts of the session's model that do not depend on the messages.
-    pub(super) fn budget_input(&self, session: &SessionRow) -> BudgetInput {
+    pub(super) fn budget_input(
+        &self,
+        session: &SessionRow,
+        tools: &[crate::provider::ToolSpec],
+    ) -> BudgetInput {
         let account = self.config.account(&session.account);
         let window = model_window(&session.model, account.and_then(|a| a.context_window));
         let counter = TokenCounter::for_model(&session.model);
@@ -35,10 +41,11 @@ impl Inner {
         if let Some(prompt) = &session.system_prompt {
             input.system = self.accounting.counts().system_prompt(counter, prompt);
         }
+        let definitions = serde_json::to_string(tools).unwrap_or_default();
         input.tools = self
             .accounting
             .counts()
-            .tool_definitions(counter, super::accounting::tool_definitions());
+            .tool_definitions(counter, &definitions);
         input.correction_factor = self.accounting.factor(&session.model);
         input
     }
@@ -77,7 +84,8 @@ impl Inner {
         current_run: Option<&str>,
         interjections: &[String],
     ) -> Prepared {
-        let mut input = self.budget_input(session);
+        let tools = self.tool_specs(&session.id);
+        let mut input = self.budget_input(session, &tools);
         let projection = projection::project(
             entries,
             Request {
@@ -94,6 +102,7 @@ impl Inner {
             snapshot: input.snapshot(),
             projection,
             input,
+            tools,
         }
     }
 

@@ -75,6 +75,8 @@ pub fn spawn_run(inner: Arc<Inner>, start: RunStart, signals: RunSignals) -> Run
         }
         RunStart::Resume { session, run } => (session, run.id, run.steps),
     };
+    // A run is a need for the session's MCP servers: start those not running.
+    inner.need_mcp(&session.id);
     inner.events.emit(
         &inner.store,
         &session.id,
@@ -514,7 +516,7 @@ fn request(session: &SessionRow, prepared: Prepared) -> ModelRequest {
         model: session.model.clone(),
         system: session.system_prompt.clone(),
         messages: prepared.projection.messages,
-        tools: crate::tools::specs(),
+        tools: prepared.tools,
         max_output_tokens: snapshot
             .context_window
             .saturating_sub(snapshot.input_tokens)

@@ -96,6 +96,11 @@ impl Runtime {
                 "workspaceRoot must be an absolute path, got {root:?}"
             )));
         }
+        let mcp_servers = params
+            .mcp_servers
+            .map(super::mcp_tools::check_servers)
+            .transpose()?
+            .unwrap_or_default();
         let row = self.inner.store.insert_session(&NewSession {
             title: params.title.unwrap_or_else(|| "New chat".into()),
             account: account.name.clone(),
@@ -122,6 +127,13 @@ impl Runtime {
                 )?
                 .ok_or_else(|| RuntimeError::SessionNotFound(row.id.clone()))?,
         };
+        if !mcp_servers.is_empty() {
+            self.inner
+                .store
+                .set_session_mcp_servers(&row.id, &mcp_servers)?;
+            self.inner.mcp.remember(&row.id, mcp_servers);
+        }
+        self.inner.open_mcp(&row.id);
         self.session_view(row)
     }
 
@@ -157,6 +169,7 @@ impl Runtime {
 
     pub fn get_session(&self, id: &str) -> RuntimeResult<Session> {
         let row = self.session_row(id)?;
+        self.inner.open_mcp(id);
         self.session_view(row)
     }
 
@@ -359,6 +372,7 @@ impl Runtime {
         Ok(Session {
             state: self.state(&row)?,
             changed_files: self.inner.store.changed_files(&row.id)?,
+            mcp_servers: self.inner.mcp.statuses(&row.id),
             spend: self.spend(&row.id)?,
             id: row.id,
             title: row.title,

@@ -111,16 +111,28 @@ impl RunContext {
             status: ToolCallStatus::Running,
             output: None,
         });
-        let workspace = match workspace {
-            Some(Ok(ws)) => Some(ws),
-            Some(Err(e)) => return Ok((ToolCallStatus::Error, ToolOutcome::error(e.to_string()))),
-            None => None,
-        };
         let mut stop = self.signals.stop.clone();
-        let outcome = tokio::select! {
-            biased;
-            _ = stop.wait_for(|s| *s) => return Ok((ToolCallStatus::Cancelled, ToolOutcome::error(STOPPED_DURING))),
-            outcome = tools::execute(workspace, &call.name, &call.input) => outcome,
+        let outcome = if crate::mcp::names::is_mcp(&call.name) {
+            // Dropping the call when the run stops cancels the request on the server.
+            let mcp = self.inner.mcp.clone();
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => return Ok((ToolCallStatus::Cancelled, ToolOutcome::error(STOPPED_DURING))),
+                outcome = mcp.call(&self.session_id, &call.name, &call.input) => outcome,
+            }
+        } else {
+            let workspace = match workspace {
+                Some(Ok(ws)) => Some(ws),
+                Some(Err(e)) => {
+                    return Ok((ToolCallStatus::Error, ToolOutcome::error(e.to_string())));
+                }
+                None => None,
+            };
+            tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => return Ok((ToolCallStatus::Cancelled, ToolOutcome::error(STOPPED_DURING))),
+                outcome = tools::execute(workspace, &call.name, &call.input) => outcome,
+            }
         };
         let status = if outcome.is_error {
             ToolCallStatus::Error
@@ -134,7 +146,7 @@ impl RunContext {
     /// was allowed for the session. `None` when the run was stopped while waiting.
     async fn approval(&mut self, call: &ToolCallRow) -> RuntimeResult<Option<ApprovalDecision>> {
         let store = &self.inner.store;
-        if !tools::needs_approval(&call.name)
+        if self.inner.runs_unasked(&self.session_id, &call.name)
             || store.is_tool_allowed(&self.session_id, &call.name)?
         {
             return Ok(Some(ApprovalDecision::Allow));
