@@ -306,6 +306,7 @@ impl Agent {
         let capabilities = acp::AgentCapabilities::new()
             .load_session(true)
             .prompt_capabilities(acp::PromptCapabilities::new().embedded_context(true))
+            .mcp_capabilities(acp::McpCapabilities::new().http(true))
             .session_capabilities(
                 acp::SessionCapabilities::new()
                     .list(acp::SessionListCapabilities::new())
@@ -355,10 +356,15 @@ impl Agent {
 
     async fn new_session(&self, params: acp::NewSessionRequest, then: &mut Then) -> Answer {
         let runtime = self.runtime().await?;
+        let (mcp_servers, skipped) = super::mcp::servers(params.mcp_servers.clone());
         let session = runtime.create_session(SessionCreateParams {
             workspace_root: Some(Self::workspace_root(&params.cwd)?),
+            mcp_servers: Some(mcp_servers),
             ..SessionCreateParams::default()
         })?;
+        for server in skipped {
+            tracing::warn!(session_id = %session.id, server, "MCP server left out");
+        }
         self.state
             .lock()
             .await
@@ -382,6 +388,11 @@ impl Agent {
         let root = Self::workspace_root(cwd)?;
         let runtime = self.runtime().await?;
         let mut session = runtime.get_session(session_id)?;
+        let (servers, skipped) = super::mcp::servers(mcp.clone());
+        runtime.set_mcp_servers(session_id, servers)?;
+        for server in skipped {
+            tracing::warn!(session_id, server, "MCP server left out");
+        }
         if session.workspace_root.is_none() {
             session = runtime.update_session(SessionUpdateParams {
                 session_id: session_id.to_string(),

@@ -20,6 +20,7 @@
 
 mod agent;
 mod connection;
+mod mcp;
 mod sink;
 mod translate;
 
