@@ -10,6 +10,7 @@ mod harness;
 mod in_flight;
 mod interjections;
 mod long_context;
+mod mcp;
 mod protocol;
 mod providers;
 mod run_ends;

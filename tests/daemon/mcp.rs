@@ -1,0 +1,708 @@
+//! MCP servers end to end: the real daemon, the test server of `examples/mcp_fixture.rs`
+//! (an rmcp stdio server that can also hang, crash or misbehave), and the replay model.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use sidechat::protocol::{
+    ApprovalDecision, ApprovalRespondParams, Event, McpServerParams, McpServerState,
+    McpServerStatus, Session, SessionCreateParams, SessionIdParams, ToolCallStatus,
+};
+
+use crate::harness::{Daemon, Options, Scratch};
+
+/// The fixture server, built once: `cargo test` builds examples, a filtered run does not, so
+/// a missing or older binary is built here.
+fn fixture() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let bin = PathBuf::from(env!("CARGO_BIN_EXE_sidechat"));
+        let path = bin
+            .parent()
+            .expect("target dir")
+            .join("examples/mcp_fixture");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mcp_fixture.rs");
+        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        if modified(&path) < modified(&source) {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let status = std::process::Command::new(cargo)
+                .args(["build", "--example", "mcp_fixture"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("run cargo");
+            assert!(status.success(), "building the MCP fixture failed");
+        }
+        path
+    })
+}
+
+/// A folder for one fixture server's log and mode file.
+struct Server {
+    dir: PathBuf,
+}
+
+impl Server {
+    fn new(scratch: &Scratch, name: &str) -> Self {
+        let dir = scratch.dir.path().join(format!("mcp-{name}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self { dir }
+    }
+
+    fn mode_file(&self) -> PathBuf {
+        self.dir.join("mode")
+    }
+
+    fn set_mode(&self, mode: &str) {
+        std::fs::write(self.mode_file(), mode).unwrap();
+    }
+
+    /// The config-file table of this server.
+    /// `extra` may set `startup_timeout_secs` (default here: 20).
+    fn toml(&self, name: &str, extra: &str) -> String {
+        let timeout = match extra.contains("startup_timeout_secs") {
+            true => "",
+            false => "startup_timeout_secs = 20\n",
+        };
+        format!(
+            "[mcp_servers.{name}]\ncommand = {:?}\nargs = [\"--state\", {:?}, \"--mode-file\", {:?}]\n{timeout}{extra}\n",
+            fixture().display().to_string(),
+            self.dir.display().to_string(),
+            self.mode_file().display().to_string(),
+        )
+    }
+
+    fn params(&self, name: &str) -> McpServerParams {
+        McpServerParams {
+            name: name.into(),
+            command: Some(fixture().display().to_string()),
+            args: vec![
+                "--state".into(),
+                self.dir.display().to_string(),
+                "--mode-file".into(),
+                self.mode_file().display().to_string(),
+            ],
+            ..McpServerParams::default()
+        }
+    }
+
+    fn log(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("log"))
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect()
+    }
+
+    /// Waits (bounded) until the log holds `line`.
+    async fn wait_for_log(&self, line: &str) {
+        for _ in 0..600 {
+            if self.log().iter().any(|l| l == line) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the server never logged {line:?}; log: {:?}", self.log());
+    }
+
+    fn pids(&self, kind: &str) -> Vec<i32> {
+        self.log()
+            .iter()
+            .filter_map(|l| l.strip_prefix(&format!("{kind} ")))
+            .map(|pid| pid.parse().unwrap())
+            .collect()
+    }
+}
+
+fn session_params(workspace: &Path) -> SessionCreateParams {
+    SessionCreateParams {
+        workspace_root: Some(workspace.display().to_string()),
+        ..SessionCreateParams::default()
+    }
+}
+
+async fn session(daemon: &Daemon, id: &str) -> Session {
+    daemon
+        .call_as(
+            "session/get",
+            SessionIdParams {
+                session_id: id.into(),
+            },
+        )
+        .await
+}
+
+/// Polls `session/get` (bounded) until the named server is in `state`.
+async fn wait_for_state(
+    daemon: &Daemon,
+    id: &str,
+    name: &str,
+    state: McpServerState,
+) -> McpServerStatus {
+    for _ in 0..600 {
+        let view = session(daemon, id).await;
+        if let Some(status) = view.mcp_servers.iter().find(|s| s.name == name)
+            && status.state == state
+        {
+            return status.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "MCP server {name} never reached {state:?}: {:?}",
+        session(daemon, id).await.mcp_servers
+    );
+}
+
+async fn respond(daemon: &Daemon, approval: String, decision: ApprovalDecision) {
+    daemon
+        .call(
+            "approval/respond",
+            ApprovalRespondParams {
+                approval_id: approval,
+                decision,
+            },
+        )
+        .await;
+}
+
+fn call(name: &str, input: Value) -> Value {
+    json!({"name": name, "input": input})
+}
+
+/// The tool results of a transcript, by tool call, in order: (status, output).
+fn results(transcript: &Value) -> Vec<(String, String)> {
+    transcript["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["role"] == "tool")
+        .flat_map(|e| e["blocks"].as_array().unwrap().clone())
+        .map(|b| {
+            (
+                b["status"].as_str().unwrap_or_default().to_string(),
+                b["output"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn notices(transcript: &Value) -> Vec<String> {
+    transcript["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["role"] == "notice")
+        .flat_map(|e| e["blocks"].as_array().unwrap().clone())
+        .map(|b| b["text"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+fn tool_names(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .filter(|n| n.starts_with("mcp__"))
+        .collect()
+}
+
+#[tokio::test]
+async fn tools_are_sent_with_safe_names_and_calls_follow_the_approval_policy() {
+    let scratch = Scratch::new();
+    let server = Server::new(&scratch, "fix");
+    scratch.write_config(&server.toml("fix", "trust = true"));
+    let turns = json!({"turns": [
+        {"toolCalls": [
+            call("mcp__fix__echo", json!({"text": "hello"})),
+            call("mcp__fix__touch", json!({})),
+            call("mcp__fix__touch", json!({})),
+            call("mcp__fix__picture", json!({})),
+            call("mcp__fix__fails", json!({})),
+            call("mcp__fix__big", json!({})),
+        ]},
+        {"text": "done"}
+    ]});
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(turns))).await;
+    let id = daemon
+        .create_session(session_params(&scratch.workspace()))
+        .await;
+    let ready = wait_for_state(&daemon, &id, "fix", McpServerState::Ready).await;
+    assert_eq!(ready.tools, 10);
+    daemon.send(&id, "use the tools").await;
+    // echo is read-only on a trusted server: it runs unasked. touch asks, twice.
+    let (_, first) = daemon.until_approval().await;
+    respond(&daemon, first, ApprovalDecision::Allow).await;
+    let (_, second) = daemon.until_approval().await;
+    respond(&daemon, second, ApprovalDecision::Deny).await;
+    daemon.until_finished().await;
+
+    let requests = scratch.requests();
+    let names = tool_names(&requests[0]);
+    let valid = regex::Regex::new("^[A-Za-z0-9_-]{1,64}$").unwrap();
+    assert!(names.iter().all(|n| valid.is_match(n)), "{names:?}");
+    assert_eq!(names.len(), 10);
+    assert!(names.contains(&"mcp__fix__echo".to_string()));
+    assert!(names.iter().any(|n| n.starts_with("mcp__fix__files_read_")));
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with("mcp__fix__a_tool_whose_name") && n.len() == 64)
+    );
+    let echo = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "mcp__fix__echo")
+        .unwrap();
+    assert_eq!(
+        echo["inputSchema"],
+        json!({"type": "object", "properties": {"text": {"type": "string"}}})
+    );
+
+    let transcript = daemon.transcript(&id).await;
+    let results = results(&transcript);
+    let statuses: Vec<&str> = results.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(
+        statuses,
+        vec!["done", "done", "denied", "done", "error", "error"]
+    );
+    assert_eq!(results[0].1, "hello");
+    assert_eq!(results[1].1, "touched");
+    assert_eq!(
+        results[3].1,
+        "[image image/png, about 9 bytes, not shown]\n[resource picture.png: file:///tmp/picture.png]"
+    );
+    assert_eq!(results[4].1, "the fixture failed on purpose");
+    assert!(
+        results[5]
+            .1
+            .starts_with("The result of big was 102400 bytes, over the 64 KiB limit")
+    );
+    assert!(
+        notices(&transcript)
+            .iter()
+            .any(|n| n.contains("mcp__fix__big returned 102400 bytes"))
+    );
+    let calls: Vec<String> = server
+        .log()
+        .into_iter()
+        .filter(|l| l.starts_with("call "))
+        .collect();
+    assert_eq!(
+        calls,
+        vec![
+            "call echo",
+            "call touch",
+            "call picture",
+            "call fails",
+            "call big"
+        ]
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn a_crash_mid_call_fails_the_call_and_the_server_restarts_on_next_need() {
+    let scratch = Scratch::new();
+    let server = Server::new(&scratch, "fix");
+    scratch.write_config(&server.toml("fix", "trust = true"));
+    let turns = json!({"turns": [
+        {"toolCalls": [call("mcp__fix__crash", json!({}))]},
+        {"text": "it crashed"},
+        {"toolCalls": [call("mcp__fix__echo", json!({"text": "again"}))]},
+        {"text": "done"}
+    ]});
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(turns))).await;
+    let id = daemon
+        .create_session(session_params(&scratch.workspace()))
+        .await;
+    wait_for_state(&daemon, &id, "fix", McpServerState::Ready).await;
+    daemon.send(&id, "crash it").await;
+    // The crash approval: crash is not read-only.
+    let (_, approval) = daemon.until_approval().await;
+    respond(&daemon, approval, ApprovalDecision::Allow).await;
+    let events = daemon.until_finished().await;
+    assert!(matches!(
+        &events.last().unwrap().event,
+        Event::RunFinished { reason, .. } if serde_json::to_value(reason).unwrap() == "end_turn"
+    ));
+    let failed = wait_for_state(&daemon, &id, "fix", McpServerState::Failed).await;
+    assert!(failed.last_error.unwrap().contains("stopped unexpectedly"));
+
+    daemon.send(&id, "again").await;
+    daemon.until_finished().await;
+    let transcript = daemon.transcript(&id).await;
+    let results = results(&transcript);
+    assert_eq!(results[0].0, "error");
+    assert!(
+        results[0].1.contains("stopped during the call"),
+        "{}",
+        results[0].1
+    );
+    assert_eq!(results[1], ("done".to_string(), "again".to_string()));
+    assert!(
+        notices(&transcript)
+            .iter()
+            .any(|n| n.starts_with("MCP server \"fix\" stopped unexpectedly"))
+    );
+    assert_eq!(
+        server.pids("start").len(),
+        2,
+        "restarted once: {:?}",
+        server.log()
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn a_server_that_never_starts_keeps_its_cached_tools_and_the_call_times_out() {
+    let scratch = Scratch::new();
+    let server = Server::new(&scratch, "fix");
+    server.set_mode("normal");
+    scratch.write_config(&server.toml("fix", "startup_timeout_secs = 2\ntrust = true"));
+    let turns = json!({"turns": [
+        {"toolCalls": [call("mcp__fix__echo", json!({"text": "hi"}))]},
+        {"text": "done"}
+    ]});
+    let env = scratch.replay(turns);
+    // A first daemon sees the server up, which caches its tools.
+    let daemon = Daemon::start(&scratch.db(), Options::with_env(env.clone())).await;
+    let id = daemon
+        .create_session(session_params(&scratch.workspace()))
+        .await;
+    wait_for_state(&daemon, &id, "fix", McpServerState::Ready).await;
+    daemon.close().await;
+
+    server.set_mode("hang");
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
+    let view = session(&daemon, &id).await;
+    assert!(matches!(
+        view.mcp_servers[0].state,
+        McpServerState::Starting | McpServerState::Idle
+    ));
+    daemon.send(&id, "call it").await;
+    daemon.until_finished().await;
+    let requests = scratch.requests();
+    assert!(tool_names(&requests[0]).contains(&"mcp__fix__echo".to_string()));
+    let transcript = daemon.transcript(&id).await;
+    let results = results(&transcript);
+    assert_eq!(results[0].0, "error");
+    assert!(
+        results[0].1.contains("did not start within 2 s"),
+        "{}",
+        results[0].1
+    );
+    let failed = wait_for_state(&daemon, &id, "fix", McpServerState::Failed).await;
+    assert!(
+        failed
+            .last_error
+            .unwrap()
+            .contains("did not start within 2 s")
+    );
+    assert!(
+        notices(&transcript)
+            .iter()
+            .any(|n| n.contains("did not start within 2 s"))
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn stop_during_a_long_call_cancels_it_on_the_server() {
+    let scratch = Scratch::new();
+    let server = Server::new(&scratch, "fix");
+    scratch.write_config(&server.toml("fix", "trust = true"));
+    let turns =
+        json!({"turns": [{"toolCalls": [call("mcp__fix__slow", json!({"seconds": 120}))]}]});
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(turns))).await;
+    let id = daemon
+        .create_session(session_params(&scratch.workspace()))
+        .await;
+    wait_for_state(&daemon, &id, "fix", McpServerState::Ready).await;
+    daemon.send(&id, "be slow").await;
+    daemon
+        .events_until(|e| {
+            matches!(
+                e,
+                Event::ToolCallUpdated {
+                    status: ToolCallStatus::Running,
+                    ..
+                }
+            )
+        })
+        .await;
+    server.wait_for_log("call slow").await;
+    daemon
+        .call(
+            "chat/stop",
+            SessionIdParams {
+                session_id: id.clone(),
+            },
+        )
+        .await;
+    daemon.until_finished().await;
+    server.wait_for_log("cancelled slow").await;
+    let results = results(&daemon.transcript(&id).await);
+    assert_eq!(results[0].0, "cancelled");
+    // The server itself lives on.
+    assert_eq!(
+        session(&daemon, &id).await.mcp_servers[0].state,
+        McpServerState::Ready
+    );
+    daemon.close().await;
+}
+
+/// Whether a process is gone (or a zombie no one will run again).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[tokio::test]
+async fn shutdown_leaves_no_server_process_behind() {
+    let scratch = Scratch::new();
+    let up = Server::new(&scratch, "up");
+    let hung = Server::new(&scratch, "hung");
+    hung.set_mode("hang");
+    scratch.write_config(&format!(
+        "{}{}",
+        up.toml("up", ""),
+        hung.toml("hung", "startup_timeout_secs = 600")
+    ));
+    let daemon = Daemon::start(&scratch.db(), Options::default()).await;
+    let id = daemon
+        .create_session(session_params(&scratch.workspace()))
+        .await;
+    wait_for_state(&daemon, &id, "up", McpServerState::Ready).await;
+    for _ in 0..600 {
+        if !hung.pids("grandchild").is_empty() && !up.pids("grandchild").is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pids: Vec<i32> = [&up, &hung]
+        .iter()
+        .flat_map(|s| [s.pids("start"), s.pids("grandchild")].concat())
+        .collect();
+    assert_eq!(pids.len(), 4, "{:?} {:?}", up.log(), hung.log());
+    assert!(pids.iter().all(|p| !gone(*p)));
+    daemon.close().await;
+    for _ in 0..200 {
+        if pids.iter().all(|p| gone(*p)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let left: Vec<i32> = pids.into_iter().filter(|p| !gone(*p)).collect();
+    assert_eq!(left, Vec::<i32>::new(), "processes left behind");
+}
+
+#[tokio::test]
+async fn broken_servers_are_notices_and_failed_calls_while_the_session_carries_on() {
+    let scratch = Scratch::new();
+    let modes = ["garbage", "init-error", "exit", "bad-tools"];
+    let servers: Vec<Server> = modes.iter().map(|m| Server::new(&scratch, m)).collect();
+    let mut config = String::from("[mcp_servers.missing]\ncommand = \"/nonexistent/mcp-server\"\n");
+    for (mode, server) in modes.iter().zip(&servers) {
+        server.set_mode(mode);
+        config.push_str(&server.toml(&mode.replace('-', "_"), "startup_timeout_secs = 3"));
+    }
+    scratch.write_config(&config);
+    let turns = json!({"turns": [
+        {"toolCalls": [call("mcp__missing__anything", json!({}))]},
+        {"text": "carried on"}
+    ]});
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(turns))).await;
+    let id = daemon
+        .create_session(session_params(&scratch.workspace()))
+        .await;
+    let mut errors = Vec::new();
+    for name in ["missing", "garbage", "init_error", "exit"] {
+        let status = wait_for_state(&daemon, &id, name, McpServerState::Failed).await;
+        errors.push((name, status.last_error.unwrap()));
+    }
+    assert!(
+        errors[0]
+            .1
+            .starts_with("could not start: cannot run \"/nonexistent/mcp-server\""),
+        "{errors:?}"
+    );
+    assert_eq!(
+        errors[1].1,
+        "did not start within 3 s (startup_timeout_secs); it was stopped"
+    );
+    assert!(
+        errors[2]
+            .1
+            .starts_with("could not start: the MCP handshake failed"),
+        "{errors:?}"
+    );
+    assert!(
+        errors[3]
+            .1
+            .starts_with("could not start: the MCP handshake failed"),
+        "{errors:?}"
+    );
+    let bad = wait_for_state(&daemon, &id, "bad_tools", McpServerState::Ready).await;
+    assert_eq!(
+        bad.tools, 10,
+        "the invalid and the duplicate tool are left out"
+    );
+
+    daemon.send(&id, "call a tool of a missing server").await;
+    let (_, approval) = daemon.until_approval().await;
+    respond(&daemon, approval, ApprovalDecision::Allow).await;
+    daemon.until_finished().await;
+    let transcript = daemon.transcript(&id).await;
+    let results = results(&transcript);
+    assert_eq!(results[0].0, "error");
+    assert!(
+        results[0]
+            .1
+            .contains("There is no tool named \"mcp__missing__anything\""),
+        "{}",
+        results[0].1
+    );
+    let last = transcript["entries"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["blocks"][0]["text"], "carried on");
+    let notices = notices(&transcript);
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.contains("tool \"bad_schema\": its input schema's type is not \"object\"")),
+        "{notices:?}"
+    );
+    let requests = scratch.requests();
+    let names = tool_names(&requests[0]);
+    assert!(!names.iter().any(|n| n.contains("bad_schema")));
+    assert_eq!(
+        names
+            .iter()
+            .filter(|n| *n == "mcp__bad_tools__echo")
+            .count(),
+        1
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn invalid_session_servers_are_refused_and_nothing_is_created() {
+    let scratch = Scratch::new();
+    let daemon = Daemon::start(&scratch.db(), Options::default()).await;
+    let cases = [
+        (
+            McpServerParams {
+                name: "a".into(),
+                ..McpServerParams::default()
+            },
+            "needs `command`",
+        ),
+        (
+            McpServerParams {
+                name: "bad name".into(),
+                command: Some("x".into()),
+                ..McpServerParams::default()
+            },
+            "must be 1 to 32",
+        ),
+        (
+            McpServerParams {
+                name: "w".into(),
+                url: Some("not a url".into()),
+                ..McpServerParams::default()
+            },
+            "not a valid URL",
+        ),
+    ];
+    for (server, message) in cases {
+        let error = daemon
+            .try_call(
+                "session/create",
+                SessionCreateParams {
+                    mcp_servers: Some(vec![server]),
+                    ..session_params(&scratch.workspace())
+                },
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(error.code, -32602);
+        assert!(error.message.contains(message), "{}", error.message);
+    }
+    let listed = daemon.call("session/list", json!({})).await;
+    assert_eq!(listed["sessions"], json!([]));
+    daemon.close().await;
+}
+
+async fn tool_tokens(daemon: &Daemon, id: &str) -> u64 {
+    let budget = daemon
+        .call(
+            "session/budget",
+            SessionIdParams {
+                session_id: id.into(),
+            },
+        )
+        .await;
+    budget["snapshot"]["toolTokens"].as_u64().unwrap()
+}
+
+#[tokio::test]
+async fn session_servers_and_list_changes_reach_the_request_and_the_budget() {
+    let scratch = Scratch::new();
+    let server = Server::new(&scratch, "own");
+    let turns = json!({"turns": [
+        {"toolCalls": [call("mcp__own__grow", json!({}))]},
+        {"text": "grown"},
+        {"text": "second"}
+    ]});
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(turns))).await;
+    let plain = daemon
+        .create_session(session_params(&scratch.workspace()))
+        .await;
+    let with = daemon
+        .create_session(SessionCreateParams {
+            mcp_servers: Some(vec![server.params("own")]),
+            ..session_params(&scratch.workspace())
+        })
+        .await;
+    assert_eq!(session(&daemon, &plain).await.mcp_servers, vec![]);
+    wait_for_state(&daemon, &with, "own", McpServerState::Ready).await;
+    let (plain_tokens, with_tokens) = (
+        tool_tokens(&daemon, &plain).await,
+        tool_tokens(&daemon, &with).await,
+    );
+    assert!(
+        with_tokens > plain_tokens + 100,
+        "{plain_tokens} vs {with_tokens}"
+    );
+
+    daemon.send(&with, "grow").await;
+    let (_, approval) = daemon.until_approval().await;
+    respond(&daemon, approval, ApprovalDecision::Allow).await;
+    daemon.until_finished().await;
+    for _ in 0..600 {
+        if session(&daemon, &with).await.mcp_servers[0].tools == 11 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(tool_tokens(&daemon, &with).await > with_tokens);
+    daemon.send(&with, "again").await;
+    daemon.until_finished().await;
+    let requests = scratch.requests();
+    assert!(!tool_names(&requests[0]).contains(&"mcp__own__extra".to_string()));
+    assert!(tool_names(&requests[2]).contains(&"mcp__own__extra".to_string()));
+    daemon.close().await;
+}
