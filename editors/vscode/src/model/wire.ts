@@ -286,6 +286,13 @@ export type InterjectionStatus = 'pending' | 'leased' | 'delivered' | 'promoted'
  */
 export type InterjectionStatus1 = 'pending' | 'leased' | 'delivered' | 'promoted' | 'cancelled';
 /**
+ * Where one of a session's MCP servers stands.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "McpServerState".
+ */
+export type McpServerState = ('starting' | 'ready') | 'idle' | 'failed' | 'disabled';
+/**
  * Where an interjection (input typed while a run works) stands. It moves pending → leased
  * (taken into a model request) → delivered (that request was sent), or → promoted (it became
  * a user turn of its own), or → cancelled.
@@ -340,6 +347,9 @@ export interface WireTypes {
   InterjectionCancelResult?: InterjectionCancelResult;
   InterjectionStatus?: InterjectionStatus1;
   KindCosts?: KindCosts;
+  McpServerParams?: McpServerParams;
+  McpServerState?: McpServerState;
+  McpServerStatus?: McpServerStatus;
   MessageStatus?: MessageStatus;
   ModelCost?: ModelCost;
   NoteDeleteParams?: NoteDeleteParams;
@@ -857,6 +867,70 @@ export interface InterjectionCancelResult {
   status: InterjectionStatus;
 }
 /**
+ * An MCP server a session uses beside those of the config file (`session/create`'s
+ * `mcpServers`). Give `command` for a local server speaking MCP over stdio, or `url` for one
+ * speaking streamable HTTP. A server named like a configured one replaces it for the session.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "McpServerParams".
+ */
+export interface McpServerParams {
+  /**
+   * Tools are offered as `mcp__NAME__tool`: 1 to 32 letters, digits, `_` or `-`.
+   */
+  name: string;
+  command?: string | null;
+  args?: string[];
+  /**
+   * Variables set for the server's process. Their values are not stored (they may be
+   * secrets): after a daemon restart the daemon's own variable of the same name is used.
+   */
+  env?: {
+    [k: string]: string | undefined;
+  };
+  /**
+   * Absolute working directory of the server's process.
+   */
+  cwd?: string | null;
+  url?: string | null;
+  /**
+   * Default true.
+   */
+  enabled?: boolean | null;
+  /**
+   * Default 10.
+   */
+  startupTimeoutSecs?: number | null;
+  /**
+   * Default 60.
+   */
+  toolTimeoutSecs?: number | null;
+  /**
+   * When given, only these tools (by the server's names) are offered.
+   */
+  enabledTools?: string[] | null;
+  disabledTools?: string[];
+  /**
+   * Tools the server marks `readOnlyHint` run without asking. Default false.
+   */
+  trust?: boolean | null;
+}
+/**
+ * One of a session's MCP servers in `session/get`.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "McpServerStatus".
+ */
+export interface McpServerStatus {
+  name: string;
+  state: McpServerState;
+  /**
+   * How many of its tools are offered (while it is ready).
+   */
+  tools: number;
+  lastError?: string | null;
+}
+/**
  * Params of `note/delete`: a carry-over note (a `summary` entry of method `carryOver`).
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -930,6 +1004,11 @@ export interface Session {
    */
   unpricedRequests: number;
   changedFiles: ChangedFile[];
+  /**
+   * The session's MCP servers (configured and its own) and where each stands; absent when
+   * it has none.
+   */
+  mcpServers?: McpServerStatus[];
 }
 /**
  * `session/budget`: how full the model's context is before the next request.
@@ -993,6 +1072,11 @@ export interface SessionCreateParams {
    * (default from the config: off).
    */
   rollover?: string | null;
+  /**
+   * MCP servers this session uses beside those of the config file. They start in the
+   * background; the answer never waits for them.
+   */
+  mcpServers?: McpServerParams[] | null;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
