@@ -15,6 +15,7 @@ pub mod http_client;
 mod json_text;
 pub mod logging;
 pub mod mcp;
+pub mod private_files;
 pub mod protocol;
 pub mod provider;
 pub mod rpc;

@@ -19,12 +19,9 @@ pub fn init(log_file: Option<&Path>) -> anyhow::Result<()> {
     match log_file {
         Some(path) => {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)?;
+                crate::private_files::create_dir_all(dir)?;
             }
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)?;
+            let file = crate::private_files::open_append(path)?;
             builder
                 .with_writer(std::io::stderr.and(std::sync::Mutex::new(file)))
                 .try_init()

@@ -47,6 +47,11 @@ pub enum StoreError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot create the database {path}: {source}")]
+    CreateFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("stored data is corrupt: {0}")]
@@ -126,11 +131,16 @@ impl Store {
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
     pub fn open(path: &Path) -> StoreResult<Self> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+            crate::private_files::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
                 path: dir.to_path_buf(),
                 source,
             })?;
         }
+        // Private from the start: SQLite gives the -wal and -shm files the database's mode.
+        crate::private_files::create_file(path).map_err(|source| StoreError::CreateFile {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let writer = Self::prepare(Connection::open(path)?)?;
         // Opened after the writer has made the file a WAL database.
         let readers = (0..READERS)

@@ -11,6 +11,7 @@ mod in_flight;
 mod interjections;
 mod long_context;
 mod mcp;
+mod private_files;
 mod protocol;
 mod providers;
 mod run_ends;
