@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use super::replace::replace_file;
 use super::{FileSnapshot, ToolOutcome, Workspace, str_arg, truncate};
 use crate::protocol::ChangedFile;
 
@@ -91,7 +92,7 @@ pub async fn write(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String>
             .await
             .map_err(|e| format!("Cannot create the folder for {requested}: {e}"))?;
     }
-    tokio::fs::write(&path, content)
+    replace_file(&path, content)
         .await
         .map_err(|e| format!("Cannot write {requested}: {e}"))?;
     let (added, removed) = line_changes(old.as_deref().unwrap_or(""), content);
@@ -139,7 +140,7 @@ pub async fn edit(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> 
         });
     }
     let updated = text.replacen(old_string, new_string, 1);
-    tokio::fs::write(&path, &updated)
+    replace_file(&path, &updated)
         .await
         .map_err(|e| format!("Cannot write {requested}: {e}"))?;
     let (added, removed) = line_changes(&text, &updated);
@@ -218,6 +219,38 @@ mod tests {
         )
         .await;
         assert!(ambiguous.unwrap_err().contains("occurs 3 times"));
+    }
+
+    /// A hard link inside the workspace to a file outside it: writing or editing through the
+    /// link replaces the name inside the workspace and leaves the outside file as it was.
+    #[tokio::test]
+    async fn writes_through_a_hard_link_never_reach_the_file_outside() {
+        let outside = tempfile::tempdir().unwrap();
+        let secret = outside.path().join("secret.txt");
+        std::fs::write(&secret, "outside\n").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(dir.path()).unwrap();
+        for (name, tool) in [("written.txt", "write"), ("edited.txt", "edit")] {
+            let link = dir.path().join(name);
+            std::fs::hard_link(&secret, &link).unwrap();
+            let done = match tool {
+                "write" => write(&ws, &json!({"path": name, "content": "inside\n"})).await,
+                _ => {
+                    let input =
+                        json!({"path": name, "old_string": "outside", "new_string": "inside"});
+                    edit(&ws, &input).await
+                }
+            };
+            assert!(!done.unwrap().is_error);
+            assert_eq!(
+                (
+                    std::fs::read_to_string(&link).unwrap(),
+                    std::fs::read_to_string(&secret).unwrap()
+                ),
+                ("inside\n".to_string(), "outside\n".to_string()),
+                "{tool}"
+            );
+        }
     }
 
     #[tokio::test]

@@ -6,6 +6,7 @@
 mod command;
 mod files;
 mod paths;
+mod replace;
 mod search;
 
 use serde_json::{Value, json};
