@@ -41,7 +41,7 @@ enum Outcome {
     Call {
         id: RequestId,
         method: String,
-        params: Option<Box<RawValue>>,
+        params: Params<'static>,
     },
     /// The client said `exit`.
     Exit,
@@ -52,15 +52,16 @@ enum Outcome {
 /// answer carries it unchanged. `id`, `result` and `error` are `Some(null)` when present as
 /// `null`, which is not the same as absent.
 #[derive(Debug, Deserialize)]
-struct Message {
+struct Message<'a> {
     #[serde(default)]
     jsonrpc: Option<Value>,
     #[serde(default, deserialize_with = "present_raw")]
     id: Option<Box<RawValue>>,
     #[serde(default)]
     method: Option<Value>,
-    #[serde(default)]
-    params: Option<Box<RawValue>>,
+    /// Borrowed from the frame: the only copy made is the one the call takes along.
+    #[serde(default, borrow)]
+    params: Option<&'a RawValue>,
     #[serde(default, deserialize_with = "present")]
     result: Option<Value>,
     #[serde(default, deserialize_with = "present")]
@@ -77,11 +78,11 @@ fn present_raw<'de, D: serde::Deserializer<'de>>(
     Box::<RawValue>::deserialize(deserializer).map(Some)
 }
 
-impl Message {
+impl<'a> Message<'a> {
     /// Reads one message, or the error frame that answers it. A frame that does not read as a
     /// message is still answered with its own id when its envelope shows one, so the
     /// client's request does not wait for an answer that never comes.
-    fn read(bytes: &[u8]) -> Result<Message, String> {
+    fn read(bytes: &'a [u8]) -> Result<Message<'a>, String> {
         serde_json::from_slice(bytes).map_err(|e| {
             let id = recover_id(bytes).unwrap_or_else(RequestId::null);
             let id = id.json();
@@ -351,7 +352,7 @@ impl Dispatcher {
         }
     }
 
-    async fn classify(&self, message: Message) -> Outcome {
+    async fn classify(&self, message: Message<'_>) -> Outcome {
         let Message {
             jsonrpc,
             id,
@@ -384,9 +385,7 @@ impl Dispatcher {
                 }
                 self.request(method, id, params).await
             }
-            (Some(Value::String(method)), None) => {
-                self.notification(&method, params.as_deref()).await
-            }
+            (Some(Value::String(method)), None) => self.notification(&method, params).await,
             (Some(_), id) => Outcome::Reply(error_frame(
                 id.unwrap_or_else(RequestId::null).json(),
                 INVALID_REQUEST,
@@ -415,28 +414,22 @@ impl Dispatcher {
         }
     }
 
-    async fn request(
-        &self,
-        method: String,
-        id: RequestId,
-        params: Option<Box<RawValue>>,
-    ) -> Outcome {
+    async fn request(&self, method: String, id: RequestId, params: Option<&RawValue>) -> Outcome {
         let state = self.lifecycle();
         match (method.as_str(), state) {
             ("initialize", Lifecycle::Uninitialized) => {
-                let params =
-                    match read_params::<InitializeParams>(params.as_deref().map(RawValue::get)) {
-                        Ok(params) => params,
-                        Err(e) => {
-                            let message = format!("Invalid params: {e}");
-                            return Outcome::Reply(error_frame(
-                                id.json(),
-                                INVALID_PARAMS,
-                                &message,
-                                None,
-                            ));
-                        }
-                    };
+                let params = match read_params::<InitializeParams>(params.map(RawValue::get)) {
+                    Ok(params) => params,
+                    Err(e) => {
+                        let message = format!("Invalid params: {e}");
+                        return Outcome::Reply(error_frame(
+                            id.json(),
+                            INVALID_PARAMS,
+                            &message,
+                            None,
+                        ));
+                    }
+                };
                 if let Some(client) = &params.client_info {
                     tracing::info!(client = %client.name, version = ?client.version, "initialize");
                 }
@@ -469,7 +462,11 @@ impl Dispatcher {
                 }
                 Outcome::Reply(result_response(&id, &Value::Null))
             }
-            (_, Lifecycle::Running) => Outcome::Call { id, method, params },
+            (_, Lifecycle::Running) => Outcome::Call {
+                id,
+                method,
+                params: Params::new(params.map(RawValue::get)).into_owned(),
+            },
         }
     }
 
@@ -499,7 +496,7 @@ impl Dispatcher {
         self: Arc<Self>,
         id: RequestId,
         method: String,
-        params: Option<Box<RawValue>>,
+        params: Params<'static>,
         reply_to: ReplyTo,
     ) {
         let key = id.key();
@@ -591,12 +588,11 @@ impl Dispatcher {
     /// are handed over as the text they arrived as; the method's route parses them, once.
     /// The method table answers with a `null` id, which the client's id, as it wrote it,
     /// replaces.
-    async fn call(&self, id: &RequestId, method: &str, params: Option<Box<RawValue>>) -> String {
+    async fn call(&self, id: &RequestId, method: &str, params: Params<'static>) -> String {
         let module = match self.ready().await {
             Ok(ready) => &ready.module,
             Err(e) => return error_frame(id.json(), INTERNAL_ERROR, e, None),
         };
-        let params = Params::new(params.as_deref().map(RawValue::get)).into_owned();
         let response = match module.method(method) {
             None => {
                 let message = format!("Method not found: {method}");

@@ -17,10 +17,33 @@ enum Claimed {
     },
 }
 
+/// The most a message may hold: its text and its attachments' names and texts, in UTF-8 bytes.
+/// A message is stored, counted, shown and sent to a model whole, several times over; past
+/// this size it is refused with an error that names the limit, before any of that.
+pub const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Refuses a message over [`MAX_MESSAGE_BYTES`].
+fn check_size(params: &ChatSendParams) -> RuntimeResult<()> {
+    let size = params.text.len()
+        + params
+            .attachments
+            .iter()
+            .map(|a| a.name.len() + a.text.len())
+            .sum::<usize>();
+    if size > MAX_MESSAGE_BYTES {
+        return Err(RuntimeError::InvalidParams(format!(
+            "the message is too large: its text and attachments hold {size} bytes, over the \
+             limit of {MAX_MESSAGE_BYTES} bytes (8 MiB); send less, or attach a smaller part"
+        )));
+    }
+    Ok(())
+}
+
 impl Runtime {
     /// The composer always sends: a new turn that starts a run, or, while a run works, an
     /// interjection queued for the run's next delivery point.
     pub async fn send(&self, params: ChatSendParams) -> RuntimeResult<ChatSendResult> {
+        check_size(&params)?;
         let session = self.session_row(&params.session_id)?;
         if params.text.trim().is_empty() {
             return Err(RuntimeError::InvalidParams("the message is empty".into()));

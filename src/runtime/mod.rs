@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 pub use accounting::count_blocks;
+pub use chat::MAX_MESSAGE_BYTES;
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::{EventSink, NoClient};
 

@@ -276,3 +276,31 @@ async fn a_content_length_past_the_limit_is_refused_at_once_and_the_next_request
     }
     daemon.exit(Framing::ContentLength).await;
 }
+
+#[tokio::test]
+async fn a_message_over_the_size_limit_is_refused_naming_the_limit() {
+    use crate::harness::{Daemon, Options};
+    const LIMIT: usize = sidechat::runtime::MAX_MESSAGE_BYTES;
+    let scratch = Scratch::new();
+    let mut daemon = Daemon::start(&scratch.db(), Options::default()).await;
+    let session = daemon.create_session(json!({})).await;
+    let over = [
+        json!({"sessionId": session, "text": "x".repeat(LIMIT + 1)}),
+        json!({"sessionId": session, "text": "x".repeat(LIMIT / 2),
+               "attachments": [{"name": "a.txt", "text": "y".repeat(LIMIT / 2)}]}),
+    ];
+    for params in over {
+        let error = daemon.try_call("chat/send", params).await.unwrap_err();
+        assert_eq!(error.code, -32602);
+        assert!(
+            error.message.contains(&LIMIT.to_string()) && error.message.contains("8 MiB"),
+            "{}",
+            error.message
+        );
+    }
+    // Nothing was stored, and the session takes a message of ordinary size.
+    assert_eq!(daemon.transcript(&session).await["entries"], json!([]));
+    daemon.send(&session, "small").await;
+    daemon.until_finished().await;
+    assert_eq!(daemon.close().await, 0);
+}
