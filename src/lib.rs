@@ -11,6 +11,7 @@ pub mod client;
 pub mod config;
 pub mod context;
 pub mod cost;
+pub mod doctor;
 pub mod http_client;
 mod json_text;
 pub mod logging;

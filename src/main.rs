@@ -1,4 +1,4 @@
-//! The `sidechat` command line: `serve`, `acp`, `chat`, `schema`.
+//! The `sidechat` command line: `serve`, `acp`, `chat`, `doctor`, `schema`.
 
 #![deny(unsafe_code)]
 
@@ -47,6 +47,13 @@ enum Command {
     Chat(sidechat::client::ChatArgs),
     /// List, show, export or delete stored sessions.
     Sessions(sidechat::client::SessionsArgs),
+    /// Check the database (size, schema, integrity, leases) and the configured accounts
+    /// (never their keys) and whether their servers answer; exits 1 when something is wrong.
+    Doctor {
+        /// The SQLite database (default: $XDG_DATA_HOME/sidechat/sidechat.db).
+        #[arg(long, env = "SIDECHAT_DB")]
+        db: Option<PathBuf>,
+    },
     /// Write the protocol's JSON Schema files.
     Schema {
         /// Folder to write into.
@@ -152,6 +159,20 @@ fn open_runtime(
     Ok(runtime)
 }
 
+fn doctor(db: Option<PathBuf>) -> anyhow::Result<i32> {
+    let checkup = sidechat::doctor::Checkup {
+        db: match db {
+            Some(db) => db,
+            None => default_db()?,
+        },
+        config_path: sidechat::config::default_config_path(),
+        config: Config::load(),
+    };
+    let report = async_runtime()?.block_on(checkup.run());
+    print!("{}", report.text);
+    Ok(if report.problems.is_empty() { 0 } else { 1 })
+}
+
 fn write_schema(out: PathBuf) -> anyhow::Result<i32> {
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
     for file in generate_schema_files() {
@@ -170,6 +191,7 @@ fn main() {
         Command::Acp { db, log_file } => acp(db, log_file),
         Command::Chat(args) => sidechat::client::run(args),
         Command::Sessions(args) => sidechat::client::run_sessions(args),
+        Command::Doctor { db } => doctor(db),
         Command::Schema { out } => write_schema(out),
     };
     match outcome {

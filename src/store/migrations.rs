@@ -183,6 +183,9 @@ const MIGRATIONS: &[&str] = &[
     "#,
 ];
 
+/// The schema version this build writes: the number of migrations.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
 /// Brings the schema to the newest version this build knows.
 pub fn apply(conn: &mut Connection) -> StoreResult<()> {
     let current: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;

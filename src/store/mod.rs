@@ -33,6 +33,7 @@ use crate::util::lock;
 
 pub use file_changes::{FileChange, FileDiffRow, SNAPSHOT_CAP};
 pub use messages::{NewMessage, NoteDeletion, Settle, Settled};
+pub use migrations::SCHEMA_VERSION;
 pub use pending::{CancelOutcome, EarlierSend, PendingRow};
 pub use runs::{RunRow, RunStatus};
 pub use sessions::{NewSession, SessionPage, SessionRow, SessionUpdate};

@@ -4,6 +4,7 @@ mod bad_input;
 mod budget;
 mod bytes;
 mod commands;
+mod doctor;
 mod environment;
 mod file_diff;
 mod harness;

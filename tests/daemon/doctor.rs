@@ -1,0 +1,145 @@
+//! `sidechat doctor` against a real database and real servers: what it prints about the
+//! database and each account, never a key, and its exit code.
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use sidechat::store::SCHEMA_VERSION;
+
+use crate::harness::{Daemon, Options, Scratch, clean_command, home_for};
+use crate::upstream::{Reply, start};
+
+const KEY: &str = "sk-doctor-secret-4242";
+
+/// `sidechat doctor --db <db>`: its exit code and what it printed.
+async fn doctor(scratch: &Scratch) -> (i32, String) {
+    let output = clean_command(&home_for(&scratch.db()))
+        .env("LOCAL_KEY", KEY)
+        .arg("doctor")
+        .arg("--db")
+        .arg(scratch.db())
+        .output()
+        .await
+        .expect("run sidechat doctor");
+    let text = String::from_utf8(output.stdout).expect("UTF-8 output");
+    (output.status.code().unwrap_or(-1), text)
+}
+
+/// The report with what changes from run to run replaced: the scratch folder, sizes,
+/// timings and ports.
+fn redacted(text: &str, scratch: &Scratch) -> String {
+    let text = text.replace(&scratch.dir.path().display().to_string(), "<dir>");
+    let timing = regex::Regex::new(r"in \d+ ms").unwrap();
+    let port = regex::Regex::new(r"127\.0\.0\.1:\d+").unwrap();
+    text.lines()
+        .map(|line| {
+            if line.starts_with("  size ") {
+                "  size        <size>".to_string()
+            } else {
+                port.replace_all(&timing.replace_all(line, "in <ms> ms"), "127.0.0.1:<port>")
+                    .into_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn doctor_reports_the_database_and_each_account_without_keys() {
+    let scratch = Scratch::new();
+    // Before any daemon has run there is no database, and that is not a problem.
+    let (code, text) = doctor(&scratch).await;
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("not created yet"), "{text}");
+
+    let daemon = Daemon::start(&scratch.db(), Options::default()).await;
+    let session = daemon.create_session(json!({})).await;
+    daemon.send(&session, "hello").await;
+    assert_eq!(daemon.close().await, 0);
+
+    let upstream = start(vec![Reply::status(404, r#"{"error":"no such path"}"#)]);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    scratch.write_config(&format!(
+        r#"
+default_account = "local"
+
+[accounts.local]
+kind = "openai"
+base_url = "{}/v1?key={KEY}"
+api_key_env = "LOCAL_KEY"
+default_model = "local-model"
+
+[accounts.down]
+kind = "anthropic"
+base_url = "http://user:{KEY}@127.0.0.1:{closed_port}"
+api_key_env = "DOWN_KEY"
+default_model = "claude-test"
+"#,
+        upstream.url
+    ));
+    let (code, text) = doctor(&scratch).await;
+    assert!(!text.contains(KEY), "a key was printed:\n{text}");
+    let expected = format!(
+        "sidechat {version}
+
+Database
+  path        <dir>/data/sidechat.db
+  size        <size>
+  permissions file 0600, folder 0700
+  schema      version {SCHEMA_VERSION} (current)
+  integrity   ok
+  leases      {leases}
+
+Configuration
+  file        <dir>/data/home/.config/sidechat/config.toml (read)
+
+Accounts
+  demo
+    demo, model demo
+    reach  offline model, always available
+  down
+    anthropic, model claude-test
+    server http://127.0.0.1:<port>/
+    key    from $DOWN_KEY (not set)
+    reach  unreachable: Connection refused (os error 111)
+  local (default)
+    openai, model local-model
+    server http://127.0.0.1:<port>/v1
+    key    from $LOCAL_KEY (set)
+    reach  reachable (HTTP 404 in <ms> ms)
+
+1 problem: account down is unreachable: Connection refused (os error 111)",
+        version = env!("CARGO_PKG_VERSION"),
+        leases = if text.contains("keeps no leases") {
+            "none (this database keeps no leases)"
+        } else {
+            "none held"
+        },
+    );
+    assert_eq!(redacted(&text, &scratch), expected);
+    assert_eq!(code, 1);
+    // The reachability probe carried no key either.
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        (seen[0].header("authorization"), seen[0].header("x-api-key")),
+        (None, None)
+    );
+
+    // A database from a newer build is a problem, said so.
+    let conn = rusqlite::Connection::open(scratch.db()).unwrap();
+    conn.pragma_update(None, "user_version", SCHEMA_VERSION + 5)
+        .unwrap();
+    drop(conn);
+    scratch.write_config("");
+    let (code, text) = doctor(&scratch).await;
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains(&format!(
+            "version {}, newer than this build's {SCHEMA_VERSION}",
+            SCHEMA_VERSION + 5
+        )),
+        "{text}"
+    );
+}
