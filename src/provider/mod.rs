@@ -5,6 +5,8 @@
 
 pub mod anthropic;
 pub mod demo;
+#[cfg(test)]
+mod fuzz;
 pub mod openai;
 pub mod replay;
 pub mod retry;

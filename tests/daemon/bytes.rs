@@ -17,7 +17,7 @@ use crate::harness::{Scratch, command};
 const HANG_GUARD: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// `sidechat serve` spoken to in raw bytes; its frames are kept as the bytes it sent.
-struct Raw {
+pub struct Raw {
     child: Child,
     stdin: ChildStdin,
     frames: mpsc::UnboundedReceiver<Vec<u8>>,
@@ -25,7 +25,7 @@ struct Raw {
 
 /// The parts of an answer a test looks at, with its id as the JSON text it was written as.
 #[derive(Debug, Deserialize)]
-struct Answer {
+pub struct Answer {
     id: Option<Box<RawValue>>,
     method: Option<String>,
     result: Option<Value>,
@@ -33,7 +33,7 @@ struct Answer {
 }
 
 impl Raw {
-    fn spawn(scratch: &Scratch) -> Self {
+    pub fn spawn(scratch: &Scratch) -> Self {
         let mut child = command(&scratch.db(), &[])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -66,35 +66,55 @@ impl Raw {
         }
     }
 
-    async fn write(&mut self, bytes: &[u8]) {
+    pub async fn write(&mut self, bytes: &[u8]) {
         self.stdin.write_all(bytes).await.unwrap();
         self.stdin.flush().await.unwrap();
     }
 
     /// The next frame that is not a notification, as the id's JSON text and the frame.
     async fn next_answer(&mut self) -> (String, Answer) {
+        self.try_next_answer()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Raw::next_answer`], or what went wrong: no answer, or a frame that is not JSON.
+    pub async fn try_next_answer(&mut self) -> Result<(String, Answer), String> {
         loop {
             let bytes = tokio::time::timeout(HANG_GUARD, self.frames.recv())
                 .await
-                .expect("the daemon did not answer")
-                .expect("the daemon closed its output");
-            let answer: Answer = serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-                panic!("{e}: {}", String::from_utf8_lossy(&bytes));
-            });
+                .map_err(|_| "the daemon did not answer".to_string())?
+                .ok_or("the daemon closed its output")?;
+            if bytes.first() == Some(&b'[') {
+                // A batch's answer: JSON, and never a probe's.
+                serde_json::from_slice::<Vec<Answer>>(&bytes).map_err(|e| {
+                    format!(
+                        "a frame that is not JSON ({e}): {}",
+                        String::from_utf8_lossy(&bytes)
+                    )
+                })?;
+                continue;
+            }
+            let answer: Answer = serde_json::from_slice(&bytes).map_err(|e| {
+                format!(
+                    "a frame that is not JSON ({e}): {}",
+                    String::from_utf8_lossy(&bytes)
+                )
+            })?;
             if answer.method.is_none() {
                 let id = answer
                     .id
                     .as_deref()
                     .map_or("null", RawValue::get)
                     .to_string();
-                return (id, answer);
+                return Ok((id, answer));
             }
         }
     }
 
     /// Writes `request` framed as `framing` and returns its answer's result, checking that
     /// the answer carries `id` exactly as written.
-    async fn call(&mut self, framing: Framing, id: &str, method: &str, params: Value) -> Value {
+    pub async fn call(&mut self, framing: Framing, id: &str, method: &str, params: Value) -> Value {
         let request =
             format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
         let mut wire = Vec::new();
@@ -107,7 +127,7 @@ impl Raw {
             .unwrap_or_else(|| panic!("{method} failed: {:?}", answer.error))
     }
 
-    async fn exit(mut self, framing: Framing) {
+    pub async fn exit(mut self, framing: Framing) {
         let mut wire = Vec::new();
         framing.encode(
             r#"{"jsonrpc":"2.0","id":"bye","method":"shutdown"}"#,

@@ -7,6 +7,7 @@ mod commands;
 mod doctor;
 mod environment;
 mod file_diff;
+mod fuzz;
 mod harness;
 mod in_flight;
 mod interjections;

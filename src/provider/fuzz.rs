@@ -1,0 +1,160 @@
+//! Fuzzing the stream parsers at scale: arbitrary bytes and mutated streams through the SSE
+//! reader, and mutated event payloads through each provider's decoder (the OpenAI decoder
+//! reads each chunk with its fast reader first, serde after). None may panic, and each ends in
+//! events or an error, never a hang. A fixed number of cases from a fixed seed.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use proptest::prelude::*;
+use proptest::test_runner::RngSeed;
+
+use super::anthropic::AnthropicDecoder;
+use super::openai::OpenAiDecoder;
+use super::retry::decode_all;
+use super::sse::events;
+
+fn config(cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases,
+        rng_seed: RngSeed::Fixed(18),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+/// Payloads each provider really sends, the material mutations start from.
+const ANTHROPIC: &[&str] = &[
+    r#"{"type":"message_start","message":{"id":"m","model":"claude","usage":{"input_tokens":12,"cache_read_input_tokens":3}}}"#,
+    r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+    r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hé😀 \ud83d"}}"#,
+    r#"{"type":"content_block_start","index":1,"content_block":{"type":"thinking","thinking":""}}"#,
+    r#"{"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":"hmm"}}"#,
+    r#"{"type":"content_block_delta","index":1,"delta":{"type":"signature_delta","signature":"sig"}}"#,
+    r#"{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"t1","name":"read_file","input":{}}}"#,
+    r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"path\":"}}"#,
+    r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"\"a.txt\"}"}}"#,
+    r#"{"type":"content_block_stop","index":2}"#,
+    r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":7}}"#,
+    r#"{"type":"message_stop"}"#,
+    r#"{"type":"ping"}"#,
+    r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+];
+
+const OPENAI: &[&str] = &[
+    r#"{"id":"c","object":"chat.completion.chunk","model":"gpt","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#,
+    r#"{"id":"c","choices":[{"index":0,"delta":{"content":"Hé😀 \ud83d \" \\ \n"},"logprobs":null,"finish_reason":null}],"usage":null}"#,
+    r#"{"id":"c","choices":[{"index":0,"delta":{"reasoning_content":"think"},"finish_reason":null}]}"#,
+    r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"read_file","arguments":""}}]},"finish_reason":null}]}"#,
+    r#"{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"path\":\"a\"}"}}]},"finish_reason":null}]}"#,
+    r#"{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+    r#"{"id":"c","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":4,"prompt_tokens_details":{"cached_tokens":2}}}"#,
+    r#"{"error":{"message":"rate limited","type":"rate_limit"}}"#,
+    "[DONE]",
+];
+
+/// One edit of a byte string.
+#[derive(Debug, Clone)]
+enum Edit {
+    Flip(prop::sample::Index, u8),
+    Insert(prop::sample::Index, u8),
+    Remove(prop::sample::Index),
+    Cut(prop::sample::Index),
+}
+
+fn edits() -> impl Strategy<Value = Vec<Edit>> {
+    let edit = prop_oneof![
+        (any::<prop::sample::Index>(), any::<u8>()).prop_map(|(at, b)| Edit::Flip(at, b)),
+        (any::<prop::sample::Index>(), any::<u8>()).prop_map(|(at, b)| Edit::Insert(at, b)),
+        any::<prop::sample::Index>().prop_map(Edit::Remove),
+        any::<prop::sample::Index>().prop_map(Edit::Cut),
+    ];
+    prop::collection::vec(edit, 0..4)
+}
+
+fn apply(mut bytes: Vec<u8>, edits: &[Edit]) -> Vec<u8> {
+    for edit in edits {
+        let len = bytes.len();
+        match edit {
+            Edit::Flip(at, b) if len > 0 => bytes[at.index(len)] = *b,
+            Edit::Insert(at, b) => bytes.insert(at.index(len + 1), *b),
+            Edit::Remove(at) if len > 0 => {
+                bytes.remove(at.index(len));
+            }
+            Edit::Cut(at) => bytes.truncate(at.index(len + 1)),
+            _ => {}
+        }
+    }
+    bytes
+}
+
+/// Payloads picked from `real`, each edited a little (most left whole, so decoders get deep
+/// into a stream before the damage).
+fn payloads(real: &'static [&'static str]) -> impl Strategy<Value = Vec<String>> {
+    let payload = (prop::sample::select(real), edits()).prop_map(|(text, edits)| {
+        String::from_utf8_lossy(&apply(text.as_bytes().to_vec(), &edits)).into_owned()
+    });
+    prop::collection::vec(payload, 0..16)
+}
+
+/// The SSE text of `payloads` (named events for Anthropic), edited as bytes.
+fn stream(real: &'static [&'static str]) -> impl Strategy<Value = Vec<u8>> {
+    (payloads(real), edits()).prop_map(|(payloads, edits)| {
+        let text: String = payloads
+            .iter()
+            .map(|p| format!("event: message\ndata: {p}\n\n"))
+            .collect();
+        apply(text.into_bytes(), &edits)
+    })
+}
+
+/// Everything the SSE reader yields for `bytes` read in pieces cut at `cuts`.
+fn read_events(bytes: &[u8], cuts: &[usize]) -> usize {
+    let mut points: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+    points.sort_unstable();
+    let mut chunks = Vec::new();
+    let mut start = 0;
+    for point in points.into_iter().chain([bytes.len()]) {
+        chunks.push(Ok::<_, std::io::Error>(bytes[start..point].to_vec()));
+        start = point;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime");
+    runtime
+        .block_on(events(futures::stream::iter(chunks), Duration::from_secs(5)).collect::<Vec<_>>())
+        .len()
+}
+
+proptest! {
+    #![proptest_config(config(3_000))]
+
+    #[test]
+    fn the_sse_reader_survives_any_bytes(
+        bytes in prop::collection::vec(any::<u8>(), 0..512),
+        cuts in prop::collection::vec(any::<usize>(), 0..8),
+    ) {
+        read_events(&bytes, &cuts);
+    }
+
+    #[test]
+    fn the_sse_reader_survives_damaged_streams(
+        bytes in prop_oneof![stream(ANTHROPIC), stream(OPENAI)],
+        cuts in prop::collection::vec(any::<usize>(), 0..8),
+    ) {
+        read_events(&bytes, &cuts);
+    }
+
+    #[test]
+    fn the_anthropic_decoder_survives_damaged_events(events in payloads(ANTHROPIC)) {
+        let events: Vec<&str> = events.iter().map(String::as_str).collect();
+        let _ = decode_all::<AnthropicDecoder>("message", &events);
+    }
+
+    #[test]
+    fn the_openai_decoder_survives_damaged_chunks(chunks in payloads(OPENAI)) {
+        let chunks: Vec<&str> = chunks.iter().map(String::as_str).collect();
+        let _ = decode_all::<OpenAiDecoder>("message", &chunks);
+    }
+}
