@@ -320,6 +320,15 @@ async fn accounts(config: &Config, report: &mut Report) {
             }
         }
     }
+    // Named by the configuration but left out of it, with what to fix.
+    for unavailable in &config.unavailable {
+        report.line(format!("  {}", unavailable.name));
+        report.line(format!("    cannot be used: {}", unavailable.reason));
+        report.problems.push(format!(
+            "account {} cannot be used: {}",
+            unavailable.name, unavailable.reason
+        ));
+    }
 }
 
 fn remote(kind: &AccountKind) -> Option<&crate::config::Remote> {

@@ -14,6 +14,7 @@ const KEY: &str = "sk-doctor-secret-4242";
 async fn doctor(scratch: &Scratch) -> (i32, String) {
     let output = clean_command(&home_for(&scratch.db()))
         .env("LOCAL_KEY", KEY)
+        .env("DOWN_KEY", KEY)
         .arg("doctor")
         .arg("--db")
         .arg(scratch.db())
@@ -41,6 +42,16 @@ fn redacted(text: &str, scratch: &Scratch) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// What the report says about the account without its key, checked to name the variable.
+fn unavailable_reason(text: &str) -> String {
+    let reason = text
+        .lines()
+        .find_map(|line| line.strip_prefix("    cannot be used: "))
+        .unwrap_or_else(|| panic!("no account that cannot be used:\n{text}"));
+    assert!(reason.contains("NOKEY_KEY"), "{reason}");
+    reason.to_string()
 }
 
 #[tokio::test]
@@ -75,6 +86,12 @@ kind = "anthropic"
 base_url = "http://user:{KEY}@127.0.0.1:{closed_port}"
 api_key_env = "DOWN_KEY"
 default_model = "claude-test"
+
+[accounts.nokey]
+kind = "openai"
+base_url = "http://127.0.0.1:9/v1"
+api_key_env = "NOKEY_KEY"
+default_model = "m"
 "#,
         upstream.url
     ));
@@ -101,16 +118,19 @@ Accounts
   down
     anthropic, model claude-test
     server http://127.0.0.1:<port>/
-    key    from $DOWN_KEY (not set)
+    key    from $DOWN_KEY (set)
     reach  unreachable: Connection refused (os error 111)
   local (default)
     openai, model local-model
     server http://127.0.0.1:<port>/v1
     key    from $LOCAL_KEY (set)
     reach  reachable (HTTP 404 in <ms> ms)
+  nokey
+    cannot be used: {nokey}
 
-1 problem: account down is unreachable: Connection refused (os error 111)",
+2 problems: account down is unreachable: Connection refused (os error 111); account nokey cannot be used: {nokey}",
         version = env!("CARGO_PKG_VERSION"),
+        nokey = unavailable_reason(&text),
         leases = if text.contains("keeps no leases") {
             "none (this database keeps no leases)"
         } else {
