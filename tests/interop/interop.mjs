@@ -138,8 +138,11 @@ try {
     assert.deepEqual(rest, {
       serverInfo: { name: 'sidechat', version },
       protocolVersion: 1,
-      accounts: [{ name: 'demo', kind: 'demo', isDemo: true, defaultModel: 'demo' }],
+      accounts: [
+        { name: 'demo', kind: 'demo', isDemo: true, defaultModel: 'demo', models: ['demo'] },
+      ],
       defaultAccount: 'demo',
+      unavailableAccounts: [],
     });
     for (const method of ['initialize', 'session/create', 'session/list', 'shutdown']) {
       assert.ok(capabilities.methods.includes(method), `capabilities.methods lacks ${method}`);
