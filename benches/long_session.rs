@@ -23,6 +23,10 @@
 //! The daemon gets an empty environment apart from `PATH`, a temporary `HOME` and XDG folders
 //! (so no config file of the machine is read), the provider variables and `SIDECHAT_LOG=warn`.
 
+// Only the daemon's command is used here; requests go through the client's `Connection`.
+#[allow(dead_code)]
+#[path = "support/stdio.rs"]
+mod stdio;
 #[path = "../tests/support/upstream.rs"]
 mod upstream;
 
@@ -36,8 +40,6 @@ use sidechat::protocol::{Block, CompactionMethod, Role};
 use sidechat::rpc::framing::Framing;
 use sidechat::runtime::count_blocks;
 use sidechat::store::{NewMessage, NewSession, Store};
-
-const SIDECHAT: &str = env!("CARGO_BIN_EXE_sidechat");
 
 /// Stored messages of the long session, besides its summary.
 const MESSAGES: u64 = 10_000;
@@ -177,21 +179,9 @@ struct Daemon {
 
 impl Daemon {
     async fn spawn(home: &Path, db: &Path, upstream: &str) -> Self {
-        let mut command = tokio::process::Command::new(SIDECHAT);
-        command
-            .arg("serve")
-            .arg("--db")
-            .arg(db)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", home)
-            .env("XDG_CONFIG_HOME", home.join("config"))
-            .env("XDG_DATA_HOME", home.join("data"))
-            .env("OPENAI_BASE_URL", format!("{upstream}/v1"))
-            .env("OPENAI_API_KEY", "x")
-            .env("SIDECHAT_OPENAI_MODEL", MODEL)
-            .env("SIDECHAT_LOG", "warn")
-            .stderr(std::process::Stdio::inherit());
+        let mut command = stdio::serve_command(home, db, upstream, "warn");
+        command.env("SIDECHAT_OPENAI_MODEL", MODEL);
+        let command = tokio::process::Command::from(command);
         let (conn, notes) = Connection::spawn(command, Framing::Line).expect("cannot spawn");
         let daemon = Self { conn, notes };
         daemon
