@@ -12,6 +12,10 @@
 //! (`examples/mcp_fixture.rs`): four answer, one hangs (its start-up timeout is 600 s).
 //! Goal: the medians with servers ≤ 1.2 × the medians without.
 
+// Only the daemon's command is used here; this benchmark reads its own replies.
+#[allow(dead_code)]
+#[path = "support/stdio.rs"]
+mod stdio;
 #[path = "../tests/support/upstream.rs"]
 mod upstream;
 
@@ -84,20 +88,7 @@ struct Daemon {
 
 impl Daemon {
     fn spawn(home: &Path, upstream: &str) -> Self {
-        let mut child = Command::new(SIDECHAT)
-            .arg("serve")
-            .arg("--db")
-            .arg(home.join("sidechat.db"))
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", home)
-            .env("XDG_CONFIG_HOME", home.join("config"))
-            .env("XDG_DATA_HOME", home.join("data"))
-            .env("OPENAI_BASE_URL", format!("{upstream}/v1"))
-            .env("OPENAI_API_KEY", "x")
-            .env("SIDECHAT_LOG", "warn")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
+        let mut child = stdio::serve_command(home, &home.join("sidechat.db"), upstream, "warn")
             .stderr(Stdio::null())
             .spawn()
             .expect("cannot spawn `sidechat serve`");
