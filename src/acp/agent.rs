@@ -20,7 +20,10 @@ use super::translate;
 use crate::config::Config;
 use crate::protocol::*;
 use crate::rpc::Peer;
-use crate::rpc::error::{INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND};
+use crate::rpc::error::{
+    INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, error_frame, result_frame,
+};
+use crate::rpc::request_id::RequestId;
 use crate::runtime::{Runtime, RuntimeError};
 
 /// ACP's "resource not found", for an unknown or closed session.
@@ -48,14 +51,6 @@ impl AcpError {
             message: message.into(),
             data: None,
         }
-    }
-
-    pub fn to_json(&self) -> Value {
-        let mut error = json!({"code": self.code, "message": self.message});
-        if let Some(data) = &self.data {
-            error["data"] = data.clone();
-        }
-        error
     }
 }
 
@@ -185,7 +180,7 @@ impl Agent {
     /// next message is read; the returned future answers (a prompt, when its turn ends).
     pub async fn take(
         self: &Arc<Self>,
-        id: Value,
+        id: RequestId,
         method: String,
         params: Option<Value>,
     ) -> BoxFuture<'static, ()> {
@@ -217,16 +212,17 @@ impl Agent {
         .boxed()
     }
 
-    fn reply(&self, id: &Value, answer: Answer) {
+    /// Answers the request `id`, carrying the id as the client wrote it.
+    fn reply(&self, id: &RequestId, answer: Answer) {
         let frame = match answer {
-            Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-            Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error.to_json()}),
+            Ok(result) => result_frame(id.json(), &result.to_string()),
+            Err(error) => error_frame(id.json(), error.code, &error.message, error.data),
         };
-        self.peer.outbox().send(frame.to_string());
+        self.peer.outbox().send(frame);
     }
 
     /// Answers one request, then sends what follows the answer.
-    async fn answer(self: &Arc<Self>, id: Value, method: &str, params: Option<Value>) {
+    async fn answer(self: &Arc<Self>, id: RequestId, method: &str, params: Option<Value>) {
         let mut then = Then::Nothing;
         let answer = self.request(method, params, &mut then).await;
         self.reply(&id, answer);

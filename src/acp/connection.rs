@@ -14,8 +14,9 @@ use super::agent::Agent;
 use super::sink::{AcpSink, Item};
 use crate::config::Config;
 use crate::rpc::Peer;
-use crate::rpc::error::{INVALID_REQUEST, PARSE_ERROR, error_response};
+use crate::rpc::error::{INVALID_REQUEST, PARSE_ERROR, error_frame, error_response};
 use crate::rpc::framing::{Decoded, MAX_FRAME_BYTES};
+use crate::rpc::request_id::{RequestId, id_as_sent};
 use crate::rpc::transport::{spawn_reader, spawn_writer};
 
 /// Serves the agent side of ACP until the client closes stdin; returns the exit code.
@@ -85,9 +86,9 @@ where
 
 /// Classifies one frame and hands it on.
 async fn handle_frame(agent: &Arc<Agent>, peer: &Peer, bytes: &[u8], requests: &mut JoinSet<()>) {
-    let invalid = |id: &Value, message: &str| {
+    let invalid = |id: &RequestId, message: &str| {
         peer.outbox()
-            .send(error_response(id, INVALID_REQUEST, message, None));
+            .send(error_frame(id.json(), INVALID_REQUEST, message, None));
     };
     let message: Value = match serde_json::from_slice(bytes) {
         Ok(message) => message,
@@ -103,11 +104,12 @@ async fn handle_frame(agent: &Arc<Agent>, peer: &Peer, bytes: &[u8], requests: &
     };
     let Value::Object(mut object) = message else {
         return invalid(
-            &Value::Null,
+            &RequestId::null(),
             "Invalid Request: ACP takes one JSON-RPC object per line, not batches or other values",
         );
     };
-    let id = object.get("id").cloned();
+    // As the client wrote it: `1e2` is answered as `1e2`, not as `100.0`.
+    let id = object.get("id").map(|parsed| id_as_sent(bytes, parsed));
     if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         if let Some(id) = id.filter(|_| !object.contains_key("result")) {
             invalid(&id, "Invalid Request: \"jsonrpc\" must be \"2.0\"");
@@ -117,9 +119,9 @@ async fn handle_frame(agent: &Arc<Agent>, peer: &Peer, bytes: &[u8], requests: &
     let params = object.remove("params");
     match (object.get("method").cloned(), id) {
         (Some(Value::String(method)), Some(id)) => {
-            if !(id.is_string() || id.is_number()) {
+            if !id.is_valid() {
                 return invalid(
-                    &Value::Null,
+                    &RequestId::null(),
                     "Invalid Request: id must be a string or a number",
                 );
             }
@@ -128,7 +130,7 @@ async fn handle_frame(agent: &Arc<Agent>, peer: &Peer, bytes: &[u8], requests: &
         }
         (Some(Value::String(method)), None) => agent.notification(&method, params).await,
         (Some(_), id) => invalid(
-            &id.unwrap_or(Value::Null),
+            &id.unwrap_or_else(RequestId::null),
             "Invalid Request: method must be a string",
         ),
         (None, Some(_)) if object.contains_key("result") || object.contains_key("error") => {
@@ -136,6 +138,9 @@ async fn handle_frame(agent: &Arc<Agent>, peer: &Peer, bytes: &[u8], requests: &
                 tracing::warn!("an answer to no open request (it was withdrawn or answered)");
             }
         }
-        (None, id) => invalid(&id.unwrap_or(Value::Null), "Invalid Request: no method"),
+        (None, id) => invalid(
+            &id.unwrap_or_else(RequestId::null),
+            "Invalid Request: no method",
+        ),
     }
 }

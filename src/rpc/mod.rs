@@ -6,7 +6,7 @@ pub mod framing;
 mod methods;
 pub mod peer;
 pub mod readable;
-mod request_id;
+pub mod request_id;
 mod server;
 pub mod transport;
 

@@ -90,6 +90,19 @@ pub fn recover_id(frame: &[u8]) -> Option<RequestId> {
     }
 }
 
+/// The id of a frame already parsed as a JSON `value` (whose `"id"` member is `parsed`), as
+/// the client wrote it: the text [`recover_id`] finds, when it reads as the same value (a
+/// duplicate `"id"` member could make them differ), else `parsed` written out again.
+pub fn id_as_sent(frame: &[u8], parsed: &Value) -> RequestId {
+    if let Some(id) = recover_id(frame).filter(|id| id.to_value() == *parsed) {
+        return id;
+    }
+    match serde_json::value::to_raw_value(parsed) {
+        Ok(raw) if !parsed.is_null() => RequestId::new(raw),
+        _ => RequestId::null(),
+    }
+}
+
 fn skip_space(bytes: &[u8], mut at: usize) -> usize {
     while bytes.get(at).is_some_and(u8::is_ascii_whitespace) {
         at += 1;
@@ -176,5 +189,28 @@ mod tests {
         assert!(id("-1").is_valid() && id("1.5").is_valid() && id(r#""x""#).is_valid());
         assert!(!id("null").is_valid() && !id("true").is_valid() && !id("{}").is_valid());
         assert_eq!(RequestId::null().json(), "null");
+    }
+
+    #[test]
+    fn the_id_of_a_parsed_frame_keeps_its_text() {
+        let cases = [
+            (r#"{"id":1e2,"method":"x"}"#, "1e2"),
+            (r#"{"method":"x","id":-1}"#, "-1"),
+            (r#"{"params":{"id":7},"id":1.50}"#, "1.50"),
+            (r#"{"id":"a\u0062"}"#, r#""a\u0062""#),
+            // Two `"id"` members: the parsed one (the last) wins, written out again.
+            (r#"{"id":1e2,"id":5}"#, "5"),
+            // Not a string or a number: as parsed.
+            (r#"{"id":[1e2]}"#, "[100.0]"),
+            (r#"{"id":null}"#, "null"),
+        ];
+        for (frame, id) in cases {
+            let value: Value = serde_json::from_str(frame).unwrap();
+            assert_eq!(
+                id_as_sent(frame.as_bytes(), &value["id"]).json(),
+                id,
+                "{frame}"
+            );
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! End-to-end tests: the real `sidechat serve` binary, spawned and driven over stdio.
 
+mod acp_ids;
 mod bad_input;
 mod budget;
 mod bytes;
