@@ -30,6 +30,19 @@ pub struct NewMessage {
     /// Also reserve event numbers up to this one in the same transaction (0: none beyond
     /// `seq`), so the event counter seldom needs a write of its own.
     pub reserve_seq_through: u64,
+    /// Why `seq` is this writer's to use (see [`SeqClaim`]).
+    pub seq_claim: SeqClaim,
+}
+
+/// Why a message's `seq` is free for it, checked in the commit's transaction, so that two
+/// daemons writing one session never collide and its transcript keeps the order of commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeqClaim {
+    /// Any number above every one handed out so far (`sessions.last_seq` and `seq_reserved`).
+    Fresh,
+    /// A number inside a block this writer claimed, whose highest number is `top`: nobody else
+    /// hands it out; it must still follow the session's last message.
+    Owned { top: u64 },
 }
 
 /// What `note/delete` found.
@@ -87,6 +100,7 @@ impl NewMessage {
             settles: None,
             tokens: None,
             reserve_seq_through: 0,
+            seq_claim: SeqClaim::Fresh,
         }
     }
 }
@@ -131,11 +145,58 @@ impl RawMessage {
 impl Store {
     /// Appends a message and raises the session's `last_seq` to it, in one transaction.
     pub fn append_message(&self, new: &NewMessage) -> StoreResult<TranscriptEntry> {
+        self.append_message_claimed(new).map(|(entry, _)| entry)
+    }
+
+    /// [`Store::append_message`], also answering the highest `seq` the writer now owns: its
+    /// reservation extended through `reserve_seq_through`, or `None` when it was not (another
+    /// writer holds a later block, or nothing was asked).
+    ///
+    /// Fails with [`StoreError::StaleSeq`] when `seq` no longer follows the session's last
+    /// message, and with [`StoreError::LeaseLost`] when the message belongs to a run whose
+    /// session another daemon has taken over: nothing is written then.
+    pub fn append_message_claimed(
+        &self,
+        new: &NewMessage,
+    ) -> StoreResult<(TranscriptEntry, Option<u64>)> {
         self.write(|conn| {
         self.slow_commit(&new.session_id);
         let tx = conn.transaction()?;
         let seq = new.seq;
-        record_seq(&tx, &new.session_id, seq, new.reserve_seq_through.max(seq))?;
+        let (last_seq, reserved): (i64, i64) = tx
+            .query_row(
+                "SELECT last_seq, seq_reserved FROM sessions WHERE id = ?1",
+                [&new.session_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?
+            .unwrap_or((0, 0));
+        let (last_seq, reserved) = (last_seq.max(0) as u64, reserved.max(0) as u64);
+        let may_extend = match new.seq_claim {
+            SeqClaim::Fresh => {
+                if seq <= last_seq.max(reserved) {
+                    return Err(StoreError::StaleSeq(new.session_id.clone()));
+                }
+                true
+            }
+            SeqClaim::Owned { top } => {
+                if seq <= last_seq || seq > top {
+                    return Err(StoreError::StaleSeq(new.session_id.clone()));
+                }
+                reserved <= top
+            }
+        };
+        if let Some(run_id) = &new.run_id
+            && let Some(lease) = super::leases::lease_of(&tx, &new.session_id)?
+            && lease.owner != self.owner()
+        {
+            return Err(StoreError::LeaseLost {
+                session_id: new.session_id.clone(),
+                run_id: run_id.clone(),
+            });
+        }
+        let extended = (may_extend && new.reserve_seq_through > seq).then_some(new.reserve_seq_through);
+        record_seq(&tx, &new.session_id, seq, extended.unwrap_or(seq))?;
         let id = new.id.clone().unwrap_or_else(|| new_id("msg"));
         let now = now_ms();
         let blocks = serde_json::to_string(&new.blocks)
@@ -180,7 +241,7 @@ impl Store {
             super::pending::settle(&tx, settle, &id)?;
         }
         tx.commit()?;
-        Ok(TranscriptEntry {
+        let entry = TranscriptEntry {
             id,
             seq,
             role: new.role,
@@ -188,7 +249,8 @@ impl Store {
             status: new.status,
             run_id: new.run_id.clone(),
             created_at: rfc3339(now),
-        })
+        };
+        Ok((entry, extended))
             })
     }
 

@@ -181,6 +181,24 @@ const MIGRATIONS: &[&str] = &[
         updated_at  INTEGER NOT NULL
     );
     "#,
+    // 10: which daemon drives a session's run: a lease kept alive by a heartbeat, so a second
+    // daemon on the same file leaves a live run alone and takes over only an expired one; and
+    // who answered an approval, so the run's owner can tell its clients about an answer given
+    // through another daemon.
+    r#"
+    CREATE TABLE run_leases (
+        session_id     TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+        run_id         TEXT NOT NULL,
+        owner          TEXT NOT NULL,
+        pid            INTEGER NOT NULL,
+        host           TEXT,                -- the machine and process namespace of `pid`
+        acquired_at    INTEGER NOT NULL,
+        heartbeat_at   INTEGER NOT NULL,
+        expires_at     INTEGER NOT NULL,
+        stop_requested INTEGER NOT NULL DEFAULT 0
+    );
+    ALTER TABLE approvals ADD COLUMN resolved_by TEXT;
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

@@ -11,6 +11,7 @@
 //! last commit while a write is in progress, so a read never queues behind a write.
 
 mod file_changes;
+mod leases;
 mod mcp;
 mod messages;
 mod migrations;
@@ -32,13 +33,14 @@ use rusqlite::{Connection, OpenFlags};
 use crate::util::lock;
 
 pub use file_changes::{FileChange, FileDiffRow, SNAPSHOT_CAP};
-pub use messages::{NewMessage, NoteDeletion, Settle, Settled};
+pub use leases::{DEFAULT_LEASE, LEASE_MS_VAR, LeaseClaim, LeaseRow};
+pub use messages::{NewMessage, NoteDeletion, SeqClaim, Settle, Settled};
 pub use migrations::SCHEMA_VERSION;
 pub use pending::{CancelOutcome, EarlierSend, PendingRow};
 pub use runs::{RunRow, RunStatus};
 pub use sessions::{NewSession, SessionPage, SessionRow, SessionUpdate};
 pub use sql_text::TextError;
-pub use tool_calls::{ApprovalOutcome, ApprovalRow, ApprovalStatus, ToolCallRow};
+pub use tool_calls::{ApprovalAnswer, ApprovalOutcome, ApprovalRow, ApprovalStatus, ToolCallRow};
 pub use usage::{UsageRow, elapsed_ms};
 
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +67,17 @@ pub enum StoreError {
         "{SLOW_COMMIT_VAR} must be `<session id>:<milliseconds>`, not {0:?} (it is for tests only)"
     )]
     BadSlowCommit(String),
+    #[error("{LEASE_MS_VAR} must be a number of milliseconds of at least 100, not {0:?}")]
+    BadLeaseMs(String),
+    /// Another daemon took the session's run over (this daemon's lease expired).
+    #[error(
+        "session {session_id}: run {run_id} is no longer driven by this process; another sidechat process took it over"
+    )]
+    LeaseLost { session_id: String, run_id: String },
+    /// The message's `seq` is no longer past the session's last message: another daemon
+    /// committed one meanwhile. The caller numbers it again.
+    #[error("session {0}: another process wrote to the transcript first")]
+    StaleSeq(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -92,6 +105,10 @@ struct Shared {
     next_reader: AtomicUsize,
     /// See [`SLOW_COMMIT_VAR`].
     slow_commit: OnceLock<SlowCommit>,
+    /// This daemon's name in leases (see [`Store::owner`]).
+    owner: String,
+    /// How long a lease lasts without a heartbeat.
+    lease: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -147,7 +164,14 @@ impl Store {
         let readers = (0..READERS)
             .map(|_| open_reader(path))
             .collect::<StoreResult<Vec<_>>>()?;
-        let store = Self::with_connections(writer, readers);
+        let lease = leases::lease_from_env().map_err(StoreError::BadLeaseMs)?;
+        if let Some(lease) = lease {
+            tracing::warn!(
+                lease_ms = lease.as_millis() as u64,
+                "{LEASE_MS_VAR} is set: run leases last this long"
+            );
+        }
+        let store = Self::with_connections(writer, readers, lease.unwrap_or(DEFAULT_LEASE));
         if let Some(value) = std::env::var(SLOW_COMMIT_VAR)
             .ok()
             .filter(|v| !v.is_empty())
@@ -166,7 +190,7 @@ impl Store {
     /// A private in-memory database, for unit tests and benchmarks.
     pub fn open_in_memory() -> StoreResult<Self> {
         let writer = Self::prepare(Connection::open_in_memory()?)?;
-        Ok(Self::with_connections(writer, Vec::new()))
+        Ok(Self::with_connections(writer, Vec::new(), DEFAULT_LEASE))
     }
 
     /// Test-only (see [`SLOW_COMMIT_VAR`]): every later message commit of `session_id` sleeps
@@ -178,13 +202,17 @@ impl Store {
         });
     }
 
-    fn with_connections(writer: Connection, readers: Vec<Connection>) -> Self {
+    fn with_connections(writer: Connection, readers: Vec<Connection>, lease: Duration) -> Self {
+        // The tail of a v7 id is random; its head is the clock, which two daemons may share.
+        let random = uuid::Uuid::now_v7().simple().to_string();
         Self {
             shared: Arc::new(Shared {
                 writer: Mutex::new(writer),
                 readers: readers.into_iter().map(Mutex::new).collect(),
                 next_reader: AtomicUsize::new(0),
                 slow_commit: OnceLock::new(),
+                owner: format!("pid{}-{}", std::process::id(), &random[20..]),
+                lease,
             }),
         }
     }

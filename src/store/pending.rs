@@ -95,6 +95,45 @@ impl Store {
             })
     }
 
+    /// Queues an interjection for `run_id`, which another daemon drives, only while that
+    /// daemon's lease on the session is live (in the same statement, so the owner giving the
+    /// lease back with its queue empty and this insert cannot interleave); `None` when the lease
+    /// is gone. The owner finds the row on its next heartbeat or delivery point.
+    pub fn insert_pending_if_leased(
+        &self,
+        session_id: &str,
+        run_id: &str,
+        client_message_id: Option<&str>,
+        text: &str,
+    ) -> StoreResult<Option<PendingRow>> {
+        self.write(|conn| {
+            let id = new_id("inj");
+            let now = now_ms();
+            let inserted = conn.execute(
+                "INSERT INTO pending_input (id, session_id, run_id, client_message_id, text, status, created_at, updated_at)
+                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7
+                 WHERE EXISTS (SELECT 1 FROM run_leases
+                               WHERE session_id = ?2 AND run_id = ?3 AND expires_at > ?7)",
+                params![
+                    id,
+                    session_id,
+                    run_id,
+                    client_message_id,
+                    text,
+                    InterjectionStatus::Pending,
+                    now
+                ],
+            )?;
+            Ok((inserted > 0).then(|| PendingRow {
+                id,
+                session_id: session_id.to_string(),
+                text: text.to_string(),
+                status: InterjectionStatus::Pending,
+                created_at: rfc3339(now),
+            }))
+        })
+    }
+
     /// Rows still waiting (pending or leased), oldest first.
     pub fn open_pending(&self, session_id: &str) -> StoreResult<Vec<PendingRow>> {
         self.read(|conn| {

@@ -109,6 +109,8 @@ impl Store {
         })
     }
 
+    /// Records how a run ended; the first end recorded stays (a daemon that lost its run to a
+    /// takeover must not overwrite the end the other daemon recorded).
     pub fn finish_run(
         &self,
         id: &str,
@@ -117,7 +119,8 @@ impl Store {
     ) -> StoreResult<()> {
         self.write(|conn| {
             conn.execute(
-                "UPDATE runs SET status = ?2, reason = ?3, error = ?4, finished_at = ?5 WHERE id = ?1",
+                "UPDATE runs SET status = ?2, reason = ?3, error = ?4, finished_at = ?5
+                 WHERE id = ?1 AND status <> 'finished'",
                 params![id, RunStatus::Finished, reason, error, now_ms()],
             )?;
             Ok(())

@@ -238,14 +238,19 @@ impl Store {
         self.write(|conn| Ok(conn.execute("DELETE FROM sessions WHERE id = ?1", [id])? > 0))
     }
 
-    /// Persists that event numbers up to `through` may be handed out (never lowers the mark).
-    pub fn reserve_seq(&self, session_id: &str, through: u64) -> StoreResult<()> {
+    /// Claims the next `size` event numbers of a session for this writer alone, above every
+    /// number handed out or committed so far: `(first, last)`. Two daemons on one database
+    /// each number from blocks of their own, so they never hand out the same `seq`.
+    pub fn claim_seq_block(&self, session_id: &str, size: u64) -> StoreResult<(u64, u64)> {
         self.write(|conn| {
-            conn.execute(
-                "UPDATE sessions SET seq_reserved = MAX(seq_reserved, ?2) WHERE id = ?1",
-                params![session_id, through as i64],
+            let last: i64 = conn.query_row(
+                "UPDATE sessions SET seq_reserved = MAX(seq_reserved, last_seq) + ?2 WHERE id = ?1
+                 RETURNING seq_reserved",
+                params![session_id, size as i64],
+                |r| r.get(0),
             )?;
-            Ok(())
+            let last = last.max(0) as u64;
+            Ok((last + 1 - size, last))
         })
     }
 

@@ -37,6 +37,14 @@ pub struct ApprovalRow {
     pub tool: String,
 }
 
+/// An approval's answer, and which daemon (lease owner) took it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalAnswer {
+    pub approval_id: String,
+    pub decision: ApprovalDecision,
+    pub resolved_by: Option<String>,
+}
+
 /// Where an approval stands: waiting, answered with a decision, or cancelled with its run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -215,6 +223,32 @@ impl Store {
         })
     }
 
+    /// The answer to a call's approval and the daemon that took it (`None` when the run's end
+    /// cancelled it): a run learns this way of an answer given through another daemon.
+    pub fn approval_answer(
+        &self,
+        session_id: &str,
+        call_id: &str,
+    ) -> StoreResult<Option<ApprovalAnswer>> {
+        self.read(|conn| {
+            let row: Option<(String, ApprovalStatus, Option<String>)> = conn
+                .query_row(
+                    "SELECT id, status, resolved_by FROM approvals WHERE session_id = ?1 AND call_id = ?2
+                     ORDER BY created_at DESC LIMIT 1",
+                    params![session_id, call_id],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .optional()?;
+            Ok(row.and_then(|(approval_id, status, resolved_by)| {
+                status.decision().map(|decision| ApprovalAnswer {
+                    approval_id,
+                    decision,
+                    resolved_by,
+                })
+            }))
+        })
+    }
+
     pub fn pending_approvals(&self, session_id: &str) -> StoreResult<Vec<PendingApproval>> {
         self.read(|conn| {
             let mut stmt = conn.prepare_cached(
@@ -285,8 +319,8 @@ impl Store {
                 return Ok(ApprovalOutcome::AlreadyResolved(earlier));
             }
             tx.execute(
-                "UPDATE approvals SET status = ?2, resolved_at = ?3 WHERE id = ?1",
-                params![id, ApprovalStatus::from(decision), now_ms()],
+                "UPDATE approvals SET status = ?2, resolved_at = ?3, resolved_by = ?4 WHERE id = ?1",
+                params![id, ApprovalStatus::from(decision), now_ms(), self.owner()],
             )?;
             if decision == ApprovalDecision::AllowAlways {
                 tx.execute(
