@@ -65,6 +65,16 @@ impl From<RuntimeError> for ErrorObjectOwned {
                 SESSION_BUSY,
                 Some(serde_json::json!({ "sessionId": session_id, "runId": run_id })),
             ),
+            RuntimeError::RunElsewhere {
+                session_id,
+                run_id,
+                owner,
+            } => (
+                SESSION_BUSY,
+                Some(
+                    serde_json::json!({ "sessionId": session_id, "runId": run_id, "owner": owner }),
+                ),
+            ),
             RuntimeError::NotFound { .. } => (NOT_FOUND, None),
             RuntimeError::Conflict(_) => (CONFLICT, None),
             RuntimeError::Provider(_) => (PROVIDER_UNAVAILABLE, None),

@@ -7,8 +7,8 @@ use crate::protocol::*;
 use crate::store::{ApprovalOutcome, CancelOutcome, EarlierSend, NewMessage};
 use crate::util::new_id;
 
-/// What a send found: a run at work, which queued the text, or the session claimed for a new
-/// run.
+/// What a send found: a run at work, which queued the text, or the session claimed (and its
+/// lease taken) for a new run.
 enum Claimed {
     Queued(ChatSendResult),
     Run {
@@ -39,6 +39,12 @@ fn check_size(params: &ChatSendParams) -> RuntimeResult<()> {
     Ok(())
 }
 
+/// How often a send decides again because the session's lease changed hands meanwhile.
+const MAX_LEASE_RACES: usize = 4;
+
+const ATTACHMENTS_WAIT: &str = "attachments wait for the next turn: a run is working, so send the text alone now \
+                     and attach the files once the run has finished";
+
 impl Runtime {
     /// The composer always sends: a new turn that starts a run, or, while a run works, an
     /// interjection queued for the run's next delivery point.
@@ -65,7 +71,7 @@ impl Runtime {
         };
         // A context idle past the session's rollover time starts afresh before this turn.
         if let Err(e) = self.roll_over_if_idle(&session).await {
-            self.inner.runs.release(&session.id, &run_id);
+            self.inner.give_back(&session.id, &run_id);
             return Err(e);
         }
         let mut blocks = vec![Block::Text { text: params.text }];
@@ -78,7 +84,7 @@ impl Runtime {
         let message = match self.inner.commit(message) {
             Ok(message) => message,
             Err(e) => {
-                self.inner.runs.release(&session.id, &run_id);
+                self.inner.give_back(&session.id, &run_id);
                 return Err(e);
             }
         };
@@ -98,8 +104,9 @@ impl Runtime {
         })
     }
 
-    /// While a run works, queues the text as an interjection; otherwise claims the session for
-    /// a new run. Decided under the registry lock, which is released before anything awaits.
+    /// While a run works (here, or in another daemon on the same database), queues the text as
+    /// an interjection; otherwise claims the session and its lease for a new run. Decided under
+    /// the registry lock, which is released before anything awaits.
     fn claim_or_queue(
         &self,
         session: &crate::store::SessionRow,
@@ -107,54 +114,130 @@ impl Runtime {
     ) -> RuntimeResult<Claimed> {
         let client_id = params.client_message_id.as_deref();
         let store = &self.inner.store;
-        let mut runs = self.inner.runs.lock();
-        // Decided under the registry lock: a run ending promotes the queue under the same lock,
-        // so a row is either queued before that promotion or finds no run and starts one.
-        let working = match runs.get(&session.id) {
-            Some(active) => Some(active.run_id.clone()),
-            None => self.inner.store.suspended_run(&session.id)?.map(|r| r.id),
-        };
-        if let Some(working) = working {
-            if !params.attachments.is_empty() {
-                return Err(RuntimeError::InvalidParams(
-                    "attachments wait for the next turn: a run is working, so send the text alone now \
-                     and attach the files once the run has finished"
-                        .into(),
-                ));
-            }
-            let row = match store.insert_pending(&session.id, &working, client_id, &params.text) {
-                Ok(row) => row,
-                Err(e) => {
-                    drop(runs);
-                    // A concurrent retry with the same client id got there first.
-                    return Ok(Claimed::Queued(
-                        self.earlier_answer(&session.id, client_id)?.ok_or(e)?,
-                    ));
+        // A lease that ends while this send decides (its run just finished elsewhere) means the
+        // session is free: decide again.
+        for _ in 0..MAX_LEASE_RACES {
+            let mut runs = self.inner.runs.lock();
+            if !runs.contains_key(&session.id)
+                && let Some(lease) = store.foreign_lease(&session.id)?
+            {
+                drop(runs);
+                match self.queue_elsewhere(&session.id, &lease, params)? {
+                    Some(queued) => return Ok(Claimed::Queued(queued)),
+                    None => continue,
                 }
+            }
+            // Decided under the registry lock: a run ending promotes the queue under the same
+            // lock, so a row is either queued before that promotion or finds no run and starts
+            // one.
+            let working = match runs.get(&session.id) {
+                Some(active) => Some(active.run_id.clone()),
+                None => self.inner.store.suspended_run(&session.id)?.map(|r| r.id),
             };
-            drop(runs);
-            self.inner.events.emit(
-                store,
-                &session.id,
-                None,
-                Event::InterjectionQueued {
-                    pending_id: row.id.clone(),
-                    text: row.text,
-                },
-            );
-            return Ok(Claimed::Queued(ChatSendResult {
-                run_id: Some(working),
-                message_id: None,
-                queued: true,
-                pending_id: Some(row.id),
-            }));
+            if let Some(working) = working {
+                if !params.attachments.is_empty() {
+                    return Err(RuntimeError::InvalidParams(ATTACHMENTS_WAIT.into()));
+                }
+                let row = match store.insert_pending(&session.id, &working, client_id, &params.text)
+                {
+                    Ok(row) => row,
+                    Err(e) => {
+                        drop(runs);
+                        // A concurrent retry with the same client id got there first.
+                        return Ok(Claimed::Queued(
+                            self.earlier_answer(&session.id, client_id)?.ok_or(e)?,
+                        ));
+                    }
+                };
+                self.inner.announced(&session.id, &row.id);
+                drop(runs);
+                self.inner.events.emit(
+                    store,
+                    &session.id,
+                    None,
+                    Event::InterjectionQueued {
+                        pending_id: row.id.clone(),
+                        text: row.text,
+                    },
+                );
+                return Ok(Claimed::Queued(ChatSendResult {
+                    run_id: Some(working),
+                    message_id: None,
+                    queued: true,
+                    pending_id: Some(row.id),
+                }));
+            }
+            self.inner.driver(&session.account)?;
+            self.refuse_if_cap_spent(session)?;
+            let run_id = new_id("run");
+            let signals = claim_locked(&mut runs, &session.id, &run_id)
+                .map_err(RuntimeError::busy(&session.id))?;
+            match self.inner.take_lease(&session.id, &run_id) {
+                Ok(Ok(())) => return Ok(Claimed::Run { run_id, signals }),
+                Ok(Err(lease)) => {
+                    runs.remove(&session.id);
+                    drop(runs);
+                    match self.queue_elsewhere(&session.id, &lease, params)? {
+                        Some(queued) => return Ok(Claimed::Queued(queued)),
+                        None => continue,
+                    }
+                }
+                Err(e) => {
+                    runs.remove(&session.id);
+                    return Err(e);
+                }
+            }
         }
-        self.inner.driver(&session.account)?;
-        self.refuse_if_cap_spent(session)?;
-        let run_id = new_id("run");
-        let signals = claim_locked(&mut runs, &session.id, &run_id)
-            .map_err(RuntimeError::busy(&session.id))?;
-        Ok(Claimed::Run { run_id, signals })
+        Err(RuntimeError::Conflict(format!(
+            "session {} changed hands between sidechat processes while this message was sent; send it again",
+            session.id
+        )))
+    }
+
+    /// Queues the text for the run another daemon drives, which delivers it (and tells its
+    /// clients); `None` when that daemon's lease ended meanwhile. Attachments wait for a new
+    /// turn, which the other daemon's run stands in the way of: the refusal names it.
+    fn queue_elsewhere(
+        &self,
+        session_id: &str,
+        lease: &crate::store::LeaseRow,
+        params: &ChatSendParams,
+    ) -> RuntimeResult<Option<ChatSendResult>> {
+        if !params.attachments.is_empty() {
+            return Err(RuntimeError::elsewhere(lease));
+        }
+        let client_id = params.client_message_id.as_deref();
+        let row = match self.inner.store.insert_pending_if_leased(
+            session_id,
+            &lease.run_id,
+            client_id,
+            &params.text,
+        ) {
+            Ok(Some(row)) => row,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                return self
+                    .earlier_answer(session_id, client_id)?
+                    .ok_or(e.into())
+                    .map(Some);
+            }
+        };
+        tracing::info!(session_id, run_id = %lease.run_id, owner = %lease.owner, "queued input for a run another sidechat process drives");
+        self.inner.events.emit(
+            &self.inner.store,
+            session_id,
+            None,
+            Event::InterjectionQueued {
+                pending_id: row.id.clone(),
+                text: row.text,
+            },
+        );
+        Ok(Some(ChatSendResult {
+            run_id: Some(lease.run_id.clone()),
+            message_id: None,
+            queued: true,
+            pending_id: Some(row.id),
+        }))
     }
 
     /// A new turn on a session whose spend cap is used up waits until the cap is raised.
@@ -241,6 +324,9 @@ impl Runtime {
                 stopped: true,
             });
         }
+        if let Some(lease) = self.inner.store.foreign_lease(session_id)? {
+            return self.stop_elsewhere(lease).await;
+        }
         if let Some(run) = self.suspended_run(session_id)? {
             let run_id = run.id.clone();
             let mut done = self.resume_suspended(run, true)?;
@@ -254,6 +340,42 @@ impl Runtime {
             run_id: None,
             stopped: false,
         })
+    }
+
+    /// Hands a stop over to the daemon driving the run, through its lease, and waits until
+    /// that run has recorded its end; if that daemon dies first, its run is taken over here
+    /// once the lease expires.
+    async fn stop_elsewhere(&self, lease: crate::store::LeaseRow) -> RuntimeResult<ChatStopResult> {
+        let store = &self.inner.store;
+        let stopped = ChatStopResult {
+            run_id: Some(lease.run_id.clone()),
+            stopped: true,
+        };
+        if !store.request_stop(&lease.session_id, &lease.run_id)? {
+            // The lease ended meanwhile: the run finished, or its daemon is gone.
+            super::recovery::recover_abandoned(&self.inner)?;
+            return Ok(stopped);
+        }
+        let beat = store.lease_duration() / 4;
+        // The owner stops at its next heartbeat; a few leases' time is plenty for a live one.
+        for _ in 0..16 {
+            tokio::time::sleep(beat).await;
+            if store.run(&lease.run_id)?.is_none_or(|r| r.finished) {
+                return Ok(stopped);
+            }
+            if !store.lease(&lease.session_id)?.is_some_and(|l| l.is_live()) {
+                super::recovery::recover_abandoned(&self.inner)?;
+                if store.run(&lease.run_id)?.is_none_or(|r| r.finished) {
+                    return Ok(stopped);
+                }
+            }
+        }
+        Err(RuntimeError::Conflict(format!(
+            "asked {} to stop run {} of session {}, and it has not stopped yet; it will at its next step",
+            lease.describe_owner(),
+            lease.run_id,
+            lease.session_id
+        )))
     }
 
     /// Answers a user turn that no run answered (e.g. after a crash).
@@ -271,6 +393,7 @@ impl Runtime {
             .runs
             .claim(session_id, &run_id)
             .map_err(RuntimeError::busy(session_id))?;
+        self.lease_or_give_back(session_id, &run_id)?;
         spawn_run(
             self.inner.clone(),
             RunStart::New {
@@ -315,7 +438,9 @@ impl Runtime {
                         decision: params.decision,
                     },
                 );
+                // A run another daemon drives reads the answer on that daemon's next heartbeat.
                 if !self.inner.runs.poke_approvals(&row.session_id)
+                    && store.foreign_lease(&row.session_id)?.is_none()
                     && let Some(run) = store.run(&row.run_id)?.filter(|r| !r.finished)
                 {
                     self.resume_suspended(run, false)?;
@@ -329,15 +454,23 @@ impl Runtime {
         }
     }
 
-    /// A run left waiting for an approval by a previous daemon, with no live task.
+    /// A run left waiting for an approval by a previous daemon, with no live task here or in
+    /// another daemon.
     fn suspended_run(&self, session_id: &str) -> RuntimeResult<Option<crate::store::RunRow>> {
-        if self.inner.runs.active_run(session_id).is_some() {
+        if self.inner.runs.active_run(session_id).is_some()
+            || self.inner.store.foreign_lease(session_id)?.is_some()
+        {
             return Ok(None);
         }
         Ok(self.inner.store.suspended_run(session_id)?)
     }
 
+    /// Refuses work that needs the session to itself while a run waits for an approval, or
+    /// while another daemon drives one (the refusal names it).
     pub(super) fn refuse_if_suspended(&self, session_id: &str) -> RuntimeResult<()> {
+        if let Some(lease) = self.inner.store.foreign_lease(session_id)? {
+            return Err(RuntimeError::elsewhere(&lease));
+        }
         match self.suspended_run(session_id)? {
             Some(run) => Err(RuntimeError::Busy {
                 session_id: session_id.to_string(),
@@ -359,6 +492,7 @@ impl Runtime {
             .runs
             .claim(&session.id, &run.id)
             .map_err(RuntimeError::busy(&session.id))?;
+        self.lease_or_give_back(&session.id, &run.id)?;
         if stop {
             self.inner.runs.stop(&session.id);
         }
@@ -369,5 +503,21 @@ impl Runtime {
             signals,
         )?;
         Ok(done)
+    }
+
+    /// Takes the session's lease for a run just claimed in the registry; gives the claim back
+    /// and names the daemon that drives the session when another one does.
+    fn lease_or_give_back(&self, session_id: &str, run_id: &str) -> RuntimeResult<()> {
+        match self.inner.take_lease(session_id, run_id) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(lease)) => {
+                self.inner.runs.release(session_id, run_id);
+                Err(RuntimeError::elsewhere(&lease))
+            }
+            Err(e) => {
+                self.inner.runs.release(session_id, run_id);
+                Err(e)
+            }
+        }
     }
 }

@@ -11,6 +11,15 @@ pub enum RuntimeError {
         "session {session_id} is busy with run {run_id}; wait for runFinished or send chat/stop"
     )]
     Busy { session_id: String, run_id: String },
+    /// Another daemon on the same database drives the session's run.
+    #[error(
+        "session {session_id} is busy with run {run_id} in {owner}; wait for it to finish there, or send chat/stop"
+    )]
+    RunElsewhere {
+        session_id: String,
+        run_id: String,
+        owner: String,
+    },
     #[error("no {what} with id {id:?}")]
     NotFound { what: &'static str, id: String },
     #[error("{0}")]
@@ -34,6 +43,17 @@ impl RuntimeError {
         move |run_id| RuntimeError::Busy {
             session_id: session_id.to_string(),
             run_id,
+        }
+    }
+}
+
+impl RuntimeError {
+    /// The refusal that names the daemon holding `lease`.
+    pub fn elsewhere(lease: &crate::store::LeaseRow) -> RuntimeError {
+        RuntimeError::RunElsewhere {
+            session_id: lease.session_id.clone(),
+            run_id: lease.run_id.clone(),
+            owner: lease.describe_owner(),
         }
     }
 }

@@ -15,6 +15,12 @@
 //! hold). Only if that reservation has not landed when the block runs out does the event wait
 //! for one. Numbers reserved and not used before a stop are skipped.
 //!
+//! **Two daemons on one database** each claim blocks of their own (a block starts above the
+//! mark and moves it, in one statement), so they never hand out the same number. A message is
+//! committed only if its `seq` still follows the session's last message (checked in its
+//! transaction); when another daemon committed first, it is numbered again from a new block,
+//! so the transcript keeps the order in which messages were committed.
+//!
 //! **Order:** a session's events reach the sink in `seq` order. A commit takes its number, then
 //! writes without holding the counter (a slow disk must not hold anyone waiting to number an
 //! event), then publishes; an event numbered after a commit still being written waits in the
@@ -24,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use crate::protocol::{Block, Delta, DeltaKind, Event, Role, SessionEventParams, TranscriptEntry};
-use crate::store::{NewMessage, SessionRow, Store};
+use crate::store::{NewMessage, SeqClaim, SessionRow, Store, StoreError};
 
 use super::RuntimeResult;
 use crate::util::lock;
@@ -67,6 +73,10 @@ fn announcement(entry: &TranscriptEntry) -> Event {
 /// How many numbers one reservation covers: a write per this many events at most.
 pub const RESERVE_BLOCK: u64 = 1024;
 
+/// How often a commit is numbered again because other daemons keep writing first; more
+/// means something is wrong, and the commit fails.
+const MAX_RENUMBER: u32 = 8;
+
 /// A session's event numbering, shared by everything that publishes its events.
 pub type SeqCounter = Arc<SessionSeq>;
 
@@ -84,6 +94,9 @@ struct SeqState {
     reserved: u64,
     /// A reservation of the next block is being written off the event path.
     reserving_ahead: bool,
+    /// A block claimed ahead that does not follow the current one (another daemon claimed in
+    /// between): taken up when the current one runs out.
+    ahead: Option<(u64, u64)>,
     /// Commits numbered but not yet published.
     writing: BTreeSet<u64>,
     /// Events numbered after a commit still being written, waiting for it, by `seq`.
@@ -102,32 +115,44 @@ impl SessionSeq {
                 last: start,
                 reserved: start,
                 reserving_ahead: false,
+                ahead: None,
                 writing: BTreeSet::new(),
                 held: BTreeMap::new(),
             }),
         };
-        counter.reserve_now(&mut lock(&counter.state), start + RESERVE_BLOCK);
+        counter.claim_now(&mut lock(&counter.state));
         counter
     }
 
-    /// The next number for an event published now. Past half of the reserved block, the next
-    /// block is reserved ahead; only when the block is used up before that lands does this
-    /// wait for a reservation.
+    /// The next number for an event published now. Past half of the owned block, the next
+    /// block is claimed ahead; only when the block is used up before that lands does this
+    /// wait for a claim.
     fn next(self: &Arc<Self>, state: &mut SeqState) -> u64 {
         let seq = state.last + 1;
         if seq > state.reserved {
-            self.reserve_now(state, seq + RESERVE_BLOCK - 1);
-        } else if !state.reserving_ahead && state.reserved - seq < RESERVE_BLOCK / 2 {
-            self.reserve_ahead(state, state.reserved + RESERVE_BLOCK);
+            self.take_next_block(state);
+        } else if !state.reserving_ahead
+            && state.ahead.is_none()
+            && state.reserved - seq < RESERVE_BLOCK / 2
+        {
+            self.claim_ahead(state);
         }
-        state.last = seq;
-        seq
+        state.last += 1;
+        state.last
     }
 
-    /// Persists the mark `through` before returning.
-    fn reserve_now(&self, state: &mut SeqState, through: u64) {
-        match self.store.reserve_seq(&self.session_id, through) {
-            Ok(()) => state.reserved = state.reserved.max(through),
+    /// Moves on to the block claimed ahead, or claims one now when there is none.
+    fn take_next_block(&self, state: &mut SeqState) {
+        match state.ahead.take() {
+            Some(block) if block.1 > state.last => adopt(state, block),
+            _ => self.claim_now(state),
+        }
+    }
+
+    /// Claims a block before returning.
+    fn claim_now(&self, state: &mut SeqState) {
+        match self.store.claim_seq_block(&self.session_id, RESERVE_BLOCK) {
+            Ok(block) => adopt(state, block),
             // The event still goes out: the client is live, and a store that cannot write
             // fails the run's next commit anyway. Only a crash right after could repeat.
             Err(e) => tracing::warn!(
@@ -138,19 +163,23 @@ impl SessionSeq {
         }
     }
 
-    /// Persists the mark `through` on a thread of its own; numbers past the current mark are
-    /// handed out only once it has landed.
-    fn reserve_ahead(self: &Arc<Self>, state: &mut SeqState, through: u64) {
+    /// Claims the next block on a thread of its own; its numbers are handed out only once it
+    /// has landed.
+    fn claim_ahead(self: &Arc<Self>, state: &mut SeqState) {
         let counter = Arc::clone(self);
         let spawned = std::thread::Builder::new()
             .name("seq-reserve".into())
             .spawn(move || {
-                let written = counter.store.reserve_seq(&counter.session_id, through);
+                let claimed = counter
+                    .store
+                    .claim_seq_block(&counter.session_id, RESERVE_BLOCK);
                 let mut state = lock(&counter.state);
                 state.reserving_ahead = false;
-                match written {
-                    Ok(()) => state.reserved = state.reserved.max(through),
-                    // The block runs out later and is then reserved in place.
+                match claimed {
+                    // Right after the owned numbers: they simply go on.
+                    Ok((first, last)) if first == state.reserved + 1 => state.reserved = last,
+                    Ok(block) => state.ahead = Some(block),
+                    // The block runs out later and one is then claimed in place.
                     Err(e) => tracing::warn!(
                         session_id = %counter.session_id,
                         error = %e,
@@ -158,8 +187,54 @@ impl SessionSeq {
                     ),
                 }
             });
-        // Without a thread the block is reserved in place when it runs out, as before.
+        // Without a thread a block is claimed in place when this one runs out, as before.
         state.reserving_ahead = spawned.is_ok();
+    }
+
+    /// Numbers a commit: the next `seq`, with the claim that makes it this writer's, and an
+    /// extension of the reservation when it runs low.
+    fn number_commit(&self, state: &mut SeqState, message: &mut NewMessage) {
+        if state.last >= state.reserved
+            && let Some(block) = state.ahead.take()
+            && block.1 > state.last
+        {
+            adopt(state, block);
+        }
+        let seq = state.last + 1;
+        state.last = seq;
+        state.writing.insert(seq);
+        message.seq = seq;
+        message.seq_claim = match seq <= state.reserved {
+            true => SeqClaim::Owned {
+                top: state.reserved,
+            },
+            false => SeqClaim::Fresh,
+        };
+        // The commit persists its own number; it extends the mark when half a block or less
+        // is left, so deltas seldom need a write of their own.
+        message.reserve_seq_through = match state.reserved < seq + RESERVE_BLOCK / 2 {
+            true => seq + RESERVE_BLOCK - 1,
+            false => 0,
+        };
+    }
+
+    /// Another daemon committed to the session after this one numbered `message`: gives its
+    /// number up and numbers it again from a fresh block, past everything written. Events
+    /// numbered meanwhile go out first, in order, as the message now follows them.
+    fn renumber_commit(
+        &self,
+        sink: &dyn EventSink,
+        state: &mut SeqState,
+        message: &mut NewMessage,
+    ) -> RuntimeResult<()> {
+        state.writing.remove(&message.seq);
+        self.release_held(sink, state);
+        let block = self
+            .store
+            .claim_seq_block(&self.session_id, RESERVE_BLOCK)?;
+        adopt(state, block);
+        self.number_commit(state, message);
+        Ok(())
     }
 
     /// Publishes now, or holds the event while an earlier commit is being written.
@@ -181,6 +256,13 @@ impl SessionSeq {
             sink.emit(&entry.remove());
         }
     }
+}
+
+/// Makes a claimed block `(first, last)` the owned numbers, skipping past numbers another daemon
+/// handed out meanwhile.
+fn adopt(state: &mut SeqState, (first, last): (u64, u64)) {
+    state.reserved = last;
+    state.last = state.last.max(first - 1);
 }
 
 pub struct Events {
@@ -265,39 +347,43 @@ impl Events {
     /// are published after this one.
     pub fn commit(&self, store: &Store, mut message: NewMessage) -> RuntimeResult<TranscriptEntry> {
         let counter = self.counter(store, &message.session_id)?;
-        {
+        counter.number_commit(&mut lock(&counter.state), &mut message);
+        let mut renumbered = 0;
+        loop {
+            let written = store.append_message_claimed(&message);
             let mut state = lock(&counter.state);
-            let seq = state.last + 1;
-            state.last = seq;
-            state.writing.insert(seq);
-            message.seq = seq;
-            // The commit persists its own number; it extends the mark when half a block or
-            // less is left, so deltas seldom need a write of their own.
-            if state.reserved < seq + RESERVE_BLOCK / 2 {
-                message.reserve_seq_through = seq + RESERVE_BLOCK - 1;
+            if let Err(StoreError::StaleSeq(_)) = &written
+                && renumbered < MAX_RENUMBER
+            {
+                renumbered += 1;
+                let renumbered = counter.renumber_commit(&*self.sink, &mut state, &mut message);
+                if let Err(e) = renumbered {
+                    state.writing.remove(&message.seq);
+                    counter.release_held(&*self.sink, &mut state);
+                    return Err(e);
+                }
+                continue;
             }
+            state.writing.remove(&message.seq);
+            let entry = match written {
+                Ok((entry, extended)) => {
+                    if let Some(through) = extended {
+                        state.reserved = state.reserved.max(through);
+                    }
+                    let event = SessionEventParams {
+                        session_id: message.session_id,
+                        seq: entry.seq,
+                        run_id: message.run_id,
+                        event: announcement(&entry),
+                    };
+                    counter.publish(&*self.sink, &mut state, event);
+                    Ok(entry)
+                }
+                Err(e) => Err(e.into()),
+            };
+            counter.release_held(&*self.sink, &mut state);
+            return entry;
         }
-        let written = store.append_message(&message);
-        let mut state = lock(&counter.state);
-        state.writing.remove(&message.seq);
-        let entry = match written {
-            Ok(entry) => {
-                state.reserved = state
-                    .reserved
-                    .max(message.reserve_seq_through.max(entry.seq));
-                let event = SessionEventParams {
-                    session_id: message.session_id,
-                    seq: entry.seq,
-                    run_id: message.run_id,
-                    event: announcement(&entry),
-                };
-                counter.publish(&*self.sink, &mut state, event);
-                Ok(entry)
-            }
-            Err(e) => Err(e.into()),
-        };
-        counter.release_held(&*self.sink, &mut state);
-        entry
     }
 
     /// Forgets a deleted session's counter.

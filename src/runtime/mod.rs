@@ -10,6 +10,7 @@ mod commands;
 mod compaction;
 mod error;
 mod events;
+mod lease;
 mod mcp_tools;
 mod projection;
 mod promotion;
@@ -55,6 +56,8 @@ struct Inner {
     drivers: Mutex<HashMap<String, Arc<dyn ModelDriver>>>,
     /// The sessions' MCP servers.
     mcp: Arc<crate::mcp::Manager>,
+    /// Input queued for this daemon's runs that its clients were told of.
+    announced: lease::Announced,
 }
 
 impl Runtime {
@@ -77,8 +80,10 @@ impl Runtime {
             accounting: accounting::Accounting::new(prices),
             runs: Registry::default(),
             drivers: Mutex::default(),
+            announced: Mutex::default(),
         });
         recovery::recover(&inner)?;
+        lease::start_heartbeat(&inner);
         Ok(Self { inner })
     }
 

@@ -3,86 +3,135 @@
 //! A run waiting for an approval stays suspended: the approval is still pending and answering
 //! it continues the run. Any other unfinished run is closed as interrupted, and its tool calls
 //! without a result get a synthetic one, so the transcript stays replayable to any provider.
+//!
+//! Another daemon may share the database: its live runs (those with a live lease) are left
+//! alone, here at start-up and on every heartbeat, when a run whose daemon was killed is
+//! taken over once its lease has expired.
 
 use super::promotion::promoted_turn;
 use super::tool_phase::result_blocks;
 use super::{Inner, RuntimeResult};
 use crate::protocol::{Block, FinishReason, NoticeLevel, Role};
-use crate::store::{NewMessage, Store};
+use crate::store::{LeaseClaim, NewMessage, RunRow, Store, StoreError};
+use crate::util::new_id;
 
 const INTERRUPTED_RUN: &str = "interrupted: sidechat stopped during the run";
 const INTERRUPTED: &str =
     "Interrupted: sidechat stopped before this tool call finished, so its outcome is unknown.";
 
+/// Start-up: repairs every run and queue no live daemon drives.
 pub fn recover(inner: &Inner) -> RuntimeResult<()> {
+    recover_abandoned(inner)
+}
+
+/// Closes the open runs nobody drives (no live lease: their daemon stopped, or was killed and
+/// its lease expired) and promotes input stranded without a run. A run another daemon drives,
+/// or this one, is left alone; so is a run suspended on an approval. Each repair holds the
+/// session's lease while it writes, so no daemon starts a run in the middle of it.
+pub fn recover_abandoned(inner: &Inner) -> RuntimeResult<()> {
     let store = &inner.store;
-    for run in store.open_runs()? {
-        let suspended = store
-            .pending_approvals(&run.session_id)?
-            .iter()
-            .any(|a| a.run_id == run.id);
-        if suspended {
-            tracing::info!(run_id = %run.id, "run stays suspended on a pending approval");
+    for run in store.abandoned_runs()? {
+        if inner.runs.active_run(&run.session_id).is_some() {
             continue;
         }
-        if let Some(last) = store.last_model_message(&run.session_id)?
-            && last.role == Role::Assistant
-            && last
-                .blocks
-                .iter()
-                .any(|b| matches!(b, Block::ToolCall { .. }))
-        {
-            for call in store.tool_calls_of_message(&last.id)? {
-                if call.output.is_none() {
-                    store.set_tool_call_result(
-                        &run.session_id,
-                        &call.id,
-                        crate::protocol::ToolCallStatus::Error,
-                        INTERRUPTED,
-                        true,
-                    )?;
-                }
-            }
-            let calls = store.tool_calls_of_message(&last.id)?;
-            let message = NewMessage::new(
-                &run.session_id,
-                Some(&run.id),
-                Role::Tool,
-                result_blocks(&calls),
-            );
-            append_quietly(store, message)?;
+        if is_suspended(store, &run)? {
+            tracing::debug!(run_id = %run.id, "run stays suspended on a pending approval");
+            continue;
         }
-        let notice = NewMessage::new(
+        match store.acquire_lease(&run.session_id, &run.id)? {
+            LeaseClaim::Held(_) => continue,
+            LeaseClaim::Taken { .. } => {}
+        }
+        let closed = close_run(store, &run);
+        store.release_lease(&run.session_id, &run.id, false)?;
+        closed?;
+    }
+    promote_stranded_input(inner)
+}
+
+/// Whether the run waits for an approval (and so stays open until it is answered).
+pub fn is_suspended(store: &Store, run: &RunRow) -> RuntimeResult<bool> {
+    Ok(store
+        .pending_approvals(&run.session_id)?
+        .iter()
+        .any(|a| a.run_id == run.id))
+}
+
+/// Closes a run nobody drives as interrupted: each tool call without a result gets a
+/// synthetic one, so the transcript stays replayable. The caller holds the session's lease.
+pub fn close_run(store: &Store, run: &RunRow) -> RuntimeResult<()> {
+    if let Some(last) = store.last_model_message(&run.session_id)?
+        && last.role == Role::Assistant
+        && last
+            .blocks
+            .iter()
+            .any(|b| matches!(b, Block::ToolCall { .. }))
+    {
+        for call in store.tool_calls_of_message(&last.id)? {
+            if call.output.is_none() {
+                store.set_tool_call_result(
+                    &run.session_id,
+                    &call.id,
+                    crate::protocol::ToolCallStatus::Error,
+                    INTERRUPTED,
+                    true,
+                )?;
+            }
+        }
+        let calls = store.tool_calls_of_message(&last.id)?;
+        let message = NewMessage::new(
             &run.session_id,
             Some(&run.id),
-            Role::Notice,
-            vec![Block::Notice {
-                level: NoticeLevel::Error,
-                text: INTERRUPTED_RUN.into(),
-            }],
+            Role::Tool,
+            result_blocks(&calls),
         );
-        append_quietly(store, notice)?;
-        store.finish_run(&run.id, FinishReason::Error, Some(INTERRUPTED_RUN))?;
-        tracing::info!(run_id = %run.id, "closed a run interrupted by a stop of the daemon");
+        append_quietly(store, message)?;
     }
-    promote_stranded_input(store)
+    let notice = NewMessage::new(
+        &run.session_id,
+        Some(&run.id),
+        Role::Notice,
+        vec![Block::Notice {
+            level: NoticeLevel::Error,
+            text: INTERRUPTED_RUN.into(),
+        }],
+    );
+    append_quietly(store, notice)?;
+    store.finish_run(&run.id, FinishReason::Error, Some(INTERRUPTED_RUN))?;
+    tracing::info!(run_id = %run.id, "closed a run interrupted by a stop of its daemon");
+    Ok(())
 }
 
 /// Input queued for a run that will never deliver it becomes the session's next user turn,
 /// not run automatically: the session reports `unanswered` and `chat/resume` answers it. A run
-/// still suspended on an approval keeps its queue for its own next delivery point.
-fn promote_stranded_input(store: &Store) -> RuntimeResult<()> {
+/// still suspended on an approval keeps its queue for its own next delivery point, and a run
+/// a daemon still drives delivers its own.
+fn promote_stranded_input(inner: &Inner) -> RuntimeResult<()> {
+    let store = &inner.store;
     for session_id in store.sessions_with_open_pending()? {
+        if inner.runs.active_run(&session_id).is_some()
+            || store.lease(&session_id)?.is_some_and(|l| l.is_live())
+        {
+            continue;
+        }
         let suspended = store.suspended_run(&session_id)?.is_some();
         if suspended {
             store.unlease_all(&session_id)?;
             continue;
         }
-        let Some(message) = promoted_turn(&session_id, store.open_pending(&session_id)?) else {
-            continue;
+        let claim = new_id("rcv");
+        match store.acquire_lease(&session_id, &claim)? {
+            LeaseClaim::Held(_) => continue,
+            LeaseClaim::Taken { .. } => {}
+        }
+        let promoted = match promoted_turn(&session_id, store.open_pending(&session_id)?) {
+            Some(message) => append_quietly(store, message).map(|()| true),
+            None => Ok(false),
         };
-        append_quietly(store, message)?;
-        tracing::info!(session_id, "promoted input a stopped daemon left queued");
+        store.release_lease(&session_id, &claim, false)?;
+        if promoted? {
+            tracing::info!(session_id, "promoted input a stopped daemon left queued");
+        }
     }
     Ok(())
 }
@@ -90,9 +139,15 @@ fn promote_stranded_input(store: &Store) -> RuntimeResult<()> {
 /// Commits without an event: no client is connected yet; the transcript tells it later. The
 /// message is numbered past every `seq` the stopped daemon may have handed out.
 fn append_quietly(store: &Store, mut message: NewMessage) -> RuntimeResult<()> {
-    message.seq = store
-        .session(&message.session_id)?
-        .map_or(1, |s| s.next_free_seq());
-    store.append_message(&message)?;
-    Ok(())
+    // Another daemon's commit can take the number first; a few tries settle it.
+    let mut tries = 0;
+    loop {
+        message.seq = store
+            .session(&message.session_id)?
+            .map_or(1, |s| s.next_free_seq());
+        match store.append_message(&message) {
+            Err(StoreError::StaleSeq(_)) if tries < 8 => tries += 1,
+            written => return written.map(|_| ()).map_err(Into::into),
+        }
+    }
 }

@@ -55,6 +55,14 @@ impl Registry {
         }
     }
 
+    /// Every live run: `(session id, run id)`.
+    pub fn active(&self) -> Vec<(String, String)> {
+        self.lock()
+            .iter()
+            .map(|(session_id, active)| (session_id.clone(), active.run_id.clone()))
+            .collect()
+    }
+
     pub fn active_run(&self, session_id: &str) -> Option<String> {
         self.lock().get(session_id).map(|a| a.run_id.clone())
     }

@@ -63,12 +63,13 @@ pub(super) struct RunContext {
     pub steps: u32,
 }
 
-/// Starts the run's task. The claim in the registry is already held by `signals`.
+/// Starts the run's task. The claim in the registry is already held by `signals`, and the
+/// session's lease by this daemon.
 pub fn spawn_run(inner: Arc<Inner>, start: RunStart, signals: RunSignals) -> RuntimeResult<()> {
     let (session, run_id, steps) = match start {
         RunStart::New { session, run_id } => {
             if let Err(e) = inner.store.insert_run(&run_id, &session.id, &session.model) {
-                inner.runs.release(&session.id, &run_id);
+                inner.give_back(&session.id, &run_id);
                 return Err(e.into());
             }
             (session, run_id, 0)
@@ -215,13 +216,16 @@ impl RunContext {
                 .store
                 .last_model_message(&self.session_id)?
                 .is_some_and(|m| m.role == Role::Tool);
-        Ok(match continuing {
-            true => self
-                .inner
-                .store
-                .lease_pending(&self.session_id, &self.run_id)?,
-            false => Vec::new(),
-        })
+        if !continuing {
+            return Ok(Vec::new());
+        }
+        let rows = self
+            .inner
+            .store
+            .lease_pending(&self.session_id, &self.run_id)?;
+        // Input queued through another daemon is news to this daemon's clients.
+        self.inner.announce_unseen(&self.session_id, &rows, false);
+        Ok(rows)
     }
 
     /// One model request: stream the answer, commit it, decide whether the run goes on.

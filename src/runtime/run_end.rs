@@ -77,7 +77,7 @@ impl RunEnd {
 impl RunContext {
     /// Leaves the registry without ending the run: its approval stays pending in the store.
     pub(super) fn suspend(self) {
-        self.inner.runs.release(&self.session_id, &self.run_id);
+        self.inner.give_back(&self.session_id, &self.run_id);
         let _ = self.signals.done.send(true);
         tracing::info!(run_id = %self.run_id, "run suspended on a pending approval");
     }
@@ -124,7 +124,8 @@ impl RunContext {
 
     /// Promotes the queue into the next user turn and leaves the registry, under the registry
     /// lock so no send can queue between the two; the claim for the run that answers the
-    /// promoted turn, if any.
+    /// promoted turn, if any, which keeps the session's lease. Otherwise the lease is given
+    /// back, but only with the queue empty: input another daemon queued since is promoted too.
     fn hand_over(&self) -> Option<(String, RunSignals)> {
         // A shutdown leaves the queue for the next daemon, which promotes it on start.
         let shutting_down = self
@@ -132,22 +133,45 @@ impl RunContext {
             .suspend
             .load(std::sync::atomic::Ordering::SeqCst);
         let mut runs = self.inner.runs.lock();
-        let promoted = !shutting_down
-            && self.promote_queue().unwrap_or_else(|e| {
-                tracing::error!(error = %e, "cannot promote queued input");
-                false
-            });
         if runs
             .get(&self.session_id)
             .is_some_and(|a| a.run_id == self.run_id)
         {
             runs.remove(&self.session_id);
         }
-        let run_id = new_id("run");
-        promoted
-            .then(|| claim_locked(&mut runs, &self.session_id, &run_id).ok())
-            .flatten()
-            .map(|signals| (run_id, signals))
+        let store = &self.inner.store;
+        for _ in 0..4 {
+            let promoted = !shutting_down
+                && self.promote_queue().unwrap_or_else(|e| {
+                    tracing::error!(error = %e, "cannot promote queued input");
+                    false
+                });
+            if promoted {
+                let run_id = new_id("run");
+                let moved = store.transfer_lease(&self.session_id, &self.run_id, &run_id);
+                if !matches!(moved, Ok(true)) {
+                    tracing::warn!(run_id = %self.run_id, "the run's lease is gone; the promoted turn waits for chat/resume");
+                    return None;
+                }
+                return match claim_locked(&mut runs, &self.session_id, &run_id) {
+                    Ok(signals) => Some((run_id, signals)),
+                    Err(_) => {
+                        let _ = store.release_lease(&self.session_id, &run_id, false);
+                        None
+                    }
+                };
+            }
+            match store.release_lease(&self.session_id, &self.run_id, !shutting_down) {
+                Ok(true) => return None,
+                // Another daemon queued input since: promote it as well.
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot give back the run's lease; it expires");
+                    return None;
+                }
+            }
+        }
+        None
     }
 
     /// Turns everything still queued into one new user turn; the next run answers it.
@@ -184,7 +208,7 @@ impl RunContext {
             Err(e) => Err(e.into()),
         };
         if let Err(e) = started {
-            self.inner.runs.release(&self.session_id, &run_id);
+            self.inner.give_back(&self.session_id, &run_id);
             tracing::error!(error = %e, "cannot start the run for promoted input");
         }
     }

@@ -340,7 +340,8 @@ impl Runtime {
     /// to answer, ended on purpose: the session is idle and waits for the user's next message.
     pub(super) fn state(&self, session: &SessionRow) -> RuntimeResult<SessionState> {
         let store = &self.inner.store;
-        let live = self.inner.runs.active_run(&session.id).is_some();
+        let live = self.inner.runs.active_run(&session.id).is_some()
+            || store.foreign_lease(&session.id)?.is_some();
         if !store.pending_approvals(&session.id)?.is_empty() {
             return Ok(SessionState::AwaitingApproval);
         }

@@ -7,7 +7,7 @@
 use super::run::RunContext;
 use super::{RuntimeError, RuntimeResult};
 use crate::protocol::*;
-use crate::store::{ApprovalStatus, FileChange, ToolCallRow};
+use crate::store::{FileChange, ToolCallRow};
 use crate::tools::{self, ToolOutcome, Workspace};
 use crate::util::new_id;
 
@@ -177,13 +177,24 @@ impl RunContext {
         loop {
             // Mark the current answer count seen before reading, so no answer slips between.
             self.signals.approvals.borrow_and_update();
-            if let Some(decision) = self
+            if let Some(answer) = self
                 .inner
                 .store
-                .approval_status(&self.session_id, &call.id)?
-                .and_then(ApprovalStatus::decision)
+                .approval_answer(&self.session_id, &call.id)?
             {
-                return Ok(Some(decision));
+                // Answered through another daemon on the same database: this daemon's clients
+                // still show the prompt until told.
+                if answer
+                    .resolved_by
+                    .as_deref()
+                    .is_some_and(|by| by != self.inner.store.owner())
+                {
+                    self.emit(Event::ApprovalResolved {
+                        approval_id: answer.approval_id,
+                        decision: answer.decision,
+                    });
+                }
+                return Ok(Some(answer.decision));
             }
             let mut stop = self.signals.stop.clone();
             tokio::select! {

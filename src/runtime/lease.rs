@@ -1,0 +1,157 @@
+//! Run leases at work: taking one before a run starts, and the heartbeat that keeps this
+//! daemon's leases alive and carries what other daemons handed over through the database.
+//!
+//! Another daemon on the same file never touches a run this one drives: it queues input in
+//! `pending_input`, answers approvals in `approvals`, and asks for a stop on the lease row. The
+//! heartbeat (four times per lease) renews the leases, tells this daemon's clients of input
+//! queued elsewhere, wakes runs waiting for an approval so they read answers given elsewhere,
+//! stops runs asked to stop, and takes over runs whose daemon died (their lease expired).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Weak};
+
+use super::{Inner, RuntimeResult, recovery};
+use crate::protocol::Event;
+use crate::store::{LeaseClaim, LeaseRow, PendingRow};
+use crate::util::lock;
+
+/// Input queued for this daemon's runs that its clients were told of, by session.
+pub type Announced = std::sync::Mutex<HashMap<String, HashSet<String>>>;
+
+impl Inner {
+    /// Takes the session's lease for `run_id`, which this daemon is about to drive; `Err` with
+    /// the lease of the daemon that drives the session now. A run left by a daemon whose lease
+    /// expired is closed as interrupted first.
+    pub(super) fn take_lease(
+        &self,
+        session_id: &str,
+        run_id: &str,
+    ) -> RuntimeResult<Result<(), LeaseRow>> {
+        let displaced = match self.store.acquire_lease(session_id, run_id)? {
+            LeaseClaim::Held(lease) => return Ok(Err(lease)),
+            LeaseClaim::Taken { displaced } => displaced,
+        };
+        if let Some(displaced) = displaced.filter(|d| d.run_id != run_id)
+            && let Some(run) = self.store.run(&displaced.run_id)?.filter(|r| !r.finished)
+            && !recovery::is_suspended(&self.store, &run)?
+        {
+            tracing::info!(run_id = %run.id, owner = %displaced.owner, "taking over a run whose daemon stopped renewing its lease");
+            if let Err(e) = recovery::close_run(&self.store, &run) {
+                self.store.release_lease(session_id, run_id, false)?;
+                return Err(e);
+            }
+        }
+        Ok(Ok(()))
+    }
+
+    /// Gives up a claim and its lease for a run that did not start.
+    pub(super) fn give_back(&self, session_id: &str, run_id: &str) {
+        self.runs.release(session_id, run_id);
+        if let Err(e) = self.store.release_lease(session_id, run_id, false) {
+            tracing::warn!(session_id, error = %e, "cannot give back a run's lease");
+        }
+    }
+
+    /// Remembers that this daemon's clients were told of a queued interjection.
+    pub(super) fn announced(&self, session_id: &str, pending_id: &str) {
+        lock(&self.announced)
+            .entry(session_id.to_string())
+            .or_default()
+            .insert(pending_id.to_string());
+    }
+
+    /// Tells this daemon's clients of queued input they have not heard of (queued through
+    /// another daemon), before the run delivers it. With `all_open`, `rows` are every row still
+    /// open, and the memory of announced rows keeps only those.
+    pub(super) fn announce_unseen(&self, session_id: &str, rows: &[PendingRow], all_open: bool) {
+        let mut fresh = Vec::new();
+        {
+            let mut announced = lock(&self.announced);
+            let seen = announced.entry(session_id.to_string()).or_default();
+            if all_open {
+                seen.retain(|id| rows.iter().any(|row| &row.id == id));
+            }
+            for row in rows {
+                if seen.insert(row.id.clone()) {
+                    fresh.push(row.clone());
+                }
+            }
+        }
+        for row in fresh {
+            self.events.emit(
+                &self.store,
+                session_id,
+                None,
+                Event::InterjectionQueued {
+                    pending_id: row.id,
+                    text: row.text,
+                },
+            );
+        }
+    }
+
+    /// One heartbeat. Failures are logged: the next beat tries again.
+    fn heartbeat(&self) {
+        let held = match self.store.renew_leases() {
+            Ok(held) => held,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot renew run leases");
+                return;
+            }
+        };
+        for lease in held.iter().filter(|l| l.stop_requested) {
+            if self.runs.active_run(&lease.session_id).as_deref() == Some(lease.run_id.as_str()) {
+                tracing::info!(run_id = %lease.run_id, "another sidechat process asked to stop this run");
+                self.runs.stop(&lease.session_id);
+            }
+        }
+        for (session_id, run_id) in self.runs.active() {
+            if let Err(e) = self.look_after(&session_id, &run_id) {
+                tracing::warn!(session_id, error = %e, "cannot check the run's lease");
+            }
+        }
+        if let Err(e) = recovery::recover_abandoned(self) {
+            tracing::warn!(error = %e, "cannot take over runs whose daemon stopped");
+        }
+    }
+
+    /// For one run this daemon drives: stops it if another daemon took it over, announces
+    /// input queued through another daemon, and wakes it to read approvals answered there.
+    fn look_after(&self, session_id: &str, run_id: &str) -> RuntimeResult<()> {
+        if let Some(lease) = self.store.lease(session_id)?
+            && lease.owner != self.store.owner()
+        {
+            tracing::error!(run_id, owner = %lease.owner, "lost the run's lease to another sidechat process; stopping the run");
+            self.runs.stop(session_id);
+            return Ok(());
+        }
+        let open = self.store.open_pending(session_id)?;
+        self.announce_unseen(session_id, &open, true);
+        self.runs.poke_approvals(session_id);
+        Ok(())
+    }
+}
+
+/// Starts the heartbeat on a thread of its own, so a busy async worker never delays it (a
+/// late heartbeat could let another daemon take a live run over). It ends with the runtime.
+pub(super) fn start_heartbeat(inner: &Arc<Inner>) {
+    let weak: Weak<Inner> = Arc::downgrade(inner);
+    let every = inner.store.lease_duration() / 4;
+    // Runs taken over or promoted are started on the runtime the daemon serves from.
+    let handle = tokio::runtime::Handle::try_current().ok();
+    let started = std::thread::Builder::new()
+        .name("sidechat-lease".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(every);
+                let Some(inner) = weak.upgrade() else {
+                    return;
+                };
+                let _entered = handle.as_ref().map(|h| h.enter());
+                inner.heartbeat();
+            }
+        });
+    if let Err(e) = started {
+        tracing::error!(error = %e, "cannot start the lease heartbeat");
+    }
+}
