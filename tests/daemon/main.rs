@@ -22,5 +22,6 @@ mod runs;
 mod secrets;
 mod seq;
 mod terminal;
+mod two_daemons;
 #[path = "../support/upstream.rs"]
 mod upstream;

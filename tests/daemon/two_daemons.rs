@@ -1,0 +1,353 @@
+//! Two daemons on one database file (two editor windows on the default database): a run
+//! belongs to the daemon holding its lease; the other hands input, approvals and stops over to
+//! it through the database, and takes the run over only once its daemon is gone.
+
+use std::io::Write;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use sidechat::protocol::{
+    ApprovalDecision, ApprovalRespondParams, Event, FinishReason, SessionCreateParams,
+    SessionIdParams,
+};
+
+use crate::harness::{Daemon, Options, Scratch};
+use crate::upstream::{Reply, openai, start};
+
+/// Both daemons talk to the fake upstream; leases last 2 s (heartbeat every 500 ms) so a
+/// takeover comes soon. No test depends on how soon.
+fn env(url: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("OPENAI_BASE_URL", format!("{url}/v1")),
+        ("OPENAI_API_KEY", "sk-test".into()),
+        ("SIDECHAT_OPENAI_MODEL", "gpt-4o".into()),
+        ("SIDECHAT_MAX_RETRIES", "0".into()),
+        ("SIDECHAT_LEASE_MS", "2000".into()),
+    ]
+}
+
+/// An answer that streams `before`, then waits until the test sends on (or drops) the gate's
+/// other end, then streams `after`: a run held mid-stream for as long as a test needs.
+fn gated(before: Vec<Value>, gate: mpsc::Receiver<()>, after: Vec<Value>) -> Reply {
+    Reply::writer(move |stream| {
+        for chunk in &before {
+            stream.write_all(openai::event(chunk).as_bytes())?;
+        }
+        stream.flush()?;
+        let _ = gate.recv();
+        for chunk in &after {
+            stream.write_all(openai::event(chunk).as_bytes())?;
+        }
+        stream.write_all(openai::DONE.as_bytes())?;
+        stream.flush()
+    })
+}
+
+fn text(content: &str) -> Value {
+    openai::chunk(json!({"role": "assistant", "content": content}), None)
+}
+
+/// The chunks of one tool call and the end of a step that asks for it.
+fn tool_call(id: &str, name: &str, arguments: Value) -> Vec<Value> {
+    vec![
+        openai::chunk(
+            json!({"tool_calls": [{"index": 0, "id": id, "type": "function",
+                   "function": {"name": name, "arguments": arguments.to_string()}}]}),
+            None,
+        ),
+        openai::chunk(json!({}), Some("tool_calls")),
+        openai::usage(30, 0, 5),
+    ]
+}
+
+async fn session(daemon: &Daemon, scratch: &Scratch) -> String {
+    daemon
+        .create_session(SessionCreateParams {
+            workspace_root: Some(scratch.workspace().display().to_string()),
+            ..SessionCreateParams::default()
+        })
+        .await
+}
+
+async fn state(daemon: &Daemon, session: &str) -> Value {
+    daemon
+        .call(
+            "session/get",
+            SessionIdParams {
+                session_id: session.into(),
+            },
+        )
+        .await["state"]
+        .clone()
+}
+
+fn roles(transcript: &Value) -> Vec<String> {
+    transcript["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["role"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn finish_reason(events: &[sidechat::protocol::SessionEventParams]) -> Option<FinishReason> {
+    events.iter().find_map(|e| match &e.event {
+        Event::RunFinished { reason, .. } => Some(*reason),
+        _ => None,
+    })
+}
+
+#[tokio::test]
+async fn a_second_daemon_leaves_a_live_run_alone_and_its_input_is_delivered_once_by_the_owner() {
+    let (gate, held) = mpsc::channel();
+    let upstream = start(vec![
+        gated(
+            vec![text("Looking around.")],
+            held,
+            tool_call("call_1", "list_directory", json!({"path": "."})),
+        ),
+        Reply::sse(&openai::text(&["Noted the README too."], 40, 6)),
+    ]);
+    let scratch = Scratch::new();
+    let mut a = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let session = session(&a, &scratch).await;
+    let run_id = a.send(&session, "look around").await["runId"].clone();
+    a.events_until(|e| matches!(e, Event::TextDelta { .. }))
+        .await;
+
+    // B starts while A streams: its start-up recovery leaves A's run open.
+    let b = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    assert_eq!(state(&b, &session).await, json!("running"));
+    let queued = b.send(&session, "also read the README").await;
+    assert_eq!(
+        (queued["queued"].clone(), queued["runId"].clone()),
+        (json!(true), run_id)
+    );
+    let pending_id = queued["pendingId"].clone();
+
+    // A's client hears of it from A, before A delivers it.
+    let heard = a
+        .events_until(|e| matches!(e, Event::InterjectionQueued { .. }))
+        .await;
+    let Some(Event::InterjectionQueued {
+        pending_id: heard_id,
+        text,
+    }) = heard.last().map(|e| &e.event)
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        (json!(heard_id), text.as_str()),
+        (pending_id.clone(), "also read the README")
+    );
+    gate.send(()).unwrap();
+    let events = a.until_finished().await;
+    let delivered: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::InterjectionDelivered { pending_ids, .. } => Some(pending_ids.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(json!(delivered), json!([[pending_id]]));
+    assert_eq!(finish_reason(&events), Some(FinishReason::EndTurn));
+
+    // The model read it exactly once, in the request after the tool results.
+    let bodies = upstream.bodies();
+    assert_eq!(bodies.len(), 2);
+    let mentions = |body: &Value| body.to_string().matches("also read the README").count();
+    assert_eq!((mentions(&bodies[0]), mentions(&bodies[1])), (0, 1));
+
+    // One transcript, the same from both daemons, with no run closed behind A's back.
+    let transcript = b.transcript(&session).await;
+    assert_eq!(
+        roles(&transcript),
+        ["user", "assistant", "tool", "user", "assistant"]
+    );
+    assert_eq!(transcript, a.transcript(&session).await);
+    assert_eq!(state(&b, &session).await, json!("idle"));
+    a.close().await;
+    b.close().await;
+}
+
+#[tokio::test]
+async fn an_approval_answered_through_the_other_daemon_reaches_the_owner_once() {
+    let upstream = start(vec![
+        Reply::sse(&tool_call(
+            "call_w",
+            "write_file",
+            json!({"path": "notes.md", "content": "one\n"}),
+        )),
+        Reply::sse(&openai::text(&["Written."], 50, 3)),
+    ]);
+    let scratch = Scratch::new();
+    let mut a = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let session = session(&a, &scratch).await;
+    a.send(&session, "write the notes").await;
+    let (_, approval_id) = a.until_approval().await;
+
+    let b = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    assert_eq!(state(&b, &session).await, json!("awaitingApproval"));
+    let answer = |decision| ApprovalRespondParams {
+        approval_id: approval_id.clone(),
+        decision,
+    };
+    let applied = b
+        .call("approval/respond", answer(ApprovalDecision::Allow))
+        .await;
+    assert_eq!(applied["applied"], json!(true));
+
+    // A tells its client the prompt is answered, runs the tool, and finishes.
+    let events = a.until_finished().await;
+    let resolved: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ApprovalResolved {
+                approval_id,
+                decision,
+            } => Some((approval_id.clone(), *decision)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        resolved,
+        vec![(approval_id.clone(), ApprovalDecision::Allow)]
+    );
+    assert_eq!(finish_reason(&events), Some(FinishReason::EndTurn));
+
+    // A later answer from either side changes nothing.
+    for daemon in [&a, &b] {
+        let late = daemon
+            .call("approval/respond", answer(ApprovalDecision::Deny))
+            .await;
+        assert_eq!(
+            (late["applied"].clone(), late["decision"].clone()),
+            (json!(false), json!("allow"))
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(scratch.workspace().join("notes.md")).unwrap(),
+        "one\n"
+    );
+    let transcript = a.transcript(&session).await;
+    assert_eq!(
+        roles(&transcript),
+        ["user", "assistant", "tool", "assistant"]
+    );
+    assert_eq!(upstream.bodies().len(), 2);
+    a.close().await;
+    b.close().await;
+}
+
+#[tokio::test]
+async fn a_stop_sent_to_the_other_daemon_stops_the_owners_run() {
+    let (_gate, held) = mpsc::channel::<()>();
+    let upstream = start(vec![gated(vec![text("Thinking it over")], held, vec![])]);
+    let scratch = Scratch::new();
+    let mut a = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let session = session(&a, &scratch).await;
+    let run_id = a.send(&session, "take your time").await["runId"].clone();
+    a.events_until(|e| matches!(e, Event::TextDelta { .. }))
+        .await;
+
+    let b = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let stopped = b
+        .call(
+            "chat/stop",
+            SessionIdParams {
+                session_id: session.clone(),
+            },
+        )
+        .await;
+    assert_eq!(stopped, json!({"runId": run_id, "stopped": true}));
+    let events = a.until_finished().await;
+    assert_eq!(finish_reason(&events), Some(FinishReason::Stopped));
+    assert_eq!(state(&b, &session).await, json!("idle"));
+    a.close().await;
+    b.close().await;
+}
+
+#[tokio::test]
+async fn a_run_whose_daemon_was_killed_is_taken_over_by_the_other() {
+    let (_gate, held) = mpsc::channel::<()>();
+    let upstream = start(vec![
+        gated(vec![text("Halfway")], held, vec![]),
+        Reply::sse(&openai::text(&["Back again."], 30, 3)),
+    ]);
+    let scratch = Scratch::new();
+    let mut a = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let session = session(&a, &scratch).await;
+    a.send(&session, "start something").await;
+    a.events_until(|e| matches!(e, Event::TextDelta { .. }))
+        .await;
+    let mut b = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    assert_eq!(state(&b, &session).await, json!("running"));
+
+    a.conn.child_mut().kill().await.unwrap();
+    // B's heartbeat closes the run once A's lease is dead; poll, with a guard against a hang
+    // only.
+    let mut polls = 0;
+    while roles(&b.transcript(&session).await) == ["user"] {
+        polls += 1;
+        assert!(polls < 600, "B never took the run over");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let transcript = b.transcript(&session).await;
+    assert_eq!(roles(&transcript), ["user", "notice"]);
+    assert_eq!(state(&b, &session).await, json!("unanswered"));
+
+    // The session is B's to use now.
+    let resumed = b
+        .call(
+            "chat/resume",
+            SessionIdParams {
+                session_id: session.clone(),
+            },
+        )
+        .await;
+    assert!(resumed["runId"].is_string(), "{resumed}");
+    let events = b.until_finished().await;
+    assert_eq!(finish_reason(&events), Some(FinishReason::EndTurn));
+    assert_eq!(
+        roles(&b.transcript(&session).await),
+        ["user", "notice", "assistant"]
+    );
+    b.close().await;
+}
+
+#[tokio::test]
+async fn resume_on_the_other_daemons_run_is_refused_naming_its_owner() {
+    let (_gate, held) = mpsc::channel::<()>();
+    let upstream = start(vec![gated(vec![text("Busy")], held, vec![])]);
+    let scratch = Scratch::new();
+    let mut a = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let session = session(&a, &scratch).await;
+    let run_id = a.send(&session, "go").await["runId"].clone();
+    a.events_until(|e| matches!(e, Event::TextDelta { .. }))
+        .await;
+    let b = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let refused = b
+        .try_call(
+            "chat/resume",
+            SessionIdParams {
+                session_id: session.clone(),
+            },
+        )
+        .await
+        .unwrap_err();
+    let data = refused.data.clone().unwrap();
+    assert_eq!(
+        (data["sessionId"].clone(), data["runId"].clone()),
+        (json!(session), run_id)
+    );
+    let owner = data["owner"].as_str().unwrap();
+    assert!(
+        owner.starts_with("another sidechat process (pid "),
+        "{owner}"
+    );
+    assert!(refused.message.contains(owner), "{}", refused.message);
+    a.conn.child_mut().kill().await.unwrap();
+    b.close().await;
+}
