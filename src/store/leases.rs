@@ -251,6 +251,20 @@ impl Store {
         })
     }
 
+    /// Ends this daemon's lease on a session after it repaired what another daemon left,
+    /// keeping the row (expired) in its name: the daemon it was taken from, should it wake up,
+    /// finds it lost its run and writes nothing more to it.
+    pub fn expire_lease(&self, session_id: &str, run_id: &str) -> StoreResult<()> {
+        self.write(|conn| {
+            conn.execute(
+                "UPDATE run_leases SET expires_at = 0, stop_requested = 0
+                 WHERE session_id = ?1 AND run_id = ?2 AND owner = ?3",
+                params![session_id, run_id, self.owner()],
+            )?;
+            Ok(())
+        })
+    }
+
     /// The heartbeat: extends every lease this daemon holds; the leases still held, each with
     /// whether another daemon asked for a stop. A lease missing from the answer was lost (it
     /// expired and another daemon took it over).
@@ -258,7 +272,8 @@ impl Store {
         self.write(|conn| {
             let now = now_ms();
             let mut stmt = conn.prepare_cached(&format!(
-                "UPDATE run_leases SET heartbeat_at = ?2, expires_at = ?3 WHERE owner = ?1
+                "UPDATE run_leases SET heartbeat_at = ?2, expires_at = ?3
+                 WHERE owner = ?1 AND expires_at > 0
                  RETURNING {COLUMNS}"
             ))?;
             let rows = stmt

@@ -69,6 +69,14 @@ pub enum StoreError {
     BadSlowCommit(String),
     #[error("{LEASE_MS_VAR} must be a number of milliseconds of at least 100, not {0:?}")]
     BadLeaseMs(String),
+    #[error("{LOCK_WAIT_VAR} must be a number of milliseconds, not {0:?}")]
+    BadLockWait(String),
+    /// Another program held the database's write lock for longer than a write waits.
+    #[error(
+        "the database is locked by another program (waited {} s); nothing was saved, so try again once it is free",
+        .0.as_secs()
+    )]
+    Locked(Duration),
     /// Another daemon took the session's run over (this daemon's lease expired).
     #[error(
         "session {session_id}: run {run_id} is no longer driven by this process; another sidechat process took it over"
@@ -80,6 +88,20 @@ pub enum StoreError {
     StaleSeq(String),
 }
 
+impl StoreError {
+    /// The database cannot take a write now but may later: another program held it past the
+    /// wait, or the disk is full.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Locked(_) => true,
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _)) => {
+                e.code == rusqlite::ErrorCode::DiskFull
+            }
+            _ => false,
+        }
+    }
+}
+
 pub type StoreResult<T> = Result<T, StoreError>;
 
 /// How many connections read beside the writer.
@@ -89,6 +111,17 @@ const READERS: usize = 2;
 /// that long while it holds the writer, as a slow disk would. It exists for the load benchmark
 /// and for tests of the store's concurrency; it changes nothing else, and is logged when set.
 pub const SLOW_COMMIT_VAR: &str = "SIDECHAT_TEST_SLOW_COMMIT";
+
+/// Test-only: how long, in milliseconds, a write waits for a database another program holds
+/// before it fails (default [`LOCK_WAIT`]). Logged when set.
+pub const LOCK_WAIT_VAR: &str = "SIDECHAT_LOCK_WAIT_MS";
+
+/// How long a write waits, by default, for a database another program holds.
+pub const LOCK_WAIT: Duration = Duration::from_secs(60);
+
+/// How long one attempt of a write waits for the lock (SQLite's busy timeout) before the
+/// write counts as waiting for another program and tries again.
+const LOCK_ATTEMPT: Duration = Duration::from_millis(500);
 
 /// A cheap handle: clones share the same connections.
 #[derive(Clone)]
@@ -109,6 +142,33 @@ struct Shared {
     owner: String,
     /// How long a lease lasts without a heartbeat.
     lease: Duration,
+    /// How long a write waits for a database another program holds.
+    lock_wait: Duration,
+    /// Writes waiting right now for a database another program holds.
+    lock_waits: AtomicUsize,
+}
+
+/// Counts a write among those waiting for the lock while it lives.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Self(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Whether SQLite refused because another connection holds the lock (or wrote since this
+/// transaction read): the write can be tried again.
+fn is_busy(error: &StoreError) -> bool {
+    matches!(error, StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _))
+        if matches!(e.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -171,7 +231,20 @@ impl Store {
                 "{LEASE_MS_VAR} is set: run leases last this long"
             );
         }
-        let store = Self::with_connections(writer, readers, lease.unwrap_or(DEFAULT_LEASE));
+        let mut store = Self::with_connections(writer, readers, lease.unwrap_or(DEFAULT_LEASE));
+        if let Some(value) = std::env::var(LOCK_WAIT_VAR).ok().filter(|v| !v.is_empty()) {
+            let ms: u64 = value
+                .trim()
+                .parse()
+                .map_err(|_| StoreError::BadLockWait(value.clone()))?;
+            tracing::warn!(
+                lock_wait_ms = ms,
+                "{LOCK_WAIT_VAR} is set: writes wait this long for a locked database"
+            );
+            if let Some(shared) = Arc::get_mut(&mut store.shared) {
+                shared.lock_wait = Duration::from_millis(ms);
+            }
+        }
         if let Some(value) = std::env::var(SLOW_COMMIT_VAR)
             .ok()
             .filter(|v| !v.is_empty())
@@ -213,12 +286,17 @@ impl Store {
                 slow_commit: OnceLock::new(),
                 owner: format!("pid{}-{}", std::process::id(), &random[20..]),
                 lease,
+                lock_wait: LOCK_WAIT,
+                lock_waits: AtomicUsize::new(0),
             }),
         }
     }
 
     fn prepare(mut conn: Connection) -> StoreResult<Connection> {
-        conn.busy_timeout(Duration::from_secs(5))?;
+        conn.busy_timeout(LOCK_ATTEMPT)?;
+        // A transaction takes the write lock when it begins: one that read first and then
+        // found another daemon had written meanwhile could only fail, not wait.
+        conn.set_transaction_behavior(rusqlite::TransactionBehavior::Immediate);
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         // A brand-new file holds nothing to lose: build its schema without waiting for the disk
         // (eight fsyncs otherwise), then switch to the durable setting before any data.
@@ -233,9 +311,44 @@ impl Store {
         Ok(conn)
     }
 
-    /// Runs `work` on the writer, off the async workers.
-    fn write<R>(&self, work: impl FnOnce(&mut Connection) -> StoreResult<R>) -> StoreResult<R> {
-        off_worker(|| work(&mut lock(&self.shared.writer)))
+    /// Runs `work` on the writer, off the async workers. While another program (another
+    /// daemon, a backup, a `sqlite3` shell) holds the database's write lock, `work` is tried
+    /// again until the lock clears, for up to the lock wait: input waits instead of being
+    /// refused. Each attempt is a transaction of its own, so a failed one left nothing.
+    fn write<R>(&self, mut work: impl FnMut(&mut Connection) -> StoreResult<R>) -> StoreResult<R> {
+        off_worker(|| {
+            let mut conn = lock(&self.shared.writer);
+            let started = std::time::Instant::now();
+            let mut waiting = None;
+            loop {
+                match work(&mut conn) {
+                    Err(e) if is_busy(&e) => {
+                        let waited = started.elapsed();
+                        if waited >= self.shared.lock_wait {
+                            tracing::error!(
+                                waited_ms = waited.as_millis() as u64,
+                                "gave up waiting for a locked database"
+                            );
+                            return Err(StoreError::Locked(waited));
+                        }
+                        if waiting.is_none() {
+                            tracing::warn!("the database is locked by another program; waiting");
+                            waiting = Some(Waiting::new(&self.shared.lock_waits));
+                        }
+                        // SQLite's busy handler has waited already; a short pause between
+                        // attempts spares the CPU when the refusal was immediate.
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    done => return done,
+                }
+            }
+        })
+    }
+
+    /// How many writes are waiting right now for a database another program holds: a caller
+    /// can tell its client why an answer is late.
+    pub fn lock_waits(&self) -> usize {
+        self.shared.lock_waits.load(Ordering::SeqCst)
     }
 
     /// Runs `work` on a reader (an idle one if any), off the async workers.
