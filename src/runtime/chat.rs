@@ -65,6 +65,8 @@ impl Runtime {
         if let Some(earlier) = self.earlier_answer(&session.id, client_id)? {
             return Ok(earlier);
         }
+        // Input waits for a database another program holds; the client hears why.
+        let _lock_watch = self.watch_lock(&session.id);
         let (run_id, signals) = match self.claim_or_queue(&session, &params)? {
             Claimed::Queued(queued) => return Ok(queued),
             Claimed::Run { run_id, signals } => (run_id, signals),
@@ -318,7 +320,14 @@ impl Runtime {
     pub async fn stop(&self, session_id: &str) -> RuntimeResult<ChatStopResult> {
         self.session_row(session_id)?;
         if let Some((run_id, mut done)) = self.inner.runs.stop(session_id) {
-            let _ = done.wait_for(|d| *d).await;
+            // The run stops at once; when recording its end waits for a database another
+            // program holds, the answer does not: the end is recorded once the lock clears.
+            tokio::select! {
+                _ = done.wait_for(|d| *d) => {}
+                _ = super::locked::lock_held(&self.inner.store) => {
+                    tracing::info!(%run_id, "stopped; the run's end is recorded once the database is free");
+                }
+            }
             return Ok(ChatStopResult {
                 run_id: Some(run_id),
                 stopped: true,

@@ -92,6 +92,7 @@ impl Inner {
 
     /// One heartbeat. Failures are logged: the next beat tries again.
     fn heartbeat(&self) {
+        self.record_deferred_ends();
         let held = match self.store.renew_leases() {
             Ok(held) => held,
             Err(e) => {

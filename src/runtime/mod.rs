@@ -11,6 +11,7 @@ mod compaction;
 mod error;
 mod events;
 mod lease;
+mod locked;
 mod mcp_tools;
 mod projection;
 mod promotion;
@@ -58,6 +59,8 @@ struct Inner {
     mcp: Arc<crate::mcp::Manager>,
     /// Input queued for this daemon's runs that its clients were told of.
     announced: lease::Announced,
+    /// Ends of runs the database could not take yet, recorded by the heartbeat.
+    deferred_ends: Mutex<Vec<locked::DeferredEnd>>,
 }
 
 impl Runtime {
@@ -81,6 +84,7 @@ impl Runtime {
             runs: Registry::default(),
             drivers: Mutex::default(),
             announced: Mutex::default(),
+            deferred_ends: Mutex::default(),
         });
         recovery::recover(&inner)?;
         lease::start_heartbeat(&inner);

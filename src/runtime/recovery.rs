@@ -43,7 +43,7 @@ pub fn recover_abandoned(inner: &Inner) -> RuntimeResult<()> {
             LeaseClaim::Taken { .. } => {}
         }
         let closed = close_run(store, &run);
-        store.release_lease(&run.session_id, &run.id, false)?;
+        store.expire_lease(&run.session_id, &run.id)?;
         closed?;
     }
     promote_stranded_input(inner)

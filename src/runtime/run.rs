@@ -29,6 +29,9 @@ use crate::util::new_id;
 /// Output budget asked of the model for one step.
 const MAX_OUTPUT_TOKENS: u32 = 8192;
 
+/// Why a run ended when the database would not take its answer.
+const UNSAVED: &str = "The database cannot store the answer now (another program holds it, or the disk is full); it is kept and stored as soon as the database takes it.";
+
 /// Why the output limit's victims were not run, as the model reads it.
 const CUT_CALL: &str = "This tool call was cut off by the output limit before its arguments were complete, so it was not run. Send less at once or split the work into smaller calls.";
 
@@ -61,6 +64,9 @@ pub(super) struct RunContext {
     pub run_id: String,
     pub signals: RunSignals,
     pub steps: u32,
+    /// Answers the database refused for now (locked by another program, or a full disk),
+    /// stored with the run's end once it takes them.
+    pub unsaved: Vec<NewMessage>,
 }
 
 /// Starts the run's task. The claim in the registry is already held by `signals`, and the
@@ -94,6 +100,7 @@ pub fn spawn_run(inner: Arc<Inner>, start: RunStart, signals: RunSignals) -> Run
         run_id,
         signals,
         steps,
+        unsaved: Vec::new(),
     };
     tokio::spawn(async move {
         match context.drive().await {
@@ -249,6 +256,12 @@ impl RunContext {
         let has_calls = self
             .commit_reply(session, snapshot, streamed, status)
             .await?;
+        if !self.unsaved.is_empty() {
+            return Ok(ControlFlow::Break(match end {
+                Err(end) => end,
+                Ok(_) => RunEnd::Error(UNSAVED.into()),
+            }));
+        }
         self.decide(end, has_calls)
     }
 
@@ -312,7 +325,7 @@ impl RunContext {
     /// output limit cut an error result. Whether the committed answer holds calls to resolve:
     /// only a whole answer keeps its calls, since a call that never completed must not run.
     async fn commit_reply(
-        &self,
+        &mut self,
         session: &SessionRow,
         snapshot: BudgetSnapshot,
         streamed: Streamed,
@@ -353,7 +366,23 @@ impl RunContext {
             &message.blocks,
             precounted,
         ));
-        self.inner.commit(message)?;
+        match self.inner.commit(message.clone()) {
+            Ok(_) => {}
+            Err(RuntimeError::Store(e)) if e.is_unavailable() => {
+                // Kept, and stored with the run's end when the database takes it again. Its
+                // calls never run: the answer is kept as far as it is text.
+                tracing::error!(run_id = %self.run_id, error = %e, "the database refused the answer; keeping it to store later");
+                message
+                    .blocks
+                    .retain(|b| !matches!(b, Block::ToolCall { .. }));
+                if message.status == MessageStatus::Complete && has_calls {
+                    message.status = MessageStatus::Failed;
+                }
+                self.unsaved.push(message);
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        }
         for id in cut_ids {
             self.inner.store.set_tool_call_result(
                 &self.session_id,

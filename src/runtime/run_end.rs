@@ -2,6 +2,7 @@
 //! only then told.
 
 use super::RuntimeError;
+use super::locked::DeferredEnd;
 use super::promotion::promoted_turn;
 use super::registry::{RunSignals, claim_locked};
 use super::run::{RunContext, RunStart, spawn_run};
@@ -84,9 +85,19 @@ impl RunContext {
 
     /// Records the end, resolves what is still open, hands the queue over, leaves the
     /// registry, then says so.
-    pub(super) fn finish(self, end: RunEnd) {
-        self.record_end(&end);
-        let next = self.hand_over();
+    pub(super) fn finish(mut self, end: RunEnd) {
+        // An answer the database refused is stored before the end, so both wait together.
+        let recorded = self.unsaved.is_empty() && self.record_end(&end);
+        if !recorded {
+            self.inner.defer_end(DeferredEnd {
+                session_id: self.session_id.clone(),
+                run_id: self.run_id.clone(),
+                messages: std::mem::take(&mut self.unsaved),
+                reason: end.reason(),
+                error: end.error().map(str::to_string),
+            });
+        }
+        let next = self.hand_over(recorded);
         let _ = self.signals.done.send(true);
         tracing::info!(run_id = %self.run_id, reason = ?end.reason(), error = ?end.error(), "run finished");
         self.emit(Event::RunFinished {
@@ -98,11 +109,13 @@ impl RunContext {
         }
     }
 
-    /// Stores how the run ended, cancels its approvals and keeps a notice of the end.
-    fn record_end(&self, end: &RunEnd) {
+    /// Stores how the run ended, cancels its approvals and keeps a notice of the end; false
+    /// when the end itself could not be stored (the heartbeat stores it later).
+    fn record_end(&self, end: &RunEnd) -> bool {
         let store = &self.inner.store;
         if let Err(e) = store.finish_run(&self.run_id, end.reason(), end.error()) {
-            tracing::error!(run_id = %self.run_id, error = %e, "cannot record the end of a run");
+            tracing::error!(run_id = %self.run_id, error = %e, "cannot record the end of a run yet; the heartbeat retries");
+            return false;
         }
         match store.cancel_pending_approvals(&self.run_id) {
             Ok(ids) => {
@@ -120,13 +133,14 @@ impl RunContext {
         {
             tracing::error!(error = %e, "cannot store the notice of a run's end");
         }
+        true
     }
 
     /// Promotes the queue into the next user turn and leaves the registry, under the registry
     /// lock so no send can queue between the two; the claim for the run that answers the
     /// promoted turn, if any, which keeps the session's lease. Otherwise the lease is given
     /// back, but only with the queue empty: input another daemon queued since is promoted too.
-    fn hand_over(&self) -> Option<(String, RunSignals)> {
+    fn hand_over(&self, recorded: bool) -> Option<(String, RunSignals)> {
         // A shutdown leaves the queue for the next daemon, which promotes it on start.
         let shutting_down = self
             .signals
@@ -139,7 +153,17 @@ impl RunContext {
         {
             runs.remove(&self.session_id);
         }
+        // An end not yet recorded keeps the lease and the queue until the heartbeat records it.
+        if !recorded {
+            return None;
+        }
         let store = &self.inner.store;
+        // A run another daemon took over leaves the session to that daemon.
+        if let Ok(Some(lease)) = store.lease(&self.session_id)
+            && lease.owner != store.owner()
+        {
+            return None;
+        }
         for _ in 0..4 {
             let promoted = !shutting_down
                 && self.promote_queue().unwrap_or_else(|e| {

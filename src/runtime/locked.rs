@@ -1,0 +1,122 @@
+//! A database another program holds (another daemon mid-commit, a backup, a `sqlite3` shell):
+//! input waits for it, with a notice saying why; a stop answers at once; a run's end that
+//! cannot be recorded yet is recorded by the heartbeat once the database is free.
+
+use std::time::Duration;
+
+use super::{Inner, Runtime};
+use crate::protocol::{Event, FinishReason, NoticeLevel};
+use crate::store::{NewMessage, Store};
+use crate::util::{lock, new_id};
+
+/// How often a waiting request looks whether the store waits for the lock.
+const LOCK_POLL: Duration = Duration::from_millis(100);
+
+/// What a client is told while its input waits for the database.
+pub const LOCKED_NOTICE: &str = "The database is locked by another program; your input is kept and is saved as soon as the database is free.";
+
+/// A run's end that could not be recorded yet, with the answer it could not store.
+pub struct DeferredEnd {
+    pub session_id: String,
+    pub run_id: String,
+    /// Messages to store first, in order (the answer streamed when the database refused it).
+    pub messages: Vec<NewMessage>,
+    pub reason: FinishReason,
+    pub error: Option<String>,
+}
+
+/// Ends the watch of [`Runtime::watch_lock`] when dropped.
+pub struct LockWatch(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for LockWatch {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+        }
+    }
+}
+
+/// Resolves once the store waits for a database another program holds.
+pub async fn lock_held(store: &Store) {
+    loop {
+        tokio::time::sleep(LOCK_POLL).await;
+        if store.lock_waits() > 0 {
+            return;
+        }
+    }
+}
+
+impl Runtime {
+    /// While the caller writes for `session_id`, tells the session's clients once, with a
+    /// `notice`, if the write waits for a database another program holds. The notice cannot be
+    /// stored (the database is what is locked): it is the one notice not in the transcript.
+    pub(super) fn watch_lock(&self, session_id: &str) -> LockWatch {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return LockWatch(None);
+        };
+        let inner = self.inner.clone();
+        let session_id = session_id.to_string();
+        LockWatch(Some(handle.spawn(async move {
+            lock_held(&inner.store).await;
+            inner.events.emit(
+                &inner.store,
+                &session_id,
+                None,
+                Event::Notice {
+                    level: NoticeLevel::Warning,
+                    message: LOCKED_NOTICE.into(),
+                    message_id: new_id("msg"),
+                },
+            );
+        })))
+    }
+}
+
+impl Inner {
+    /// Keeps a run's end to record on a later heartbeat.
+    pub(super) fn defer_end(&self, end: DeferredEnd) {
+        lock(&self.deferred_ends).push(end);
+    }
+
+    /// Records the ends kept by [`Inner::defer_end`] and gives their leases back; those that
+    /// still cannot be recorded wait for the next heartbeat.
+    pub(super) fn record_deferred_ends(&self) {
+        let ends = std::mem::take(&mut *lock(&self.deferred_ends));
+        for mut end in ends {
+            while let Some(message) = end.messages.first().cloned() {
+                match self.commit(message) {
+                    Ok(_) => {
+                        end.messages.remove(0);
+                    }
+                    Err(e) => {
+                        tracing::warn!(run_id = %end.run_id, error = %e, "still cannot store a run's answer");
+                        break;
+                    }
+                }
+            }
+            if !end.messages.is_empty() {
+                lock(&self.deferred_ends).push(end);
+                continue;
+            }
+            match self
+                .store
+                .finish_run(&end.run_id, end.reason, end.error.as_deref())
+            {
+                Ok(()) => {
+                    tracing::info!(run_id = %end.run_id, "recorded the end of a run once the database was free");
+                    // Input queued meanwhile is promoted by the recovery that follows.
+                    if let Err(e) = self
+                        .store
+                        .release_lease(&end.session_id, &end.run_id, false)
+                    {
+                        tracing::warn!(error = %e, "cannot give back the lease of a run that ended");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(run_id = %end.run_id, error = %e, "still cannot record the end of a run");
+                    lock(&self.deferred_ends).push(end);
+                }
+            }
+        }
+    }
+}
