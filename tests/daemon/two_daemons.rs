@@ -18,7 +18,7 @@ use crate::upstream::{Reply, openai, start};
 
 /// Both daemons talk to the fake upstream; leases last 2 s (heartbeat every 500 ms) so a
 /// takeover comes soon. No test depends on how soon.
-fn env(url: &str) -> Vec<(&'static str, String)> {
+pub(crate) fn env(url: &str) -> Vec<(&'static str, String)> {
     vec![
         ("OPENAI_BASE_URL", format!("{url}/v1")),
         ("OPENAI_API_KEY", "sk-test".into()),
@@ -30,7 +30,7 @@ fn env(url: &str) -> Vec<(&'static str, String)> {
 
 /// An answer that streams `before`, then waits until the test sends on (or drops) the gate's
 /// other end, then streams `after`: a run held mid-stream for as long as a test needs.
-fn gated(before: Vec<Value>, gate: mpsc::Receiver<()>, after: Vec<Value>) -> Reply {
+pub(crate) fn gated(before: Vec<Value>, gate: mpsc::Receiver<()>, after: Vec<Value>) -> Reply {
     Reply::writer(move |stream| {
         for chunk in &before {
             stream.write_all(openai::event(chunk).as_bytes())?;
@@ -45,7 +45,7 @@ fn gated(before: Vec<Value>, gate: mpsc::Receiver<()>, after: Vec<Value>) -> Rep
     })
 }
 
-fn text(content: &str) -> Value {
+pub(crate) fn text(content: &str) -> Value {
     openai::chunk(json!({"role": "assistant", "content": content}), None)
 }
 
@@ -62,7 +62,7 @@ fn tool_call(id: &str, name: &str, arguments: Value) -> Vec<Value> {
     ]
 }
 
-async fn session(daemon: &Daemon, scratch: &Scratch) -> String {
+pub(crate) async fn session(daemon: &Daemon, scratch: &Scratch) -> String {
     daemon
         .create_session(SessionCreateParams {
             workspace_root: Some(scratch.workspace().display().to_string()),
@@ -83,7 +83,7 @@ async fn state(daemon: &Daemon, session: &str) -> Value {
         .clone()
 }
 
-fn roles(transcript: &Value) -> Vec<String> {
+pub(crate) fn roles(transcript: &Value) -> Vec<String> {
     transcript["entries"]
         .as_array()
         .unwrap()
@@ -92,7 +92,9 @@ fn roles(transcript: &Value) -> Vec<String> {
         .collect()
 }
 
-fn finish_reason(events: &[sidechat::protocol::SessionEventParams]) -> Option<FinishReason> {
+pub(crate) fn finish_reason(
+    events: &[sidechat::protocol::SessionEventParams],
+) -> Option<FinishReason> {
     events.iter().find_map(|e| match &e.event {
         Event::RunFinished { reason, .. } => Some(*reason),
         _ => None,
@@ -349,5 +351,53 @@ async fn resume_on_the_other_daemons_run_is_refused_naming_its_owner() {
     );
     assert!(refused.message.contains(owner), "{}", refused.message);
     a.conn.child_mut().kill().await.unwrap();
+    b.close().await;
+}
+
+#[tokio::test]
+async fn a_frozen_daemon_loses_its_run_once_the_lease_expires_and_writes_nothing_more() {
+    let (gate, held) = mpsc::channel::<()>();
+    let upstream = start(vec![gated(
+        vec![text("Halfway")],
+        held,
+        vec![
+            openai::chunk(json!({"content": " and done."}), Some("stop")),
+            openai::usage(20, 0, 4),
+        ],
+    )]);
+    let scratch = Scratch::new();
+    let mut a = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let session = session(&a, &scratch).await;
+    a.send(&session, "start something").await;
+    a.events_until(|e| matches!(e, Event::TextDelta { .. }))
+        .await;
+    let b = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+
+    // A is frozen, not gone: its process still exists, so only the lease's expiry frees the run.
+    let pid = a.conn.child_mut().id().unwrap().to_string();
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .args([name, pid.as_str()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    signal("-STOP");
+    let mut polls = 0;
+    while roles(&b.transcript(&session).await) == ["user"] {
+        polls += 1;
+        assert!(polls < 600, "B never took the run over");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Woken, A finds its run taken over: it ends it without writing to the transcript again.
+    signal("-CONT");
+    gate.send(()).unwrap();
+    let events = a.until_finished().await;
+    assert!(finish_reason(&events).is_some());
+    let transcript = b.transcript(&session).await;
+    assert_eq!(roles(&transcript), ["user", "notice"]);
+    assert_eq!(transcript, a.transcript(&session).await);
+    a.close().await;
     b.close().await;
 }

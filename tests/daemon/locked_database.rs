@@ -1,0 +1,189 @@
+//! A database another program holds: acknowledged input waits for it (with a notice saying
+//! why) instead of being refused, a stop answers at once, and what the run could not record
+//! while the lock lasted is recorded once it clears.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use sidechat::protocol::{ChatSendParams, Event, FinishReason, SessionIdParams};
+
+use crate::harness::{Daemon, Options, Scratch};
+use crate::two_daemons::{env, finish_reason, gated, roles, session, text};
+use crate::upstream::{Reply, openai, start};
+
+/// A guard against a hung daemon, not a performance assertion.
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+/// Another program's connection holding the database's write lock until dropped or
+/// committed.
+fn hold_write_lock(db: &Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+    conn
+}
+
+/// Sends `method` and, while its answer is outstanding, reads the daemon's notifications until
+/// a `notice` event arrives; the answer must not come first. Answers the notice's text and the
+/// still-pending answer's outcome once `release` has run.
+async fn answered_after_a_notice(
+    daemon: &mut Daemon,
+    method: &str,
+    params: Value,
+    release: impl FnOnce(),
+) -> (String, Value) {
+    let request = daemon.conn.request(method, params);
+    tokio::pin!(request);
+    let notice = tokio::time::timeout(HANG_GUARD, async {
+        loop {
+            tokio::select! {
+                answer = &mut request => panic!("{method} was answered while the database was locked: {answer:?}"),
+                note = daemon.notes.recv() => {
+                    let note = note.expect("the daemon closed its output");
+                    if note["method"] == "session/event" && note["params"]["event"]["kind"] == "notice" {
+                        return note["params"]["event"]["message"].as_str().unwrap().to_string();
+                    }
+                }
+            }
+        }
+    })
+    .await
+    .expect("no notice while the database was locked");
+    release();
+    let answer = tokio::time::timeout(HANG_GUARD, request)
+        .await
+        .expect("no answer once the database was free")
+        .expect("connection")
+        .expect("the request succeeded");
+    (notice, answer)
+}
+
+#[tokio::test]
+async fn input_waits_for_a_locked_database_and_a_stop_answers_at_once() {
+    let (_gate, held) = mpsc::channel::<()>();
+    let upstream = start(vec![
+        gated(vec![text("Reading the files")], held, vec![]),
+        Reply::sse(&openai::text(&["Got it."], 30, 3)),
+    ]);
+    let scratch = Scratch::new();
+    let mut a = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let session = session(&a, &scratch).await;
+    a.send(&session, "read everything").await;
+    a.events_until(|e| matches!(e, Event::TextDelta { .. }))
+        .await;
+
+    // An interjection typed while another program holds the database waits, and says so.
+    let lock = hold_write_lock(&scratch.db());
+    let params = ChatSendParams {
+        session_id: session.clone(),
+        text: "and the tests".into(),
+        client_message_id: Some("c-1".into()),
+        attachments: Vec::new(),
+    };
+    let (notice, queued) = answered_after_a_notice(
+        &mut a,
+        "chat/send",
+        serde_json::to_value(params).unwrap(),
+        || lock.execute_batch("COMMIT").unwrap(),
+    )
+    .await;
+    assert!(notice.contains("locked by another program"), "{notice}");
+    assert_eq!(queued["queued"], json!(true));
+
+    // A stop answers while the lock is still held; the run's end follows once it clears.
+    let lock = hold_write_lock(&scratch.db());
+    let stopped = tokio::time::timeout(
+        HANG_GUARD,
+        a.call(
+            "chat/stop",
+            SessionIdParams {
+                session_id: session.clone(),
+            },
+        ),
+    )
+    .await
+    .expect("chat/stop waited for the lock");
+    assert_eq!(stopped["stopped"], json!(true));
+    drop(lock);
+    let events = a.until_finished().await;
+    assert_eq!(finish_reason(&events), Some(FinishReason::Stopped));
+    // The interjection was never delivered: it is the next turn, answered at once.
+    let events = a.until_finished().await;
+    assert_eq!(finish_reason(&events), Some(FinishReason::EndTurn));
+    let transcript = a.transcript(&session).await;
+    assert_eq!(
+        roles(&transcript),
+        ["user", "assistant", "user", "assistant"]
+    );
+    assert_eq!(transcript["entries"][1]["status"], json!("stopped"));
+    assert_eq!(
+        transcript["entries"][2]["blocks"][0]["text"],
+        json!("and the tests")
+    );
+    a.close().await;
+}
+
+#[tokio::test]
+async fn a_run_that_cannot_record_its_end_is_closed_once_the_database_is_free() {
+    let (_gate, held) = mpsc::channel::<()>();
+    let upstream = start(vec![gated(vec![text("Half an answer")], held, vec![])]);
+    let scratch = Scratch::new();
+    let mut env = env(&upstream.url);
+    // Writes give up on the lock after a second, so the run's end cannot be recorded while it
+    // lasts.
+    env.push(("SIDECHAT_LOCK_WAIT_MS", "1000".into()));
+    let mut a = Daemon::start(&scratch.db(), Options::with_env(env)).await;
+    let session = session(&a, &scratch).await;
+    let run_id = a.send(&session, "go").await["runId"].clone();
+    a.events_until(|e| matches!(e, Event::TextDelta { .. }))
+        .await;
+
+    let lock = hold_write_lock(&scratch.db());
+    let stopped = a
+        .call(
+            "chat/stop",
+            SessionIdParams {
+                session_id: session.clone(),
+            },
+        )
+        .await;
+    assert_eq!(stopped["stopped"], json!(true));
+    // The run gave up on the database and said so; it is still open in the store.
+    let events = a.until_finished().await;
+    assert!(finish_reason(&events).is_some());
+    let status = |db: &Path| -> (String, Option<String>) {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        conn.query_row(
+            "SELECT status, reason FROM runs WHERE id = ?1",
+            [run_id.as_str().unwrap()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+    };
+    assert_eq!(status(&scratch.db()).0, "running");
+    drop(lock);
+
+    // Once the database is free the heartbeat records the end, and keeps the streamed answer.
+    let mut polls = 0;
+    while status(&scratch.db()).0 == "running" {
+        polls += 1;
+        assert!(polls < 600, "the run's end was never recorded");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        status(&scratch.db()),
+        ("finished".to_string(), Some("stopped".to_string()))
+    );
+    let transcript = a.transcript(&session).await;
+    assert_eq!(roles(&transcript), ["user", "assistant"]);
+    assert_eq!(
+        (
+            transcript["entries"][1]["status"].clone(),
+            transcript["entries"][1]["blocks"][0]["text"].clone()
+        ),
+        (json!("stopped"), json!("Half an answer"))
+    );
+    a.close().await;
+}
