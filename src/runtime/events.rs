@@ -571,4 +571,47 @@ mod tests {
         assert_eq!(committing.join().unwrap(), 2);
         assert_eq!(*lock(&recorder.0), vec![1, 2, 3]);
     }
+
+    #[test]
+    fn two_daemons_never_share_a_number_and_messages_keep_commit_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let (store_a, store_b) = (Store::open(&path).unwrap(), Store::open(&path).unwrap());
+        let id = session(&store_a);
+        let (seen_a, seen_b) = (Arc::new(Recorder::default()), Arc::new(Recorder::default()));
+        let (a, b) = (Events::new(seen_a.clone()), Events::new(seen_b.clone()));
+        let text =
+            |t: &str| NewMessage::new(&id, None, Role::User, vec![Block::Text { text: t.into() }]);
+        // A numbers from its block; B, starting later, from one above it.
+        a.emit(&store_a, &id, None, notice());
+        b.emit(&store_b, &id, None, notice());
+        let first_b = b.commit(&store_b, text("from b")).unwrap();
+        // A's next number is below B's message: its commit is numbered again, past it.
+        let then_a = a.commit(&store_a, text("from a")).unwrap();
+        assert!(then_a.seq > first_b.seq, "{} {}", then_a.seq, first_b.seq);
+        let numbers: Vec<u64> = lock(&seen_a.0)
+            .iter()
+            .chain(lock(&seen_b.0).iter())
+            .copied()
+            .collect();
+        let mut unique = numbers.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), numbers.len(), "{numbers:?}");
+        // Each daemon's own stream still only goes up.
+        for seen in [&seen_a, &seen_b] {
+            let seen = lock(&seen.0).clone();
+            assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+        }
+        let order: Vec<String> = store_a
+            .messages_after(&id, 0, 10)
+            .unwrap()
+            .into_iter()
+            .map(|m| match &m.blocks[0] {
+                Block::Text { text } => text.clone(),
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(order, ["from b", "from a"]);
+    }
 }
