@@ -6,6 +6,7 @@ use serde_json::json;
 use sidechat::store::SCHEMA_VERSION;
 
 use crate::harness::{Daemon, Options, Scratch, clean_command, home_for};
+use crate::two_daemons::{env, gated, session, text};
 use crate::upstream::{Reply, start};
 
 const KEY: &str = "sk-doctor-secret-4242";
@@ -106,7 +107,7 @@ Database
   permissions file 0600, folder 0700
   schema      version {SCHEMA_VERSION} (current)
   integrity   ok
-  leases      {leases}
+  leases      none held
 
 Configuration
   file        <dir>/data/home/.config/sidechat/config.toml (read)
@@ -131,11 +132,6 @@ Accounts
 2 problems: account down is unreachable: Connection refused (os error 111); account nokey cannot be used: {nokey}",
         version = env!("CARGO_PKG_VERSION"),
         nokey = unavailable_reason(&text),
-        leases = if text.contains("keeps no leases") {
-            "none (this database keeps no leases)"
-        } else {
-            "none held"
-        },
     );
     assert_eq!(redacted(&text, &scratch), expected);
     assert_eq!(code, 1);
@@ -162,4 +158,70 @@ Accounts
         )),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn doctor_names_the_lease_of_a_run_in_progress_and_none_once_it_ends() {
+    let (gate, held) = std::sync::mpsc::channel();
+    let upstream = start(vec![gated(
+        vec![text("Thinking.")],
+        held,
+        vec![text(" Done.")],
+    )]);
+    let scratch = Scratch::new();
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let session = session(&daemon, &scratch).await;
+    let run_id = daemon.send(&session, "think").await["runId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    daemon
+        .events_until(|e| matches!(e, sidechat::protocol::Event::TextDelta { .. }))
+        .await;
+
+    // What the database says, read through the store the daemon itself uses.
+    let held_leases = sidechat::store::Store::open(&scratch.db())
+        .unwrap()
+        .held_leases()
+        .unwrap();
+    assert_eq!(
+        held_leases
+            .iter()
+            .map(|l| (l.session_id.as_str(), l.run_id.as_str()))
+            .collect::<Vec<_>>(),
+        vec![(session.as_str(), run_id.as_str())]
+    );
+    let lease = &held_leases[0];
+    let (_, report) = doctor(&scratch).await;
+    let timing = regex::Regex::new(r"\d+\.\d s").unwrap();
+    let shown: Vec<String> = report
+        .lines()
+        .skip_while(|line| !line.starts_with("  leases"))
+        .take(2)
+        .map(|line| timing.replace_all(line, "<s>").into_owned())
+        .collect();
+    assert_eq!(
+        shown,
+        vec![
+            "  leases      1 held:".to_string(),
+            format!(
+                "    session {session}, run {run_id}: daemon {} (pid {}{}), last heartbeat <s> ago, expires in <s>",
+                lease.owner,
+                lease.pid,
+                lease
+                    .host
+                    .as_ref()
+                    .map(|h| format!(" on {h}"))
+                    .unwrap_or_default(),
+            ),
+        ],
+        "{report}"
+    );
+
+    // Once the run has finished, its lease is given back.
+    gate.send(()).unwrap();
+    daemon.until_finished().await;
+    let (_, report) = doctor(&scratch).await;
+    assert!(report.contains("\n  leases      none held\n"), "{report}");
+    assert_eq!(daemon.close().await, 0);
 }
