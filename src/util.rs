@@ -1,6 +1,6 @@
 //! Small helpers shared by every module: clocks, ids and locks.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Takes a lock whose data stays consistent between statements: a panic while it was held
@@ -8,6 +8,24 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Waits on `condvar` with the lock [`lock`] took, tolerating poison the same way.
+pub fn wait<'a, T>(condvar: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    condvar
+        .wait(guard)
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Waits on `condvar` while `condition` holds, tolerating poison the same way as [`lock`].
+pub fn wait_while<'a, T>(
+    condvar: &Condvar,
+    guard: MutexGuard<'a, T>,
+    condition: impl FnMut(&mut T) -> bool,
+) -> MutexGuard<'a, T> {
+    condvar
+        .wait_while(guard, condition)
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 

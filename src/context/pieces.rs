@@ -24,6 +24,8 @@ use regex::Regex;
 use rustc_hash::FxHashMap as HashMap;
 use tiktoken_rs::CoreBPE;
 
+use crate::util::lock;
+
 /// Pieces whose counts are remembered; the cache starts over when it is full. Each entry is a
 /// short string and a number, so the cache stays around a few MiB.
 const CACHED_PIECES: usize = 64 * 1024;
@@ -139,11 +141,11 @@ impl PieceCounter {
         if piece.len() > CACHED_PIECE_BYTES {
             return self.bpe_count(piece);
         }
-        if let Some(&count) = self.lock().get(piece) {
+        if let Some(&count) = lock(&self.cache).get(piece) {
             return count;
         }
         let count = self.bpe_count(piece);
-        let mut cache = self.lock();
+        let mut cache = lock(&self.cache);
         if cache.len() >= CACHED_PIECES {
             cache.clear();
         }
@@ -154,10 +156,6 @@ impl PieceCounter {
     /// tiktoken-rs's count of one piece; its pre-tokenizer finds the piece whole.
     fn bpe_count(&self, piece: &str) -> u32 {
         u32::try_from(self.bpe.encode_ordinary(piece).len()).unwrap_or(u32::MAX)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, u32>> {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

@@ -27,6 +27,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::tokens::{Counted, TokenCounter};
+use crate::util::{lock, wait};
 
 /// Text is handed to the counting thread once this much is waiting and a cut is found.
 const PIECE_BYTES: usize = 2 * 1024;
@@ -165,10 +166,6 @@ impl Drop for StreamingCount {
     }
 }
 
-fn lock(state: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
-    state.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 fn spawn_worker(counter: TokenCounter) -> std::io::Result<Worker> {
     let shared = Arc::new(Shared::default());
     let theirs = shared.clone();
@@ -191,10 +188,7 @@ fn count_pieces(shared: &Shared, counter: TokenCounter) {
         } else if queue.closed {
             return;
         } else {
-            queue = shared
-                .changed
-                .wait(queue)
-                .unwrap_or_else(|p| p.into_inner());
+            queue = wait(&shared.changed, queue);
         }
     }
 }
@@ -207,10 +201,7 @@ fn help_until_counted(shared: &Shared, counter: TokenCounter) -> Option<Counted>
         if let Some(piece) = queue.pieces.pop_front() {
             queue = count_one(shared, queue, counter, piece);
         } else if queue.counting > 0 {
-            queue = shared
-                .changed
-                .wait(queue)
-                .unwrap_or_else(|p| p.into_inner());
+            queue = wait(&shared.changed, queue);
         } else {
             return (!queue.failed).then_some(queue.total);
         }

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use tiktoken_rs::CoreBPE;
 
 use super::pieces::{Pattern, PieceCounter};
+use crate::util::lock;
 
 /// Framing tokens OpenAI's chat format spends on every message (`<|start|>{role}<|message|>` …
 /// `<|end|>`), as in OpenAI's cookbook and tiktoken-rs's `num_tokens_from_messages`. Other
@@ -363,7 +364,7 @@ impl CountCache {
 
     /// Number of cached counts.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        lock(&self.entries).len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -378,22 +379,17 @@ impl CountCache {
         count: impl FnOnce() -> Counted,
     ) -> Counted {
         let key = cache_key(&kind, counter, text);
-        if let Some(hit) = self.lock().get(&key) {
+        if let Some(hit) = lock(&self.entries).get(&key) {
             return *hit;
         }
         // Counted without the lock held: a long prompt must not stall other sessions.
         let counted = count();
-        let mut entries = self.lock();
+        let mut entries = lock(&self.entries);
         if entries.len() >= self.capacity {
             entries.clear();
         }
         entries.insert(key, counted);
         counted
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Counted>> {
-        // A panic elsewhere cannot leave a count half-written; the map stays usable.
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

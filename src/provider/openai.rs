@@ -161,7 +161,7 @@ impl fmt::Debug for OpenAiDriver {
 impl OpenAiDriver {
     /// The field to send for `model`: what the server taught, else the family's rule.
     fn limit_field(&self, model: &str) -> LimitField {
-        let learned = self.learned.lock().unwrap_or_else(|p| p.into_inner());
+        let learned = crate::util::lock(&self.learned);
         learned
             .get(model)
             .copied()
@@ -193,10 +193,7 @@ impl ModelDriver for OpenAiDriver {
                     let second = upstream.stream::<OpenAiDecoder>(&request_body(&request, other));
                     let (head, rest) = second.into_future().await;
                     if !matches!(&head, Some(Err(error)) if refuses(error, other)) {
-                        learned
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(request.model, other);
+                        crate::util::lock(&learned).insert(request.model, other);
                     }
                     futures::stream::iter(head).chain(rest)
                 }

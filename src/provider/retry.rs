@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::pin::{Pin, pin};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -24,6 +24,7 @@ use serde_json::Value;
 
 use super::sse::{self, SseError, SseEvent};
 use super::{HttpSettings, ModelEvent, ModelStream, ProviderError};
+use crate::util::lock;
 
 /// When and how often a failed request is tried again.
 #[derive(Debug, Clone, PartialEq)]
@@ -667,10 +668,6 @@ type Item = Result<ModelEvent, ProviderError>;
 const QUEUED: usize = 16;
 
 type Queue = Arc<Mutex<VecDeque<Item>>>;
-
-fn lock(queue: &Queue) -> MutexGuard<'_, VecDeque<Item>> {
-    queue.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The sending half of a [`generate`]d stream.
 struct Emitter {

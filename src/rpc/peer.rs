@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use super::delta_frame::write_delta_frame;
 use super::transport::Outbox;
 use crate::protocol::{Delta, SessionEventParams};
+use crate::util::lock;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum PeerError {
@@ -86,11 +87,11 @@ impl Peer {
         timeout: Duration,
     ) -> Result<Value, PeerError> {
         let (tx, rx) = oneshot::channel();
-        self.lock().insert(id.clone(), tx);
+        lock(&self.pending).insert(id.clone(), tx);
         let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         self.outbox.send(frame.to_string());
         let outcome = tokio::time::timeout(timeout, rx).await;
-        self.lock().remove(&id);
+        lock(&self.pending).remove(&id);
         match outcome {
             Err(_) => Err(PeerError::Timeout {
                 method: method.to_string(),
@@ -114,7 +115,7 @@ impl Peer {
             Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        let Some(waiter) = self.lock().remove(&id) else {
+        let Some(waiter) = lock(&self.pending).remove(&id) else {
             return false;
         };
         let outcome = match response.get("error") {
@@ -130,11 +131,7 @@ impl Peer {
 
     /// Fails every request still waiting: the connection is closing.
     pub fn close(&self) {
-        self.lock().clear();
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waiter>> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.pending).clear();
     }
 }
 

@@ -2,13 +2,14 @@
 //! task owns stdout. Nothing else in the process writes to stdout.
 
 use std::io::{Read, Write};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
 use super::framing::{Decoded, FrameDecoder, Framing};
 use super::readable::make_readable;
+use crate::util::{lock, wait_while};
 
 /// Reads `input` on a dedicated thread, decoding frames into the returned channel, each made
 /// readable ([`make_readable`]).
@@ -115,15 +116,11 @@ struct Queue {
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Queue> {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Runs `change` on the queue, then wakes the writer if it sleeps. Nothing happens once
     /// the writer has stopped.
     fn update(&self, change: impl FnOnce(&mut Queue)) -> bool {
         let wake = {
-            let mut queue = self.lock();
+            let mut queue = lock(&self.queue);
             if queue.closed {
                 return false;
             }
@@ -213,7 +210,7 @@ fn write_queued<W: Write>(shared: &Shared, mut output: W) {
     let mut just_wrote = false;
     loop {
         {
-            let mut queue = shared.lock();
+            let mut queue = lock(&shared.queue);
             loop {
                 let due = !queue.waiters.is_empty()
                     || queue.wire.len() >= FULL_BATCH
@@ -225,17 +222,14 @@ fn write_queued<W: Write>(shared: &Shared, mut output: W) {
                     drop(queue);
                     std::thread::sleep(LINGER);
                     just_wrote = false;
-                    queue = shared.lock();
+                    queue = lock(&shared.queue);
                     continue;
                 }
                 if queue.senders_gone {
                     return;
                 }
                 queue.asleep = true;
-                queue = shared
-                    .wake
-                    .wait_while(queue, |queue| queue.asleep)
-                    .unwrap_or_else(|p| p.into_inner());
+                queue = wait_while(&shared.wake, queue, |queue| queue.asleep);
             }
             std::mem::swap(&mut queue.wire, &mut wire);
             std::mem::swap(&mut queue.waiters, &mut waiters);
@@ -251,7 +245,7 @@ fn write_queued<W: Write>(shared: &Shared, mut output: W) {
         }
         if let Err(e) = written {
             tracing::warn!(error = %e, "writing output failed; the client is gone");
-            let mut queue = shared.lock();
+            let mut queue = lock(&shared.queue);
             queue.closed = true;
             queue.wire = Vec::new();
             queue.waiters.clear();
@@ -398,6 +392,6 @@ mod tests {
         })
         .await
         .expect("flushes return once the writer has stopped");
-        assert!(outbox.shared().lock().wire.is_empty());
+        assert!(lock(&outbox.shared().queue).wire.is_empty());
     }
 }
