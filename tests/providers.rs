@@ -7,12 +7,13 @@ use std::time::Duration;
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
+use sidechat::protocol::TokenUsage;
 use sidechat::provider::anthropic::AnthropicDriver;
 use sidechat::provider::openai::OpenAiDriver;
 use sidechat::provider::retry::RetrySettings;
 use sidechat::provider::{
     HttpSettings, ModelContent, ModelDriver, ModelEvent, ModelMessage, ModelRequest, ModelRole,
-    ProviderError, StopReason, TokenUsage, ToolSpec,
+    ProviderError, StopReason, ToolSpec,
 };
 
 #[path = "support/upstream.rs"]

@@ -17,8 +17,9 @@ use super::retry::{Decoder, Upstream};
 use super::sse::SseEvent;
 use super::{
     HttpSettings, ModelContent, ModelDriver, ModelEvent, ModelMessage, ModelRequest, ModelRole,
-    ModelStream, ProviderError, StopReason, TokenUsage, ToolSpec,
+    ModelStream, ProviderError, StopReason, ToolSpec,
 };
+use crate::protocol::TokenUsage;
 
 /// Where Anthropic's API lives.
 pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";

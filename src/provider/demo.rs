@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 
 use super::{
     ModelContent, ModelDriver, ModelEvent, ModelRequest, ModelRole, ModelStream, StopReason,
-    TokenUsage,
 };
+use crate::protocol::TokenUsage;
 
 /// Every reply starts with this, so nobody mistakes the demo for a real model.
 pub const DEMO_LABEL: &str = "[demo model, offline]";

@@ -19,6 +19,8 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::protocol::TokenUsage;
+
 /// Who said a projected message, in the providers' two-role world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -81,9 +83,6 @@ pub struct ModelRequest {
     pub tools: Vec<ToolSpec>,
     pub max_output_tokens: u32,
 }
-
-/// Token counts the provider reported for one request: facts, priced only when read.
-pub use crate::protocol::TokenUsage;
 
 /// Why the model stopped.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

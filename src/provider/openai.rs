@@ -20,8 +20,9 @@ use super::retry::{Decoder, Upstream, error_message};
 use super::sse::SseEvent;
 use super::{
     HttpSettings, ModelContent, ModelDriver, ModelEvent, ModelMessage, ModelRequest, ModelRole,
-    ModelStream, ProviderError, StopReason, TokenUsage, ToolSpec,
+    ModelStream, ProviderError, StopReason, ToolSpec,
 };
+use crate::protocol::TokenUsage;
 
 /// Where OpenAI's API lives (the `/v1` is part of the base URL, as with compatible servers).
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";

@@ -15,8 +15,8 @@ use serde_json::Value;
 
 use super::{
     ModelDriver, ModelEvent, ModelRequest, ModelRole, ModelStream, ProviderError, StopReason,
-    TokenUsage,
 };
+use crate::protocol::TokenUsage;
 
 /// One scripted model turn.
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -4,8 +4,7 @@
 use super::accounting::Precounted;
 use super::events::SeqCounter;
 use crate::context::{StreamingCount, TokenCounter};
-use crate::protocol::Block;
-use crate::provider::TokenUsage;
+use crate::protocol::{Block, TokenUsage};
 
 /// The assistant message being streamed.
 pub struct Reply {

@@ -19,8 +19,9 @@ use super::run_end::RunEnd;
 use super::{Inner, RuntimeError, RuntimeResult};
 use crate::config::AccountKind;
 use crate::context::{Actuals, TokenCounter};
+use crate::protocol::TokenUsage;
 use crate::protocol::*;
-use crate::provider::{ModelDriver, ModelEvent, ModelRequest, StopReason, TokenUsage};
+use crate::provider::{ModelDriver, ModelEvent, ModelRequest, StopReason};
 use crate::store::{
     NewMessage, PendingRow, RunRow, SessionRow, Settle, Settled, UsageRow, elapsed_ms,
 };

@@ -3,8 +3,7 @@
 use rusqlite::params;
 
 use super::{Store, StoreResult};
-use crate::protocol::UsageKind;
-use crate::provider::TokenUsage;
+use crate::protocol::{TokenUsage, UsageKind};
 
 /// One model request's usage as stored.
 #[derive(Debug, Clone, PartialEq)]
