@@ -5,7 +5,7 @@
 
 use super::projection::{Projection, Stored, brief_line};
 use super::tokens::{Counted, Part, TokenCounter};
-use crate::protocol::{Block, CompactionMethod, Role};
+use crate::protocol::{Block, CompactionMethod, CompactionReason, Role};
 
 /// Tokens a dropped-range marker takes, rounded up generously.
 pub const DROP_MARKER_TOKENS: u64 = 40;
@@ -27,12 +27,12 @@ pub enum Reason {
     Command,
 }
 
-impl Reason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::Share => "share",
-            Reason::Window => "window",
-            Reason::Command => "command",
+impl From<Reason> for CompactionReason {
+    fn from(reason: Reason) -> Self {
+        match reason {
+            Reason::Share => CompactionReason::Share,
+            Reason::Window => CompactionReason::Window,
+            Reason::Command => CompactionReason::Command,
         }
     }
 }

@@ -2,7 +2,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    ApprovalDecision, CompactionMethod, PendingApproval, Role, ToolCallStatus, TranscriptEntry,
+    ApprovalDecision, CompactionMethod, CompactionReason, PendingApproval, Role, ToolCallStatus,
+    TranscriptEntry,
 };
 
 /// The `session/event` notification: one event of one session, numbered.
@@ -134,10 +135,7 @@ pub enum Event {
         /// The history's tokens as sent before and after.
         tokens_before: u64,
         tokens_after: u64,
-        /// Why: `share` (the history passed its share of the window), `window` (the request
-        /// would not fit), `command` (`/compact` or `/new-context`), `idle` (a new turn after
-        /// the session's rollover time: a new context, method `carryOver`).
-        reason: String,
+        reason: CompactionReason,
     },
     /// A carry-over note was deleted (`note/delete`): its entry's text is now empty and it is
     /// never sent to a model again.

@@ -45,6 +45,20 @@ pub enum CompactionMethod {
     CarryOver,
 }
 
+/// Why a range of the transcript was folded (a `compaction` event's `reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum CompactionReason {
+    /// The history passed its share of the window.
+    Share,
+    /// The next request would not fit the window.
+    Window,
+    /// The user asked: `/compact`, or `/new-context` (method `carryOver`).
+    Command,
+    /// A new turn came after the session's rollover time: a new context, method `carryOver`.
+    Idle,
+}
+
 /// Whether a message is whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -223,4 +237,24 @@ pub struct SessionTranscriptResult {
     pub pending_approvals: Vec<PendingApproval>,
     /// Interjections waiting for the next delivery point, oldest first.
     pub pending_interjections: Vec<PendingInterjection>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reasons kept the names they had when `reason` was a free string.
+    #[test]
+    fn compaction_reasons_keep_their_wire_names() {
+        let reasons = [
+            CompactionReason::Share,
+            CompactionReason::Window,
+            CompactionReason::Command,
+            CompactionReason::Idle,
+        ];
+        pretty_assertions::assert_eq!(
+            serde_json::to_value(reasons).unwrap(),
+            serde_json::json!(["share", "window", "command", "idle"])
+        );
+    }
 }

@@ -26,12 +26,12 @@ pub enum Why {
     Command,
 }
 
-impl Why {
+impl From<Why> for CompactionReason {
     /// The `reason` of the `compaction` event and the log line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Why::Idle { .. } => "idle",
-            Why::Command => "command",
+    fn from(why: Why) -> Self {
+        match why {
+            Why::Idle { .. } => CompactionReason::Idle,
+            Why::Command => CompactionReason::Command,
         }
     }
 }
@@ -117,7 +117,7 @@ impl Inner {
         };
         tracing::info!(
             session_id = %session.id,
-            reason = why.as_str(),
+            reason = ?CompactionReason::from(why),
             idle_secs,
             rollover_secs,
             messages,
@@ -142,7 +142,7 @@ impl Inner {
                 messages,
                 tokens_before,
                 tokens_after: tokens.tokens,
-                reason: why.as_str().to_string(),
+                reason: why.into(),
             },
         );
         if let Some(why) = &fallback {

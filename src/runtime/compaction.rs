@@ -187,7 +187,7 @@ impl Inner {
         tracing::info!(
             session_id = %session.id,
             method = ?method,
-            reason = reason.as_str(),
+            reason = ?CompactionReason::from(reason),
             from_seq = plan.from_seq,
             to_seq = plan.to_seq,
             tokens_before,
@@ -208,7 +208,7 @@ impl Inner {
                 messages: plan.messages,
                 tokens_before,
                 tokens_after,
-                reason: reason.as_str().to_string(),
+                reason: reason.into(),
             },
         );
         if let Some(why) = &fallback {

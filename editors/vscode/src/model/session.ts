@@ -12,6 +12,7 @@ import type {
   BudgetSnapshot,
   ChangedFile,
   CompactionMethod,
+  CompactionReason,
   CostSummary,
   MessageStatus,
   NoticeLevel,
@@ -73,8 +74,7 @@ export interface NoteEntry extends EntryBase {
 
 /** How a compaction went, from its `compaction` event (seen live, not kept in the transcript). */
 export interface CompactionInfo {
-  /** `share`, `window` or `command`. */
-  reason: string;
+  reason: CompactionReason;
   tokensBefore: number;
   tokensAfter: number;
 }

@@ -112,6 +112,13 @@ export type CompactionMethod = 'summary' | 'drop' | 'carryOver';
  */
 export type Pressure = 'normal' | 'high' | 'critical';
 /**
+ * Why a range of the transcript was folded (a `compaction` event's `reason`).
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "CompactionReason".
+ */
+export type CompactionReason = 'share' | 'window' | 'command' | 'idle';
+/**
  * Whether the price came from the user's configuration or the built-in table.
  */
 export type PriceSource = 'override' | 'builtin';
@@ -223,12 +230,7 @@ export type Event =
        */
       tokensBefore: number;
       tokensAfter: number;
-      /**
-       * Why: `share` (the history passed its share of the window), `window` (the request
-       * would not fit), `command` (`/compact` or `/new-context`), `idle` (a new turn after
-       * the session's rollover time: a new context, method `carryOver`).
-       */
-      reason: string;
+      reason: CompactionReason;
     }
   | {
       kind: 'noteDeleted';
@@ -338,6 +340,7 @@ export interface WireTypes {
   ChatStopResult?: ChatStopResult;
   ClientInfo?: ClientInfo;
   CompactionMethod?: CompactionMethod;
+  CompactionReason?: CompactionReason;
   CostSummary?: CostSummary;
   Event?: Event;
   FinishReason?: FinishReason;
