@@ -59,6 +59,18 @@ pub enum CompactionReason {
     Idle,
 }
 
+impl CompactionReason {
+    /// The wire name, for log lines.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CompactionReason::Share => "share",
+            CompactionReason::Window => "window",
+            CompactionReason::Command => "command",
+            CompactionReason::Idle => "idle",
+        }
+    }
+}
+
 /// Whether a message is whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -243,7 +255,8 @@ pub struct SessionTranscriptResult {
 mod tests {
     use super::*;
 
-    /// The reasons kept the names they had when `reason` was a free string.
+    /// The reasons kept the names they had when `reason` was a free string, and the log
+    /// lines use the same names.
     #[test]
     fn compaction_reasons_keep_their_wire_names() {
         let reasons = [
@@ -255,6 +268,10 @@ mod tests {
         pretty_assertions::assert_eq!(
             serde_json::to_value(reasons).unwrap(),
             serde_json::json!(["share", "window", "command", "idle"])
+        );
+        pretty_assertions::assert_eq!(
+            reasons.map(CompactionReason::as_str),
+            ["share", "window", "command", "idle"]
         );
     }
 }

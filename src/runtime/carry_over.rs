@@ -117,7 +117,7 @@ impl Inner {
         };
         tracing::info!(
             session_id = %session.id,
-            reason = ?CompactionReason::from(why),
+            reason = CompactionReason::from(why).as_str(),
             idle_secs,
             rollover_secs,
             messages,

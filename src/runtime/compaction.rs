@@ -187,7 +187,7 @@ impl Inner {
         tracing::info!(
             session_id = %session.id,
             method = ?method,
-            reason = ?CompactionReason::from(reason),
+            reason = CompactionReason::from(reason).as_str(),
             from_seq = plan.from_seq,
             to_seq = plan.to_seq,
             tokens_before,
