@@ -191,7 +191,8 @@ impl ServerSpec {
     }
 
     /// The configuration as it may be stored: environment values can be secrets, so only
-    /// their names are kept (see [`ServerSpec::with_env_from`]).
+    /// their names are kept. A server started from it gets the daemon's own variable of each
+    /// name instead (see [`connect`](super::connection::connect)).
     pub fn without_env_values(&self) -> Self {
         let mut stored = self.clone();
         if let Transport::Stdio { env, .. } = &mut stored.transport {
