@@ -5,16 +5,30 @@
 //! line (`start PID`, `grandchild PID`, `call TOOL`, `cancelled TOOL`). The mode (from
 //! `--mode-file` when it exists, else `--mode`, else `normal`):
 //! - `normal`: serves the tools below;
+//! - `leaky-stdout`: as `normal`, but its grandchild keeps the server's stdout open, so the
+//!   server exiting (`crash`) does not close the pipe;
 //! - `bad-tools`: also lists a tool with an invalid schema and a duplicate name;
 //! - `hang`: reads requests and never answers;
 //! - `garbage`: writes lines that are not JSON-RPC, never answers;
 //! - `init-error`: answers `initialize` with a JSON-RPC error;
 //! - `exit`: exits at once.
+//!
+//! `mcp_fixture --state DIR --http PORT_FILE [--require-header "NAME: VALUE"]...` serves the
+//! same tools over streamable HTTP on 127.0.0.1 instead, writes its port to `PORT_FILE`, and
+//! answers 401 to a request without every required header (logging `unauthorized NAMES`, else
+//! `authorized METHOD`).
 
+use std::convert::Infallible;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::{Request, Response, StatusCode};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ListToolsResult,
@@ -199,6 +213,71 @@ async fn silent(garbage: bool) {
     tokio::time::sleep(Duration::from_secs(3600)).await;
 }
 
+/// Serves the fixture's tools over streamable HTTP until killed.
+async fn serve_http(
+    port_file: PathBuf,
+    log_path: PathBuf,
+    required: Vec<(String, String)>,
+) -> anyhow::Result<()> {
+    let factory_log = log_path.clone();
+    let service = StreamableHttpService::new(
+        move || {
+            Ok(Fixture {
+                log: factory_log.clone(),
+                bad_tools: false,
+                grown: AtomicBool::new(false),
+            })
+        },
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    // Written whole, then renamed: a reader never sees half a port.
+    let partial = port_file.with_extension("partial");
+    std::fs::write(&partial, port.to_string())?;
+    std::fs::rename(&partial, &port_file)?;
+    let required = Arc::new(required);
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let (service, required, log_path) = (service.clone(), required.clone(), log_path.clone());
+        let answer = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+            let (service, required, log_path) =
+                (service.clone(), required.clone(), log_path.clone());
+            async move {
+                let missing: Vec<&str> = required
+                    .iter()
+                    .filter(|(name, value)| {
+                        request
+                            .headers()
+                            .get(name.as_str())
+                            .and_then(|v| v.to_str().ok())
+                            != Some(value.as_str())
+                    })
+                    .map(|(name, _)| name.as_str())
+                    .collect();
+                if !missing.is_empty() {
+                    log(&log_path, &format!("unauthorized {}", missing.join(",")));
+                    let refused = Response::builder()
+                        .status(StatusCode::UNAUTHORIZED)
+                        .header("WWW-Authenticate", "Bearer realm=\"mcp_fixture\"")
+                        .body(Full::new(bytes::Bytes::new()).boxed())
+                        .expect("a valid response");
+                    return Ok::<_, Infallible>(refused);
+                }
+                log(&log_path, &format!("authorized {}", request.method()));
+                Ok(service.handle(request).await)
+            }
+        });
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, answer)
+                .await;
+        });
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -216,12 +295,26 @@ async fn main() -> anyhow::Result<()> {
         .or_else(|| arg("--mode"))
         .unwrap_or_else(|| "normal".into());
     log(&log_path, &format!("start {}", std::process::id()));
+    if let Some(port_file) = arg("--http") {
+        let required = args
+            .windows(2)
+            .filter(|pair| pair[0] == "--require-header")
+            .filter_map(|pair| pair[1].split_once(':'))
+            .map(|(name, value)| (name.trim().to_string(), value.trim().to_string()))
+            .collect();
+        return serve_http(PathBuf::from(port_file), log_path, required).await;
+    }
     eprintln!("mcp_fixture starting in mode {mode}");
-    // A process of the server's own, to show the whole group goes on shutdown.
+    // A process of the server's own, to show the whole group goes on shutdown. With
+    // `leaky-stdout` it inherits the server's stdout, as a careless server's helper would.
+    let grandchild_stdout = match mode.as_str() {
+        "leaky-stdout" => std::process::Stdio::inherit(),
+        _ => std::process::Stdio::null(),
+    };
     let grandchild = std::process::Command::new("sleep")
         .arg("3600")
         .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
+        .stdout(grandchild_stdout)
         .spawn();
     if let Ok(child) = grandchild {
         log(&log_path, &format!("grandchild {}", child.id()));

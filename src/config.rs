@@ -189,6 +189,11 @@ struct FileMcpServer {
     env: BTreeMap<String, String>,
     cwd: Option<String>,
     url: Option<String>,
+    /// Sent with every request to a `url` server.
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    /// The variable holding a token sent as `Authorization: Bearer` to a `url` server.
+    bearer_token_env_var: Option<String>,
     enabled: Option<bool>,
     startup_timeout_secs: Option<u64>,
     tool_timeout_secs: Option<u64>,
@@ -206,6 +211,8 @@ impl FileMcpServer {
             env: self.env.clone(),
             cwd: self.cwd.clone(),
             url: self.url.clone(),
+            headers: self.headers.clone(),
+            bearer_token_env_var: self.bearer_token_env_var.clone(),
             enabled: self.enabled,
             startup_timeout_secs: self.startup_timeout_secs,
             tool_timeout_secs: self.tool_timeout_secs,

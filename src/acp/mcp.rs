@@ -19,16 +19,16 @@ pub fn servers(given: Vec<acp::McpServer>) -> (Vec<McpServerParams>, Vec<String>
                 env: stdio.env.into_iter().map(|v| (v.name, v.value)).collect(),
                 ..McpServerParams::default()
             }),
-            acp::McpServer::Http(http) if http.headers.is_empty() => {
-                servers.push(McpServerParams {
-                    name: http.name,
-                    url: Some(http.url),
-                    ..McpServerParams::default()
-                });
-            }
-            acp::McpServer::Http(http) => {
-                skipped.push(format!("{} (HTTP headers are not supported)", http.name))
-            }
+            acp::McpServer::Http(http) => servers.push(McpServerParams {
+                name: http.name,
+                url: Some(http.url),
+                headers: http
+                    .headers
+                    .into_iter()
+                    .map(|h| (h.name, h.value))
+                    .collect(),
+                ..McpServerParams::default()
+            }),
             acp::McpServer::Sse(sse) => {
                 skipped.push(format!("{} (SSE is not supported)", sse.name))
             }
@@ -49,7 +49,8 @@ mod tests {
         let given: Vec<acp::McpServer> = serde_json::from_value(json!([
             {"name": "fs", "command": "/usr/bin/fs-server", "args": ["--root", "/w"],
              "env": [{"name": "TOKEN", "value": "t"}]},
-            {"type": "http", "name": "docs", "url": "http://127.0.0.1:1/mcp", "headers": []},
+            {"type": "http", "name": "docs", "url": "http://127.0.0.1:1/mcp",
+             "headers": [{"name": "X-Api-Key", "value": "k"}]},
             {"type": "sse", "name": "old", "url": "http://127.0.0.1:1/sse", "headers": []}
         ]))
         .unwrap();
@@ -67,6 +68,7 @@ mod tests {
                 McpServerParams {
                     name: "docs".into(),
                     url: Some("http://127.0.0.1:1/mcp".into()),
+                    headers: [("X-Api-Key".to_string(), "k".to_string())].into(),
                     ..McpServerParams::default()
                 },
             ]

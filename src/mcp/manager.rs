@@ -37,10 +37,33 @@ struct Live {
     /// Kills the process group when the last holder lets go.
     group: Option<Group>,
     cancel: Mutex<Option<rmcp::service::RunningServiceCancellationToken>>,
+    /// Why it went down, once it has: calls still waiting on it fail with this at once.
+    down: watch::Sender<Option<String>>,
 }
 
 impl Live {
-    fn close(&self) {
+    /// Waits until the server is down and says why.
+    async fn went_down(&self) -> String {
+        let mut down = self.down.subscribe();
+        let why = down
+            .wait_for(Option::is_some)
+            .await
+            .map(|why| why.clone().unwrap_or_default());
+        match why {
+            Ok(why) => why,
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// Closes the connection and kills the process group; `why` reaches the calls in flight.
+    fn close(&self, why: &str) {
+        self.down.send_if_modified(|down| match down {
+            Some(_) => false,
+            None => {
+                *down = Some(why.to_string());
+                true
+            }
+        });
         if let Some(cancel) = lock(&self.cancel).take() {
             cancel.cancel();
         }
@@ -251,6 +274,7 @@ impl Manager {
             group,
             tools_changed,
             tools,
+            mut exited,
         } = connection;
         let listed = self.accept_tools(&slot, &tools);
         let live = Arc::new(Live {
@@ -258,6 +282,7 @@ impl Manager {
             tools: Mutex::new(listed),
             group,
             cancel: Mutex::new(Some(service.cancellation_token())),
+            down: watch::Sender::new(None),
         });
         *lock(&slot.backoff) = (0, None);
         slot.state.send_replace(State::Ready(live.clone()));
@@ -282,17 +307,25 @@ impl Manager {
                 }
             })
         };
-        // The service ends when the transport closes: the process died, or we closed it.
-        let quit = service.waiting().await;
+        // The service ends when the transport closes: the process died, or we closed it. The
+        // process may also exit while something it started keeps its stdout open: then its
+        // exit is what tells.
+        // Held outside the select, so it lives to the end of this function: dropping it closes
+        // the connection, which must come after `close` has told the calls in flight why.
+        let mut waiting = std::pin::pin!(service.waiting());
+        let why = tokio::select! {
+            quit = &mut waiting => {
+                tracing::warn!(server = %name, reason = ?quit, "MCP server connection ended");
+                "its process exited or the connection closed".to_string()
+            }
+            ended = connection::exit_of(&mut exited) => format!("its process exited ({ended})"),
+        };
         refresher.abort();
-        live.close();
+        live.close(&why);
         let still_this = matches!(&*slot.state.borrow(), State::Ready(l) if Arc::ptr_eq(l, &live));
         if still_this && !self.closed.load(std::sync::atomic::Ordering::SeqCst) {
-            tracing::warn!(server = %name, reason = ?quit, "MCP server stopped");
-            self.fail(
-                &slot,
-                "stopped unexpectedly (its process exited or the connection closed)".into(),
-            );
+            tracing::warn!(server = %name, %why, "MCP server stopped");
+            self.fail(&slot, format!("stopped unexpectedly ({why})"));
         }
     }
 
@@ -455,7 +488,17 @@ impl Manager {
         let params = rmcp::model::CallToolRequestParams::new(tool.tool.name.clone())
             .with_arguments(arguments);
         let timeout = spec.tool_timeout();
-        let answer = tokio::time::timeout(timeout, live.peer.call_tool(params)).await;
+        let answer = tokio::select! {
+            // First: going down also ends the request, and the reason is the better answer.
+            biased;
+            why = live.went_down() => {
+                return ToolOutcome::error(format!(
+                    "The call to {} failed: MCP server {:?} stopped during the call ({why})",
+                    tool.tool.name, spec.name
+                ));
+            }
+            answer = tokio::time::timeout(timeout, live.peer.call_tool(params)) => answer,
+        };
         let value = match answer {
             Err(_) => {
                 return ToolOutcome::error(format!(
@@ -555,7 +598,7 @@ impl Manager {
         let slots: Vec<Arc<Slot>> = lock(&self.slots).values().cloned().collect();
         for slot in slots {
             if let State::Ready(live) = slot.state.send_replace(State::Idle) {
-                live.close();
+                live.close("the daemon shut down");
             }
         }
         connection::kill_all(&self.groups);

@@ -24,8 +24,30 @@ pub enum Transport {
         cwd: Option<String>,
     },
     /// A server speaking MCP's streamable HTTP transport.
-    Http { url: String },
+    Http {
+        url: String,
+        /// Sent with every request (an API key, say). Values may be secrets, like `env`'s.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        headers: BTreeMap<String, String>,
+        /// A variable of the daemon's environment whose value is sent with every request as
+        /// `Authorization: Bearer …`, so the token itself is in no configuration.
+        #[serde(
+            default,
+            rename = "bearerTokenEnvVar",
+            skip_serializing_if = "Option::is_none"
+        )]
+        bearer_token_env_var: Option<String>,
+    },
 }
+
+/// Headers the streamable HTTP transport sets itself; a configured one would break it.
+const TRANSPORT_HEADERS: [&str; 5] = [
+    "accept",
+    "content-type",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+];
 
 /// A checked server configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +76,8 @@ pub struct RawSpec {
     pub env: BTreeMap<String, String>,
     pub cwd: Option<String>,
     pub url: Option<String>,
+    pub headers: BTreeMap<String, String>,
+    pub bearer_token_env_var: Option<String>,
     pub enabled: Option<bool>,
     pub startup_timeout_secs: Option<u64>,
     pub tool_timeout_secs: Option<u64>,
@@ -80,6 +104,11 @@ impl ServerSpec {
             (Some(command), None) => {
                 if command.trim().is_empty() {
                     return Err(format!("MCP server {name:?} has an empty `command`"));
+                }
+                if !raw.headers.is_empty() || raw.bearer_token_env_var.is_some() {
+                    return Err(format!(
+                        "MCP server {name:?}: `headers` and `bearer_token_env_var` apply only to a `url`"
+                    ));
                 }
                 if let Some(cwd) = &raw.cwd
                     && !std::path::Path::new(cwd).is_absolute()
@@ -108,8 +137,11 @@ impl ServerSpec {
                         "MCP server {name:?}: `args`, `env` and `cwd` apply only to a `command`"
                     ));
                 }
+                check_headers(name, &raw.headers, raw.bearer_token_env_var.as_deref())?;
                 Transport::Http {
                     url: url.trim().to_string(),
+                    headers: raw.headers,
+                    bearer_token_env_var: raw.bearer_token_env_var,
                 }
             }
         };
@@ -182,9 +214,18 @@ impl ServerSpec {
                 }
                 hash.write(cwd.as_deref().unwrap_or("").as_bytes());
             }
-            Transport::Http { url } => {
+            Transport::Http {
+                url,
+                headers,
+                bearer_token_env_var,
+            } => {
                 hash.write(b"http");
                 hash.write(url.as_bytes());
+                for (key, value) in headers {
+                    hash.write(key.as_bytes());
+                    hash.write(value.as_bytes());
+                }
+                hash.write(bearer_token_env_var.as_deref().unwrap_or("").as_bytes());
             }
         }
         format!("{}-{:016x}", self.name, hash.finish())
@@ -202,6 +243,46 @@ impl ServerSpec {
         }
         stored
     }
+}
+
+/// Header names and values must be valid HTTP, must not be ones the transport sets itself, and
+/// a bearer token comes from one place only.
+fn check_headers(
+    name: &str,
+    headers: &BTreeMap<String, String>,
+    bearer_token_env_var: Option<&str>,
+) -> Result<(), String> {
+    for (header, value) in headers {
+        if reqwest::header::HeaderName::from_bytes(header.as_bytes()).is_err() {
+            return Err(format!(
+                "MCP server {name:?}: {header:?} in `headers` is not a valid HTTP header name"
+            ));
+        }
+        if reqwest::header::HeaderValue::from_str(value).is_err() {
+            return Err(format!(
+                "MCP server {name:?}: the value of header {header:?} is not a valid HTTP header value (no line breaks or control characters)"
+            ));
+        }
+        let lower = header.to_ascii_lowercase();
+        if TRANSPORT_HEADERS.contains(&lower.as_str()) {
+            return Err(format!(
+                "MCP server {name:?}: header {header:?} is set by the MCP transport itself; leave it out of `headers`"
+            ));
+        }
+        if lower == "authorization" && bearer_token_env_var.is_some() {
+            return Err(format!(
+                "MCP server {name:?} has both an Authorization header and `bearer_token_env_var`: give one"
+            ));
+        }
+    }
+    if let Some(var) = bearer_token_env_var
+        && (var.is_empty() || var.contains(['=', '\0']))
+    {
+        return Err(format!(
+            "MCP server {name:?}: `bearer_token_env_var` must name an environment variable, got {var:?}"
+        ));
+    }
+    Ok(())
 }
 
 /// Server names become part of tool names, so they keep to the characters providers accept.
@@ -254,6 +335,36 @@ mod tests {
             command: Some(command.into()),
             ..RawSpec::default()
         }
+    }
+
+    fn header(name: &str, value: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([(name.to_string(), value.to_string())])
+    }
+
+    fn http(headers: BTreeMap<String, String>, bearer: Option<&str>) -> RawSpec {
+        RawSpec {
+            url: Some("https://mcp.example.com/mcp".into()),
+            headers,
+            bearer_token_env_var: bearer.map(String::from),
+            ..RawSpec::default()
+        }
+    }
+
+    #[test]
+    fn headers_count_in_the_key() {
+        let plain = ServerSpec::check("web", http(BTreeMap::new(), None)).unwrap();
+        let keyed = ServerSpec::check("web", http(header("X-Key", "k"), None)).unwrap();
+        let bearer = ServerSpec::check("web", http(BTreeMap::new(), Some("TOKEN"))).unwrap();
+        assert_ne!(plain.key(), keyed.key());
+        assert_ne!(plain.key(), bearer.key());
+        assert_eq!(
+            keyed.transport,
+            Transport::Http {
+                url: "https://mcp.example.com/mcp".into(),
+                headers: header("X-Key", "k"),
+                bearer_token_env_var: None,
+            }
+        );
     }
 
     #[test]
@@ -311,6 +422,21 @@ mod tests {
                     ..stdio("a")
                 },
             ),
+            ServerSpec::check(
+                "fs",
+                RawSpec {
+                    headers: header("X-Key", "k"),
+                    ..stdio("a")
+                },
+            ),
+            ServerSpec::check("web", http(header("Accept", "text/html"), None)),
+            ServerSpec::check("web", http(header("X Key", "k"), None)),
+            ServerSpec::check("web", http(header("X-Key", "a\nb"), None)),
+            ServerSpec::check(
+                "web",
+                http(header("authorization", "Bearer x"), Some("TOKEN")),
+            ),
+            ServerSpec::check("web", http(BTreeMap::new(), Some("A=B"))),
         ]
         .map(|r| r.unwrap_err());
         assert_eq!(
@@ -323,6 +449,12 @@ mod tests {
                 "MCP server \"web\": `url` must start with http:// or https://",
                 "MCP server \"fs\": `startup_timeout_secs` must be at least 1 second",
                 "MCP server \"fs\": `cwd` must be an absolute path, got \"rel\"",
+                "MCP server \"fs\": `headers` and `bearer_token_env_var` apply only to a `url`",
+                "MCP server \"web\": header \"Accept\" is set by the MCP transport itself; leave it out of `headers`",
+                "MCP server \"web\": \"X Key\" in `headers` is not a valid HTTP header name",
+                "MCP server \"web\": the value of header \"X-Key\" is not a valid HTTP header value (no line breaks or control characters)",
+                "MCP server \"web\" has both an Authorization header and `bearer_token_env_var`: give one",
+                "MCP server \"web\": `bearer_token_env_var` must name an environment variable, got \"A=B\"",
             ]
             .map(String::from)
         );

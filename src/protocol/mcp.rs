@@ -24,6 +24,15 @@ pub struct McpServerParams {
     pub cwd: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    /// HTTP headers sent with every request to a `url` server (an API key, say). Their values
+    /// are not stored, like `env`'s: after a daemon restart give the servers again (ACP's
+    /// `session/load` does), or use `bearerTokenEnvVar`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// For a `url` server: a variable of the daemon's environment whose value is sent as
+    /// `Authorization: Bearer …`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer_token_env_var: Option<String>,
     /// Default true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,

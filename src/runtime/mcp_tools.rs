@@ -42,6 +42,8 @@ pub(super) fn check_servers(params: Vec<McpServerParams>) -> RuntimeResult<Vec<S
                 env: p.env,
                 cwd: p.cwd,
                 url: p.url,
+                headers: p.headers,
+                bearer_token_env_var: p.bearer_token_env_var,
                 enabled: p.enabled,
                 startup_timeout_secs: p.startup_timeout_secs,
                 tool_timeout_secs: p.tool_timeout_secs,

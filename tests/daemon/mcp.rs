@@ -706,3 +706,163 @@ async fn session_servers_and_list_changes_reach_the_request_and_the_budget() {
     assert!(tool_names(&requests[2]).contains(&"mcp__own__extra".to_string()));
     daemon.close().await;
 }
+
+/// The fixture serving over streamable HTTP, started by the test and killed when dropped.
+struct HttpServer {
+    server: Server,
+    process: std::process::Child,
+    url: String,
+}
+
+impl HttpServer {
+    async fn start(scratch: &Scratch, required_headers: &[&str]) -> Self {
+        let server = Server::new(scratch, "http");
+        let port_file = server.dir.join("port");
+        let mut command = std::process::Command::new(fixture());
+        command
+            .arg("--state")
+            .arg(&server.dir)
+            .arg("--http")
+            .arg(&port_file);
+        for header in required_headers {
+            command.args(["--require-header", header]);
+        }
+        let process = command.spawn().expect("run the fixture");
+        let mut started = Self {
+            server,
+            process,
+            url: String::new(),
+        };
+        for _ in 0..600 {
+            if let Ok(port) = std::fs::read_to_string(&port_file) {
+                started.url = format!("http://127.0.0.1:{port}/mcp");
+                return started;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the HTTP fixture never wrote its port");
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+#[tokio::test]
+async fn an_http_server_gets_its_headers_and_one_without_them_is_a_notice() {
+    let scratch = Scratch::new();
+    let http = HttpServer::start(
+        &scratch,
+        &["X-Api-Key: key-1", "Authorization: Bearer token-2"],
+    )
+    .await;
+    // `web` sends both credentials; `bare` the same server without them: 401.
+    scratch.write_config(&format!(
+        "[mcp_servers.web]\nurl = {url:?}\nheaders = {{ \"X-Api-Key\" = \"key-1\" }}\n\
+         bearer_token_env_var = \"FIXTURE_TOKEN\"\ntrust = true\n\
+         [mcp_servers.bare]\nurl = {url:?}\n",
+        url = http.url
+    ));
+    let turns = json!({"turns": [
+        {"toolCalls": [call("mcp__web__echo", json!({"text": "over http"}))]},
+        {"text": "done"}
+    ]});
+    let mut env = scratch.replay(turns);
+    env.push(("FIXTURE_TOKEN", "token-2".into()));
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
+    let id = daemon
+        .create_session(session_params(&scratch.workspace()))
+        .await;
+    let ready = wait_for_state(&daemon, &id, "web", McpServerState::Ready).await;
+    assert_eq!(ready.tools, 10);
+    let refused = wait_for_state(&daemon, &id, "bare", McpServerState::Failed).await;
+    assert_eq!(
+        refused.last_error.as_deref(),
+        Some(
+            "could not start: the server refused the request as unauthorized (HTTP 401): check its `headers` or `bearer_token_env_var`"
+        )
+    );
+
+    daemon.send(&id, "call it over http").await;
+    daemon.until_finished().await;
+    let transcript = daemon.transcript(&id).await;
+    assert_eq!(
+        results(&transcript),
+        vec![("done".to_string(), "over http".to_string())]
+    );
+    assert!(
+        notices(&transcript)
+            .iter()
+            .any(|n| n.starts_with("MCP server \"bare\" could not start: the server refused the request as unauthorized (HTTP 401)")),
+        "{:?}",
+        notices(&transcript)
+    );
+    let requests = scratch.requests();
+    let names = tool_names(&requests[0]);
+    assert!(names.contains(&"mcp__web__echo".to_string()));
+    assert!(!names.iter().any(|n| n.starts_with("mcp__bare__")));
+    let log = http.server.log();
+    assert!(log.contains(&"call echo".to_string()), "{log:?}");
+    assert!(log.contains(&"authorized POST".to_string()), "{log:?}");
+    assert!(
+        log.contains(&"unauthorized X-Api-Key,Authorization".to_string()),
+        "{log:?}"
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn a_server_that_exits_while_its_child_holds_stdout_fails_the_call_at_once() {
+    let scratch = Scratch::new();
+    let server = Server::new(&scratch, "fix");
+    server.set_mode("leaky-stdout");
+    // A call cut off only by the tool timeout would take 10 minutes and say so.
+    scratch.write_config(&server.toml("fix", "tool_timeout_secs = 600"));
+    let turns = json!({"turns": [
+        {"toolCalls": [call("mcp__fix__crash", json!({}))]},
+        {"text": "it crashed"},
+    ]});
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(turns))).await;
+    let id = daemon
+        .create_session(session_params(&scratch.workspace()))
+        .await;
+    wait_for_state(&daemon, &id, "fix", McpServerState::Ready).await;
+    let grandchild = server.pids("grandchild")[0];
+    assert!(!gone(grandchild));
+    daemon.send(&id, "crash it").await;
+    let (_, approval) = daemon.until_approval().await;
+    respond(&daemon, approval, ApprovalDecision::Allow).await;
+    daemon.until_finished().await;
+    let failed = wait_for_state(&daemon, &id, "fix", McpServerState::Failed).await;
+    assert_eq!(
+        failed.last_error.as_deref(),
+        Some("stopped unexpectedly (its process exited (exit status 1))")
+    );
+    let transcript = daemon.transcript(&id).await;
+    assert_eq!(
+        results(&transcript),
+        vec![(
+            "error".to_string(),
+            "The call to crash failed: MCP server \"fix\" stopped during the call (its process exited (exit status 1))".to_string()
+        )]
+    );
+    assert!(
+        notices(&transcript)
+            .iter()
+            .any(|n| n.starts_with("MCP server \"fix\" stopped unexpectedly (its process exited")),
+        "{:?}",
+        notices(&transcript)
+    );
+    // The process it left behind went with its group.
+    for _ in 0..200 {
+        if gone(grandchild) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(gone(grandchild), "the grandchild outlived its server");
+    daemon.close().await;
+}

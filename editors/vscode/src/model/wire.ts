@@ -897,6 +897,19 @@ export interface McpServerParams {
   cwd?: string | null;
   url?: string | null;
   /**
+   * HTTP headers sent with every request to a `url` server (an API key, say). Their values
+   * are not stored, like `env`'s: after a daemon restart give the servers again (ACP's
+   * `session/load` does), or use `bearerTokenEnvVar`.
+   */
+  headers?: {
+    [k: string]: string | undefined;
+  };
+  /**
+   * For a `url` server: a variable of the daemon's environment whose value is sent as
+   * `Authorization: Bearer …`.
+   */
+  bearerTokenEnvVar?: string | null;
+  /**
    * Default true.
    */
   enabled?: boolean | null;
