@@ -2,7 +2,7 @@
 //!
 //! Each entry runs once, in order, inside a transaction. Never edit a released entry: add one.
 
-use rusqlite::Connection;
+use rusqlite::{Connection, TransactionBehavior};
 
 use super::{StoreError, StoreResult};
 
@@ -205,23 +205,39 @@ const MIGRATIONS: &[&str] = &[
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// Brings the schema to the newest version this build knows.
+///
+/// Two daemons may open a new file at the same moment: each migration is applied in a
+/// transaction that holds the write lock and reads the version again under it, so the second
+/// one finds the first one's work done instead of applying it twice ("table already exists").
 pub fn apply(conn: &mut Connection) -> StoreResult<()> {
-    let current: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     let known = MIGRATIONS.len() as i64;
+    // Already current (every start but the first): no write lock needed.
+    if current_version(conn, known)? == known {
+        return Ok(());
+    }
+    loop {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let current = current_version(&tx, known)?;
+        if current == known {
+            return Ok(());
+        }
+        tx.execute_batch(MIGRATIONS[current as usize])?;
+        tx.pragma_update(None, "user_version", current + 1)?;
+        tx.commit()?;
+        tracing::debug!(version = current + 1, "applied migration");
+    }
+}
+
+/// The schema version of the database; an error when a newer build wrote it.
+fn current_version(conn: &Connection, known: i64) -> StoreResult<i64> {
+    let current: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     if current > known {
         return Err(StoreError::TooNew {
             found: current,
             known,
         });
     }
-    for (index, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
-        let tx = conn.transaction()?;
-        tx.execute_batch(sql)?;
-        tx.pragma_update(None, "user_version", index as i64 + 1)?;
-        tx.commit()?;
-        tracing::debug!(version = index + 1, "applied migration");
-    }
-    Ok(())
+    Ok(current)
 }
 
 #[cfg(test)]

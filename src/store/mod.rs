@@ -219,7 +219,19 @@ impl Store {
             path: path.to_path_buf(),
             source,
         })?;
-        let writer = Self::prepare(Connection::open(path)?)?;
+        let mut lock_wait = LOCK_WAIT;
+        if let Some(value) = std::env::var(LOCK_WAIT_VAR).ok().filter(|v| !v.is_empty()) {
+            let ms: u64 = value
+                .trim()
+                .parse()
+                .map_err(|_| StoreError::BadLockWait(value.clone()))?;
+            tracing::warn!(
+                lock_wait_ms = ms,
+                "{LOCK_WAIT_VAR} is set: writes wait this long for a locked database"
+            );
+            lock_wait = Duration::from_millis(ms);
+        }
+        let writer = Self::prepare(Connection::open(path)?, lock_wait)?;
         // Opened after the writer has made the file a WAL database.
         let readers = (0..READERS)
             .map(|_| open_reader(path))
@@ -232,18 +244,8 @@ impl Store {
             );
         }
         let mut store = Self::with_connections(writer, readers, lease.unwrap_or(DEFAULT_LEASE));
-        if let Some(value) = std::env::var(LOCK_WAIT_VAR).ok().filter(|v| !v.is_empty()) {
-            let ms: u64 = value
-                .trim()
-                .parse()
-                .map_err(|_| StoreError::BadLockWait(value.clone()))?;
-            tracing::warn!(
-                lock_wait_ms = ms,
-                "{LOCK_WAIT_VAR} is set: writes wait this long for a locked database"
-            );
-            if let Some(shared) = Arc::get_mut(&mut store.shared) {
-                shared.lock_wait = Duration::from_millis(ms);
-            }
+        if let Some(shared) = Arc::get_mut(&mut store.shared) {
+            shared.lock_wait = lock_wait;
         }
         if let Some(value) = std::env::var(SLOW_COMMIT_VAR)
             .ok()
@@ -262,7 +264,7 @@ impl Store {
 
     /// A private in-memory database, for unit tests and benchmarks.
     pub fn open_in_memory() -> StoreResult<Self> {
-        let writer = Self::prepare(Connection::open_in_memory()?)?;
+        let writer = Self::prepare(Connection::open_in_memory()?, LOCK_WAIT)?;
         Ok(Self::with_connections(writer, Vec::new(), DEFAULT_LEASE))
     }
 
@@ -292,11 +294,27 @@ impl Store {
         }
     }
 
-    fn prepare(mut conn: Connection) -> StoreResult<Connection> {
+    /// Readies the writer: WAL, foreign keys and the schema. Two daemons may open a new file
+    /// at the same moment; while the other one holds the database (making it a WAL file,
+    /// building its schema), each step is tried again, for up to `lock_wait`.
+    fn prepare(mut conn: Connection, lock_wait: Duration) -> StoreResult<Connection> {
         conn.busy_timeout(LOCK_ATTEMPT)?;
         // A transaction takes the write lock when it begins: one that read first and then
         // found another daemon had written meanwhile could only fail, not wait.
         conn.set_transaction_behavior(rusqlite::TransactionBehavior::Immediate);
+        let started = std::time::Instant::now();
+        loop {
+            match Self::set_up(&mut conn) {
+                Err(e) if is_busy(&e) && started.elapsed() < lock_wait => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                done => return done.map(|()| conn),
+            }
+        }
+    }
+
+    /// The steps of [`Store::prepare`], each harmless to repeat.
+    fn set_up(conn: &mut Connection) -> StoreResult<()> {
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         // A brand-new file holds nothing to lose: build its schema without waiting for the disk
         // (eight fsyncs otherwise), then switch to the durable setting before any data.
@@ -305,10 +323,10 @@ impl Store {
         }
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
-        migrations::apply(&mut conn)?;
+        migrations::apply(conn)?;
         // WAL + NORMAL: a commit survives a killed process; only power loss can lose the tail.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
-        Ok(conn)
+        Ok(())
     }
 
     /// Runs `work` on the writer, off the async workers. While another program (another
