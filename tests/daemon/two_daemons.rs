@@ -401,3 +401,38 @@ async fn a_frozen_daemon_loses_its_run_once_the_lease_expires_and_writes_nothing
     a.close().await;
     b.close().await;
 }
+
+#[tokio::test]
+async fn two_daemons_started_at_once_on_a_new_file_both_serve() {
+    // Several rounds: the two start-ups race differently each time.
+    for round in 0..5 {
+        let scratch = Scratch::new();
+        let db = scratch.db();
+        let (a, b) = tokio::join!(
+            Daemon::start(&db, Options::default()),
+            Daemon::start(&db, Options::default()),
+        );
+        let (created_a, created_b) = tokio::join!(
+            a.try_call("session/create", json!({"title": "a"})),
+            b.try_call("session/create", json!({"title": "b"})),
+        );
+        let (created_a, created_b) = match (created_a, created_b) {
+            (Ok(a), Ok(b)) => (a, b),
+            other => panic!("round {round}: a daemon could not create a session: {other:?}"),
+        };
+        // Each sees both sessions: one database, one schema.
+        for daemon in [&a, &b] {
+            let listed = daemon.call("session/list", json!({})).await;
+            let mut titles: Vec<&str> = listed["sessions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["title"].as_str().unwrap())
+                .collect();
+            titles.sort();
+            assert_eq!(titles, ["a", "b"], "round {round}");
+        }
+        assert_ne!(created_a["id"], created_b["id"]);
+        assert_eq!((a.close().await, b.close().await), (0, 0), "round {round}");
+    }
+}
