@@ -292,7 +292,7 @@ impl Runtime {
 
     /// Withdraws an interjection that has not yet been taken into a model request.
     pub fn cancel_interjection(&self, pending_id: &str) -> RuntimeResult<InterjectionCancelResult> {
-        match self.inner.store.cancel_pending(pending_id)? {
+        match self.inner.cancel_pending(pending_id)? {
             CancelOutcome::NotFound => Err(RuntimeError::NotFound {
                 what: "interjection",
                 id: pending_id.to_string(),

@@ -11,8 +11,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
 
 use super::{Inner, RuntimeResult, recovery};
-use crate::protocol::Event;
-use crate::store::{LeaseClaim, LeaseRow, PendingRow};
+use crate::protocol::{Event, InterjectionStatus};
+use crate::store::{CancelOutcome, LeaseClaim, LeaseRow, PendingRow};
 use crate::util::lock;
 
 /// Input queued for this daemon's runs that its clients were told of, by session.
@@ -61,23 +61,61 @@ impl Inner {
     }
 
     /// Tells this daemon's clients of queued input they have not heard of (queued through
-    /// another daemon), before the run delivers it. With `all_open`, `rows` are every row still
-    /// open, and the memory of announced rows keeps only those.
-    pub(super) fn announce_unseen(&self, session_id: &str, rows: &[PendingRow], all_open: bool) {
-        let mut fresh = Vec::new();
-        {
+    /// another daemon), before the run delivers it.
+    pub(super) fn announce_unseen(&self, session_id: &str, rows: &[PendingRow]) {
+        let fresh: Vec<PendingRow> = {
             let mut announced = lock(&self.announced);
             let seen = announced.entry(session_id.to_string()).or_default();
-            if all_open {
-                seen.retain(|id| rows.iter().any(|row| &row.id == id));
-            }
-            for row in rows {
-                if seen.insert(row.id.clone()) {
-                    fresh.push(row.clone());
+            rows.iter()
+                .filter(|row| seen.insert(row.id.clone()))
+                .cloned()
+                .collect()
+        };
+        self.tell_queued(session_id, fresh);
+    }
+
+    /// Brings this daemon's clients up to date with the input of its run: rows queued through
+    /// another daemon are announced, and rows they heard of that were cancelled through another
+    /// daemon are announced as cancelled, as a cancel made here is. Read under the memory of
+    /// announced rows, which a cancel made here holds while it cancels, so no cancel is
+    /// announced twice.
+    fn sync_announced(&self, session_id: &str) -> RuntimeResult<()> {
+        let (fresh, cancelled) = {
+            let mut announced = lock(&self.announced);
+            let open = self.store.open_pending(session_id)?;
+            let seen = announced.entry(session_id.to_string()).or_default();
+            let gone: Vec<String> = seen
+                .iter()
+                .filter(|id| !open.iter().any(|row| &row.id == *id))
+                .cloned()
+                .collect();
+            let mut cancelled = Vec::new();
+            for id in &gone {
+                if self.store.pending_status(id)? == Some(InterjectionStatus::Cancelled) {
+                    cancelled.push(id.clone());
                 }
             }
+            seen.retain(|id| !gone.contains(id));
+            let fresh: Vec<PendingRow> = open
+                .into_iter()
+                .filter(|row| seen.insert(row.id.clone()))
+                .collect();
+            (fresh, cancelled)
+        };
+        self.tell_queued(session_id, fresh);
+        for pending_id in cancelled {
+            self.events.emit(
+                &self.store,
+                session_id,
+                None,
+                Event::InterjectionCancelled { pending_id },
+            );
         }
-        for row in fresh {
+        Ok(())
+    }
+
+    fn tell_queued(&self, session_id: &str, rows: Vec<PendingRow>) {
+        for row in rows {
             self.events.emit(
                 &self.store,
                 session_id,
@@ -88,6 +126,19 @@ impl Inner {
                 },
             );
         }
+    }
+
+    /// Cancels queued input through this daemon, forgetting it among the announced rows under
+    /// the same lock, so the heartbeat does not announce this cancel a second time.
+    pub(super) fn cancel_pending(&self, pending_id: &str) -> RuntimeResult<CancelOutcome> {
+        let mut announced = lock(&self.announced);
+        let outcome = self.store.cancel_pending(pending_id)?;
+        if let CancelOutcome::Cancelled(row) = &outcome
+            && let Some(seen) = announced.get_mut(&row.session_id)
+        {
+            seen.remove(&row.id);
+        }
+        Ok(outcome)
     }
 
     /// One heartbeat. Failures are logged: the next beat tries again.
@@ -126,8 +177,7 @@ impl Inner {
             self.runs.stop(session_id);
             return Ok(());
         }
-        let open = self.store.open_pending(session_id)?;
-        self.announce_unseen(session_id, &open, true);
+        self.sync_announced(session_id)?;
         self.runs.poke_approvals(session_id);
         Ok(())
     }

@@ -232,7 +232,7 @@ impl RunContext {
             .store
             .lease_pending(&self.session_id, &self.run_id)?;
         // Input queued through another daemon is news to this daemon's clients.
-        self.inner.announce_unseen(&self.session_id, &rows, false);
+        self.inner.announce_unseen(&self.session_id, &rows);
         Ok(rows)
     }
 

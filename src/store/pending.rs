@@ -193,6 +193,19 @@ impl Store {
         })
     }
 
+    /// Where a queued row stands now; `None` when there is no such row.
+    pub fn pending_status(&self, pending_id: &str) -> StoreResult<Option<InterjectionStatus>> {
+        self.read(|conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT status FROM pending_input WHERE id = ?1",
+                    [pending_id],
+                    |r| r.get(0),
+                )
+                .optional()?)
+        })
+    }
+
     pub fn cancel_pending(&self, pending_id: &str) -> StoreResult<CancelOutcome> {
         self.write(|conn| {
             let cancelled = conn

@@ -9,8 +9,8 @@ use std::time::Duration;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::protocol::{
-    ApprovalDecision, ApprovalRespondParams, Event, FinishReason, SessionCreateParams,
-    SessionIdParams,
+    ApprovalDecision, ApprovalRespondParams, Event, FinishReason, InterjectionCancelParams,
+    SessionCreateParams, SessionIdParams,
 };
 
 use crate::harness::{Daemon, Options, Scratch};
@@ -435,4 +435,59 @@ async fn two_daemons_started_at_once_on_a_new_file_both_serve() {
         assert_ne!(created_a["id"], created_b["id"]);
         assert_eq!((a.close().await, b.close().await), (0, 0), "round {round}");
     }
+}
+
+#[tokio::test]
+async fn an_interjection_cancelled_through_the_other_daemon_is_announced_to_the_owners_clients() {
+    let (gate, held) = mpsc::channel();
+    let upstream = start(vec![gated(
+        vec![text("Working on it.")],
+        held,
+        vec![openai::chunk(json!({}), Some("stop"))],
+    )]);
+    let scratch = Scratch::new();
+    let mut a = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let session = session(&a, &scratch).await;
+    a.send(&session, "work").await;
+    a.events_until(|e| matches!(e, Event::TextDelta { .. }))
+        .await;
+
+    let b = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let queued = b.send(&session, "never mind this").await;
+    let pending_id = queued["pendingId"].as_str().unwrap().to_string();
+    a.events_until(|e| matches!(e, Event::InterjectionQueued { .. }))
+        .await;
+
+    // Withdrawn through B: A's client hears of it from A, as it would of a cancel made at A.
+    let cancelled = b
+        .call(
+            "interjection/cancel",
+            InterjectionCancelParams {
+                pending_id: pending_id.clone(),
+            },
+        )
+        .await;
+    assert_eq!(cancelled["cancelled"], json!(true));
+    let heard = a
+        .events_until(|e| matches!(e, Event::InterjectionCancelled { .. }))
+        .await;
+    assert_eq!(
+        heard.last().map(|e| e.event.clone()),
+        Some(Event::InterjectionCancelled { pending_id })
+    );
+
+    // The run ends without it; a second look by the heartbeat tells nothing again.
+    gate.send(()).unwrap();
+    let events = a.until_finished().await;
+    assert_eq!(finish_reason(&events), Some(FinishReason::EndTurn));
+    assert!(
+        !events.iter().any(|e| matches!(
+            e.event,
+            Event::InterjectionCancelled { .. } | Event::InterjectionDelivered { .. }
+        )),
+        "{events:?}"
+    );
+    let transcript = a.transcript(&session).await;
+    assert_eq!(roles(&transcript), ["user", "assistant"]);
+    assert_eq!((a.close().await, b.close().await), (0, 0));
 }
