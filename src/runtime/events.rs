@@ -295,11 +295,24 @@ impl Events {
 
     /// Publishes one event with the session's next `seq`.
     pub fn emit(&self, store: &Store, session_id: &str, run_id: Option<&str>, event: Event) {
+        self.emit_numbered(store, session_id, run_id, event);
+    }
+
+    /// [`Events::emit`], answering the `seq` the event went out with (`None` when the session
+    /// is gone): a notice that cannot be stored yet is stored later under that number
+    /// ([`SeqClaim::Published`]).
+    pub fn emit_numbered(
+        &self,
+        store: &Store,
+        session_id: &str,
+        run_id: Option<&str>,
+        event: Event,
+    ) -> Option<u64> {
         let counter = match self.counter(store, session_id) {
             Ok(counter) => counter,
             Err(e) => {
                 tracing::warn!(session_id, error = %e, "event for a session that is gone");
-                return;
+                return None;
             }
         };
         let mut state = lock(&counter.state);
@@ -311,6 +324,7 @@ impl Events {
             event,
         };
         counter.publish(&*self.sink, &mut state, event);
+        Some(seq)
     }
 
     /// Publishes one streamed delta with the session's next `seq`, through `counter` (from

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use super::{Inner, Runtime};
-use crate::protocol::{Event, FinishReason, NoticeLevel};
-use crate::store::{NewMessage, Store};
+use crate::protocol::{Block, Event, FinishReason, NoticeLevel, Role};
+use crate::store::{NewMessage, SeqClaim, Store};
 use crate::util::{lock, new_id};
 
 /// How often a waiting request looks whether the store waits for the lock.
@@ -49,7 +49,9 @@ pub async fn lock_held(store: &Store) {
 impl Runtime {
     /// While the caller writes for `session_id`, tells the session's clients once, with a
     /// `notice`, if the write waits for a database another program holds. The notice cannot be
-    /// stored (the database is what is locked): it is the one notice not in the transcript.
+    /// stored first (the database is what is locked): it goes out at once and is stored, under
+    /// the same id and `seq`, once the database is free, so a client that loads the transcript
+    /// later sees it where a live client did.
     pub(super) fn watch_lock(&self, session_id: &str) -> LockWatch {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return LockWatch(None);
@@ -58,17 +60,55 @@ impl Runtime {
         let session_id = session_id.to_string();
         LockWatch(Some(handle.spawn(async move {
             lock_held(&inner.store).await;
-            inner.events.emit(
+            let message_id = new_id("msg");
+            let Some(seq) = inner.events.emit_numbered(
                 &inner.store,
                 &session_id,
                 None,
                 Event::Notice {
                     level: NoticeLevel::Warning,
                     message: LOCKED_NOTICE.into(),
-                    message_id: new_id("msg"),
+                    message_id: message_id.clone(),
                 },
+            ) else {
+                return;
+            };
+            let mut notice = NewMessage::new(
+                &session_id,
+                None,
+                Role::Notice,
+                vec![Block::Notice {
+                    level: NoticeLevel::Warning,
+                    text: LOCKED_NOTICE.into(),
+                }],
             );
+            notice.id = Some(message_id);
+            notice.seq = seq;
+            notice.seq_claim = SeqClaim::Published;
+            // Off this watch, which ends with the request (as soon as the lock clears).
+            let store = inner.store.clone();
+            std::thread::spawn(move || store_published(&store, &notice));
         })))
+    }
+}
+
+/// How often a published notice is tried again while the database still refuses it (each try
+/// waits for the lock as long as any write does).
+const NOTICE_TRIES: usize = 5;
+
+/// Stores a message already published under its `seq`, once the database takes it.
+fn store_published(store: &Store, message: &NewMessage) {
+    for _ in 0..NOTICE_TRIES {
+        match store.append_message_claimed(message) {
+            Ok(_) => return,
+            Err(e) if e.is_unavailable() => {
+                tracing::warn!(error = %e, "still cannot store the notice that the database is locked");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot store the notice that the database is locked");
+                return;
+            }
+        }
     }
 }
 

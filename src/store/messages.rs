@@ -43,6 +43,10 @@ pub enum SeqClaim {
     /// A number inside a block this writer claimed, whose highest number is `top`: nobody else
     /// hands it out; it must still follow the session's last message.
     Owned { top: u64 },
+    /// A number this writer already published the message under, before it could be stored
+    /// (a notice that the database is locked): nobody else hands it out, and the message takes
+    /// its place among what was committed meanwhile, where its clients saw it.
+    Published,
 }
 
 /// What `note/delete` found.
@@ -185,6 +189,7 @@ impl Store {
                 }
                 reserved <= top
             }
+            SeqClaim::Published => false,
         };
         if let Some(run_id) = &new.run_id
             && let Some(lease) = super::leases::lease_of(&tx, &new.session_id)?

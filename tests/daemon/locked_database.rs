@@ -26,14 +26,14 @@ fn hold_write_lock(db: &Path) -> rusqlite::Connection {
 }
 
 /// Sends `method` and, while its answer is outstanding, reads the daemon's notifications until
-/// a `notice` event arrives; the answer must not come first. Answers the notice's text and the
-/// still-pending answer's outcome once `release` has run.
+/// a `notice` event arrives; the answer must not come first. Answers the notice's
+/// `session/event` params and the still-pending answer's outcome once `release` has run.
 async fn answered_after_a_notice(
     daemon: &mut Daemon,
     method: &str,
     params: Value,
     release: impl FnOnce(),
-) -> (String, Value) {
+) -> (Value, Value) {
     let request = daemon.conn.request(method, params);
     tokio::pin!(request);
     let notice = tokio::time::timeout(HANG_GUARD, async {
@@ -43,7 +43,7 @@ async fn answered_after_a_notice(
                 note = daemon.notes.recv() => {
                     let note = note.expect("the daemon closed its output");
                     if note["method"] == "session/event" && note["params"]["event"]["kind"] == "notice" {
-                        return note["params"]["event"]["message"].as_str().unwrap().to_string();
+                        return note["params"].clone();
                     }
                 }
             }
@@ -89,7 +89,8 @@ async fn input_waits_for_a_locked_database_and_a_stop_answers_at_once() {
         || lock.execute_batch("COMMIT").unwrap(),
     )
     .await;
-    assert!(notice.contains("locked by another program"), "{notice}");
+    let text = notice["event"]["message"].as_str().unwrap();
+    assert!(text.contains("locked by another program"), "{text}");
     assert_eq!(queued["queued"], json!(true));
 
     // A stop answers while the lock is still held; the run's end follows once it clears.
@@ -113,13 +114,28 @@ async fn input_waits_for_a_locked_database_and_a_stop_answers_at_once() {
     let events = a.until_finished().await;
     assert_eq!(finish_reason(&events), Some(FinishReason::EndTurn));
     let transcript = a.transcript(&session).await;
+    // The notice is stored too, where the live client saw it: before the answer it
+    // interrupted, under the id and number it went out with.
     assert_eq!(
         roles(&transcript),
-        ["user", "assistant", "user", "assistant"]
+        ["user", "notice", "assistant", "user", "assistant"]
     );
-    assert_eq!(transcript["entries"][1]["status"], json!("stopped"));
+    let stored = &transcript["entries"][1];
     assert_eq!(
-        transcript["entries"][2]["blocks"][0]["text"],
+        (
+            stored["id"].clone(),
+            stored["seq"].clone(),
+            stored["blocks"].clone()
+        ),
+        (
+            notice["event"]["messageId"].clone(),
+            notice["seq"].clone(),
+            json!([{"type": "notice", "level": "warning", "text": text}])
+        )
+    );
+    assert_eq!(transcript["entries"][2]["status"], json!("stopped"));
+    assert_eq!(
+        transcript["entries"][3]["blocks"][0]["text"],
         json!("and the tests")
     );
     a.close().await;
