@@ -71,6 +71,8 @@ pub enum StoreError {
     BadLeaseMs(String),
     #[error("{LOCK_WAIT_VAR} must be a number of milliseconds, not {0:?}")]
     BadLockWait(String),
+    #[error("{MAX_PAGES_VAR} must be a number of pages, not {0:?} (it is for tests only)")]
+    BadMaxPages(String),
     /// Another program held the database's write lock for longer than a write waits.
     #[error(
         "the database is locked by another program (waited {} s); nothing was saved, so try again once it is free",
@@ -115,6 +117,11 @@ pub const SLOW_COMMIT_VAR: &str = "SIDECHAT_TEST_SLOW_COMMIT";
 /// Test-only: how long, in milliseconds, a write waits for a database another program holds
 /// before it fails (default [`LOCK_WAIT`]). Logged when set.
 pub const LOCK_WAIT_VAR: &str = "SIDECHAT_LOCK_WAIT_MS";
+
+/// Test-only: the most pages the database may grow to through this daemon (SQLite's
+/// `max_page_count`), so a test can fill it up as a full disk would, and free room again by
+/// deleting through a connection of its own. Logged when set.
+pub const MAX_PAGES_VAR: &str = "SIDECHAT_TEST_MAX_PAGES";
 
 /// How long a write waits, by default, for a database another program holds.
 pub const LOCK_WAIT: Duration = Duration::from_secs(60);
@@ -232,6 +239,20 @@ impl Store {
             lock_wait = Duration::from_millis(ms);
         }
         let writer = Self::prepare(Connection::open(path)?, lock_wait)?;
+        if let Some(value) = std::env::var(MAX_PAGES_VAR).ok().filter(|v| !v.is_empty()) {
+            let pages: i64 = value
+                .trim()
+                .parse()
+                .ok()
+                .filter(|pages| *pages > 0)
+                .ok_or_else(|| StoreError::BadMaxPages(value.clone()))?;
+            tracing::warn!(
+                pages,
+                "{MAX_PAGES_VAR} is set: the database cannot grow past this many pages"
+            );
+            writer
+                .pragma_update_and_check(None, "max_page_count", pages, |r| r.get::<_, i64>(0))?;
+        }
         // Opened after the writer has made the file a WAL database.
         let readers = (0..READERS)
             .map(|_| open_reader(path))

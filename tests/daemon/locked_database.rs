@@ -203,3 +203,73 @@ async fn a_run_that_cannot_record_its_end_is_closed_once_the_database_is_free() 
     );
     a.close().await;
 }
+
+#[tokio::test]
+async fn a_full_disk_keeps_the_streamed_answer_and_stores_it_once_there_is_room() {
+    let answer: Vec<String> = (0..40)
+        .map(|i| format!("{i:02} {}\n", "x".repeat(3000)))
+        .collect();
+    let pieces: Vec<&str> = answer.iter().map(String::as_str).collect();
+    let upstream = start(vec![Reply::sse(&openai::text(&pieces, 30, 3))]);
+    let scratch = Scratch::new();
+    let first = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let session = session(&first, &scratch).await;
+    assert_eq!(first.close().await, 0);
+    // A filler table stands for the rest of the disk; the daemon may not grow the file by more
+    // than a few pages, too few for the answer.
+    let pages: i64 = {
+        let conn = rusqlite::Connection::open(scratch.db()).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE filler (x BLOB); INSERT INTO filler VALUES (zeroblob(400000));",
+        )
+        .unwrap();
+        conn.query_row("PRAGMA page_count", [], |r| r.get(0))
+            .unwrap()
+    };
+    let mut env = env(&upstream.url);
+    env.push(("SIDECHAT_TEST_MAX_PAGES", (pages + 16).to_string()));
+    let mut a = Daemon::start(&scratch.db(), Options::with_env(env)).await;
+    let run_id = a.send(&session, "write it all down").await["runId"].clone();
+    let events = a.until_finished().await;
+
+    // The client saw the whole answer as it streamed; the run says it could not be stored.
+    let streamed: String = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::TextDelta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(streamed, answer.concat());
+    assert_eq!(finish_reason(&events), Some(FinishReason::Error));
+    assert_eq!(roles(&a.transcript(&session).await), ["user"]);
+    let status = |db: &Path| -> String {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        conn.query_row(
+            "SELECT status FROM runs WHERE id = ?1",
+            [run_id.as_str().unwrap()],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    assert_eq!(status(&scratch.db()), "running");
+
+    // Room returns: the kept answer is stored whole, and then the run's end.
+    rusqlite::Connection::open(scratch.db())
+        .unwrap()
+        .execute_batch("DROP TABLE filler")
+        .unwrap();
+    let mut polls = 0;
+    while status(&scratch.db()) == "running" {
+        polls += 1;
+        assert!(polls < 600, "the answer was never stored");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let transcript = a.transcript(&session).await;
+    assert_eq!(roles(&transcript), ["user", "assistant"]);
+    assert_eq!(
+        transcript["entries"][1]["blocks"],
+        json!([{"type": "text", "text": answer.concat()}])
+    );
+    assert_eq!(a.close().await, 0);
+}
