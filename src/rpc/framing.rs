@@ -39,16 +39,40 @@ impl Framing {
         scratch: &mut Vec<u8>,
         render: impl FnOnce(&mut Vec<u8>),
     ) {
+        let rendered: Result<(), std::convert::Infallible> =
+            self.try_encode_with(out, scratch, |body| {
+                render(body);
+                Ok(())
+            });
+        let Ok(()) = rendered;
+    }
+
+    /// [`Framing::encode_with`] for a `render` that may fail part-way: then nothing of the
+    /// frame is left in `out`.
+    pub fn try_encode_with<E>(
+        self,
+        out: &mut Vec<u8>,
+        scratch: &mut Vec<u8>,
+        render: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), E> {
         match self {
             Framing::ContentLength => {
                 scratch.clear();
-                render(scratch);
-                content_length_header(scratch.len(), out);
-                out.extend_from_slice(scratch);
+                let rendered = render(scratch);
+                if rendered.is_ok() {
+                    content_length_header(scratch.len(), out);
+                    out.extend_from_slice(scratch);
+                }
+                rendered
             }
             Framing::Line => {
-                render(out);
-                out.push(b'\n');
+                let start = out.len();
+                let rendered = render(out);
+                match rendered {
+                    Ok(()) => out.push(b'\n'),
+                    Err(_) => out.truncate(start),
+                }
+                rendered
             }
         }
     }

@@ -52,12 +52,16 @@ impl Peer {
         &self.outbox
     }
 
-    /// Sends a notification.
+    /// Sends a notification, serialised straight into the bytes waiting for the writer: a
+    /// message's whole text (up to the message size limit) is announced without a JSON value
+    /// tree or a string of its own. The bytes are those of serialising
+    /// `{"jsonrpc": "2.0", "method": method, "params": params}`.
     pub fn notify<P: Serialize>(&self, method: &str, params: &P) {
-        match serde_json::to_string(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
-        {
-            Ok(text) => self.outbox.send(text),
-            Err(e) => tracing::error!(method, error = %e, "cannot serialise notification"),
+        let written = self
+            .outbox
+            .try_send_with(|out| write_notification(out, method, params));
+        if let Err(e) = written {
+            tracing::error!(method, error = %e, "cannot serialise notification");
         }
     }
 
@@ -133,6 +137,20 @@ impl Peer {
     pub fn close(&self) {
         lock(&self.pending).clear();
     }
+}
+
+/// Appends the notification `method` with `params` to `out`.
+fn write_notification<P: Serialize>(
+    out: &mut Vec<u8>,
+    method: &str,
+    params: &P,
+) -> serde_json::Result<()> {
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","method":"#);
+    serde_json::to_writer(&mut *out, method)?;
+    out.extend_from_slice(br#","params":"#);
+    serde_json::to_writer(&mut *out, params)?;
+    out.push(b'}');
+    Ok(())
 }
 
 /// An event sink that forwards session events to the client once one is connected.
@@ -212,6 +230,30 @@ mod tests {
         assert!(peer.complete(&json!({"jsonrpc": "2.0", "id": id, "result": {"ok": true}})));
         assert_eq!(task.await.unwrap(), Ok(json!({"ok": true})));
         assert!(!peer.complete(&json!({"jsonrpc": "2.0", "id": id, "result": null})));
+    }
+
+    #[tokio::test]
+    async fn notifications_are_written_as_their_json_value_and_a_failed_one_not_at_all() {
+        for framing in [Framing::Line, Framing::ContentLength] {
+            let sink = Sink::default();
+            let peer = Peer::new(spawn_writer(
+                sink.clone(),
+                Arc::new(OnceLock::from(framing)),
+            ));
+            let params = json!({"sessionId": "s", "seq": 7, "event": {"kind": "x", "t": "é\"\n"}});
+            peer.notify("session/event", &params);
+            // A map with keys that are not strings cannot be written as JSON.
+            let unwritable: HashMap<(u8, u8), u8> = HashMap::from([((1, 2), 3)]);
+            peer.notify("session/event", &unwritable);
+            peer.notify("x", &1.5);
+            peer.outbox().flush().await;
+            let mut expected = Vec::new();
+            for (method, params) in [("session/event", params), ("x", json!(1.5))] {
+                let message = json!({"jsonrpc": "2.0", "method": method, "params": params});
+                framing.encode(&message.to_string(), &mut expected);
+            }
+            assert_eq!(*sink.0.lock().unwrap(), expected, "{framing:?}");
+        }
     }
 
     #[tokio::test]

@@ -161,6 +161,21 @@ impl Outbox {
         });
     }
 
+    /// [`Outbox::send_with`] for a `render` that may fail part-way (serialising a value): then
+    /// nothing of the message is queued, and the error is returned.
+    pub fn try_send_with<E>(
+        &self,
+        render: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let framing = self.framing();
+        let mut rendered = Ok(());
+        self.shared().update(|queue| {
+            let Queue { wire, scratch, .. } = queue;
+            rendered = framing.try_encode_with(wire, scratch, render);
+        });
+        rendered
+    }
+
     fn shared(&self) -> &Shared {
         &self.senders.0
     }
