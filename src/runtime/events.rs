@@ -246,6 +246,39 @@ impl SessionSeq {
         }
     }
 
+    /// Publishes the announcement of the committed `entry` of `message`, and gives the entry
+    /// back. A `messageCompleted` event takes the entry itself, which returns from it once the
+    /// event is published, so a message of up to the size limit is not copied to be announced;
+    /// only an event held behind an earlier commit still being written keeps a copy.
+    fn announce(
+        &self,
+        sink: &dyn EventSink,
+        state: &mut SeqState,
+        message: NewMessage,
+        entry: TranscriptEntry,
+    ) -> RuntimeResult<TranscriptEntry> {
+        let seq = entry.seq;
+        let event = |event| SessionEventParams {
+            session_id: message.session_id,
+            seq,
+            run_id: message.run_id,
+            event,
+        };
+        let held = state.writing.first().is_some_and(|&w| w < seq);
+        if held || entry.role == Role::Notice {
+            self.publish(sink, state, event(announcement(&entry)));
+            return Ok(entry);
+        }
+        let published = event(Event::MessageCompleted { entry });
+        sink.emit(&published);
+        match published.event {
+            Event::MessageCompleted { entry } => Ok(entry),
+            _ => Err(super::RuntimeError::Internal(
+                "a messageCompleted event lost its entry".into(),
+            )),
+        }
+    }
+
     /// Publishes the held events no commit in flight precedes, in order.
     fn release_held(&self, sink: &dyn EventSink, state: &mut SeqState) {
         let first_writing = state.writing.first().copied().unwrap_or(u64::MAX);
@@ -380,18 +413,12 @@ impl Events {
             }
             state.writing.remove(&message.seq);
             let entry = match written {
-                Ok((entry, extended)) => {
+                Ok((mut entry, extended)) => {
                     if let Some(through) = extended {
                         state.reserved = state.reserved.max(through);
                     }
-                    let event = SessionEventParams {
-                        session_id: message.session_id,
-                        seq: entry.seq,
-                        run_id: message.run_id,
-                        event: announcement(&entry),
-                    };
-                    counter.publish(&*self.sink, &mut state, event);
-                    Ok(entry)
+                    entry.blocks = std::mem::take(&mut message.blocks);
+                    counter.announce(&*self.sink, &mut state, message, entry)
                 }
                 Err(e) => Err(e.into()),
             };

@@ -149,12 +149,17 @@ impl RawMessage {
 impl Store {
     /// Appends a message and raises the session's `last_seq` to it, in one transaction.
     pub fn append_message(&self, new: &NewMessage) -> StoreResult<TranscriptEntry> {
-        self.append_message_claimed(new).map(|(entry, _)| entry)
+        let (mut entry, _) = self.append_message_claimed(new)?;
+        entry.blocks = new.blocks.clone();
+        Ok(entry)
     }
 
     /// [`Store::append_message`], also answering the highest `seq` the writer now owns: its
     /// reservation extended through `reserve_seq_through`, or `None` when it was not (another
     /// writer holds a later block, or nothing was asked).
+    ///
+    /// The entry it answers has no blocks: they are the caller's `new.blocks`, which the
+    /// caller moves in rather than have a message of up to the size limit copied here.
     ///
     /// Fails with [`StoreError::StaleSeq`] when `seq` no longer follows the session's last
     /// message, and with [`StoreError::LeaseLost`] when the message belongs to a run whose
@@ -250,7 +255,7 @@ impl Store {
             id,
             seq,
             role: new.role,
-            blocks: new.blocks.clone(),
+            blocks: Vec::new(),
             status: new.status,
             run_id: new.run_id.clone(),
             created_at: rfc3339(now),
