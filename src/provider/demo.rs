@@ -4,6 +4,7 @@
 //! a demo, and when asked to list, read, search, create or edit a file or to run a command it
 //! calls the real tool, so approvals and tool results show exactly as with a real model.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -52,24 +53,28 @@ fn plan(request: &ModelRequest) -> Plan {
     if last.role == ModelRole::User && !results.is_empty() {
         return after_tool(&results);
     }
-    let text: String = last
+    let texts: Vec<&str> = last
         .content
         .iter()
         .filter_map(|c| match c {
             ModelContent::Text { text } => Some(text.as_str()),
             _ => None,
         })
-        .collect::<Vec<_>>()
-        .join("\n");
+        .collect();
+    // One text (the usual case, up to the message size limit) is read where it lies.
+    let text: Cow<'_, str> = match texts.as_slice() {
+        [one] => Cow::Borrowed(one),
+        _ => Cow::Owned(texts.join("\n")),
+    };
     for line in text.lines().rev() {
         if let Some(plan) = intent(line.trim()) {
             return plan;
         }
     }
-    if text.to_lowercase().contains("story") {
+    if contains_ignoring_ascii_case(&text, "story") {
         return say(STORY);
     }
-    say(&format!(
+    say(format!(
         "You said: \"{}\". I am a scripted stand-in that runs without a network or an API key. \
          Try: \"list files\", \"read README.md\", \"create notes.md with hello\", \
          \"edit notes.md replace hello with goodbye\", \"search TODO\" or \"run ls -la\". \
@@ -78,9 +83,9 @@ fn plan(request: &ModelRequest) -> Plan {
     ))
 }
 
-fn say(text: &str) -> Plan {
+fn say(text: impl Into<String>) -> Plan {
     Plan {
-        text: text.to_string(),
+        text: text.into(),
         call: None,
     }
 }
@@ -94,10 +99,10 @@ fn call(text: &str, tool: &str, input: Value) -> Option<Plan> {
 
 /// Recognises a request for a tool in one line of the user's message.
 fn intent(line: &str) -> Option<Plan> {
-    let lower = line.to_lowercase();
-    let (verb, rest) = match lower.split_once(' ') {
-        Some((verb, _)) => (verb.to_string(), line[verb.len()..].trim()),
-        None => (lower.clone(), ""),
+    // Only the first word is lowercased: a line may be a whole message of megabytes.
+    let (verb, rest) = match line.split_once(' ') {
+        Some((verb, rest)) => (verb.to_lowercase(), rest.trim()),
+        None => (line.to_lowercase(), ""),
     };
     let first_word = rest.split_whitespace().next().unwrap_or("");
     match verb.as_str() {
@@ -187,9 +192,10 @@ const STORY: &str = "Once upon a time a small daemon lived beside an editor. Eve
 
 impl ModelDriver for DemoDriver {
     fn stream(&self, request: ModelRequest) -> ModelStream {
-        let plan = plan(&request);
+        let Plan { text: said, call } = plan(&request);
         let delay = self.word_delay;
-        let text = format!("{DEMO_LABEL} {}", plan.text);
+        let text = format!("{DEMO_LABEL} {said}");
+        drop(said);
         let input_words: usize = request
             .messages
             .iter()
@@ -200,11 +206,9 @@ impl ModelDriver for DemoDriver {
                 _ => 8,
             })
             .sum();
-        let mut events: Vec<ModelEvent> = split_words(&text)
-            .into_iter()
-            .map(ModelEvent::TextDelta)
-            .collect();
-        let stop = match plan.call {
+        let output_words = text.split_whitespace().count();
+        let mut events = Vec::new();
+        let stop = match call {
             Some((name, input)) => {
                 events.push(ModelEvent::ToolCall {
                     id: crate::util::new_id("call"),
@@ -218,11 +222,11 @@ impl ModelDriver for DemoDriver {
         // The demo has no tokenizer of its own; words stand in for tokens, honestly rough.
         events.push(ModelEvent::Usage(TokenUsage {
             input: input_words as u64,
-            output: text.split_whitespace().count() as u64,
+            output: output_words as u64,
             ..TokenUsage::default()
         }));
         events.push(ModelEvent::Finished(stop));
-        futures::stream::iter(events)
+        futures::stream::iter(Words::new(text).map(ModelEvent::TextDelta).chain(events))
             .then(move |event| async move {
                 if matches!(event, ModelEvent::TextDelta(_)) && !delay.is_zero() {
                     tokio::time::sleep(delay).await;
@@ -235,22 +239,51 @@ impl ModelDriver for DemoDriver {
 
 /// Splits text into words that keep their following whitespace, so deltas rejoin exactly.
 pub fn split_words(text: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut current = String::new();
-    let mut in_space = false;
-    for ch in text.chars() {
-        if ch.is_whitespace() {
-            in_space = true;
-        } else if in_space {
-            words.push(std::mem::take(&mut current));
-            in_space = false;
-        }
-        current.push(ch);
+    Words::new(text.to_string()).collect()
+}
+
+/// The words of a text (each with its following whitespace), one at a time: a reply of
+/// megabytes is streamed without a list of all its words held at once.
+struct Words {
+    text: String,
+    at: usize,
+}
+
+impl Words {
+    fn new(text: String) -> Self {
+        Self { text, at: 0 }
     }
-    if !current.is_empty() {
-        words.push(current);
+}
+
+impl Iterator for Words {
+    type Item = String;
+
+    fn next(&mut self) -> Option<String> {
+        let rest = self.text.get(self.at..).filter(|r| !r.is_empty())?;
+        let mut in_space = false;
+        let len = rest
+            .char_indices()
+            .find_map(|(i, ch)| {
+                if ch.is_whitespace() {
+                    in_space = true;
+                    None
+                } else {
+                    in_space.then_some(i)
+                }
+            })
+            .unwrap_or(rest.len());
+        let word = rest[..len].to_string();
+        self.at += len;
+        Some(word)
     }
-    words
+}
+
+/// Whether `text` holds `needle` (lowercase ASCII), ignoring ASCII case, without a lowercased
+/// copy of `text`.
+fn contains_ignoring_ascii_case(text: &str, needle: &str) -> bool {
+    text.as_bytes()
+        .windows(needle.len())
+        .any(|window| window.eq_ignore_ascii_case(needle.as_bytes()))
 }
 
 #[cfg(test)]
@@ -304,6 +337,8 @@ mod tests {
         let text = "a  b\nc ";
         assert_eq!(split_words(text).concat(), text);
         assert_eq!(split_words(text), vec!["a  ", "b\n", "c "]);
+        assert_eq!(split_words(" \u{a0}é x"), vec![" \u{a0}", "é ", "x"]);
+        assert_eq!(split_words(""), Vec::<String>::new());
     }
 
     #[tokio::test]
