@@ -119,6 +119,28 @@ struct RawMessage {
     created_at: i64,
 }
 
+/// The JSON text of `value` in a buffer of exactly its length: measured by a first pass that
+/// writes nowhere, so a message of megabytes is written once into one allocation rather than
+/// through buffers of doubling size.
+fn json_exact<T: serde::Serialize>(value: &T) -> Result<String, String> {
+    /// Counts the bytes written to it.
+    struct Measure(usize);
+    impl std::io::Write for Measure {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut measure = Measure(0);
+    serde_json::to_writer(&mut measure, value).map_err(|e| e.to_string())?;
+    let mut out = Vec::with_capacity(measure.0);
+    serde_json::to_writer(&mut out, value).map_err(|e| e.to_string())?;
+    String::from_utf8(out).map_err(|e| e.to_string())
+}
+
 fn raw(row: &Row<'_>) -> rusqlite::Result<RawMessage> {
     Ok(RawMessage {
         id: row.get(0)?,
@@ -209,7 +231,7 @@ impl Store {
         record_seq(&tx, &new.session_id, seq, extended.unwrap_or(seq))?;
         let id = new.id.clone().unwrap_or_else(|| new_id("msg"));
         let now = now_ms();
-        let blocks = serde_json::to_string(&new.blocks)
+        let blocks = json_exact(&new.blocks)
             .map_err(|e| StoreError::Corrupt(format!("unserialisable blocks: {e}")))?;
         tx.execute(
             "INSERT INTO messages (id, session_id, seq, run_id, role, blocks, status, created_at,
@@ -415,6 +437,23 @@ mod tests {
     use super::*;
     use crate::store::test_support::new_session;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn blocks_are_written_as_serde_json_writes_them_in_a_buffer_of_their_length() {
+        let blocks = vec![
+            Block::Text {
+                text: "é \" \u{1} 😀".repeat(1000),
+            },
+            Block::ToolCall {
+                id: "c".into(),
+                name: "n".into(),
+                input: serde_json::json!({"b": 1.5, "a": [null]}),
+            },
+        ];
+        let json = json_exact(&blocks).unwrap();
+        assert_eq!(json, serde_json::to_string(&blocks).unwrap());
+        assert_eq!(json.capacity(), json.len());
+    }
 
     #[test]
     fn appends_with_increasing_seq_and_reads_back_after_seq() {
