@@ -129,12 +129,10 @@ pub async fn connect(spec: &ServerSpec, groups: &Groups) -> Result<Connection, S
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
-            for (key, value) in env {
-                // An empty value is one whose secret was not stored: the daemon's own
-                // variable of that name is used, if it has one.
-                if !value.is_empty() {
-                    cmd.env(key, value);
-                }
+            // Values withheld from the store: the daemon's own variables of those names are
+            // used, if it has them.
+            if !spec.values_withheld {
+                cmd.envs(env);
             }
             if let Some(cwd) = cwd {
                 cmd.current_dir(cwd);
@@ -180,8 +178,10 @@ pub async fn connect(spec: &ServerSpec, groups: &Groups) -> Result<Connection, S
                 .map_err(|e| format!("cannot set up TLS: {e}"))?
                 .build()
                 .map_err(|e| format!("cannot set up the HTTP client: {e}"))?;
-            let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                .custom_headers(header_map(headers)?);
+            let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+            if !spec.values_withheld {
+                config = config.custom_headers(header_map(headers)?);
+            }
             if let Some(var) = bearer_token_env_var {
                 let token = std::env::var(var).map_err(|_| {
                     format!("`bearer_token_env_var` names {var}, which is not set in the daemon's environment")
@@ -190,10 +190,15 @@ pub async fn connect(spec: &ServerSpec, groups: &Groups) -> Result<Connection, S
             }
             let transport =
                 rmcp::transport::StreamableHttpClientTransport::with_client(client, config);
-            let service = handler
-                .serve(transport)
-                .await
-                .map_err(|e| handshake_error(&e))?;
+            let service = handler.serve(transport).await.map_err(|e| {
+                let error = handshake_error(&e);
+                match spec.values_withheld && !headers.is_empty() {
+                    true => format!(
+                        "{error} (its header values were not kept over the daemon's restart: give the server again)"
+                    ),
+                    false => error,
+                }
+            })?;
             // No process to watch: the sender goes at once, so the exit never comes.
             let (_, exited) = watch::channel(None);
             (service, None, exited)

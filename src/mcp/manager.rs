@@ -85,7 +85,8 @@ enum State {
 /// One server configuration's process, shared by the sessions that use it.
 struct Slot {
     spec: ServerSpec,
-    key: String,
+    /// Where its tool list is cached ([`ServerSpec::cache_key`]).
+    cache_key: String,
     state: watch::Sender<State>,
     /// Sessions that opened it, told of its failures.
     users: Mutex<HashSet<String>>,
@@ -123,8 +124,8 @@ pub struct Manager {
     configured: Vec<ServerSpec>,
     notify: Arc<dyn Notify>,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
-    /// Sessions' own servers as given, environment values included (the store keeps only
-    /// their names), for the life of the daemon.
+    /// Sessions' own servers as given, secret values included (the store keeps only their
+    /// names and digest), for the life of the daemon.
     given: Mutex<HashMap<String, Vec<ServerSpec>>>,
     /// Set by `shutdown`: nothing starts after it.
     closed: std::sync::atomic::AtomicBool,
@@ -166,19 +167,18 @@ impl Manager {
         servers
     }
 
-    /// Keeps a session's own servers as given, environment values included.
+    /// Keeps a session's own servers as given, secret values included.
     pub fn remember(&self, session_id: &str, servers: Vec<ServerSpec>) {
         lock(&self.given).insert(session_id.to_string(), servers);
     }
 
     fn slot(&self, spec: &ServerSpec) -> Arc<Slot> {
-        let key = spec.key();
         lock(&self.slots)
-            .entry(key.clone())
+            .entry(spec.key())
             .or_insert_with(|| {
                 Arc::new(Slot {
                     spec: spec.clone(),
-                    key,
+                    cache_key: spec.cache_key(),
                     state: watch::Sender::new(State::Idle),
                     users: Mutex::default(),
                     backoff: Mutex::default(),
@@ -362,7 +362,7 @@ impl Manager {
         }
         match serde_json::to_string(&listed) {
             Ok(json) => {
-                if let Err(e) = self.store.save_mcp_tools(&slot.key, &json) {
+                if let Err(e) = self.store.save_mcp_tools(&slot.cache_key, &json) {
                     tracing::warn!(error = %e, "cannot cache an MCP tool list");
                 }
             }
@@ -396,7 +396,7 @@ impl Manager {
             let slot = self.slot(&spec);
             let listed = match slot.state() {
                 State::Ready(live) => lock(&live.tools).clone(),
-                State::Idle | State::Starting => self.cached_tools(&slot.key),
+                State::Idle | State::Starting => self.cached_tools(&slot.cache_key),
                 State::Failed(_) => Vec::new(),
             };
             let offer = catalog::offer(&spec, &listed, taken);
@@ -556,7 +556,7 @@ impl Manager {
             let slot = self.slot(&spec);
             let listed = match slot.state() {
                 State::Ready(live) => lock(&live.tools).clone(),
-                _ => self.cached_tools(&slot.key),
+                _ => self.cached_tools(&slot.cache_key),
             };
             known.extend(catalog::offer(&spec, &listed, taken).tools);
         }

@@ -65,6 +65,15 @@ pub struct ServerSpec {
     pub disabled_tools: Vec<String>,
     /// Tools the server marks `readOnlyHint` run without asking.
     pub trust: bool,
+    /// A one-way digest of the environment and header values (empty when there are none).
+    /// It stays when the values are not stored, so the tool-list cache key is the same after
+    /// a restart.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub secrets_digest: String,
+    /// Set on a configuration read back from the store: its secret values were not kept, so
+    /// the server gets the daemon's own variables and no configured header values.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub values_withheld: bool,
 }
 
 /// The fields a configuration may give, before checking; the config file and the wire both
@@ -154,6 +163,8 @@ impl ServerSpec {
         };
         Ok(Self {
             name: name.to_string(),
+            secrets_digest: secrets_digest(&transport),
+            values_withheld: false,
             transport,
             enabled: raw.enabled.unwrap_or(true),
             startup_timeout_secs: timeout(
@@ -189,11 +200,20 @@ impl ServerSpec {
         listed && !self.disabled_tools.iter().any(|t| t == tool)
     }
 
-    /// Identifies the process this configuration starts, for sharing one running server
-    /// between sessions and for the tool-list cache: everything that can change what the
-    /// server is. Environment values count (a different token can mean different tools) but
-    /// only through this one-way hash.
+    /// Identifies the running server this configuration starts, for sharing it between
+    /// sessions: the [cache key](ServerSpec::cache_key), told apart when the secret values
+    /// were withheld, since such a server runs with other values than one given them.
     pub fn key(&self) -> String {
+        match self.values_withheld {
+            true => format!("{}-withheld", self.cache_key()),
+            false => self.cache_key(),
+        }
+    }
+
+    /// Identifies the server for the tool-list cache: everything that can change what the
+    /// server is. Secret values count (a different token can mean different tools) only
+    /// through their digest, which is kept when they are not, so the key survives a restart.
+    pub fn cache_key(&self) -> String {
         let mut hash = Fnv::default();
         hash.write(self.name.as_bytes());
         match &self.transport {
@@ -208,9 +228,8 @@ impl ServerSpec {
                 for arg in args {
                     hash.write(arg.as_bytes());
                 }
-                for (key, value) in env {
+                for key in env.keys() {
                     hash.write(key.as_bytes());
-                    hash.write(value.as_bytes());
                 }
                 hash.write(cwd.as_deref().unwrap_or("").as_bytes());
             }
@@ -221,28 +240,56 @@ impl ServerSpec {
             } => {
                 hash.write(b"http");
                 hash.write(url.as_bytes());
-                for (key, value) in headers {
+                for key in headers.keys() {
                     hash.write(key.as_bytes());
-                    hash.write(value.as_bytes());
                 }
                 hash.write(bearer_token_env_var.as_deref().unwrap_or("").as_bytes());
             }
         }
+        hash.write(self.secrets_digest.as_bytes());
         format!("{}-{:016x}", self.name, hash.finish())
     }
 
-    /// The configuration as it may be stored: environment values can be secrets, so only
-    /// their names are kept. A server started from it gets the daemon's own variable of each
-    /// name instead (see [`connect`](super::connection::connect)).
-    pub fn without_env_values(&self) -> Self {
+    /// The configuration as it may be stored: environment and header values can be secrets,
+    /// so only their names and [digest](ServerSpec::secrets_digest) are kept. A server started
+    /// from it gets the daemon's own variable of each name instead, and no configured header
+    /// values (see [`connect`](super::connection::connect)).
+    pub fn without_secret_values(&self) -> Self {
         let mut stored = self.clone();
-        if let Transport::Stdio { env, .. } = &mut stored.transport {
-            for value in env.values_mut() {
-                value.clear();
-            }
-        }
+        let values = match &mut stored.transport {
+            Transport::Stdio { env, .. } => env,
+            Transport::Http { headers, .. } => headers,
+        };
+        values.values_mut().for_each(String::clear);
+        stored.values_withheld = !stored.secrets_digest.is_empty();
         stored
     }
+}
+
+/// SHA-256 over the environment and header values with their names, in hex; empty when there
+/// are none. A cryptographic hash, as it is stored: it must not give the values away.
+fn secrets_digest(transport: &Transport) -> String {
+    let values = match transport {
+        Transport::Stdio { env, .. } => env,
+        Transport::Http { headers, .. } => headers,
+    };
+    if values.is_empty() {
+        return String::new();
+    }
+    let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+    digest.update(b"sidechat MCP secret values v1");
+    for (name, value) in values {
+        for part in [name, value] {
+            digest.update(&(part.len() as u64).to_le_bytes());
+            digest.update(part.as_bytes());
+        }
+    }
+    digest
+        .finish()
+        .as_ref()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
 }
 
 /// Header names and values must be valid HTTP, must not be ones the transport sets itself, and
@@ -386,6 +433,8 @@ mod tests {
                 enabled_tools: None,
                 disabled_tools: vec![],
                 trust: false,
+                secrets_digest: String::new(),
+                values_withheld: false,
             }
         );
     }
@@ -472,18 +521,31 @@ mod tests {
         assert_eq!(offered, vec![true, false, false]);
     }
 
+    fn with_env(value: &str) -> ServerSpec {
+        let raw = RawSpec {
+            env: BTreeMap::from([("TOKEN".to_string(), value.to_string())]),
+            ..stdio("npx")
+        };
+        ServerSpec::check("fs", raw).unwrap()
+    }
+
     #[test]
     fn the_key_follows_what_starts_the_process() {
         let a = ServerSpec::check("fs", stdio("npx")).unwrap();
         let mut b = a.clone();
         b.tool_timeout_secs = 5;
-        let mut c = a.clone();
-        if let Transport::Stdio { env, .. } = &mut c.transport {
-            env.insert("TOKEN".into(), "x".into());
-        }
+        let (c, d) = (with_env("x"), with_env("y"));
         assert_eq!(a.key(), b.key());
         assert_ne!(a.key(), c.key());
-        let stored = c.without_env_values();
+        assert_ne!(c.key(), d.key());
+        assert_eq!(c.secrets_digest.len(), 64);
+        assert_eq!(c.secrets_digest, with_env("x").secrets_digest);
+    }
+
+    #[test]
+    fn the_stored_form_keeps_names_and_the_cache_key_but_no_value() {
+        let given = with_env("s3cret");
+        let stored = given.without_secret_values();
         assert_eq!(
             stored.transport,
             Transport::Stdio {
@@ -493,5 +555,15 @@ mod tests {
                 cwd: None
             }
         );
+        assert!(stored.values_withheld);
+        assert_eq!(stored.cache_key(), given.cache_key());
+        // A server started without the values is not the one given them.
+        assert_ne!(stored.key(), given.key());
+        let json = serde_json::to_string(&stored).unwrap();
+        assert!(!json.contains("s3cret"), "{json}");
+        assert_eq!(serde_json::from_str::<ServerSpec>(&json).unwrap(), stored);
+        // Nothing secret: the stored form is the given one.
+        let plain = ServerSpec::check("fs", stdio("npx")).unwrap();
+        assert_eq!(plain.without_secret_values(), plain);
     }
 }

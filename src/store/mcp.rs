@@ -7,14 +7,17 @@ use crate::mcp::ServerSpec;
 use crate::util::now_ms;
 
 impl Store {
-    /// Records the MCP servers a session was created with. Environment values are not kept
-    /// (they may be secrets).
+    /// Records the MCP servers a session was created with. Environment and header values are
+    /// not kept (they may be secrets), only their digest.
     pub fn set_session_mcp_servers(
         &self,
         session_id: &str,
         servers: &[ServerSpec],
     ) -> StoreResult<()> {
-        let stored: Vec<ServerSpec> = servers.iter().map(ServerSpec::without_env_values).collect();
+        let stored: Vec<ServerSpec> = servers
+            .iter()
+            .map(ServerSpec::without_secret_values)
+            .collect();
         let json = serde_json::to_string(&stored)
             .map_err(|e| StoreError::Corrupt(format!("MCP servers do not serialise: {e}")))?;
         self.write(|conn| {
@@ -80,7 +83,7 @@ mod tests {
     use pretty_assertions::assert_eq;
 
     #[test]
-    fn servers_are_kept_without_env_values_and_tools_by_key() {
+    fn servers_are_kept_without_secret_values_and_tools_by_key() {
         let store = Store::open_in_memory().unwrap();
         let session = store
             .insert_session(&NewSession {
@@ -105,7 +108,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             store.session_mcp_servers(&session.id).unwrap(),
-            vec![spec.without_env_values()]
+            vec![spec.without_secret_values()]
         );
         assert_eq!(store.mcp_tools("k").unwrap(), None);
         store.save_mcp_tools("k", "[1]").unwrap();

@@ -869,3 +869,49 @@ async fn a_server_that_exits_while_its_child_holds_stdout_fails_the_call_at_once
     assert!(gone(grandchild), "the grandchild outlived its server");
     daemon.close().await;
 }
+
+#[tokio::test]
+async fn a_session_server_offers_its_cached_tools_at_once_after_a_restart_and_no_secret_is_stored()
+{
+    let scratch = Scratch::new();
+    let server = Server::new(&scratch, "own");
+    let secret = "s3cret-value-of-the-test";
+    let own = McpServerParams {
+        env: [("FIXTURE_TOKEN".to_string(), secret.to_string())].into(),
+        ..server.params("own")
+    };
+    let turns = json!({"turns": [{"text": "first"}]});
+    let env = scratch.replay(turns);
+    let daemon = Daemon::start(&scratch.db(), Options::with_env(env.clone())).await;
+    let id = daemon
+        .create_session(SessionCreateParams {
+            mcp_servers: Some(vec![own]),
+            ..session_params(&scratch.workspace())
+        })
+        .await;
+    wait_for_state(&daemon, &id, "own", McpServerState::Ready).await;
+    daemon.close().await;
+    let dir = scratch.db().parent().unwrap().to_path_buf();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            let bytes = std::fs::read(&path).unwrap();
+            let found = bytes.windows(secret.len()).any(|w| w == secret.as_bytes());
+            assert!(!found, "{} holds the secret", path.display());
+        }
+    }
+
+    // The server now never answers: tools offered can only come from the cache.
+    server.set_mode("hang");
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
+    daemon.send(&id, "which tools?").await;
+    daemon.until_finished().await;
+    let names = tool_names(&scratch.requests()[0]);
+    assert!(names.contains(&"mcp__own__echo".to_string()), "{names:?}");
+    assert_eq!(names.len(), 10, "{names:?}");
+    assert_eq!(
+        session(&daemon, &id).await.mcp_servers[0].state,
+        McpServerState::Starting
+    );
+    daemon.close().await;
+}
