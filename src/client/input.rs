@@ -3,6 +3,11 @@
 //!
 //! The editor asks for the next line only when the chat says so ([`Prompt::next`]), so the
 //! terminal is back in its normal mode whenever the chat ends.
+//!
+//! Output is printed above the prompt through rustyline's external printer. Version 19 or later
+//! is needed for it: earlier ones, once a printer existed, waited on the terminal and the
+//! printer while the rest of a burst of keys (typed fast, or sent at once by an input method)
+//! sat unread in their own buffer, so those keys showed only when the next key came.
 
 use std::path::PathBuf;
 use std::sync::mpsc as std_mpsc;

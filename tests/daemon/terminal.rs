@@ -501,3 +501,52 @@ fn configuration_mistakes_are_named() {
     terminal.type_line("/quit");
     terminal.wait_for("CHAT-EXITED-0");
 }
+
+/// Starts `sidechat chat ARGS` with the replay model scripted by `script`.
+fn replay_chat(scratch: &Scratch, name: &str, script: Value, args: &str) -> Tmux {
+    let env: String = scratch
+        .replay(script)
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v} "))
+        .collect();
+    Tmux::start(
+        scratch,
+        name,
+        &format!("export {env}; {}", chat_line(scratch, args)),
+    )
+}
+
+#[test]
+fn keys_typed_in_a_burst_while_a_reply_streams_all_show_at_once() {
+    let scratch = Scratch::new();
+    // A long reply streamed slowly, one paragraph (so one printed line) after another.
+    let reply: String = (1..=400)
+        .map(|n| format!("Paragraph {n} of a long reply.\n\n"))
+        .collect();
+    let terminal = replay_chat(
+        &scratch,
+        "burst",
+        json!({"turns": [{"text": reply, "delayMs": 10}]}),
+        "--new",
+    );
+    terminal.wait_for("› ");
+    terminal.type_line("talk for a while");
+    terminal.wait_for("Paragraph 3 of a long reply.");
+
+    // One write of several keys, as a fast typist or an input method sends them; no key
+    // follows it.
+    terminal.run(&["send-keys", "-t", "chat", "-l", "typed in one go"]);
+    let screen = terminal.wait_for("› typed in one go");
+    assert!(
+        !screen.contains("Paragraph 400 of a long reply."),
+        "the keys were typed while the reply streamed:\n{screen}"
+    );
+
+    // Entered while the run works, the line waits for the model.
+    terminal.keys("Enter");
+    terminal.wait_for("↳ waiting: typed in one go");
+    terminal.keys("C-c");
+    terminal.wait_for("(stopped)");
+    terminal.type_line("/quit");
+    terminal.wait_for("CHAT-EXITED-0");
+}
