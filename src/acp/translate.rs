@@ -492,7 +492,7 @@ mod tests {
             json!({
                 "sessionUpdate": "tool_call",
                 "toolCallId": "call_1",
-                "title": "write notes/a.md (1 lines)",
+                "title": "write notes/a.md (1 line)",
                 "kind": "edit",
                 "content": [{"type": "diff", "path": "/ws/notes/a.md", "oldText": "old\n", "newText": "new\n"}],
                 "locations": [{"path": "/ws/notes/a.md"}],

@@ -220,7 +220,7 @@ pub struct PendingApproval {
     pub call_id: String,
     pub tool: String,
     pub input: serde_json::Value,
-    /// One line a prompt can show, e.g. `write_file notes.md (+3 lines)`.
+    /// One line a prompt can show, e.g. `write notes.md (3 lines)`.
     pub summary: String,
     pub created_at: String,
 }

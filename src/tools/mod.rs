@@ -128,14 +128,17 @@ fn str_arg<'a>(input: &'a Value, key: &str) -> Option<&'a str> {
 /// One line an approval prompt or a tool-call row can show.
 pub fn summary(tool: &str, input: &Value) -> String {
     let path = str_arg(input, "path").unwrap_or(".");
-    let lines = |key: &str| str_arg(input, key).map(|t| t.lines().count()).unwrap_or(0);
+    let lines = |key: &str| {
+        let count = str_arg(input, key).map(|t| t.lines().count()).unwrap_or(0);
+        format!("{count} {}", if count == 1 { "line" } else { "lines" })
+    };
     match tool {
         "read_file" => format!("read {path}"),
         "list_directory" => format!("list {path}"),
         "search_text" => format!("search for {:?}", str_arg(input, "pattern").unwrap_or("")),
-        "write_file" => format!("write {path} ({} lines)", lines("content")),
+        "write_file" => format!("write {path} ({})", lines("content")),
         "edit_file" => format!(
-            "edit {path} (-{} +{} lines)",
+            "edit {path} (replace {} with {})",
             lines("old_string"),
             lines("new_string")
         ),
@@ -203,6 +206,17 @@ mod tests {
         assert_eq!(
             summary("write_file", &json!({"path": "a.md", "content": "x\ny\n"})),
             "write a.md (2 lines)"
+        );
+        assert_eq!(
+            summary("write_file", &json!({"path": "a.md", "content": "x\n"})),
+            "write a.md (1 line)"
+        );
+        assert_eq!(
+            summary(
+                "edit_file",
+                &json!({"path": "a.md", "old_string": "x", "new_string": "y\nz"})
+            ),
+            "edit a.md (replace 1 line with 2 lines)"
         );
         assert_eq!(
             summary("run_command", &json!({"command": "ls\npwd"})),

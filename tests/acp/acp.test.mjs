@@ -350,7 +350,7 @@ test('a write asks permission; allowed, it runs and shows its diff', async () =>
   const path = join(workspace, 'notes.md');
   assert.deepEqual(asked.toolCall, {
     toolCallId: asked.toolCall.toolCallId,
-    title: 'write notes.md (1 lines)',
+    title: 'write notes.md (1 line)',
     kind: 'edit',
     status: 'pending',
     locations: [{ path }],
@@ -361,7 +361,7 @@ test('a write asks permission; allowed, it runs and shows its diff', async () =>
   assert.deepEqual(call, {
     sessionUpdate: 'tool_call',
     toolCallId: asked.toolCall.toolCallId,
-    title: 'write notes.md (1 lines)',
+    title: 'write notes.md (1 line)',
     kind: 'edit',
     content: [{ type: 'diff', path, newText: 'written by the model\n' }],
     locations: [{ path }],

@@ -41,7 +41,7 @@ H.run({
         "",
         "## Assistant",
         "[demo model, offline] Creating a.txt.",
-        "⚙ write a.txt (1 lines) · awaiting approval",
+        "⚙ write a.txt (1 line) · awaiting approval",
         "",
         "_waiting for approval (`ga` shows it)_",
       }
@@ -76,7 +76,7 @@ H.run({
         "",
         "## Assistant",
         "[demo model, offline] Creating a.txt.",
-        "⚙ write a.txt (1 lines) · done",
+        "⚙ write a.txt (1 line) · done",
         "    Created a.txt (+1 -0 lines).",
         "",
         "## Assistant",

@@ -21,7 +21,7 @@ H.run({
       end)
       H.eq("", H.prompt_text(), "prompt after sending")
       H.eq({
-        "write notes.md (1 lines)",
+        "write notes.md (1 line)",
         "",
         "+++ notes.md",
         "+hello",
@@ -40,7 +40,7 @@ H.run({
         "",
         "## Assistant",
         "[demo model, offline] Creating notes.md.",
-        "⚙ write notes.md (1 lines) · awaiting approval",
+        "⚙ write notes.md (1 line) · awaiting approval",
         "",
         "## You (waiting)",
         "also check the spelling",
@@ -61,7 +61,7 @@ H.run({
         "",
         "## Assistant",
         "[demo model, offline] Creating notes.md.",
-        "⚙ write notes.md (1 lines) · done",
+        "⚙ write notes.md (1 line) · done",
         "    Created notes.md (+1 -0 lines).",
         "",
         "## You (during the run)",
@@ -157,7 +157,7 @@ H.run({
         "",
         "## Assistant",
         "[demo model, offline] Creating b.md.",
-        "⚙ write b.md (1 lines) · denied",
+        "⚙ write b.md (1 line) · denied",
         "    The user denied this tool call. Do not retry it; ask the user how to proceed if needed.",
         "",
         "## Assistant",

@@ -118,7 +118,7 @@ test('a refetched entry lands in seq order among the ones already shown', { time
 
 test('an approval resolved by another client disappears, and the tool goes on', { timeout: 120_000 }, () => {
   const model = new SessionModel(SID);
-  const approval = { approvalId: 'apr_1', runId: 'run_1', callId: 'call_1', tool: 'write_file', input: { path: 'a.md', content: 'x\n' }, summary: 'write a.md (1 lines)', createdAt: 't' };
+  const approval = { approvalId: 'apr_1', runId: 'run_1', callId: 'call_1', tool: 'write_file', input: { path: 'a.md', content: 'x\n' }, summary: 'write a.md (1 line)', createdAt: 't' };
   feed(model, [
     { kind: 'runStarted', model: 'demo' },
     { kind: 'messageCompleted', entry: entry('m1', 2, 'assistant', [{ type: 'text', text: 'Writing.' }, { type: 'toolCall', id: 'call_1', name: 'write_file', input: approval.input }]) },

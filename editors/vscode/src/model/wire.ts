@@ -748,7 +748,7 @@ export interface PendingApproval {
   tool: string;
   input: unknown;
   /**
-   * One line a prompt can show, e.g. `write_file notes.md (+3 lines)`.
+   * One line a prompt can show, e.g. `write notes.md (3 lines)`.
    */
   summary: string;
   createdAt: string;
