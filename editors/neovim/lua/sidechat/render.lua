@@ -29,6 +29,18 @@ local function count_lines(text)
   return n
 end
 
+--- "1 line", "2 lines".
+---@param n integer
+local function lines_word(n)
+  return ("%d %s"):format(n, n == 1 and "line" or "lines")
+end
+
+--- "1 more line", "2 more lines".
+---@param n integer
+function M.more_lines(n)
+  return ("%d more %s"):format(n, n == 1 and "line" or "lines")
+end
+
 --- One line naming a tool call, as the daemon's approval prompts word it.
 ---@param tool string
 ---@param input table
@@ -42,9 +54,13 @@ function M.summary(tool, input)
   elseif tool == "search_text" then
     return ('search for "%s"'):format(input.pattern or "")
   elseif tool == "write_file" then
-    return ("write %s (%d lines)"):format(path, count_lines(input.content))
+    return ("write %s (%s)"):format(path, lines_word(count_lines(input.content)))
   elseif tool == "edit_file" then
-    return ("edit %s (-%d +%d lines)"):format(path, count_lines(input.old_string), count_lines(input.new_string))
+    return ("edit %s (replace %s with %s)"):format(
+      path,
+      lines_word(count_lines(input.old_string)),
+      lines_word(count_lines(input.new_string))
+    )
   elseif tool == "run_command" then
     local command = input.command or ""
     local first = command:match("^[^\n]*")
@@ -131,7 +147,7 @@ function Builder:tool_call(session, block)
     self:add("    " .. lines[i], 1)
   end
   if #lines > M.OUTPUT_LINES then
-    self:add(("    … (%d more lines)"):format(#lines - M.OUTPUT_LINES), 1)
+    self:add(("    … (%s)"):format(M.more_lines(#lines - M.OUTPUT_LINES)), 1)
   end
 end
 
@@ -226,7 +242,7 @@ function Builder:entry(session, entry)
       end
       self:text(block.text)
     elseif t == "attachment" then
-      self:add(("📎 %s (%d lines)"):format(block.name, count_lines(block.text)))
+      self:add(("📎 %s (%s)"):format(block.name, lines_word(count_lines(block.text))))
     elseif t == "notice" then
       self:add(("_%s: %s_"):format(block.level, block.text))
     end

@@ -26,7 +26,7 @@ end
 --- 'foldtext': the fold's first line and how many lines it hides.
 function M.foldtext()
   local first = vim.fn.getline(vim.v.foldstart)
-  return ("%s  (%d more lines)"):format(first, vim.v.foldend - vim.v.foldstart)
+  return ("%s  (%s)"):format(first, render.more_lines(vim.v.foldend - vim.v.foldstart))
 end
 
 --- What the transcript line `lnum` stands for ({kind = "file" | "waiting", ...}), if anything.
