@@ -226,8 +226,9 @@ fn a_chat_continues_with_its_history_and_sessions_switch() {
     assert!(list.contains(&first_id), "{list}");
     assert!(list.contains("list files"), "{list}");
     second.type_line("/sessions 2");
-    let switched = second.wait_for("Switched to “First chat”");
-    let after = &switched[switched.rfind("Switched to").unwrap()..];
+    // The switch is told, then the chat's history drawn below it.
+    let switched = second.wait_for("> create a.md with one");
+    let after = &switched[switched.rfind("Switched to “First chat”").unwrap()..];
     assert!(after.contains("> create a.md with one"), "{switched}");
     second.type_line("/quit");
     assert_eq!(resumed_id(&second.wait_for("CHAT-EXITED-0")), first_id);
@@ -549,4 +550,124 @@ fn keys_typed_in_a_burst_while_a_reply_streams_all_show_at_once() {
     terminal.wait_for("(stopped)");
     terminal.type_line("/quit");
     terminal.wait_for("CHAT-EXITED-0");
+}
+
+#[test]
+fn account_switches_and_an_unknown_one_is_refused() {
+    let scratch = Scratch::new();
+    let terminal = replay_chat(
+        &scratch,
+        "account",
+        json!({"turns": [{"text": "REPLAY-ANSWER"}]}),
+        "--new",
+    );
+    let banner = terminal.wait_for("› ");
+    assert!(banner.contains("account replay · model replay"), "{banner}");
+
+    terminal.type_line("/account");
+    let list = terminal.wait_for("  demo (demo, default model demo)");
+    assert!(list.contains("* replay ("), "{list}");
+
+    terminal.type_line("/account ghost");
+    let refused = terminal.wait_for("there is no account \"ghost\"");
+    assert!(
+        refused
+            .contains("✗ there is no account \"ghost\"; the configured accounts are: demo, replay"),
+        "{refused}"
+    );
+
+    terminal.type_line("/account demo");
+    terminal.wait_for("Now using account demo with model demo.");
+    // The next turn is the demo model's, and the scripted one is never asked.
+    terminal.type_line("list files");
+    terminal.wait_for("[demo model, offline]");
+    terminal.wait_for("Done. The tool answered:");
+    assert_eq!(scratch.requests(), Vec::<Value>::new());
+    terminal.type_line("/quit");
+    let id = resumed_id(&terminal.wait_for("CHAT-EXITED-0"));
+    drop(terminal);
+
+    // The session keeps the account: reopened, its banner names it.
+    let again = replay_chat(
+        &scratch,
+        "account-again",
+        json!({"turns": []}),
+        &format!("--session {id}"),
+    );
+    let banner = again.wait_for("› ");
+    assert!(banner.contains("account demo · model demo"), "{banner}");
+    again.type_line("/quit");
+    again.wait_for("CHAT-EXITED-0");
+}
+
+#[test]
+fn alt_enter_adds_a_line_and_the_lines_go_as_one_message() {
+    let scratch = Scratch::new();
+    let terminal = replay_chat(
+        &scratch,
+        "alt-enter",
+        json!({"turns": [{"text": "TWO-LINES-READ"}]}),
+        "--new",
+    );
+    terminal.wait_for("› ");
+    terminal.run(&["send-keys", "-t", "chat", "-l", "the first line"]);
+    terminal.wait_for("› the first line");
+    terminal.keys("M-Enter");
+    terminal.run(&["send-keys", "-t", "chat", "-l", "the second line"]);
+    let typed = terminal.wait_for("the second line");
+    // Still one input, on two lines of the prompt: nothing was sent yet.
+    assert!(
+        typed.contains("› the first line\nthe second line"),
+        "{typed}"
+    );
+    assert_eq!(scratch.requests(), Vec::<Value>::new());
+    terminal.keys("Enter");
+    terminal.wait_for("TWO-LINES-READ");
+    let requests = scratch.requests();
+    let sent: Vec<&Value> = requests[0]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .collect();
+    assert_eq!(sent.len(), 1, "{requests:?}");
+    assert_eq!(
+        sent[0]["content"][0]["text"],
+        "the first line\nthe second line"
+    );
+    terminal.type_line("/quit");
+    terminal.wait_for("CHAT-EXITED-0");
+}
+
+#[test]
+fn an_approval_waiting_when_the_chat_quit_is_asked_again_on_continue() {
+    let scratch = Scratch::new();
+    let workspace = scratch.workspace();
+    let first = Tmux::start(&scratch, "waiting", &chat_line(&scratch, "--new"));
+    first.wait_for("› ");
+    first.type_line("create kept.md with answered later");
+    first.wait_for("[a] allow once");
+    first.type_line("/quit");
+    first.wait_for("CHAT-EXITED-0");
+    drop(first);
+    assert!(!workspace.join("kept.md").exists());
+
+    let again = Tmux::start(&scratch, "reattach", &chat_line(&scratch, "--continue"));
+    let shown = again.wait_for("› ");
+    let at = shown
+        .rfind("allow: write kept.md (1 line)")
+        .unwrap_or_else(|| panic!("the waiting approval is shown:\n{shown}"));
+    assert!(
+        shown[at..].contains("    + answered later"),
+        "with its diff:\n{shown}"
+    );
+    assert!(shown[at..].contains("[a] allow once"), "{shown}");
+    again.type_line("a");
+    again.wait_for("Done. The tool answered:");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("kept.md")).unwrap(),
+        "answered later\n"
+    );
+    again.type_line("/quit");
+    again.wait_for("CHAT-EXITED-0");
 }
