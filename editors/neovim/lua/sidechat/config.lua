@@ -31,6 +31,7 @@ M.defaults = {
     open = "<CR>", -- a changed file: open it; elsewhere: toggle a fold
     diff = "D", -- a changed file: its diff (before the session's first change / now)
     withdraw = "x", -- a waiting message: withdraw it
+    delete_note = "X", -- a carry-over note: delete it (the model is no longer sent it)
     resume = "R", -- answer a turn left unanswered
     approvals = "ga", -- show the pending approval again
     close = "q",

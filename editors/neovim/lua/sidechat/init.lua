@@ -7,6 +7,7 @@ local client_mod = require("sidechat.client")
 local session_mod = require("sidechat.session")
 local view = require("sidechat.view")
 local approval = require("sidechat.approval")
+local render = require("sidechat.render")
 
 local M = {}
 
@@ -309,6 +310,50 @@ function M.withdraw_under_cursor()
   local span = view.span(vim.api.nvim_win_get_cursor(0)[1])
   if span and span.kind == "waiting" then
     M.withdraw(span.pendingId)
+  end
+end
+
+--- Deletes a carry-over note (`note/delete`), so that the model is no longer sent it; the
+--- transcript drops it when the daemon's `noteDeleted` event arrives. Without `message_id`,
+--- the shown session's newest note.
+---@param message_id string?
+---@param done fun(err: table?, result: table?)?
+function M.delete_note(message_id, done)
+  local s = st.current
+  if not s then
+    return
+  end
+  if not message_id then
+    for i = #s.entries, 1, -1 do
+      local block = s.entries[i].blocks[1]
+      if s.entries[i].role == "summary" and block and block.type == "summary" then
+        if block.method == "carryOver" and not render.deleted_note(block) then
+          message_id = s.entries[i].id
+          break
+        end
+      end
+    end
+  end
+  if not message_id then
+    return notify("no carry-over note to delete")
+  end
+  M.client():request("note/delete", { messageId = message_id }, function(err, result)
+    if err then
+      notify("cannot delete the note: " .. err_text(err), vim.log.levels.ERROR)
+    elseif not result.deleted then
+      notify("the note was deleted already")
+    end
+    if done then
+      done(err, result)
+    end
+  end)
+end
+
+--- The note under the cursor; elsewhere in the transcript, nothing.
+function M.delete_note_under_cursor()
+  local span = view.span(vim.api.nvim_win_get_cursor(0)[1])
+  if span and span.kind == "note" then
+    M.delete_note(span.messageId)
   end
 end
 

@@ -197,16 +197,26 @@ function M.summary_detail(block, compaction)
   return table.concat(parts, " · ")
 end
 
---- A summary entry: its heading, the detail line, and the text the model reads, folded.
+--- Whether a `summary` block is a carry-over note deleted with `note/delete` (emptied).
+function M.deleted_note(block)
+  return block.method == "carryOver" and (block.text == nil or block.text == "")
+end
+
+--- A summary entry: its heading, the detail line, and the text the model reads, folded. A
+--- carry-over note's lines name it (`X` deletes it); a deleted one shows nothing.
 function Builder:summary(session, entry, block)
-  self:heading(M.summary_heading(block))
+  if M.deleted_note(block) then
+    return
+  end
+  local span = block.method == "carryOver" and { kind = "note", messageId = entry.id } or nil
+  self:heading(M.summary_heading(block), span)
   local detail = M.summary_detail(block, session.compactions[entry.id])
   if detail ~= "" then
-    self:add("_" .. detail .. "_")
+    self:add("_" .. detail .. "_", 0, span)
   end
   if block.text and block.text ~= "" then
-    self:add("▸ summary", ">1")
-    self:text(block.text, "> ", 1)
+    self:add("▸ summary", ">1", span)
+    self:text(block.text, "> ", 1, span)
   end
 end
 
@@ -332,6 +342,7 @@ function M.session(session)
   local n = #prefix.b.lines
   table.move(prefix.b.lines, 1, n, 1, b.lines)
   table.move(prefix.b.folds, 1, n, 1, b.folds)
+  table.move(prefix.b.spans, 1, n, 1, b.spans)
   for i = #prefix.entries + 1, #session.entries do
     b:append(M.entry(session, session.entries[i]))
   end

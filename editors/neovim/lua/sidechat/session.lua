@@ -164,6 +164,18 @@ function Session:apply(params)
     -- Its summary entry is drawn already (committed first): draw it again with these details.
     self.render_cache[ev.messageId] = nil
     self.render_prefix = nil
+  elseif kind == "noteDeleted" then
+    -- The note's entry stays, emptied, as session/transcript returns it from now on; a new
+    -- table, so that its cached lines are drawn again.
+    local at = self.index[ev.messageId]
+    local entry = at and self.entries[at]
+    if entry then
+      local blocks = {}
+      for i, block in ipairs(entry.blocks) do
+        blocks[i] = block.type == "summary" and vim.tbl_extend("force", block, { text = "" }) or block
+      end
+      self:add_entry(vim.tbl_extend("force", entry, { blocks = blocks }))
+    end
   elseif kind == "budget" then
     self.budget = ev.snapshot
   elseif kind == "runFinished" then
