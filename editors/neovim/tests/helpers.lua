@@ -106,6 +106,38 @@ vim.notify = function(msg, level, opts)
   end
 end
 
+--- The daemons this Neovim started that are still running.
+local function daemons()
+  local name = vim.fs.basename(H.bin)
+  local pids = {}
+  for _, pid in ipairs(vim.api.nvim_get_proc_children(vim.fn.getpid())) do
+    local proc = vim.api.nvim_get_proc(pid)
+    if proc and proc.name == name then
+      table.insert(pids, pid)
+    end
+  end
+  return pids
+end
+
+--- Stops the plugin's daemon and waits until no daemon of this test is left, so that none
+--- outlives it: a daemon busy when asked to stop (a tokenizer still being built for a request)
+--- is ended after a while.
+function H.stop_daemons()
+  require("sidechat").shutdown()
+  if vim.wait(10000, function()
+    return #daemons() == 0
+  end, 20) then
+    return
+  end
+  for _, pid in ipairs(daemons()) do
+    io.stdout:write(("note the daemon %d had not exited 10 s after it was stopped: killed\n"):format(pid))
+    vim.uv.kill(pid, "sigkill")
+  end
+  vim.wait(5000, function()
+    return #daemons() == 0
+  end, 20)
+end
+
 --- Runs the named cases in order; exits non-zero when one fails.
 function H.run(cases)
   local failed = 0
@@ -118,8 +150,7 @@ function H.run(cases)
       io.stdout:write(("FAIL %s\n%s\n"):format(case[1], err))
     end
   end
-  require("sidechat").shutdown()
-  vim.wait(200)
+  H.stop_daemons()
   io.stdout:write(("%d passed, %d failed\n"):format(#cases - failed, failed))
   io.stdout:flush()
   os.exit(failed == 0 and 0 or 1)
