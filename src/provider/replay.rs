@@ -29,6 +29,8 @@ pub struct ReplayTurn {
     pub delay_ms: u64,
     /// Fail after streaming the text, as a dropped connection would.
     pub error: Option<String>,
+    /// End the turn as the model declining to answer (a refusal), after the text.
+    pub refusal: bool,
     pub usage: Option<TokenUsage>,
 }
 
@@ -142,7 +144,9 @@ impl ModelDriver for ReplayDriver {
             if let Some(usage) = turn.usage {
                 events.push(Ok(ModelEvent::Usage(usage)));
             }
-            let stop = if turn.tool_calls.is_empty() {
+            let stop = if turn.refusal {
+                StopReason::Refusal
+            } else if turn.tool_calls.is_empty() {
                 StopReason::EndTurn
             } else {
                 StopReason::ToolUse
