@@ -377,6 +377,86 @@ test('an approval answered in another view of the same daemon (Always) leaves th
   }
 });
 
+test('a carry-over note: its Delete button calls note/delete and the noteDeleted event takes it off, here and after a reload', { timeout: 120_000 }, async () => {
+  const scratch = new Scratch();
+  const daemon = scratch.daemon({ SIDECHAT_DEMO_DELAY_MS: '5' });
+  await daemon.start();
+  const chat = await openChat(browser, served.url, daemon, scratch.workspace);
+  const { page } = chat;
+  const idle = () => waitIn(page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
+  const note = '.entry.summary[data-method="carryOver"]';
+  try {
+    await send(page, 'hello there');
+    await page.waitForSelector('.entry.assistant[data-streaming="false"]', STEP);
+    await idle();
+    await send(page, '/new-context');
+    await page.waitForSelector(note, STEP);
+    assert.equal(await page.textContent(`${note} .head`), 'Carried over from the previous context');
+    const sessionId = chat.controller.activeSessionId ?? '';
+    const stored = async () =>
+      (await daemon.request('session/transcript', { sessionId })).entries.filter((e) => e.role === 'summary').map((e) => e.blocks);
+    assert.notEqual(JSON.stringify(await stored()), '[]', 'the note is stored');
+    await screenshot(page, '12-carry-over-note');
+
+    await page.click(`${note} button.delete-note`);
+    await waitIn(page, () => document.querySelector('.entry.summary[data-method="carryOver"]') === null);
+    // Deleted for the daemon too: kept, emptied, never sent again.
+    const blocks = await stored();
+    assert.equal(blocks.length, 1);
+    assert.equal(blocks[0][0].type === 'summary' && blocks[0][0].text, '');
+    assert.equal(await page.locator('.transcript .entry.user').count(), 1, 'the conversation stays');
+
+    await page.reload();
+    await page.waitForSelector('.entry.assistant', STEP);
+    assert.equal(await page.locator(note).count(), 0, 'not shown after a reload');
+    assert.deepEqual(chat.pageErrors, []);
+  } catch (error) {
+    await screenshot(page, 'failure-note').catch(() => undefined);
+    throw error;
+  } finally {
+    chat.controller.dispose();
+    await page.close();
+    await daemon.stop();
+    scratch.dispose();
+  }
+});
+
+test('a refusal: the answer is labelled as refused, not as an ordinary end', { timeout: 120_000 }, async () => {
+  const scratch = new Scratch();
+  const script = join(scratch.dir, 'script.json');
+  writeFileSync(script, JSON.stringify({ turns: [{ text: 'I cannot help with that.', refusal: true }, { text: 'Happy to.' }] }));
+  const daemon = scratch.daemon({ SIDECHAT_REPLAY_SCRIPT: script, SIDECHAT_ACCOUNT: 'replay' });
+  await daemon.start();
+  const chat = await openChat(browser, served.url, daemon, scratch.workspace);
+  const { page } = chat;
+  const idle = () => waitIn(page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
+  try {
+    await send(page, 'something it will not do');
+    await page.waitForSelector('.entry.assistant[data-status="refused"]', STEP);
+    assert.equal(await page.textContent('.entry.assistant[data-status="refused"] .status-line'), 'the model refused to answer');
+    assert.match((await page.textContent('.entry.assistant[data-status="refused"]')) ?? '', /I cannot help with that\./);
+    await idle();
+    // The next answer ends as an ordinary one: no label.
+    await send(page, 'something else');
+    await waitIn(page, () => document.querySelectorAll('.entry.assistant[data-streaming="false"]').length === 2);
+    await idle();
+    const last = page.locator('.transcript .entry.assistant').last();
+    assert.equal(await last.getAttribute('data-status'), 'complete');
+    assert.equal(await last.locator('.status-line').textContent(), '');
+    assert.equal(await page.locator('.entry.assistant[data-status="refused"]').count(), 1);
+    await screenshot(page, '13-refusal');
+    assert.deepEqual(chat.pageErrors, []);
+  } catch (error) {
+    await screenshot(page, 'failure-refusal').catch(() => undefined);
+    throw error;
+  } finally {
+    chat.controller.dispose();
+    await page.close();
+    await daemon.stop();
+    scratch.dispose();
+  }
+});
+
 test('a missing daemon: the page names the path tried and opens the setting', { timeout: 120_000 }, async () => {
   const scratch = new Scratch();
   const missing = join(scratch.dir, 'no-such', 'sidechat');

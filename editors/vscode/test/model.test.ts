@@ -262,6 +262,57 @@ test('notes, notices and a summary entry are shown in order', { timeout: 120_000
   assert.deepEqual(shape(fresh.list()), expected);
 });
 
+test('a deleted carry-over note leaves the model, live and from the transcript', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  const note = entry('s1', 1, 'summary', [{ type: 'summary', method: 'carryOver', text: 'Earlier: the user set up a project.', messages: 12 }]);
+  model.applyTranscript(transcript([note, entry('m2', 2, 'user', [{ type: 'text', text: 'go on' }])]));
+  const structure = model.structureRev;
+  const [applied] = feed(model, [{ kind: 'noteDeleted', messageId: 's1' }]);
+  assert.deepEqual(shape(model.list()), ['user: go on']);
+  assert.notEqual(model.structureRev, structure, 'a renderer redraws the list');
+  assert.equal(applied.budgetChanged, true, 'the note no longer counts in the budget');
+  assert.equal(model.get('s1'), undefined);
+  // Stored emptied, it is not shown when the transcript is read again.
+  const emptied = entry('s1', 1, 'summary', [{ type: 'summary', method: 'carryOver', text: '', messages: 12 }]);
+  const fresh = new SessionModel(SID);
+  fresh.applyTranscript(transcript([emptied, entry('m2', 2, 'user', [{ type: 'text', text: 'go on' }])]));
+  assert.deepEqual(shape(fresh.list()), ['user: go on']);
+  // A drop's summary has no text either, and stays.
+  const dropped = new SessionModel(SID);
+  dropped.applyTranscript(transcript([entry('s2', 3, 'summary', [{ type: 'summary', method: 'drop', text: '', fromSeq: 1, toSeq: 2, messages: 2 }])]));
+  assert.deepEqual(shape(dropped.list()), ['summary drop 1-2: ']);
+});
+
+test('a run the model refused marks its answer refused; other ends do not', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  feed(model, [
+    { kind: 'messageCompleted', entry: entry('m1', 1, 'user', [{ type: 'text', text: 'do it' }]) },
+    { kind: 'runStarted', model: 'demo' },
+    { kind: 'messageStarted', messageId: 'm2', role: 'assistant' },
+    { kind: 'textDelta', messageId: 'm2', text: 'No.' },
+    { kind: 'messageCompleted', entry: entry('m2', 5, 'assistant', [{ type: 'text', text: 'No.' }]) },
+    { kind: 'notice', level: 'warning', message: 'The model declined to answer.', messageId: 'n6' },
+    { kind: 'runFinished', reason: 'refusal' },
+  ]);
+  const refused = model.get('m2');
+  assert.equal(refused?.kind === 'assistant' && refused.status, 'refused');
+  feed(model, [
+    { kind: 'messageCompleted', entry: entry('m3', 9, 'user', [{ type: 'text', text: 'then this' }]) },
+    { kind: 'runStarted', model: 'demo' },
+    { kind: 'messageCompleted', entry: entry('m4', 11, 'assistant', [{ type: 'text', text: 'Sure.' }]) },
+    { kind: 'runFinished', reason: 'end_turn' },
+  ]);
+  const ordinary = model.get('m4');
+  assert.equal(ordinary?.kind === 'assistant' && ordinary.status, 'complete');
+  // A refusal with no answer at all marks nothing earlier than its own turn.
+  feed(model, [
+    { kind: 'messageCompleted', entry: entry('m5', 13, 'user', [{ type: 'text', text: 'and this' }]) },
+    { kind: 'runStarted', model: 'demo' },
+    { kind: 'runFinished', reason: 'refusal' },
+  ]);
+  assert.equal(ordinary?.kind === 'assistant' && ordinary.status, 'complete');
+});
+
 test('budget and usage events update the chrome and ask for fresh spend', { timeout: 120_000 }, () => {
   const model = new SessionModel(SID);
   const before = model.chromeRev;

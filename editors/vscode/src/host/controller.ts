@@ -115,6 +115,10 @@ export class ChatController {
       case 'withdraw':
         await this.daemon.request('interjection/cancel', { pendingId: message.pendingId });
         return;
+      case 'deleteNote':
+        // The page drops the note when the daemon's `noteDeleted` event comes back.
+        await this.daemon.request('note/delete', { messageId: message.messageId });
+        return;
       case 'newSession':
         await this.load((await this.createSession()).id);
         await this.refreshSessions();

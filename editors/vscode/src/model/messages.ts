@@ -46,6 +46,8 @@ export type PageToHost =
   | { type: 'stop' }
   | { type: 'approve'; approvalId: string; decision: Exclude<ApprovalDecision, 'cancelled'> }
   | { type: 'withdraw'; pendingId: string }
+  /** Deletes a carry-over note (`note/delete`): the model is no longer sent it. */
+  | { type: 'deleteNote'; messageId: string }
   | { type: 'newSession' }
   | { type: 'switchSession'; sessionId: string }
   | { type: 'renameSession'; sessionId: string; title: string }

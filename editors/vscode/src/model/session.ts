@@ -48,7 +48,8 @@ export interface AssistantEntry extends EntryBase {
   kind: 'assistant';
   blocks: AssistantBlock[];
   streaming: boolean;
-  status: MessageStatus;
+  /** As stored, or `refused` when its run ended because the model declined (seen live). */
+  status: MessageStatus | 'refused';
 }
 
 export interface ToolEntry extends EntryBase {
@@ -304,8 +305,14 @@ export class SessionModel {
         applied.budgetChanged = true;
         break;
       }
+      case 'noteDeleted':
+        // The daemon keeps the entry, emptied; it is no longer a note to show.
+        this.remove(event.messageId);
+        applied.budgetChanged = true;
+        break;
       case 'runFinished':
         this.endStreaming(event.reason === 'stopped' ? 'stopped' : event.reason === 'error' ? 'failed' : undefined);
+        if (event.reason === 'refusal') this.markRefused();
         this.runId = undefined;
         for (const [id, approval] of this.approvals) {
           if (approval.runId === params.runId) this.approvals.delete(id);
@@ -376,6 +383,25 @@ export class SessionModel {
     }
     this.order.splice(at, 0, entry.key);
     this.orderRev++;
+  }
+
+  private remove(key: string): void {
+    if (!this.entries.delete(key)) return;
+    this.order = this.order.filter((k) => k !== key);
+    this.orderRev++;
+  }
+
+  /** The run's answer, the last assistant entry after the last user turn, says it was refused. */
+  private markRefused(): void {
+    for (let i = this.order.length - 1; i >= 0; i--) {
+      const entry = this.entries.get(this.order[i]);
+      if (entry?.kind === 'user' && entry.source === 'turn') return;
+      if (entry?.kind === 'assistant') {
+        entry.status = 'refused';
+        this.touch(entry);
+        return;
+      }
+    }
   }
 
   private assistant(messageId: string): AssistantEntry {
@@ -482,7 +508,10 @@ export class SessionModel {
     } else if (role === 'note') {
       this.insert({ kind: 'note', key: wire.id, seq: wire.seq, rev: 0, text });
     } else if (role === 'summary') {
-      this.insert(summaryEntry(wire, this.compactions.get(wire.id)));
+      const summary = summaryEntry(wire, this.compactions.get(wire.id));
+      // A carry-over note deleted with `note/delete` is kept stored, emptied: nothing to show.
+      if (summary.method === 'carryOver' && summary.text === '') return;
+      this.insert(summary);
       this.compactions.delete(wire.id);
     }
   }

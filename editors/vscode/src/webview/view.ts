@@ -126,6 +126,13 @@ const TOOL_STATUS: Record<ToolCallStatus, string> = {
   cancelled: 'cancelled',
 };
 
+/** The label under an answer that did not end as an ordinary one. */
+const ASSISTANT_STATUS: Partial<Record<AssistantEntry['status'], string>> = {
+  stopped: 'stopped',
+  failed: 'failed',
+  refused: 'the model refused to answer',
+};
+
 interface Sending {
   clientMessageId: string;
   text: string;
@@ -455,6 +462,12 @@ export class ChatView {
           parts.push(details);
         }
         if (detail) parts.push(el('div', 'detail', detail));
+        if (entry.method === 'carryOver') {
+          const key = entry.key;
+          parts.push(
+            button('Delete note', 'delete-note', () => this.post({ type: 'deleteNote', messageId: key }), 'Delete this note: the model is no longer sent it'),
+          );
+        }
         node.replaceChildren(...parts);
         return;
       }
@@ -504,7 +517,7 @@ export class ChatView {
     node.dataset.streaming = String(entry.streaming);
     node.dataset.status = entry.status;
     const status = node.lastElementChild as HTMLElement;
-    status.textContent = entry.status === 'stopped' ? 'stopped' : entry.status === 'failed' ? 'failed' : entry.streaming ? '…' : '';
+    status.textContent = ASSISTANT_STATUS[entry.status] ?? (entry.streaming ? '…' : '');
   }
 
   // ---- chrome --------------------------------------------------------------------------------
