@@ -3,7 +3,7 @@
 //! arrival order, and the client's answers to our own requests routed back through [`Peer`].
 
 use std::io::{Read, Write};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -15,9 +15,8 @@ use super::sink::{AcpSink, Item};
 use crate::config::Config;
 use crate::rpc::Peer;
 use crate::rpc::error::{INVALID_REQUEST, PARSE_ERROR, error_frame, error_response};
-use crate::rpc::framing::{Decoded, MAX_FRAME_BYTES};
 use crate::rpc::request_id::{RequestId, id_as_sent};
-use crate::rpc::transport::{spawn_reader, spawn_writer};
+use crate::rpc::stdio::StdioConnection;
 
 /// Serves the agent side of ACP until the client closes stdin; returns the exit code.
 ///
@@ -35,41 +34,14 @@ where
     R: Read + Send + 'static,
     W: Write + Send + 'static,
 {
-    let framing = Arc::new(OnceLock::new());
-    let outbox = spawn_writer(output, framing.clone());
-    let peer = Peer::new(outbox.clone());
-    let mut frames = spawn_reader(input, framing);
+    let mut connection = StdioConnection::open(input, output);
+    let (outbox, peer) = (connection.outbox.clone(), connection.peer.clone());
     let agent = Arc::new(Agent::new(peer.clone(), sink, config, opening));
     tokio::spawn(agent.clone().route(items));
     let mut requests = JoinSet::new();
-    while let Some(item) = frames.recv().await {
+    while let Some(bytes) = connection.next_frame().await {
         while requests.try_join_next().is_some() {}
-        match item {
-            Decoded::Frame(bytes) => handle_frame(&agent, &peer, &bytes, &mut requests).await,
-            Decoded::Garbage { skipped } => {
-                tracing::warn!(skipped, "skipped bytes that were not a frame");
-                outbox.send(error_response(
-                    &Value::Null,
-                    PARSE_ERROR,
-                    "Parse error: bytes that are not a JSON-RPC message were skipped",
-                    Some(serde_json::json!({"skipped": skipped})),
-                ));
-            }
-            Decoded::TooLarge { size } => {
-                tracing::warn!(size, "refused an oversized frame");
-                outbox.send(error_response(
-                    &Value::Null,
-                    INVALID_REQUEST,
-                    &format!(
-                        "Message of {size} bytes exceeds the limit of {MAX_FRAME_BYTES} bytes; it was skipped"
-                    ),
-                    None,
-                ));
-            }
-            Decoded::Truncated { buffered } => {
-                tracing::warn!(buffered, "input ended inside a message");
-            }
-        }
+        handle_frame(&agent, &peer, &bytes, &mut requests).await;
     }
     tracing::info!("input closed");
     if let Ok(runtime) = agent.runtime().await {

@@ -8,6 +8,7 @@ pub mod peer;
 pub mod readable;
 pub mod request_id;
 mod server;
+pub mod stdio;
 pub mod transport;
 
 pub use peer::{ClientSink, Peer, PeerError};

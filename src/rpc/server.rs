@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use jsonrpsee::core::server::{ConnectionId, MethodCallback};
 use jsonrpsee::{Extensions, RpcModule};
@@ -15,11 +15,10 @@ use serde_json::value::RawValue;
 use tokio::task::AbortHandle;
 
 use super::error::*;
-use super::framing::{Decoded, MAX_FRAME_BYTES};
 use super::methods::method_table;
 use super::peer::Peer;
 use super::request_id::{RequestId, recover_id};
-use super::transport::{spawn_reader, spawn_writer};
+use super::stdio::StdioConnection;
 use crate::protocol::{InitializeParams, InitializeResult, read_params};
 use crate::runtime::Runtime;
 use crate::util::lock;
@@ -178,10 +177,8 @@ where
     R: Read + Send + 'static,
     W: Write + Send + 'static,
 {
-    let framing = Arc::new(OnceLock::new());
-    let outbox = spawn_writer(output, framing.clone());
-    let peer = Peer::new(outbox.clone());
-    let mut frames = spawn_reader(input, framing);
+    let mut connection = StdioConnection::open(input, output);
+    let (outbox, peer) = (connection.outbox.clone(), connection.peer.clone());
     let opening = open(peer.clone());
     let dispatcher = Arc::new(Dispatcher {
         init,
@@ -193,39 +190,10 @@ where
         request_ended: tokio::sync::Notify::new(),
     });
     let mut exit_requested = false;
-    while let Some(item) = frames.recv().await {
-        match item {
-            Decoded::Frame(bytes) => {
-                if dispatcher.clone().handle_frame(&bytes).await {
-                    exit_requested = true;
-                    break;
-                }
-            }
-            Decoded::Garbage { skipped } => {
-                tracing::warn!(skipped, "skipped bytes that were not a frame");
-                outbox.send(error_response(
-                    &Value::Null,
-                    PARSE_ERROR,
-                    "Parse error: bytes that are not a frame were skipped",
-                    Some(serde_json::json!({"skipped": skipped})),
-                ));
-            }
-            Decoded::TooLarge { size } => {
-                tracing::warn!(size, "refused an oversized frame");
-                let message = format!(
-                    "Frame of {size} bytes exceeds the limit of {MAX_FRAME_BYTES} bytes; it was \
-                     refused and its bytes skipped"
-                );
-                outbox.send(error_response(
-                    &Value::Null,
-                    INVALID_REQUEST,
-                    &message,
-                    None,
-                ));
-            }
-            Decoded::Truncated { buffered } => {
-                tracing::warn!(buffered, "input ended inside a frame");
-            }
+    while let Some(bytes) = connection.next_frame().await {
+        if dispatcher.clone().handle_frame(&bytes).await {
+            exit_requested = true;
+            break;
         }
     }
     if !exit_requested {
@@ -664,11 +632,14 @@ fn with_id(response: &RawValue, id: &RequestId) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::OnceLock;
+
     use pretty_assertions::assert_eq;
     use serde_json::json;
 
     use super::*;
     use crate::rpc::framing::Framing;
+    use crate::rpc::transport::spawn_writer;
     use crate::runtime::NoClient;
 
     #[derive(Clone, Default)]

@@ -1,0 +1,90 @@
+//! The stdio connection the daemon's protocol and ACP are both served over: the reader thread
+//! and the writer, the peer that speaks through the writer, and one answer to input that did
+//! not decode into a frame.
+
+use std::io::{Read, Write};
+use std::sync::{Arc, OnceLock};
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::error::{INVALID_REQUEST, PARSE_ERROR, error_response};
+use super::framing::{Decoded, MAX_FRAME_BYTES};
+use super::peer::Peer;
+use super::transport::{Outbox, spawn_reader, spawn_writer};
+
+/// Both ends of one client's connection.
+pub struct StdioConnection {
+    /// Where every frame to the client is queued.
+    pub outbox: Outbox,
+    /// Requests to the client and their answers, through [`Self::outbox`].
+    pub peer: Peer,
+    frames: mpsc::UnboundedReceiver<Decoded>,
+}
+
+impl StdioConnection {
+    /// Starts reading `input` on its own thread and writing `output`, in the framing the
+    /// client's first frame uses.
+    pub fn open<R, W>(input: R, output: W) -> Self
+    where
+        R: Read + Send + 'static,
+        W: Write + Send + 'static,
+    {
+        let framing = Arc::new(OnceLock::new());
+        let outbox = spawn_writer(output, framing.clone());
+        let peer = Peer::new(outbox.clone());
+        let frames = spawn_reader(input, framing);
+        Self {
+            outbox,
+            peer,
+            frames,
+        }
+    }
+
+    /// The next frame's body, once what did not decode before it has been answered; `None`
+    /// when the input has ended.
+    pub async fn next_frame(&mut self) -> Option<Vec<u8>> {
+        while let Some(decoded) = self.frames.recv().await {
+            if let Some(bytes) = frame_or_answer(&self.outbox, decoded) {
+                return Some(bytes);
+            }
+        }
+        None
+    }
+}
+
+/// The frame's body; `None` once what could not be decoded has been answered. Skipped bytes
+/// are a parse error and an oversized frame an invalid request, both with a null id since no
+/// id could be read; input that ended inside a frame is only logged, as nobody is left to read
+/// an answer.
+fn frame_or_answer(outbox: &Outbox, decoded: Decoded) -> Option<Vec<u8>> {
+    match decoded {
+        Decoded::Frame(bytes) => return Some(bytes),
+        Decoded::Garbage { skipped } => {
+            tracing::warn!(skipped, "skipped bytes that were not a message");
+            outbox.send(error_response(
+                &Value::Null,
+                PARSE_ERROR,
+                "Parse error: bytes that are not a JSON-RPC message were skipped",
+                Some(serde_json::json!({"skipped": skipped})),
+            ));
+        }
+        Decoded::TooLarge { size } => {
+            tracing::warn!(size, "refused an oversized message");
+            let message = format!(
+                "Message of {size} bytes exceeds the limit of {MAX_FRAME_BYTES} bytes; it was \
+                 refused and its bytes skipped"
+            );
+            outbox.send(error_response(
+                &Value::Null,
+                INVALID_REQUEST,
+                &message,
+                None,
+            ));
+        }
+        Decoded::Truncated { buffered } => {
+            tracing::warn!(buffered, "input ended inside a message");
+        }
+    }
+    None
+}
