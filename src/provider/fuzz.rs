@@ -14,6 +14,10 @@ use super::openai::OpenAiDecoder;
 use super::retry::decode_all;
 use super::sse::events;
 
+#[path = "../../tests/support/byte_edits.rs"]
+mod byte_edits;
+use byte_edits::{apply, cut, edits};
+
 fn config(cases: u32) -> ProptestConfig {
     ProptestConfig {
         cases,
@@ -53,45 +57,10 @@ const OPENAI: &[&str] = &[
     "[DONE]",
 ];
 
-/// One edit of a byte string.
-#[derive(Debug, Clone)]
-enum Edit {
-    Flip(prop::sample::Index, u8),
-    Insert(prop::sample::Index, u8),
-    Remove(prop::sample::Index),
-    Cut(prop::sample::Index),
-}
-
-fn edits() -> impl Strategy<Value = Vec<Edit>> {
-    let edit = prop_oneof![
-        (any::<prop::sample::Index>(), any::<u8>()).prop_map(|(at, b)| Edit::Flip(at, b)),
-        (any::<prop::sample::Index>(), any::<u8>()).prop_map(|(at, b)| Edit::Insert(at, b)),
-        any::<prop::sample::Index>().prop_map(Edit::Remove),
-        any::<prop::sample::Index>().prop_map(Edit::Cut),
-    ];
-    prop::collection::vec(edit, 0..4)
-}
-
-fn apply(mut bytes: Vec<u8>, edits: &[Edit]) -> Vec<u8> {
-    for edit in edits {
-        let len = bytes.len();
-        match edit {
-            Edit::Flip(at, b) if len > 0 => bytes[at.index(len)] = *b,
-            Edit::Insert(at, b) => bytes.insert(at.index(len + 1), *b),
-            Edit::Remove(at) if len > 0 => {
-                bytes.remove(at.index(len));
-            }
-            Edit::Cut(at) => bytes.truncate(at.index(len + 1)),
-            _ => {}
-        }
-    }
-    bytes
-}
-
 /// Payloads picked from `real`, each edited a little (most left whole, so decoders get deep
 /// into a stream before the damage).
 fn payloads(real: &'static [&'static str]) -> impl Strategy<Value = Vec<String>> {
-    let payload = (prop::sample::select(real), edits()).prop_map(|(text, edits)| {
+    let payload = (prop::sample::select(real), edits(0..4)).prop_map(|(text, edits)| {
         String::from_utf8_lossy(&apply(text.as_bytes().to_vec(), &edits)).into_owned()
     });
     prop::collection::vec(payload, 0..16)
@@ -99,7 +68,7 @@ fn payloads(real: &'static [&'static str]) -> impl Strategy<Value = Vec<String>>
 
 /// The SSE text of `payloads` (named events for Anthropic), edited as bytes.
 fn stream(real: &'static [&'static str]) -> impl Strategy<Value = Vec<u8>> {
-    (payloads(real), edits()).prop_map(|(payloads, edits)| {
+    (payloads(real), edits(0..4)).prop_map(|(payloads, edits)| {
         let text: String = payloads
             .iter()
             .map(|p| format!("event: message\ndata: {p}\n\n"))
@@ -109,15 +78,8 @@ fn stream(real: &'static [&'static str]) -> impl Strategy<Value = Vec<u8>> {
 }
 
 /// Everything the SSE reader yields for `bytes` read in pieces cut at `cuts`.
-fn read_events(bytes: &[u8], cuts: &[usize]) -> usize {
-    let mut points: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
-    points.sort_unstable();
-    let mut chunks = Vec::new();
-    let mut start = 0;
-    for point in points.into_iter().chain([bytes.len()]) {
-        chunks.push(Ok::<_, std::io::Error>(bytes[start..point].to_vec()));
-        start = point;
-    }
+fn read_events(bytes: &[u8], cuts: &[prop::sample::Index]) -> usize {
+    let chunks = cut(bytes, cuts).into_iter().map(Ok::<_, std::io::Error>);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -133,7 +95,7 @@ proptest! {
     #[test]
     fn the_sse_reader_survives_any_bytes(
         bytes in prop::collection::vec(any::<u8>(), 0..512),
-        cuts in prop::collection::vec(any::<usize>(), 0..8),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..8),
     ) {
         read_events(&bytes, &cuts);
     }
@@ -141,7 +103,7 @@ proptest! {
     #[test]
     fn the_sse_reader_survives_damaged_streams(
         bytes in prop_oneof![stream(ANTHROPIC), stream(OPENAI)],
-        cuts in prop::collection::vec(any::<usize>(), 0..8),
+        cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..8),
     ) {
         read_events(&bytes, &cuts);
     }

@@ -12,6 +12,7 @@ use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
 use sidechat::protocol::Event;
 use sidechat::rpc::framing::Framing;
 
+use crate::byte_edits::{apply, cut, edits};
 use crate::bytes::Raw;
 use crate::harness::{Daemon, Options, Scratch};
 use crate::upstream::{Part, Reply, anthropic, openai, start};
@@ -69,46 +70,11 @@ fn request() -> impl Strategy<Value = String> {
     )
 }
 
-/// One edit of a byte string.
-#[derive(Debug, Clone)]
-enum Edit {
-    Flip(prop::sample::Index, u8),
-    Insert(prop::sample::Index, u8),
-    Remove(prop::sample::Index),
-    Cut(prop::sample::Index),
-}
-
-fn edit() -> impl Strategy<Value = Edit> {
-    prop_oneof![
-        (any::<prop::sample::Index>(), any::<u8>()).prop_map(|(at, b)| Edit::Flip(at, b)),
-        (any::<prop::sample::Index>(), any::<u8>()).prop_map(|(at, b)| Edit::Insert(at, b)),
-        any::<prop::sample::Index>().prop_map(Edit::Remove),
-        any::<prop::sample::Index>().prop_map(Edit::Cut),
-    ]
-}
-
-fn apply(mut bytes: Vec<u8>, edits: &[Edit]) -> Vec<u8> {
-    for edit in edits {
-        let len = bytes.len();
-        match edit {
-            Edit::Flip(at, b) if len > 0 => bytes[at.index(len)] = *b,
-            Edit::Insert(at, b) => bytes.insert(at.index(len + 1), *b),
-            Edit::Remove(at) if len > 0 => {
-                bytes.remove(at.index(len));
-            }
-            Edit::Cut(at) => bytes.truncate(at.index(len + 1)),
-            _ => {}
-        }
-    }
-    bytes
-}
-
 /// A frame body: a request as written, a request edited at random, a batch, or random bytes.
 fn body() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         request().prop_map(String::into_bytes),
-        (request(), prop::collection::vec(edit(), 1..6))
-            .prop_map(|(r, edits)| apply(r.into_bytes(), &edits)),
+        (request(), edits(1..6)).prop_map(|(r, edits)| apply(r.into_bytes(), &edits)),
         prop::collection::vec(request(), 0..4)
             .prop_map(|r| format!("[{}]", r.join(",")).into_bytes()),
         prop::collection::vec(any::<u8>(), 0..64),
@@ -228,20 +194,12 @@ fn hostile_content_length_frames_never_stop_the_daemon_answering() {
 fn damaged_stream(events: Vec<String>) -> impl Strategy<Value = Vec<Part>> {
     let text = events.concat().into_bytes();
     (
-        prop::collection::vec(edit(), 0..4),
+        edits(0..4),
         prop::collection::vec(any::<prop::sample::Index>(), 0..6),
     )
         .prop_map(move |(edits, cuts)| {
             let bytes = apply(text.clone(), &edits);
-            let mut points: Vec<usize> = cuts.iter().map(|c| c.index(bytes.len() + 1)).collect();
-            points.sort_unstable();
-            let mut parts = Vec::new();
-            let mut start = 0;
-            for point in points.into_iter().chain([bytes.len()]) {
-                parts.push(Part::Bytes(bytes[start..point].to_vec()));
-                start = point;
-            }
-            parts
+            cut(&bytes, &cuts).into_iter().map(Part::Bytes).collect()
         })
 }
 

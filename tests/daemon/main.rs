@@ -3,6 +3,8 @@
 mod acp_ids;
 mod bad_input;
 mod budget;
+#[path = "../support/byte_edits.rs"]
+mod byte_edits;
 mod bytes;
 mod commands;
 mod doctor;
