@@ -7,7 +7,7 @@
 use super::run::RunContext;
 use super::{RuntimeError, RuntimeResult};
 use crate::protocol::*;
-use crate::store::{FileChange, ToolCallRow};
+use crate::store::{FileChange, LatestApproval, ToolCallRow};
 use crate::tools::{self, ToolOutcome, Workspace};
 use crate::util::new_id;
 
@@ -151,7 +151,7 @@ impl RunContext {
         {
             return Ok(Some(ApprovalDecision::Allow));
         }
-        if store.approval_status(&self.session_id, &call.id)?.is_none() {
+        if store.latest_approval(&self.session_id, &call.id)?.is_none() {
             let approval = PendingApproval {
                 approval_id: new_id("apr"),
                 run_id: self.run_id.clone(),
@@ -180,7 +180,8 @@ impl RunContext {
             if let Some(answer) = self
                 .inner
                 .store
-                .approval_answer(&self.session_id, &call.id)?
+                .latest_approval(&self.session_id, &call.id)?
+                .and_then(LatestApproval::answer)
             {
                 // Answered through another daemon on the same database: this daemon's clients
                 // still show the prompt until told.

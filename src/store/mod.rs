@@ -40,7 +40,9 @@ pub use pending::{CancelOutcome, EarlierSend, PendingRow};
 pub use runs::{RunRow, RunStatus};
 pub use sessions::{NewSession, SessionPage, SessionRow, SessionUpdate};
 pub use sql_text::TextError;
-pub use tool_calls::{ApprovalAnswer, ApprovalOutcome, ApprovalRow, ApprovalStatus, ToolCallRow};
+pub use tool_calls::{
+    ApprovalAnswer, ApprovalOutcome, ApprovalRow, ApprovalStatus, LatestApproval, ToolCallRow,
+};
 pub use usage::{UsageRow, elapsed_ms};
 
 #[derive(Debug, thiserror::Error)]

@@ -45,6 +45,28 @@ pub struct ApprovalAnswer {
     pub resolved_by: Option<String>,
 }
 
+/// A call's latest approval as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatestApproval {
+    pub approval_id: String,
+    pub status: ApprovalStatus,
+    /// The daemon (lease owner) that answered it.
+    pub resolved_by: Option<String>,
+}
+
+impl LatestApproval {
+    /// The answer, once one was given; `None` while it waits or when the run's end cancelled
+    /// it.
+    pub fn answer(self) -> Option<ApprovalAnswer> {
+        let decision = self.status.decision()?;
+        Some(ApprovalAnswer {
+            approval_id: self.approval_id,
+            decision,
+            resolved_by: self.resolved_by,
+        })
+    }
+}
+
 /// Where an approval stands: waiting, answered with a decision, or cancelled with its run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -204,48 +226,29 @@ impl Store {
             })
     }
 
-    /// The status of a call's latest approval: `None` when none was asked; its
-    /// [`ApprovalStatus::decision`] once answered.
-    pub fn approval_status(
+    /// A call's latest approval: `None` when none was asked. Once answered, its
+    /// [`LatestApproval::answer`] says how and through which daemon: a run learns this way of
+    /// an answer given through another daemon.
+    pub fn latest_approval(
         &self,
         session_id: &str,
         call_id: &str,
-    ) -> StoreResult<Option<ApprovalStatus>> {
+    ) -> StoreResult<Option<LatestApproval>> {
         self.read(|conn| {
             Ok(conn
-                .query_row(
-                    "SELECT status FROM approvals WHERE session_id = ?1 AND call_id = ?2
-                     ORDER BY created_at DESC LIMIT 1",
-                    params![session_id, call_id],
-                    |r| r.get(0),
-                )
-                .optional()?)
-        })
-    }
-
-    /// The answer to a call's approval and the daemon that took it (`None` when the run's end
-    /// cancelled it): a run learns this way of an answer given through another daemon.
-    pub fn approval_answer(
-        &self,
-        session_id: &str,
-        call_id: &str,
-    ) -> StoreResult<Option<ApprovalAnswer>> {
-        self.read(|conn| {
-            let row: Option<(String, ApprovalStatus, Option<String>)> = conn
                 .query_row(
                     "SELECT id, status, resolved_by FROM approvals WHERE session_id = ?1 AND call_id = ?2
                      ORDER BY created_at DESC LIMIT 1",
                     params![session_id, call_id],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                    |r| {
+                        Ok(LatestApproval {
+                            approval_id: r.get(0)?,
+                            status: r.get(1)?,
+                            resolved_by: r.get(2)?,
+                        })
+                    },
                 )
-                .optional()?;
-            Ok(row.and_then(|(approval_id, status, resolved_by)| {
-                status.decision().map(|decision| ApprovalAnswer {
-                    approval_id,
-                    decision,
-                    resolved_by,
-                })
-            }))
+                .optional()?)
         })
     }
 
