@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, anyhow};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, oneshot};
 
@@ -41,6 +41,26 @@ pub struct RpcError {
     pub data: Option<Value>,
 }
 
+/// Reads the daemon's output to its end, handing each frame's body to `frame` as the bytes the
+/// daemon wrote (unparsed, so a test can see an id exactly as it was written); bytes that are
+/// not a frame are passed over.
+pub async fn read_frames(mut output: impl AsyncRead + Unpin, mut frame: impl FnMut(Vec<u8>)) {
+    let mut decoder = FrameDecoder::default();
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut out = Vec::new();
+    while let Ok(n) = output.read(&mut chunk).await {
+        if n == 0 {
+            break;
+        }
+        decoder.push(&chunk[..n], &mut out);
+        for item in out.drain(..) {
+            if let Decoded::Frame(bytes) = item {
+                frame(bytes);
+            }
+        }
+    }
+}
+
 impl Connection {
     /// Spawns `program args…` and connects to its stdio; notifications arrive on the receiver.
     pub fn spawn(
@@ -55,7 +75,7 @@ impl Connection {
             .spawn()
             .context("cannot start sidechat serve")?;
         let stdin = child.stdin.take().context("no stdin")?;
-        let mut stdout = child.stdout.take().context("no stdout")?;
+        let stdout = child.stdout.take().context("no stdout")?;
         let stderr_tail = StderrTail::default();
         if let Some(stderr) = child.stderr.take() {
             let tail = stderr_tail.clone();
@@ -75,24 +95,12 @@ impl Connection {
         let (notes_tx, notes_rx) = mpsc::unbounded_channel();
         let routing = pending.clone();
         tokio::spawn(async move {
-            let mut decoder = FrameDecoder::default();
-            let mut chunk = vec![0u8; 64 * 1024];
-            let mut out = Vec::new();
-            while let Ok(n) = stdout.read(&mut chunk).await {
-                if n == 0 {
-                    break;
-                }
-                decoder.push(&chunk[..n], &mut out);
-                for item in out.drain(..) {
-                    let Decoded::Frame(bytes) = item else {
-                        continue;
-                    };
-                    let Ok(value) = serde_json::from_slice::<Value>(&bytes) else {
-                        continue;
-                    };
+            read_frames(stdout, |bytes| {
+                if let Ok(value) = serde_json::from_slice::<Value>(&bytes) {
                     route(value, &routing, &notes_tx);
                 }
-            }
+            })
+            .await;
             // The daemon is gone: requests still waiting fail instead of hanging.
             if let Ok(mut pending) = routing.lock() {
                 pending.clear();

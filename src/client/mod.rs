@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-pub use connection::{Connection, RpcError};
+pub use connection::{Connection, RpcError, read_frames};
 pub use sessions::SessionsArgs;
 
 /// `sidechat chat`'s options.

@@ -6,8 +6,9 @@ use pretty_assertions::assert_eq;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use sidechat::rpc::framing::{Decoded, FrameDecoder, Framing};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use sidechat::client::read_frames;
+use sidechat::rpc::framing::Framing;
+use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 
@@ -41,24 +42,11 @@ impl Raw {
             .spawn()
             .expect("spawn sidechat");
         let stdin = child.stdin.take().unwrap();
-        let mut stdout = child.stdout.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
         let (tx, frames) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let mut decoder = FrameDecoder::default();
-            let mut chunk = vec![0u8; 64 * 1024];
-            let mut out = Vec::new();
-            while let Ok(n) = stdout.read(&mut chunk).await {
-                if n == 0 {
-                    break;
-                }
-                decoder.push(&chunk[..n], &mut out);
-                for item in out.drain(..) {
-                    if let Decoded::Frame(bytes) = item {
-                        let _ = tx.send(bytes);
-                    }
-                }
-            }
-        });
+        tokio::spawn(read_frames(stdout, move |bytes| {
+            let _ = tx.send(bytes);
+        }));
         Self {
             child,
             stdin,
