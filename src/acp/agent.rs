@@ -472,6 +472,7 @@ impl Agent {
             cursor: params.cursor,
             limit: None,
             workspace_root,
+            ..SessionListParams::default()
         })?;
         // ACP needs a folder for every session. One created without a workspace (by another
         // client) is listed in the folder this agent runs in, where loading it would put it;

@@ -158,6 +158,15 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+    /// One event of a child session working on this session's `delegate` call `callId`, as
+    /// the child published it (`childSeq` is its number in the child's own sequence, so a gap
+    /// there is filled from the child's `session/transcript`).
+    Delegation {
+        call_id: String,
+        child_session_id: String,
+        child_seq: u64,
+        event: Box<Event>,
+    },
 }
 
 impl Event {
@@ -184,6 +193,7 @@ impl Event {
         "noteDeleted",
         "usage",
         "runFinished",
+        "delegation",
     ];
 }
 

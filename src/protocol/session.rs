@@ -51,6 +51,10 @@ pub struct SessionCreateParams {
     /// background; the answer never waits for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_servers: Option<Vec<super::McpServerParams>>,
+    /// Whether the model is offered the `delegate` tool, which hands a task to a child
+    /// session (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegation: Option<bool>,
 }
 
 /// Tells "absent" (leave alone) from `null` (remove) in update params.
@@ -133,6 +137,17 @@ pub struct Session {
     /// it has none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<super::McpServerStatus>,
+    /// Whether the model is offered the `delegate` tool (never for a child session).
+    pub delegation: bool,
+    /// For a child session: the session whose `delegate` call started it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// For a child session: the parent's `delegate` tool call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_call_id: Option<String>,
+    /// The child sessions this session's `delegate` calls started, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<String>,
 }
 
 /// One row of `session/list`.
@@ -149,6 +164,9 @@ pub struct SessionSummary {
     pub updated_at: String,
     #[serde(flatten)]
     pub spend: SessionSpend,
+    /// For a child session: the session whose `delegate` call started it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
 }
 
 /// What a session's model requests used and cost so far.
@@ -176,6 +194,12 @@ pub struct SessionListParams {
     /// Only sessions whose workspace root is exactly this path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_root: Option<String>,
+    /// Only the child sessions of this session (its delegations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// List child sessions too (default false: only sessions that are nobody's child).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include_children: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -232,6 +256,9 @@ pub struct SessionUpdateParams {
     /// A new rollover idle time (`3h`, `1d`, `7d`…), or `off`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollover: Option<String>,
+    /// Offer the model the `delegate` tool (true) or not (false), from the next request on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegation: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -249,6 +249,24 @@ pub struct SessionTranscriptResult {
     pub pending_approvals: Vec<PendingApproval>,
     /// Interjections waiting for the next delivery point, oldest first.
     pub pending_interjections: Vec<PendingInterjection>,
+    /// Approvals this session's delegated tasks (its child sessions) wait for. Answer them
+    /// with `approval/respond` and the approval's id, as any other.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delegated_approvals: Vec<DelegatedApproval>,
+}
+
+/// An approval a child session waits for (`approval`, in the child session), as its parent
+/// lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DelegatedApproval {
+    /// The child session that asks.
+    pub child_session_id: String,
+    /// The parent's `delegate` call the child works for.
+    pub call_id: String,
+    /// The task the child was given.
+    pub task: String,
+    pub approval: PendingApproval,
 }
 
 #[cfg(test)]

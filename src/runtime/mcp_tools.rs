@@ -64,6 +64,7 @@ impl Inner {
         let mut taken: HashSet<String> = specs.iter().map(|s| s.name.clone()).collect();
         let offered = self.mcp.offered(session_id, &mut taken);
         specs.extend(offered.iter().map(|t| t.spec()));
+        self.fit_delegation_tools(session_id, &mut specs);
         specs
     }
 

@@ -8,6 +8,7 @@ mod carry_over;
 mod chat;
 mod commands;
 mod compaction;
+mod delegation;
 mod error;
 mod events;
 mod lease;
@@ -79,7 +80,7 @@ impl Runtime {
             )),
             store,
             config,
-            events: Events::new(sink),
+            events: Events::new(Arc::new(delegation::Forward::new(sink, weak.clone()))),
             accounting: accounting::Accounting::new(prices),
             runs: Registry::default(),
             drivers: Mutex::default(),

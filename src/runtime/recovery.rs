@@ -49,12 +49,12 @@ pub fn recover_abandoned(inner: &Inner) -> RuntimeResult<()> {
     promote_stranded_input(inner)
 }
 
-/// Whether the run waits for an approval (and so stays open until it is answered).
+/// Whether the run waits for an approval (and so stays open until it is answered): its own,
+/// or one its delegated task waits for.
 pub fn is_suspended(store: &Store, run: &RunRow) -> RuntimeResult<bool> {
     Ok(store
-        .pending_approvals(&run.session_id)?
-        .iter()
-        .any(|a| a.run_id == run.id))
+        .suspended_run(&run.session_id)?
+        .is_some_and(|r| r.id == run.id))
 }
 
 /// Closes a run nobody drives as interrupted: each tool call without a result gets a

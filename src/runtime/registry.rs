@@ -63,6 +63,11 @@ impl Registry {
             .collect()
     }
 
+    /// The receiver that turns true once the session's live run has left the registry.
+    pub fn done(&self, session_id: &str) -> Option<watch::Receiver<bool>> {
+        self.lock().get(session_id).map(|a| a.done.clone())
+    }
+
     pub fn active_run(&self, session_id: &str) -> Option<String> {
         self.lock().get(session_id).map(|a| a.run_id.clone())
     }

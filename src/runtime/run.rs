@@ -210,7 +210,7 @@ impl RunContext {
             return Ok(Some(RunEnd::EndTurn));
         }
         self.resolve_tool_calls(&assistant).await?;
-        Ok(None)
+        self.child_end_after_calls(&assistant.id)
     }
 
     /// The delivery point: tool results are in and another model request follows, so every

@@ -107,6 +107,7 @@ impl RunContext {
         if let Some((run_id, signals)) = next {
             self.start_next(run_id, signals);
         }
+        super::delegation::resume_waiting_parent(&self.inner, &self.session_id);
     }
 
     /// Stores how the run ended, cancels its approvals and keeps a notice of the end; false

@@ -133,6 +133,9 @@ impl Runtime {
                 .set_session_mcp_servers(&row.id, &mcp_servers)?;
             self.inner.mcp.remember(&row.id, mcp_servers);
         }
+        if params.delegation == Some(false) {
+            self.inner.store.set_delegation_off(&row.id, true)?;
+        }
         self.inner.open_mcp(&row.id);
         self.session_view(row)
     }
@@ -140,16 +143,25 @@ impl Runtime {
     pub fn list_sessions(&self, params: SessionListParams) -> RuntimeResult<SessionListResult> {
         let limit = params.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE) as usize;
         let after = params.cursor.as_deref().map(decode_cursor).transpose()?;
-        let page =
-            self.inner
-                .store
-                .list_sessions(after, limit, params.workspace_root.as_deref())?;
+        let lineage = super::delegation::lineage(&params);
+        let page = self.inner.store.list_sessions(
+            after,
+            limit,
+            params.workspace_root.as_deref(),
+            &lineage,
+        )?;
         let sessions = page
             .sessions
             .into_iter()
             .map(|row| {
                 let spend = self.spend(&row.id)?;
+                let parent_id = self
+                    .inner
+                    .store
+                    .delegation_of_child(&row.id)?
+                    .map(|d| d.parent_id);
                 Ok(SessionSummary {
+                    parent_id,
                     state: self.state(&row)?,
                     id: row.id,
                     title: row.title,
@@ -236,11 +248,18 @@ impl Runtime {
             .store
             .update_session(&params.session_id, &update)?
             .ok_or_else(|| RuntimeError::SessionNotFound(params.session_id.clone()))?;
+        if let Some(on) = params.delegation {
+            self.inner.store.set_delegation_off(&row.id, !on)?;
+        }
         self.session_view(row)
     }
 
     pub async fn delete_session(&self, id: &str) -> RuntimeResult<SessionDeleteResult> {
         self.session_row(id)?;
+        // A session's delegated tasks go with it.
+        for child in self.inner.store.delegations_of_parent(id)? {
+            Box::pin(self.delete_session(&child.child_id)).await?;
+        }
         if let Some((_, mut done)) = self.inner.runs.stop(id) {
             let _ = done.wait_for(|d| *d).await;
         }
@@ -279,6 +298,7 @@ impl Runtime {
                     created_at: p.created_at,
                 })
                 .collect(),
+            delegated_approvals: self.inner.delegated_approvals(&row.id)?,
             session_id: row.id,
             entries,
             has_more,
@@ -342,7 +362,9 @@ impl Runtime {
         let store = &self.inner.store;
         let live = self.inner.runs.active_run(&session.id).is_some()
             || store.foreign_lease(&session.id)?.is_some();
-        if !store.pending_approvals(&session.id)?.is_empty() {
+        if !store.pending_approvals(&session.id)?.is_empty()
+            || !self.inner.delegated_approvals(&session.id)?.is_empty()
+        {
             return Ok(SessionState::AwaitingApproval);
         }
         if live {
@@ -370,7 +392,12 @@ impl Runtime {
     }
 
     fn session_view(&self, row: SessionRow) -> RuntimeResult<Session> {
+        let lineage = self.inner.lineage(&row.id)?;
         Ok(Session {
+            delegation: lineage.offered,
+            parent_id: lineage.parent_id,
+            parent_call_id: lineage.parent_call_id,
+            children: lineage.children,
             state: self.state(&row)?,
             changed_files: self.inner.store.changed_files(&row.id)?,
             mcp_servers: self.inner.mcp.statuses(&row.id),

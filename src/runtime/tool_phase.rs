@@ -83,6 +83,9 @@ impl RunContext {
         call: &ToolCallRow,
         workspace: Option<&Result<Workspace, tools::PathError>>,
     ) -> RuntimeResult<(ToolCallStatus, ToolOutcome)> {
+        if let Some(resolved) = self.resolve_delegation(call).await? {
+            return Ok(resolved);
+        }
         if self.stopped() {
             return Ok((
                 ToolCallStatus::Cancelled,
@@ -172,6 +175,7 @@ impl RunContext {
                 status: ToolCallStatus::AwaitingApproval,
                 output: None,
             });
+            self.delegated_approval(true)?;
             self.emit(Event::ApprovalRequested { approval });
         }
         loop {
@@ -195,6 +199,7 @@ impl RunContext {
                         decision: answer.decision,
                     });
                 }
+                self.delegated_approval(false)?;
                 return Ok(Some(answer.decision));
             }
             let mut stop = self.signals.stop.clone();

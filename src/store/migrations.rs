@@ -199,6 +199,21 @@ const MIGRATIONS: &[&str] = &[
     );
     ALTER TABLE approvals ADD COLUMN resolved_by TEXT;
     "#,
+    // 11: delegations: a child session answers one `delegate` tool call of its parent's run,
+    // and a session may turn the `delegate` tool off.
+    r#"
+    CREATE TABLE delegations (
+        child_id       TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+        parent_id      TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        parent_run_id  TEXT NOT NULL,
+        call_id        TEXT NOT NULL,
+        tools          TEXT NOT NULL,       -- read-only | all
+        task           TEXT NOT NULL,
+        created_at     INTEGER NOT NULL
+    );
+    CREATE UNIQUE INDEX delegations_by_call ON delegations (parent_id, call_id);
+    ALTER TABLE sessions ADD COLUMN delegation_off INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

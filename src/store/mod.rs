@@ -10,6 +10,7 @@
 //! serialises writers anyway; reads use connections of their own, which in WAL mode read the
 //! last commit while a write is in progress, so a read never queues behind a write.
 
+mod delegations;
 mod file_changes;
 mod leases;
 mod mcp;
@@ -32,6 +33,7 @@ use rusqlite::{Connection, OpenFlags};
 // A poisoned connection is still usable: every write is a transaction.
 use crate::util::lock;
 
+pub use delegations::{DelegationRow, FailedCall, Lineage, ToolSet};
 pub use file_changes::{FileChange, FileDiffRow, SNAPSHOT_CAP};
 pub use leases::{DEFAULT_LEASE, LEASE_MS_VAR, LeaseClaim, LeaseRow};
 pub use messages::{NewMessage, NoteDeletion, SeqClaim, Settle, Settled};

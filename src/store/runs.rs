@@ -76,15 +76,16 @@ impl Store {
         })
     }
 
-    /// The unfinished run of a session that waits for an approval, whether or not a task
-    /// drives it: a new turn must not start beside it.
+    /// The unfinished run of a session that waits for an approval (its own, or one its
+    /// delegated task waits for), whether or not a task drives it: a new turn must not start
+    /// beside it.
     pub fn suspended_run(&self, session_id: &str) -> StoreResult<Option<RunRow>> {
         for approval in self.pending_approvals(session_id)? {
             if let Some(run) = self.run(&approval.run_id)?.filter(|r| !r.finished) {
                 return Ok(Some(run));
             }
         }
-        Ok(None)
+        self.run_waiting_on_child(session_id)
     }
 
     /// How a finished run ended; `None` while it is open (or for an unknown id).

@@ -2,7 +2,8 @@
 
 use rusqlite::{OptionalExtension, Row, params};
 
-use super::{Store, StoreResult};
+use super::delegations::LINEAGE;
+use super::{Lineage, Store, StoreResult};
 use crate::util::{new_id, now_ms};
 
 /// A session as stored.
@@ -155,12 +156,14 @@ impl Store {
         })
     }
 
-    /// Sessions newest first (by last update), starting after `after` (a previous page's end).
+    /// Sessions newest first (by last update), starting after `after` (a previous page's end),
+    /// of the `lineage` asked for (delegations' children are left out of the top level).
     pub fn list_sessions(
         &self,
         after: Option<(i64, String)>,
         limit: usize,
         workspace_root: Option<&str>,
+        lineage: &Lineage,
     ) -> StoreResult<SessionPage> {
         let (after_at, after_id) = after.unwrap_or((i64::MAX, String::new()));
         let mut sessions = self.read(|conn| {
@@ -168,12 +171,20 @@ impl Store {
                 "SELECT {COLUMNS} FROM sessions
                  WHERE (?1 IS NULL OR workspace_root = ?1)
                    AND (updated_at < ?2 OR (updated_at = ?2 AND (?3 = '' OR id < ?3)))
+                   AND {LINEAGE}
                  ORDER BY updated_at DESC, id DESC
                  LIMIT ?4"
             ))?;
             let rows = stmt
                 .query_map(
-                    params![workspace_root, after_at, after_id, limit as i64 + 1],
+                    params![
+                        workspace_root,
+                        after_at,
+                        after_id,
+                        limit as i64 + 1,
+                        lineage.mode(),
+                        lineage.parent()
+                    ],
                     from_row,
                 )?
                 .collect::<Result<Vec<_>, _>>()?;
@@ -312,7 +323,9 @@ mod tests {
         let mut seen = Vec::new();
         let mut after = None;
         loop {
-            let page = store.list_sessions(after, 3, None).unwrap();
+            let page = store
+                .list_sessions(after, 3, None, &Lineage::TopLevel)
+                .unwrap();
             seen.extend(page.sessions.iter().map(|s| s.id.clone()));
             match page.next {
                 Some(next) => after = Some(next),
@@ -328,7 +341,9 @@ mod tests {
         let store = Store::open_in_memory().unwrap();
         store.insert_session(&new("a", Some("/a"))).unwrap();
         let b = store.insert_session(&new("b", Some("/b"))).unwrap();
-        let page = store.list_sessions(None, 10, Some("/b")).unwrap();
+        let page = store
+            .list_sessions(None, 10, Some("/b"), &Lineage::TopLevel)
+            .unwrap();
         assert_eq!(page.sessions, vec![b]);
     }
 

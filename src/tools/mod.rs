@@ -152,6 +152,13 @@ pub fn summary(tool: &str, input: &Value) -> String {
             };
             format!("run `{first}`{more}")
         }
+        "delegate" => {
+            let task = str_arg(input, "task").unwrap_or("");
+            format!(
+                "delegate {:?}",
+                crate::tools::truncate(task.lines().next().unwrap_or(""), 80)
+            )
+        }
         other => format!("{other} {}", crate::tools::truncate(&input.to_string(), 80)),
     }
 }

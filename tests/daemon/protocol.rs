@@ -146,7 +146,7 @@ async fn list_pages_newest_first_and_filters_by_root() {
         let params = SessionListParams {
             cursor: cursor.take(),
             limit: Some(2),
-            workspace_root: None,
+            ..SessionListParams::default()
         };
         let page = daemon.call("session/list", params).await;
         pages += 1;

@@ -251,6 +251,13 @@ export type Event =
       kind: 'runFinished';
       reason: FinishReason;
       error?: string | null;
+    }
+  | {
+      kind: 'delegation';
+      callId: string;
+      childSessionId: string;
+      childSeq: number;
+      event: Event;
     };
 /**
  * Who a transcript entry belongs to.
@@ -342,6 +349,7 @@ export interface WireTypes {
   CompactionMethod?: CompactionMethod;
   CompactionReason?: CompactionReason;
   CostSummary?: CostSummary;
+  DelegatedApproval?: DelegatedApproval;
   Event?: Event;
   FinishReason?: FinishReason;
   InitializeParams?: InitializeParams;
@@ -666,6 +674,11 @@ export interface ModelCost {
   byKind: KindCosts;
   totalUsd: number;
   priceSource: PriceSource;
+  /**
+   * The child session (a delegated task) whose requests these are, priced at its model;
+   * absent for the session's own requests.
+   */
+  delegatedTo?: string | null;
 }
 /**
  * Tokens of one request by kind. The kinds are disjoint except `reasoning`.
@@ -721,19 +734,26 @@ export interface RequestKindCost {
   partial: boolean;
 }
 /**
- * One committed message of a session's transcript.
+ * An approval a child session waits for (`approval`, in the child session), as its parent
+ * lists it.
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
- * via the `definition` "TranscriptEntry".
+ * via the `definition` "DelegatedApproval".
  */
-export interface TranscriptEntry {
-  id: string;
-  seq: number;
-  role: Role;
-  blocks: Block[];
-  status: MessageStatus;
-  runId?: string | null;
-  createdAt: string;
+export interface DelegatedApproval {
+  /**
+   * The child session that asks.
+   */
+  childSessionId: string;
+  /**
+   * The parent's `delegate` call the child works for.
+   */
+  callId: string;
+  /**
+   * The task the child was given.
+   */
+  task: string;
+  approval: PendingApproval;
 }
 /**
  * A tool call that waits for the user's answer.
@@ -751,6 +771,21 @@ export interface PendingApproval {
    * One line a prompt can show, e.g. `write notes.md (3 lines)`.
    */
   summary: string;
+  createdAt: string;
+}
+/**
+ * One committed message of a session's transcript.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "TranscriptEntry".
+ */
+export interface TranscriptEntry {
+  id: string;
+  seq: number;
+  role: Role;
+  blocks: Block[];
+  status: MessageStatus;
+  runId?: string | null;
   createdAt: string;
 }
 /**
@@ -1025,6 +1060,22 @@ export interface Session {
    * it has none.
    */
   mcpServers?: McpServerStatus[];
+  /**
+   * Whether the model is offered the `delegate` tool (never for a child session).
+   */
+  delegation: boolean;
+  /**
+   * For a child session: the session whose `delegate` call started it.
+   */
+  parentId?: string | null;
+  /**
+   * For a child session: the parent's `delegate` tool call it answers.
+   */
+  parentCallId?: string | null;
+  /**
+   * The child sessions this session's `delegate` calls started, oldest first.
+   */
+  children?: string[];
 }
 /**
  * `session/budget`: how full the model's context is before the next request.
@@ -1093,6 +1144,11 @@ export interface SessionCreateParams {
    * background; the answer never waits for them.
    */
   mcpServers?: McpServerParams[] | null;
+  /**
+   * Whether the model is offered the `delegate` tool, which hands a task to a child
+   * session (default true).
+   */
+  delegation?: boolean | null;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -1184,6 +1240,14 @@ export interface SessionListParams {
    * Only sessions whose workspace root is exactly this path.
    */
   workspaceRoot?: string | null;
+  /**
+   * Only the child sessions of this session (its delegations).
+   */
+  parentId?: string | null;
+  /**
+   * List child sessions too (default false: only sessions that are nobody's child).
+   */
+  includeChildren?: boolean | null;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -1222,6 +1286,10 @@ export interface SessionSummary {
    * Requests whose model has no price (not in `costUsd`).
    */
   unpricedRequests: number;
+  /**
+   * For a child session: the session whose `delegate` call started it.
+   */
+  parentId?: string | null;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -1259,6 +1327,11 @@ export interface SessionTranscriptResult {
    * Interjections waiting for the next delivery point, oldest first.
    */
   pendingInterjections: PendingInterjection[];
+  /**
+   * Approvals this session's delegated tasks (its child sessions) wait for. Answer them
+   * with `approval/respond` and the approval's id, as any other.
+   */
+  delegatedApprovals?: DelegatedApproval[];
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -1295,6 +1368,10 @@ export interface SessionUpdateParams {
    * A new rollover idle time (`3h`, `1d`, `7d`…), or `off`.
    */
   rollover?: string | null;
+  /**
+   * Offer the model the `delegate` tool (true) or not (false), from the next request on.
+   */
+  delegation?: boolean | null;
 }
 
 /** Every request a client sends, with its params and result types. */
