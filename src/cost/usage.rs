@@ -28,6 +28,9 @@ pub struct UsageLine {
     pub duration_ms: u64,
     #[serde(default)]
     pub kind: UsageKind,
+    /// The child session that made the request, for a line counted in its parent's cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegated_to: Option<String>,
 }
 
 /// Exact costs in picodollars until the summary is read out.
@@ -99,7 +102,7 @@ pub fn cost_summary<'a>(
     book: &PriceBook,
 ) -> CostSummary {
     let mut prices: HashMap<&str, Option<PriceMatch<'_>>> = HashMap::new();
-    let mut models: BTreeMap<(&str, &str), ModelAcc> = BTreeMap::new();
+    let mut models: BTreeMap<ModelKey<'_>, ModelAcc> = BTreeMap::new();
     let mut unpriced = UnpricedUsage::default();
     let mut unpriced_models = BTreeSet::new();
     let mut by_request: BTreeMap<UsageKind, (RequestKindCost, PicoCosts)> = BTreeMap::new();
@@ -132,7 +135,11 @@ pub fn cost_summary<'a>(
             continue;
         };
         let acc = models
-            .entry((line.provider.as_str(), line.model.as_str()))
+            .entry((
+                line.provider.as_str(),
+                line.model.as_str(),
+                line.delegated_to.as_deref(),
+            ))
             .or_default();
         acc.lines += 1;
         acc.tokens += line.tokens;
@@ -151,8 +158,11 @@ pub fn cost_summary<'a>(
     summary
 }
 
+/// Lines are summed per provider, model and the child session that made them (if any).
+type ModelKey<'a> = (&'a str, &'a str, Option<&'a str>);
+
 fn summarise(
-    models: BTreeMap<(&str, &str), ModelAcc>,
+    models: BTreeMap<ModelKey<'_>, ModelAcc>,
     unpriced: UnpricedUsage,
     book: &PriceBook,
 ) -> CostSummary {
@@ -160,7 +170,7 @@ fn summarise(
     let mut priced_lines = 0;
     let by_model = models
         .into_iter()
-        .map(|((provider, model), acc)| {
+        .map(|((provider, model, delegated_to), acc)| {
             all += acc.costs;
             priced_lines += acc.lines;
             ModelCost {
@@ -171,6 +181,7 @@ fn summarise(
                 by_kind: acc.costs.in_usd(),
                 total_usd: usd(acc.costs.total()),
                 price_source: acc.source.unwrap_or(PriceSource::Builtin),
+                delegated_to: delegated_to.map(str::to_owned),
             }
         })
         .collect();
@@ -200,6 +211,7 @@ mod tests {
             at: 1_764_400_000_000,
             duration_ms: 1_200,
             kind: UsageKind::Turn,
+            delegated_to: None,
         }
     }
 
@@ -298,6 +310,7 @@ mod tests {
                         },
                         total_usd: 1.839,
                         price_source: PriceSource::Builtin,
+                        delegated_to: None,
                     },
                     ModelCost {
                         provider: "google".to_owned(),
@@ -315,6 +328,7 @@ mod tests {
                         },
                         total_usd: 0.685,
                         price_source: PriceSource::Builtin,
+                        delegated_to: None,
                     },
                     ModelCost {
                         provider: "openai".to_owned(),
@@ -329,6 +343,7 @@ mod tests {
                         },
                         total_usd: 0.225,
                         price_source: PriceSource::Builtin,
+                        delegated_to: None,
                     },
                 ],
                 priced_lines: 4,

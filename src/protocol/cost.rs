@@ -78,6 +78,10 @@ pub struct ModelCost {
     pub total_usd: f64,
     /// Whether the price came from the user's configuration or the built-in table.
     pub price_source: PriceSource,
+    /// The child session (a delegated task) whose requests these are, priced at its model;
+    /// absent for the session's own requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegated_to: Option<String>,
 }
 
 /// Usage that no price applies to.

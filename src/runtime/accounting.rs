@@ -173,21 +173,32 @@ impl Inner {
         lock(&self.accounting.corrections).reconcile(model, snapshot, actuals)
     }
 
-    /// The session's usage, priced now.
+    /// The session's usage, priced now, with the usage of its delegated tasks (each child
+    /// session's lines, marked with the child's id).
     pub(super) fn cost_summary(&self, session_id: &str) -> RuntimeResult<CostSummary> {
-        let lines: Vec<UsageLine> = self
+        let line = |row: crate::store::UsageRow, delegated_to: Option<&str>| UsageLine {
+            provider: row.provider,
+            model: row.model,
+            tokens: row.tokens,
+            at: row.at,
+            duration_ms: row.duration_ms,
+            kind: row.kind,
+            delegated_to: delegated_to.map(str::to_string),
+        };
+        let mut lines: Vec<UsageLine> = self
             .store
             .usage_lines(session_id)?
             .into_iter()
-            .map(|row| UsageLine {
-                provider: row.provider,
-                model: row.model,
-                tokens: row.tokens,
-                at: row.at,
-                duration_ms: row.duration_ms,
-                kind: row.kind,
-            })
+            .map(|row| line(row, None))
             .collect();
+        for child in self.store.delegations_of_parent(session_id)? {
+            lines.extend(
+                self.store
+                    .usage_lines(&child.child_id)?
+                    .into_iter()
+                    .map(|row| line(row, Some(&child.child_id))),
+            );
+        }
         Ok(cost_summary(&lines, &self.accounting.prices))
     }
 
