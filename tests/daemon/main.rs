@@ -7,6 +7,7 @@ mod budget;
 mod byte_edits;
 mod bytes;
 mod commands;
+mod delegation;
 mod doctor;
 mod environment;
 mod file_diff;

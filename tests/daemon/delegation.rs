@@ -1,0 +1,850 @@
+//! Delegation: a run hands a task to a child session with the `delegate` tool, against a fake
+//! OpenAI-compatible upstream that answers the parent's and the child's requests in the order
+//! they arrive.
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use sidechat::protocol::{
+    ApprovalDecision, Event, FinishReason, SessionCreateParams, SessionEventParams,
+    SessionListParams, SessionUpdateParams, ToolCallStatus,
+};
+
+use crate::harness::{Daemon, Options, Scratch, answer, sid};
+use crate::upstream::{Reply, Upstream, start};
+
+const MODEL: &str = "gpt-4o";
+
+fn env(url: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("OPENAI_BASE_URL", format!("{url}/v1")),
+        ("OPENAI_API_KEY", "sk-test".into()),
+        ("SIDECHAT_OPENAI_MODEL", MODEL.into()),
+        ("SIDECHAT_MAX_RETRIES", "0".into()),
+    ]
+}
+
+fn usage(prompt: u64, completion: u64) -> Value {
+    json!({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion}})
+}
+
+/// An answer of words.
+fn says(text: &str) -> Reply {
+    Reply::sse(&[
+        json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+        usage(100, 10),
+    ])
+}
+
+/// An answer of tool calls: `(id, tool, input)`.
+fn calls(list: &[(&str, &str, Value)]) -> Reply {
+    let calls: Vec<Value> = list
+        .iter()
+        .enumerate()
+        .map(|(index, (id, name, input))| {
+            json!({"index": index, "id": id, "type": "function",
+                   "function": {"name": name, "arguments": input.to_string()}})
+        })
+        .collect();
+    Reply::sse(&[
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": calls}, "finish_reason": null}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+        usage(100, 10),
+    ])
+}
+
+fn call(id: &str, name: &str, input: Value) -> Reply {
+    calls(&[(id, name, input)])
+}
+
+async fn start_daemon(scratch: &Scratch, upstream: &Upstream) -> Daemon {
+    Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await
+}
+
+async fn parent_session(daemon: &Daemon, scratch: &Scratch) -> String {
+    daemon
+        .create_session(SessionCreateParams {
+            workspace_root: Some(scratch.workspace().display().to_string()),
+            ..SessionCreateParams::default()
+        })
+        .await
+}
+
+/// Events until the run of `session` finishes.
+async fn until_finished_in(daemon: &mut Daemon, session: &str) -> Vec<SessionEventParams> {
+    let mut events = Vec::new();
+    loop {
+        let event = daemon.next_event().await;
+        let done = event.session_id == session && matches!(event.event, Event::RunFinished { .. });
+        events.push(event);
+        if done {
+            return events;
+        }
+    }
+}
+
+/// Events until a child's approval request reaches the parent; the approval's id.
+async fn until_delegated_approval(
+    daemon: &mut Daemon,
+    parent: &str,
+) -> (Vec<SessionEventParams>, String) {
+    let mut events = Vec::new();
+    loop {
+        let event = daemon.next_event().await;
+        let id = match &event.event {
+            Event::Delegation { event: inner, .. } if event.session_id == parent => {
+                match &**inner {
+                    Event::ApprovalRequested { approval } => Some(approval.approval_id.clone()),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        events.push(event);
+        if let Some(id) = id {
+            return (events, id);
+        }
+    }
+}
+
+/// The tool results of a session's transcript: `(call id, output, isError, status)`.
+async fn tool_results(daemon: &Daemon, session: &str) -> Vec<(String, String, bool, String)> {
+    let transcript = daemon.transcript(session).await;
+    transcript["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["role"] == "tool")
+        .flat_map(|e| e["blocks"].as_array().unwrap().clone())
+        .map(|b| {
+            (
+                b["callId"].as_str().unwrap().to_string(),
+                b["output"].as_str().unwrap().to_string(),
+                b["isError"].as_bool().unwrap(),
+                b["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn tool_names(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn finish(events: &[SessionEventParams], session: &str) -> FinishReason {
+    events
+        .iter()
+        .rev()
+        .find_map(|e| match &e.event {
+            Event::RunFinished { reason, .. } if e.session_id == session => Some(*reason),
+            _ => None,
+        })
+        .expect("the session's run finished")
+}
+
+/// The only child of `parent`.
+async fn only_child(daemon: &Daemon, parent: &str) -> String {
+    let view = daemon.call("session/get", sid(parent)).await;
+    let children = view["children"].as_array().expect("children").clone();
+    assert_eq!(children.len(), 1, "{view}");
+    children[0].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn a_child_reads_files_and_its_answer_is_the_parents_tool_result() {
+    let scratch = Scratch::new();
+    std::fs::write(scratch.workspace().join("notes.txt"), "alpha\nbeta\n").unwrap();
+    let upstream = start(vec![
+        call(
+            "call_d",
+            "delegate",
+            json!({"task": "Tell me the first line of notes.txt", "instructions": "Answer with the line only."}),
+        ),
+        call("call_r", "read_file", json!({"path": "notes.txt"})),
+        says("alpha"),
+        says("The first line is alpha."),
+    ]);
+    let mut daemon = start_daemon(&scratch, &upstream).await;
+    let parent = parent_session(&daemon, &scratch).await;
+    daemon
+        .send(&parent, "What does notes.txt start with?")
+        .await;
+    let events = until_finished_in(&mut daemon, &parent).await;
+    assert_eq!(finish(&events, &parent), FinishReason::EndTurn);
+    let child = only_child(&daemon, &parent).await;
+
+    // The parent read the child's answer as the call's result, and went on.
+    assert_eq!(
+        tool_results(&daemon, &parent).await,
+        vec![("call_d".into(), "alpha".into(), false, "done".into())]
+    );
+    let requests = upstream.bodies();
+    assert_eq!(requests.len(), 4);
+    assert!(tool_names(&requests[0]).contains(&"delegate".to_string()));
+    // The child: a fresh context holding the task, its role and the instructions, with
+    // read-only tools and no `delegate`.
+    let child_request = &requests[1];
+    assert_eq!(
+        tool_names(child_request),
+        ["read_file", "list_directory", "search_text"]
+    );
+    let messages = child_request["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(messages[0]["role"], "system");
+    let system = messages[0]["content"].as_str().unwrap();
+    assert!(system.starts_with("You are a sub-agent."), "{system}");
+    assert!(system.ends_with("Answer with the line only."), "{system}");
+    assert_eq!(
+        messages[1]["content"],
+        "Tell me the first line of notes.txt"
+    );
+    let parent_last = requests[3]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(parent_last["role"], "tool");
+    assert_eq!(parent_last["content"], "alpha");
+
+    // The child's events reached the parent as `delegation` events, in the parent's own
+    // sequence, carrying the child's id and numbers.
+    let forwarded: Vec<(&str, u64, String)> = events
+        .iter()
+        .filter(|e| e.session_id == parent)
+        .filter_map(|e| match &e.event {
+            Event::Delegation {
+                call_id,
+                child_session_id,
+                child_seq,
+                event,
+            } => {
+                assert_eq!(child_session_id, &child);
+                let kind = serde_json::to_value(event).unwrap()["kind"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                Some((call_id.as_str(), *child_seq, kind))
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(forwarded.iter().all(|(call, _, _)| *call == "call_d"));
+    let kinds: Vec<&str> = forwarded.iter().map(|(_, _, k)| k.as_str()).collect();
+    assert_eq!(kinds.first(), Some(&"messageCompleted"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"runFinished"), "{kinds:?}");
+    assert!(kinds.contains(&"toolCallStarted") && kinds.contains(&"textDelta"));
+    let child_seqs: Vec<u64> = forwarded.iter().map(|(_, s, _)| *s).collect();
+    assert!(child_seqs.windows(2).all(|w| w[0] < w[1]), "{child_seqs:?}");
+    let parent_seqs: Vec<u64> = events
+        .iter()
+        .filter(|e| e.session_id == parent)
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(
+        parent_seqs,
+        (parent_seqs[0]..parent_seqs[0] + parent_seqs.len() as u64).collect::<Vec<_>>()
+    );
+
+    // The child is listed under its parent, not at the top level unless asked.
+    let child_view = daemon.call("session/get", sid(&child)).await;
+    assert_eq!(child_view["parentId"], json!(parent));
+    assert_eq!(child_view["parentCallId"], "call_d");
+    assert_eq!(child_view["delegation"], false);
+    assert_eq!(
+        child_view["workspaceRoot"],
+        json!(scratch.workspace().display().to_string())
+    );
+    let ids = |list: &Value| -> Vec<String> {
+        list["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let top = daemon
+        .call("session/list", SessionListParams::default())
+        .await;
+    assert_eq!(ids(&top), vec![parent.clone()]);
+    let all = daemon
+        .call(
+            "session/list",
+            SessionListParams {
+                include_children: Some(true),
+                ..SessionListParams::default()
+            },
+        )
+        .await;
+    let mut all_ids = ids(&all);
+    all_ids.sort();
+    let mut both = vec![parent.clone(), child.clone()];
+    both.sort();
+    assert_eq!(all_ids, both);
+    let under = daemon
+        .call(
+            "session/list",
+            SessionListParams {
+                parent_id: Some(parent.clone()),
+                ..SessionListParams::default()
+            },
+        )
+        .await;
+    assert_eq!(ids(&under), vec![child.clone()]);
+    assert_eq!(under["sessions"][0]["parentId"], json!(parent));
+
+    // The child's whole transcript is readable.
+    let transcript = daemon.transcript(&child).await;
+    let roles: Vec<&str> = transcript["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
+
+    // Deleting the parent deletes its delegated tasks.
+    daemon.call("session/delete", sid(&parent)).await;
+    let gone = daemon.try_call("session/get", sid(&child)).await;
+    assert!(gone.is_err(), "{gone:?}");
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn bad_delegations_fail_with_the_reason_and_the_parent_goes_on() {
+    let scratch = Scratch::new();
+    let upstream = start(vec![
+        calls(&[
+            (
+                "call_set",
+                "delegate",
+                json!({"task": "look", "tools": "write-only"}),
+            ),
+            (
+                "call_model",
+                "delegate",
+                json!({"task": "look", "model": "no-such-model"}),
+            ),
+            ("call_task", "delegate", json!({"tools": "all"})),
+            ("call_fail", "delegate", json!({"task": "look around"})),
+        ]),
+        // The fourth call's child: its provider fails.
+        Reply::status(
+            400,
+            r#"{"error":{"message":"the child's request is malformed"}}"#,
+        ),
+        says("Nothing worked."),
+    ]);
+    let mut daemon = start_daemon(&scratch, &upstream).await;
+    let parent = parent_session(&daemon, &scratch).await;
+    daemon.send(&parent, "Delegate badly.").await;
+    let events = until_finished_in(&mut daemon, &parent).await;
+    assert_eq!(finish(&events, &parent), FinishReason::EndTurn);
+    let results = tool_results(&daemon, &parent).await;
+    let summary: Vec<(&str, bool, &str)> = results
+        .iter()
+        .map(|(id, _, error, status)| (id.as_str(), *error, status.as_str()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("call_set", true, "error"),
+            ("call_model", true, "error"),
+            ("call_task", true, "error"),
+            ("call_fail", true, "error"),
+        ]
+    );
+    assert_eq!(
+        results[0].1,
+        "unknown tool set \"write-only\": tools must be \"read-only\" or \"all\""
+    );
+    assert!(
+        results[1]
+            .1
+            .starts_with("unknown model \"no-such-model\": account \"openai\" knows gpt-4o"),
+        "{}",
+        results[1].1
+    );
+    assert_eq!(
+        results[2].1,
+        "task is missing: say what the sub-agent should do"
+    );
+    let failed = &results[3].1;
+    assert!(failed.starts_with("status: failed\nnote: "), "{failed}");
+    assert!(
+        failed.contains("the child's request is malformed"),
+        "{failed}"
+    );
+    assert!(failed.contains("last message: (none)"), "{failed}");
+    // Only the last call started a child.
+    let view = daemon.call("session/get", sid(&parent)).await;
+    assert_eq!(view["children"].as_array().unwrap().len(), 1);
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn a_child_cannot_delegate_and_a_session_can_turn_delegation_off() {
+    let scratch = Scratch::new();
+    let upstream = start(vec![
+        call("call_d", "delegate", json!({"task": "delegate further"})),
+        // The child calls the tool it was not offered.
+        call("call_dd", "delegate", json!({"task": "deeper"})),
+        says("I could not delegate."),
+        says("Done."),
+        // The second session has delegation off from the start.
+        call("call_off", "delegate", json!({"task": "anything"})),
+        says("Fine."),
+    ]);
+    let mut daemon = start_daemon(&scratch, &upstream).await;
+    let parent = parent_session(&daemon, &scratch).await;
+    daemon.send(&parent, "Go.").await;
+    until_finished_in(&mut daemon, &parent).await;
+    let child = only_child(&daemon, &parent).await;
+    assert_eq!(
+        tool_results(&daemon, &child).await,
+        vec![(
+            "call_dd".into(),
+            "Delegation is one level deep: a delegated task cannot delegate again. Do the work with your own tools.".into(),
+            true,
+            "error".into()
+        )]
+    );
+    assert_eq!(
+        tool_results(&daemon, &parent).await[0].1,
+        "I could not delegate."
+    );
+
+    let off = daemon
+        .create_session(SessionCreateParams {
+            workspace_root: Some(scratch.workspace().display().to_string()),
+            delegation: Some(false),
+            ..SessionCreateParams::default()
+        })
+        .await;
+    assert_eq!(
+        daemon.call("session/get", sid(&off)).await["delegation"],
+        false
+    );
+    daemon.send(&off, "Go.").await;
+    until_finished_in(&mut daemon, &off).await;
+    assert_eq!(
+        tool_results(&daemon, &off).await[0].1,
+        "Delegation is turned off for this session. Do the work with your own tools."
+    );
+    let requests = upstream.bodies();
+    assert!(!tool_names(&requests[4]).contains(&"delegate".to_string()));
+    // And back on.
+    let on = daemon
+        .call(
+            "session/update",
+            SessionUpdateParams {
+                session_id: off.clone(),
+                delegation: Some(true),
+                ..SessionUpdateParams::default()
+            },
+        )
+        .await;
+    assert_eq!(on["delegation"], true);
+    daemon.close().await;
+}
+
+/// A child given all tools asks to write a file: the approval surfaces at the root.
+fn writing_child_script() -> Vec<Reply> {
+    vec![
+        call(
+            "call_d",
+            "delegate",
+            json!({"task": "Write done.txt", "tools": "all"}),
+        ),
+        call(
+            "call_w",
+            "write_file",
+            json!({"path": "done.txt", "content": "done\n"}),
+        ),
+        says("Wrote done.txt."),
+        says("The sub-agent wrote it."),
+    ]
+}
+
+#[tokio::test]
+async fn a_childs_approval_is_answered_at_the_root_and_both_runs_finish() {
+    let scratch = Scratch::new();
+    let upstream = start(writing_child_script());
+    let mut daemon = start_daemon(&scratch, &upstream).await;
+    let parent = parent_session(&daemon, &scratch).await;
+    daemon.send(&parent, "Have it written.").await;
+    let (events, approval) = until_delegated_approval(&mut daemon, &parent).await;
+    let child = only_child(&daemon, &parent).await;
+    // The parent's call shows that it waits for the user.
+    assert!(events.iter().any(|e| e.session_id == parent
+        && matches!(&e.event, Event::ToolCallUpdated { call_id, status: ToolCallStatus::AwaitingApproval, .. } if call_id == "call_d")));
+    let root = daemon.transcript(&parent).await;
+    assert_eq!(root["state"], "awaitingApproval");
+    assert_eq!(root["pendingApprovals"], json!([]));
+    let delegated = &root["delegatedApprovals"];
+    assert_eq!(delegated.as_array().unwrap().len(), 1, "{delegated}");
+    assert_eq!(delegated[0]["childSessionId"], json!(child));
+    assert_eq!(delegated[0]["callId"], "call_d");
+    assert_eq!(delegated[0]["task"], "Write done.txt");
+    assert_eq!(delegated[0]["approval"]["approvalId"], json!(approval));
+    assert_eq!(
+        delegated[0]["approval"]["summary"],
+        "write done.txt (1 lines)"
+    );
+    // The child lists it as its own.
+    let own = daemon.transcript(&child).await;
+    assert_eq!(own["pendingApprovals"][0]["approvalId"], json!(approval));
+
+    daemon
+        .call(
+            "approval/respond",
+            answer(&approval, ApprovalDecision::Allow),
+        )
+        .await;
+    let events = until_finished_in(&mut daemon, &parent).await;
+    assert_eq!(finish(&events, &parent), FinishReason::EndTurn);
+    assert_eq!(
+        std::fs::read_to_string(scratch.workspace().join("done.txt")).unwrap(),
+        "done\n"
+    );
+    assert_eq!(
+        tool_results(&daemon, &parent).await,
+        vec![(
+            "call_d".into(),
+            "Wrote done.txt.".into(),
+            false,
+            "done".into()
+        )]
+    );
+    // Answering again, from either side, changes nothing: it was one decision.
+    let again = daemon
+        .call(
+            "approval/respond",
+            answer(&approval, ApprovalDecision::Deny),
+        )
+        .await;
+    assert_eq!(again["applied"], false);
+    let root = daemon.transcript(&parent).await;
+    assert_eq!(root["state"], "idle");
+    assert!(root.get("delegatedApprovals").is_none(), "{root}");
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn a_denied_delegated_approval_fails_the_parents_call_with_the_reason() {
+    let scratch = Scratch::new();
+    let upstream = start(vec![
+        call(
+            "call_d",
+            "delegate",
+            json!({"task": "Write done.txt", "tools": "all"}),
+        ),
+        call(
+            "call_w",
+            "write_file",
+            json!({"path": "done.txt", "content": "done\n"}),
+        ),
+        says("I will not write it then."),
+    ]);
+    let mut daemon = start_daemon(&scratch, &upstream).await;
+    let parent = parent_session(&daemon, &scratch).await;
+    daemon.send(&parent, "Have it written.").await;
+    let (_, approval) = until_delegated_approval(&mut daemon, &parent).await;
+    daemon
+        .call(
+            "approval/respond",
+            answer(&approval, ApprovalDecision::Deny),
+        )
+        .await;
+    until_finished_in(&mut daemon, &parent).await;
+    let results = tool_results(&daemon, &parent).await;
+    assert_eq!(results.len(), 1);
+    let (id, output, error, status) = &results[0];
+    assert_eq!(
+        (id.as_str(), *error, status.as_str()),
+        ("call_d", true, "error")
+    );
+    assert_eq!(
+        output,
+        "status: failed\nnote: the user denied the sub-agent's call: write done.txt (1 lines)\nlast message: (none)\nfiles changed: none\nfailed calls:\n- write done.txt (1 lines): The user denied this tool call. Do not retry it; ask the user how to proceed if needed."
+    );
+    assert!(!scratch.workspace().join("done.txt").exists());
+    // The child's model was not asked again: the parent's answer came next.
+    assert_eq!(upstream.bodies().len(), 3);
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn a_delegated_approval_survives_a_kill_and_resumes_both_runs() {
+    let scratch = Scratch::new();
+    let upstream = start(writing_child_script());
+    let mut daemon = start_daemon(&scratch, &upstream).await;
+    let parent = parent_session(&daemon, &scratch).await;
+    daemon.send(&parent, "Have it written.").await;
+    let (_, approval) = until_delegated_approval(&mut daemon, &parent).await;
+    let child = only_child(&daemon, &parent).await;
+    daemon.conn.child_mut().kill().await.unwrap();
+    drop(daemon);
+
+    let mut daemon = start_daemon(&scratch, &upstream).await;
+    let root = daemon.transcript(&parent).await;
+    assert_eq!(root["state"], "awaitingApproval");
+    assert_eq!(
+        root["delegatedApprovals"][0]["approval"]["approvalId"],
+        json!(approval)
+    );
+    assert_eq!(
+        root["delegatedApprovals"][0]["childSessionId"],
+        json!(child)
+    );
+    // A new turn on the parent waits: its run is still open behind the child's approval.
+    let queued = daemon.send(&parent, "Also, hurry.").await;
+    assert_eq!(queued["queued"], true);
+
+    daemon
+        .call(
+            "approval/respond",
+            answer(&approval, ApprovalDecision::Allow),
+        )
+        .await;
+    let events = until_finished_in(&mut daemon, &parent).await;
+    assert_eq!(finish(&events, &child), FinishReason::EndTurn);
+    assert_eq!(finish(&events, &parent), FinishReason::EndTurn);
+    assert_eq!(
+        std::fs::read_to_string(scratch.workspace().join("done.txt")).unwrap(),
+        "done\n"
+    );
+    assert_eq!(
+        tool_results(&daemon, &parent).await,
+        vec![(
+            "call_d".into(),
+            "Wrote done.txt.".into(),
+            false,
+            "done".into()
+        )]
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn stop_on_the_parent_stops_the_child() {
+    let scratch = Scratch::new();
+    let upstream = start(writing_child_script());
+    let mut daemon = start_daemon(&scratch, &upstream).await;
+    let parent = parent_session(&daemon, &scratch).await;
+    daemon.send(&parent, "Have it written.").await;
+    until_delegated_approval(&mut daemon, &parent).await;
+    let child = only_child(&daemon, &parent).await;
+    let stopped = daemon.call("chat/stop", sid(&parent)).await;
+    assert_eq!(stopped["stopped"], true);
+    let events = until_finished_in(&mut daemon, &parent).await;
+    assert_eq!(finish(&events, &parent), FinishReason::Stopped);
+    let child_view = daemon.call("session/get", sid(&child)).await;
+    assert_eq!(child_view["state"], "idle");
+    let results = tool_results(&daemon, &parent).await;
+    assert_eq!(results[0].3, "cancelled");
+    assert!(
+        results[0].1.starts_with("status: stopped\n"),
+        "{}",
+        results[0].1
+    );
+    assert!(!scratch.workspace().join("done.txt").exists());
+    daemon.close().await;
+}
+
+/// `session/create` params of a parent with these limits.
+fn limited(
+    scratch: &Scratch,
+    max_steps: Option<u32>,
+    max_seconds: Option<u64>,
+    cap_usd: Option<f64>,
+) -> SessionCreateParams {
+    SessionCreateParams {
+        workspace_root: Some(scratch.workspace().display().to_string()),
+        max_steps,
+        max_seconds,
+        cap_usd,
+        ..SessionCreateParams::default()
+    }
+}
+
+/// A delegate call whose request reported `prompt` input tokens.
+fn costly_call(id: &str, input: Value, prompt: u64) -> Reply {
+    Reply::sse(&[
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": id, "type": "function",
+               "function": {"name": "delegate", "arguments": input.to_string()}}]}, "finish_reason": null}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+        usage(prompt, 10),
+    ])
+}
+
+#[tokio::test]
+async fn a_spent_budget_refuses_a_delegation_and_names_the_limit() {
+    let scratch = Scratch::new();
+    let delegate = || call("call_d", "delegate", json!({"task": "look"}));
+    let upstream = start(vec![
+        // Steps: the parent's only step delegates.
+        delegate(),
+        // Money: the parent's first request used up the cap.
+        costly_call("call_d", json!({"task": "look"}), 100_000),
+        // Time: the parent's first answer took longer than its time limit.
+        Reply::parts(
+            std::iter::once(crate::upstream::Part::Pause(std::time::Duration::from_millis(1_100)))
+                .chain(
+                    [
+                        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_d", "type": "function",
+                               "function": {"name": "delegate", "arguments": "{\"task\":\"look\"}"}}]}, "finish_reason": null}]}),
+                        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+                    ]
+                    .iter()
+                    .map(|c| crate::upstream::Part::Bytes(crate::upstream::openai::event(c).into_bytes())),
+                )
+                .chain(std::iter::once(crate::upstream::Part::Bytes(
+                    crate::upstream::openai::DONE.as_bytes().to_vec(),
+                )))
+                .collect(),
+        ),
+    ]);
+    let mut daemon = start_daemon(&scratch, &upstream).await;
+    let mut refusals = Vec::new();
+    for params in [
+        limited(&scratch, Some(1), None, None),
+        limited(&scratch, None, None, Some(0.01)),
+        limited(&scratch, None, Some(1), None),
+    ] {
+        let parent = daemon.create_session(params).await;
+        daemon.send(&parent, "Delegate.").await;
+        let events = until_finished_in(&mut daemon, &parent).await;
+        let results = tool_results(&daemon, &parent).await;
+        assert_eq!((results.len(), results[0].2), (1, true), "{results:?}");
+        refusals.push((finish(&events, &parent), results[0].1.clone()));
+        let view = daemon.call("session/get", sid(&parent)).await;
+        assert!(view.get("children").is_none(), "nothing started: {view}");
+    }
+    assert_eq!(refusals[0].0, FinishReason::MaxIterations);
+    assert_eq!(
+        refusals[0].1,
+        "budget_spent: turns: this run has used all 1 of its steps (maxSteps), so none are left for a delegated task"
+    );
+    assert_eq!(refusals[1].0, FinishReason::BudgetSpent);
+    assert!(
+        refusals[1]
+            .1
+            .starts_with("budget_spent: usd: the session's spend cap of $0.01 is used up"),
+        "{}",
+        refusals[1].1
+    );
+    assert_eq!(refusals[2].0, FinishReason::BudgetSpent);
+    assert_eq!(
+        refusals[2].1,
+        "budget_spent: seconds: this run has used all 1 s of its time limit (maxSeconds), so none is left for a delegated task"
+    );
+    // No child request was ever made.
+    assert_eq!(upstream.bodies().len(), 3);
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn a_child_gets_only_the_steps_its_parent_has_left() {
+    let scratch = Scratch::new();
+    let upstream = start(vec![
+        call("call_d", "delegate", json!({"task": "Search everything"})),
+        // The child's one step asks for a tool: no step follows.
+        call("call_l", "list_directory", json!({"path": "."})),
+        says("It ran out of steps."),
+    ]);
+    let mut daemon = start_daemon(&scratch, &upstream).await;
+    let parent = daemon
+        .create_session(limited(&scratch, Some(2), None, None))
+        .await;
+    daemon.send(&parent, "Delegate.").await;
+    let events = until_finished_in(&mut daemon, &parent).await;
+    assert_eq!(finish(&events, &parent), FinishReason::EndTurn);
+    let child = only_child(&daemon, &parent).await;
+    assert_eq!(finish(&events, &child), FinishReason::MaxIterations);
+    assert_eq!(daemon.call("session/get", sid(&child)).await["maxSteps"], 1);
+    let results = tool_results(&daemon, &parent).await;
+    assert_eq!(
+        results[0].1,
+        "status: out of steps\nnote: the sub-agent used all the steps it was given\nlast message: (none)\nfiles changed: none\nfailed calls: none"
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn a_childs_spend_joins_its_parents_cost_and_cap() {
+    let scratch = Scratch::new();
+    let upstream = start(vec![
+        call(
+            "call_d",
+            "delegate",
+            json!({"task": "Look", "model": "gpt-4o-mini"}),
+        ),
+        // The child's answer is expensive.
+        Reply::sse(&[
+            json!({"choices": [{"index": 0, "delta": {"content": "Looked."}, "finish_reason": null}]}),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            usage(200_000, 10),
+        ]),
+        says("never asked"),
+    ]);
+    // A second model of the account, priced (a compatible server knows the models priced).
+    scratch.write_config("[prices.\"gpt-4o-mini\"]\ninput = 0.15\noutput = 0.6\n");
+    let mut daemon = start_daemon(&scratch, &upstream).await;
+    let parent = daemon
+        .create_session(limited(&scratch, None, None, Some(0.02)))
+        .await;
+    daemon.send(&parent, "Delegate.").await;
+    let events = until_finished_in(&mut daemon, &parent).await;
+    assert_eq!(tool_results(&daemon, &parent).await[0].1, "Looked.");
+    let child = only_child(&daemon, &parent).await;
+    // The child ran under what was left of the cap, at the model asked for.
+    let child_view = daemon.call("session/get", sid(&child)).await;
+    assert_eq!(child_view["model"], "gpt-4o-mini");
+    assert!(
+        child_view["capUsd"].as_f64().unwrap() < 0.02,
+        "{child_view}"
+    );
+    assert_eq!(upstream.bodies()[1]["model"], "gpt-4o-mini");
+    // Its spend counts in the parent's cost, marked, at its own model's price.
+    let cost = daemon.call("session/cost", sid(&parent)).await;
+    let by_model: Vec<(String, Option<String>, u64)> = cost["cost"]["byModel"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["model"].as_str().unwrap().to_string(),
+                m["delegatedTo"].as_str().map(str::to_string),
+                m["lines"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        by_model,
+        vec![
+            ("gpt-4o".to_string(), None, 1),
+            ("gpt-4o-mini".to_string(), Some(child.clone()), 1),
+        ]
+    );
+    let own = daemon.call("session/cost", sid(&child)).await;
+    let child_usd = own["cost"]["totalUsd"].as_f64().unwrap();
+    let parent_usd = cost["cost"]["totalUsd"].as_f64().unwrap();
+    let parent_own = cost["cost"]["byModel"][0]["totalUsd"].as_f64().unwrap();
+    assert!(
+        (parent_usd - (parent_own + child_usd)).abs() < 1e-9,
+        "{cost}"
+    );
+    // And against the parent's spend cap: the parent's next request would pass it.
+    assert_eq!(finish(&events, &parent), FinishReason::BudgetSpent);
+    assert_eq!(upstream.bodies().len(), 2);
+    daemon.close().await;
+}
