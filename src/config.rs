@@ -112,7 +112,13 @@ pub struct BudgetDefaults {
     pub summary_timeout: Duration,
     /// New sessions start a new context after this many idle seconds; `None`: off.
     pub rollover_secs: Option<u64>,
+    /// How long a delegated task's approval waits before it expires (denied as expired);
+    /// `None`: never.
+    pub delegated_approval_expiry: Option<Duration>,
 }
+
+/// How long a delegated task's approval waits unless configured: an hour.
+pub const DEFAULT_DELEGATED_APPROVAL_EXPIRY: Duration = Duration::from_secs(3600);
 
 /// The history's share of the usable window unless configured: half, so the newest turns,
 /// the tool results of the current run and the reply keep the other half.
@@ -139,6 +145,7 @@ impl Default for BudgetDefaults {
             history_share: DEFAULT_HISTORY_SHARE,
             summary_timeout: Duration::from_secs(20),
             rollover_secs: None,
+            delegated_approval_expiry: Some(DEFAULT_DELEGATED_APPROVAL_EXPIRY),
         }
     }
 }
@@ -236,6 +243,8 @@ struct FileDefaults {
     history_share: Option<f64>,
     /// `off`, `3h`, `1d`, `7d`…
     rollover: Option<String>,
+    /// `off`, `90s`, `30m`, `1h`…
+    delegated_approval_expiry: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -512,6 +521,14 @@ fn budget_defaults(file: &FileDefaults) -> BudgetDefaults {
         match parse_rollover(&rollover) {
             Ok(secs) => budget.rollover_secs = secs,
             Err(e) => tracing::warn!(error = %e, "ignored the rollover setting"),
+        }
+    }
+    if let Some(expiry) =
+        var("SIDECHAT_DELEGATED_APPROVAL_EXPIRY").or(file.delegated_approval_expiry.clone())
+    {
+        match parse_rollover(&expiry) {
+            Ok(secs) => budget.delegated_approval_expiry = secs.map(Duration::from_secs),
+            Err(e) => tracing::warn!(error = %e, "ignored the delegated approval expiry"),
         }
     }
     let high = number("SIDECHAT_PRESSURE_HIGH").or(file.pressure_high);

@@ -89,6 +89,7 @@ impl Runtime {
         });
         recovery::recover(&inner)?;
         lease::start_heartbeat(&inner);
+        delegation::start_sweep(&inner);
         Ok(Self { inner })
     }
 

@@ -11,6 +11,9 @@ use rusqlite::{OptionalExtension, Row, params};
 use super::{Store, StoreResult};
 use crate::util::now_ms;
 
+/// Who resolved a delegated approval that expired (`approvals.resolved_by`).
+pub const EXPIRED: &str = "expired";
+
 /// Which tools a child session is offered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolSet {
@@ -178,6 +181,31 @@ impl Store {
             }
         }
         Ok(None)
+    }
+
+    /// Denies, as expired, the pending approvals of child sessions asked before `before`
+    /// (milliseconds since the epoch), marking them `resolved_by` [`EXPIRED`]; the rows.
+    pub fn expire_delegated_approvals(&self, before: i64) -> StoreResult<Vec<super::ApprovalRow>> {
+        self.write(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "UPDATE approvals SET status = 'deny', resolved_at = ?2, resolved_by = ?3
+                 WHERE status = 'pending' AND created_at < ?1
+                   AND session_id IN (SELECT child_id FROM delegations)
+                 RETURNING id, session_id, run_id, call_id, tool",
+            )?;
+            let rows = stmt
+                .query_map(params![before, now_ms(), EXPIRED], |r| {
+                    Ok(super::ApprovalRow {
+                        id: r.get(0)?,
+                        session_id: r.get(1)?,
+                        run_id: r.get(2)?,
+                        call_id: r.get(3)?,
+                        tool: r.get(4)?,
+                    })
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
     }
 
     /// Whether the session turned the `delegate` tool off.

@@ -33,7 +33,7 @@ use rusqlite::{Connection, OpenFlags};
 // A poisoned connection is still usable: every write is a transaction.
 use crate::util::lock;
 
-pub use delegations::{DelegationRow, FailedCall, Lineage, ToolSet};
+pub use delegations::{DelegationRow, EXPIRED, FailedCall, Lineage, ToolSet};
 pub use file_changes::{FileChange, FileDiffRow, SNAPSHOT_CAP};
 pub use leases::{DEFAULT_LEASE, LEASE_MS_VAR, LeaseClaim, LeaseRow};
 pub use messages::{NewMessage, NoteDeletion, SeqClaim, Settle, Settled};

@@ -848,3 +848,61 @@ async fn a_childs_spend_joins_its_parents_cost_and_cap() {
     assert_eq!(upstream.bodies().len(), 2);
     daemon.close().await;
 }
+
+#[tokio::test]
+async fn an_expired_delegated_approval_fails_the_parents_call_with_the_reason() {
+    let scratch = Scratch::new();
+    let upstream = start(vec![
+        call(
+            "call_d",
+            "delegate",
+            json!({"task": "Write done.txt", "tools": "all"}),
+        ),
+        call(
+            "call_w",
+            "write_file",
+            json!({"path": "done.txt", "content": "done\n"}),
+        ),
+        says("Nobody answered."),
+        // The second delegation: its approval expires while no daemon runs.
+        call(
+            "call_d2",
+            "delegate",
+            json!({"task": "Write later.txt", "tools": "all"}),
+        ),
+        call(
+            "call_w2",
+            "write_file",
+            json!({"path": "later.txt", "content": "later\n"}),
+        ),
+        says("Nobody answered again."),
+    ]);
+    let mut expiring = env(&upstream.url);
+    expiring.push(("SIDECHAT_DELEGATED_APPROVAL_EXPIRY", "1s".into()));
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(expiring.clone())).await;
+    let parent = parent_session(&daemon, &scratch).await;
+    daemon.send(&parent, "Have it written.").await;
+    let (_, approval) = until_delegated_approval(&mut daemon, &parent).await;
+    // Nobody answers: the sweep denies it as expired, and the parent hears why.
+    let events = until_finished_in(&mut daemon, &parent).await;
+    assert!(events.iter().any(|e| matches!(&e.event,
+        Event::Delegation { event, .. } if matches!(&**event,
+            Event::ApprovalResolved { approval_id, decision: ApprovalDecision::Deny } if *approval_id == approval))));
+    let results = tool_results(&daemon, &parent).await;
+    assert_eq!((results[0].2, results[0].3.as_str()), (true, "error"));
+    assert!(
+        results[0].1.starts_with("status: failed\nnote: the sub-agent's approval expired unanswered after 1s: write done.txt (1 lines)\n"),
+        "{}",
+        results[0].1
+    );
+    assert!(!scratch.workspace().join("done.txt").exists());
+    let answered = daemon
+        .call(
+            "approval/respond",
+            answer(&approval, ApprovalDecision::Allow),
+        )
+        .await;
+    assert_eq!(answered["applied"], false);
+
+    daemon.close().await;
+}

@@ -20,6 +20,7 @@
 //!   restart), whose report says "stopped".
 
 mod answer;
+mod expiry;
 mod forward;
 
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+pub(super) use expiry::start_sweep;
 pub(super) use forward::Forward;
 
 use super::run::{RunContext, RunStart, spawn_run};
@@ -232,6 +234,17 @@ fn claim(
     }
 }
 
+impl super::Runtime {
+    /// The session a child session works for; `None` for a session that is nobody's child.
+    pub fn delegation_parent(&self, session_id: &str) -> RuntimeResult<Option<String>> {
+        Ok(self
+            .inner
+            .store
+            .delegation_of_child(session_id)?
+            .map(|d| d.parent_id))
+    }
+}
+
 /// After a child's run ended: the parent's run, if it is suspended on this child (a restart
 /// came while the child waited), resumes and takes the child's answer.
 pub(super) fn resume_waiting_parent(inner: &Arc<Inner>, child_id: &str) {
@@ -329,12 +342,23 @@ impl RunContext {
             .tool_calls_of_message(message_id)?
             .into_iter()
             .find(|c| c.status == ToolCallStatus::Denied);
-        Ok(denied.map(|call| {
-            RunEnd::Error(format!(
-                "the user denied the sub-agent's call: {}",
-                crate::tools::summary(&call.name, &call.input)
-            ))
-        }))
+        let Some(call) = denied else {
+            return Ok(None);
+        };
+        let summary = crate::tools::summary(&call.name, &call.input);
+        let expired = store
+            .approval_answer(&self.session_id, &call.id)?
+            .and_then(|a| a.resolved_by)
+            .is_some_and(|by| by == crate::store::EXPIRED);
+        let expiry = self.inner.config.budget.delegated_approval_expiry;
+        Ok(Some(RunEnd::Error(match (expired, expiry) {
+            (true, Some(expiry)) => format!(
+                "the sub-agent's approval expired unanswered after {}: {summary}",
+                crate::context::carry_over::format_rollover(expiry.as_secs())
+            ),
+            (true, None) => format!("the sub-agent's approval expired unanswered: {summary}"),
+            (false, _) => format!("the user denied the sub-agent's call: {summary}"),
+        })))
     }
 
     /// Runs a `delegate` call: starts the child (or finds the one a resumed run started) and
@@ -548,6 +572,12 @@ impl RunContext {
             return Ok(Progress::Live(done));
         }
         let store = &self.inner.store;
+        if store.session(child_id)?.is_none() {
+            return Ok(Progress::Ended(
+                FinishReason::Error,
+                Some("the delegated task's session was deleted".into()),
+            ));
+        }
         let Some(run_id) = store.last_run_id(child_id)? else {
             return Ok(Progress::NotStarted);
         };
