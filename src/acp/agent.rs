@@ -672,6 +672,12 @@ impl Agent {
             self.ask(session_id, session.workspace_root.as_deref(), approval)
                 .await;
         }
+        for delegated in transcript.delegated_approvals {
+            let asked =
+                super::delegation::approval_in_parent(&delegated.approval, &delegated.call_id);
+            self.ask(session_id, session.workspace_root.as_deref(), asked)
+                .await;
+        }
         Ok(())
     }
 
@@ -826,6 +832,15 @@ impl Agent {
 
     async fn route_event(self: &Arc<Self>, router: &mut Router, params: SessionEventParams) {
         let session_id = params.session_id.as_str();
+        if self.is_child(router, session_id).await {
+            // Shown through its parent's `delegation` events.
+            return;
+        }
+        if let Event::Delegation { call_id, event, .. } = &params.event {
+            self.route_delegation(router, session_id, call_id, event)
+                .await;
+            return;
+        }
         if let Some(update) = translate::live_update(&params.event) {
             if let Event::ToolCallUpdated {
                 call_id, status, ..
@@ -856,6 +871,7 @@ impl Agent {
             {
                 // The call's last update: it carries the result.
                 router.tools.remove(call_id);
+                router.progress.remove(call_id);
             }
             return;
         }
@@ -938,6 +954,60 @@ impl Agent {
         }
     }
 
+    /// Whether the session is a delegation's child, looked up once per connection.
+    async fn is_child(&self, router: &mut Router, session_id: &str) -> bool {
+        if let Some(child) = router.children.get(session_id) {
+            return *child;
+        }
+        let Ok(runtime) = self.runtime().await else {
+            return false;
+        };
+        match runtime.delegation_parent(session_id) {
+            Ok(parent) => {
+                router
+                    .children
+                    .insert(session_id.to_string(), parent.is_some());
+                parent.is_some()
+            }
+            Err(e) => {
+                tracing::warn!(session_id, error = %e, "cannot read a session's delegation");
+                false
+            }
+        }
+    }
+
+    /// One event of a sub-agent working on the `delegate` call `call_id` of `session_id`:
+    /// its permission requests are asked in this session, its steps become the call's content.
+    async fn route_delegation(
+        self: &Arc<Self>,
+        router: &mut Router,
+        session_id: &str,
+        call_id: &str,
+        event: &Event,
+    ) {
+        match event {
+            Event::ApprovalRequested { approval } => {
+                let root = self.root(router, session_id).await;
+                let root = root.as_deref().and_then(Path::to_str);
+                let asked = super::delegation::approval_in_parent(approval, call_id);
+                self.ask(session_id, root, asked).await;
+            }
+            Event::ApprovalResolved { approval_id, .. } => self.withdraw(approval_id).await,
+            event => {
+                let Some(line) = super::delegation::progress(event) else {
+                    return;
+                };
+                let lines = router.progress.entry(call_id.to_string()).or_default();
+                lines.push(line);
+                if lines.len() > super::delegation::PROGRESS_LINES {
+                    lines.remove(0);
+                }
+                let update = super::delegation::update(call_id, lines);
+                self.update(session_id, acp::SessionUpdate::ToolCallUpdate(update));
+            }
+        }
+    }
+
     /// Ends the wait of every prompt still open, once the events before have been routed: the
     /// connection is closing and no turn will answer them here.
     pub async fn release_prompts(&self) {
@@ -971,6 +1041,10 @@ struct Router {
     roots: HashMap<String, PathBuf>,
     /// The tool of each call announced in the current runs, by call id.
     tools: HashMap<String, String>,
+    /// Whether a session is a delegation's child, whose events show in its parent's call.
+    children: HashMap<String, bool>,
+    /// The latest progress lines of each running `delegate` call, by call id.
+    progress: HashMap<String, Vec<String>>,
 }
 
 /// Files larger than this are shown as a new text in a write's diff, without the old one.

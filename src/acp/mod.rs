@@ -17,9 +17,12 @@
 //! - `session/request_permission` ↔ the durable approval rows; a permission still open when the
 //!   agent stops is asked again after `session/load`.
 //! - `usage_update` ↔ the budget snapshot and the priced usage lines.
+//! - A delegated task ↔ the `delegate` tool call, its content following the sub-agent; the
+//!   sub-agent's permission requests are asked in the parent's session (`delegation`).
 
 mod agent;
 mod connection;
+mod delegation;
 mod mcp;
 mod sink;
 mod translate;

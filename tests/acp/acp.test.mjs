@@ -386,6 +386,28 @@ test('a write the user denies does not run, and the turn goes on', async () => {
   assert.equal(existsSync(join(workspace, 'other.md')), false);
 });
 
+test('a delegated task is a tool call that follows the sub-agent, its permission asked in the session', async () => {
+  const from = agent.updates.length;
+  agent.onPermission = async () => ({ outcome: { outcome: 'selected', optionId: 'allow' } });
+  const answer = await agent.request('session/prompt', { sessionId, prompt: [{ type: 'text', text: 'please delegate this' }] });
+  assert.deepEqual(answer, { stopReason: 'end_turn' });
+  const updates = agent.of(sessionId, from);
+  const call = updates.find((u) => u.sessionUpdate === 'tool_call');
+  assert.equal(call.rawInput.task, 'write sub.md');
+  const asked = agent.permissions.at(-1);
+  assert.equal(asked.sessionId, sessionId);
+  assert.equal(asked.toolCall.toolCallId, call.toolCallId);
+  assert.equal(asked.toolCall.title, 'write sub.md (1 lines) (delegated task)');
+  const contents = updates
+    .filter((u) => u.sessionUpdate === 'tool_call_update' && u.toolCallId === call.toolCallId && u.content)
+    .map((u) => u.content[0].content.text);
+  assert.ok(contents.some((t) => t.includes('→ write sub.md (1 lines)')), JSON.stringify(contents));
+  assert.match(contents.at(-1), /^Done: /);
+  assert.equal(readFileSync(join(workspace, 'sub.md'), 'utf8'), 'written by the model\n');
+  // The sub-agent's own session never shows as a session of its own.
+  assert.deepEqual(agent.updates.slice(from).filter((u) => u.sessionId !== sessionId), []);
+});
+
 test('session/cancel mid-turn answers the prompt with cancelled', async () => {
   const reached = upstream.reachedGate();
   const from = agent.updates.length;
@@ -469,13 +491,14 @@ test('session/load replays the history in order, before its answer', async () =>
   const replayed = agent.messages.slice(from, answeredAt).filter((m) => m.method === 'session/update').map((m) => m.params.update);
   const users = replayed.filter((u) => u.sessionUpdate === 'user_message_chunk').map((u) => u.content.text);
   // A slash command is not a message to the model: only its note is stored, and replayed.
-  assert.deepEqual(users, ['stream a greeting', 'please write notes.md', 'now write other.md', 'a slow answer please', 'run a command']);
+  assert.deepEqual(users, ['stream a greeting', 'please write notes.md', 'now write other.md', 'please delegate this', 'a slow answer please', 'run a command']);
   assert.match(text(replayed, 'agent_message_chunk'), /Cost of this session: \$/);
   assert.deepEqual(kinds(replayed).slice(0, 5), ['user_message_chunk', 'agent_thought_chunk', 'agent_message_chunk', 'agent_message_chunk', 'user_message_chunk']);
   const calls = replayed.filter((u) => u.sessionUpdate === 'tool_call').map((u) => u.kind);
-  assert.deepEqual(calls, ['edit', 'edit', 'execute']);
+  // The delegate call is of kind `other`, which ACP leaves out.
+  assert.deepEqual(calls, ['edit', 'edit', undefined, 'execute']);
   const results = replayed.filter((u) => u.sessionUpdate === 'tool_call_update').map((u) => u.status);
-  assert.deepEqual(results, ['completed', 'failed', 'failed']);
+  assert.deepEqual(results, ['completed', 'failed', 'completed', 'failed']);
   assert.equal(text(replayed.slice(0, 3), 'agent_message_chunk'), 'Hello from the fake upstream.');
   assert.deepEqual(kinds(replayed).slice(-2), ['session_info_update', 'usage_update']);
   const afterwards = agent.messages.slice(answeredAt + 1).filter((m) => m.method === 'session/update' && m.params.sessionId === sessionId);

@@ -39,6 +39,9 @@ function answer(messages) {
   if (said.includes('The user adds:')) {
     return { before: [chunk({ content: `Noted (${said.slice(said.indexOf('The user adds:') + 15)})` }), chunk({}, 'stop'), ...done] };
   }
+  if (said.includes('delegate this')) {
+    return { before: [toolCall('delegate', { task: 'write sub.md', tools: 'all' }), chunk({}, 'tool_calls'), ...done] };
+  }
   const file = /\bwrite (\S+)/.exec(said);
   if (file) {
     return { before: [chunk({ content: `Writing ${file[1]}.` }), toolCall('write_file', { path: file[1], content: `written by the model\n` }), chunk({}, 'tool_calls'), ...done] };
