@@ -497,7 +497,7 @@ async fn a_childs_approval_is_answered_at_the_root_and_both_runs_finish() {
     assert_eq!(delegated[0]["approval"]["approvalId"], json!(approval));
     assert_eq!(
         delegated[0]["approval"]["summary"],
-        "write done.txt (1 lines)"
+        "write done.txt (1 line)"
     );
     // The child lists it as its own.
     let own = daemon.transcript(&child).await;
@@ -574,7 +574,7 @@ async fn a_denied_delegated_approval_fails_the_parents_call_with_the_reason() {
     );
     assert_eq!(
         output,
-        "status: failed\nnote: the user denied the sub-agent's call: write done.txt (1 lines)\nlast message: (none)\nfiles changed: none\nfailed calls:\n- write done.txt (1 lines): The user denied this tool call. Do not retry it; ask the user how to proceed if needed."
+        "status: failed\nnote: the user denied the sub-agent's call: write done.txt (1 line)\nlast message: (none)\nfiles changed: none\nfailed calls:\n- write done.txt (1 line): The user denied this tool call. Do not retry it; ask the user how to proceed if needed."
     );
     assert!(!scratch.workspace().join("done.txt").exists());
     // The child's model was not asked again: the parent's answer came next.
@@ -891,7 +891,7 @@ async fn an_expired_delegated_approval_fails_the_parents_call_with_the_reason() 
     let results = tool_results(&daemon, &parent).await;
     assert_eq!((results[0].2, results[0].3.as_str()), (true, "error"));
     assert!(
-        results[0].1.starts_with("status: failed\nnote: the sub-agent's approval expired unanswered after 1s: write done.txt (1 lines)\n"),
+        results[0].1.starts_with("status: failed\nnote: the sub-agent's approval expired unanswered after 1s: write done.txt (1 line)\n"),
         "{}",
         results[0].1
     );
