@@ -397,11 +397,11 @@ test('a delegated task is a tool call that follows the sub-agent, its permission
   const asked = agent.permissions.at(-1);
   assert.equal(asked.sessionId, sessionId);
   assert.equal(asked.toolCall.toolCallId, call.toolCallId);
-  assert.equal(asked.toolCall.title, 'write sub.md (1 lines) (delegated task)');
+  assert.equal(asked.toolCall.title, 'write sub.md (1 line) (delegated task)');
   const contents = updates
     .filter((u) => u.sessionUpdate === 'tool_call_update' && u.toolCallId === call.toolCallId && u.content)
     .map((u) => u.content[0].content.text);
-  assert.ok(contents.some((t) => t.includes('→ write sub.md (1 lines)')), JSON.stringify(contents));
+  assert.ok(contents.some((t) => t.includes('→ write sub.md (1 line)')), JSON.stringify(contents));
   assert.match(contents.at(-1), /^Done: /);
   assert.equal(readFileSync(join(workspace, 'sub.md'), 'utf8'), 'written by the model\n');
   // The sub-agent's own session never shows as a session of its own.

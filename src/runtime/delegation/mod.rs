@@ -347,7 +347,7 @@ impl RunContext {
         };
         let summary = crate::tools::summary(&call.name, &call.input);
         let expired = store
-            .approval_answer(&self.session_id, &call.id)?
+            .latest_approval(&self.session_id, &call.id)?
             .and_then(|a| a.resolved_by)
             .is_some_and(|by| by == crate::store::EXPIRED);
         let expiry = self.inner.config.budget.delegated_approval_expiry;
