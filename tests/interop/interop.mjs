@@ -169,6 +169,7 @@ try {
       tokens: 0,
       unpricedRequests: 0,
       changedFiles: [],
+      delegation: true,
     });
     assert.match(id, /^ses_[0-9a-f]{32}$/);
     assert.match(createdAt, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/);
