@@ -129,45 +129,53 @@ pub(super) fn insert_calls(
     Ok(())
 }
 
+/// The rows `sql` selects for `key`, each built by `build` from the row and its `input`
+/// column's JSON. Column 0 is the row's id, which names the row when its input is not JSON:
+/// the store then reports corruption rather than a row without its input.
+fn rows_with_input<T>(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    key: &str,
+    what: &str,
+    build: impl Fn(&rusqlite::Row<'_>, serde_json::Value) -> rusqlite::Result<T>,
+) -> StoreResult<Vec<T>> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt.query_map([key], |r| {
+        let input: String = r.get("input")?;
+        match serde_json::from_str(&input) {
+            Ok(input) => build(r, input).map(Ok),
+            Err(e) => Ok(Err(StoreError::Corrupt(format!(
+                "{what} {}: {e}",
+                r.get::<_, String>(0)?
+            )))),
+        }
+    })?;
+    rows.map(|row| row?).collect()
+}
+
 impl Store {
     /// The tool calls of one assistant message, in the order the model made them.
     pub fn tool_calls_of_message(&self, message_id: &str) -> StoreResult<Vec<ToolCallRow>> {
         self.read(|conn| {
-            let mut stmt = conn.prepare_cached(
-            "SELECT id, run_id, message_id, name, input, status, output, is_error FROM tool_calls
-             WHERE message_id = ?1 ORDER BY position",
-        )?;
-            let raw = stmt
-                .query_map([message_id], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, String>(3)?,
-                        r.get::<_, String>(4)?,
-                        r.get::<_, ToolCallStatus>(5)?,
-                        r.get::<_, Option<String>>(6)?,
-                        r.get::<_, bool>(7)?,
-                    ))
-                })?
-                .collect::<Result<Vec<_>, _>>()?;
-            raw.into_iter()
-                .map(
-                    |(id, run_id, message_id, name, input, status, output, is_error)| {
-                        Ok(ToolCallRow {
-                            input: serde_json::from_str(&input)
-                                .map_err(|e| StoreError::Corrupt(format!("tool call {id}: {e}")))?,
-                            status,
-                            id,
-                            run_id,
-                            message_id,
-                            name,
-                            output,
-                            is_error,
-                        })
-                    },
-                )
-                .collect()
+            rows_with_input(
+                conn,
+                "SELECT id, run_id, message_id, name, input, status, output, is_error FROM tool_calls
+                 WHERE message_id = ?1 ORDER BY position",
+                message_id,
+                "tool call",
+                |r, input| {
+                    Ok(ToolCallRow {
+                        id: r.get(0)?,
+                        run_id: r.get(1)?,
+                        message_id: r.get(2)?,
+                        name: r.get(3)?,
+                        input,
+                        status: r.get(5)?,
+                        output: r.get(6)?,
+                        is_error: r.get(7)?,
+                    })
+                },
+            )
         })
     }
 
@@ -254,38 +262,24 @@ impl Store {
 
     pub fn pending_approvals(&self, session_id: &str) -> StoreResult<Vec<PendingApproval>> {
         self.read(|conn| {
-            let mut stmt = conn.prepare_cached(
+            rows_with_input(
+                conn,
                 "SELECT id, run_id, call_id, tool, input, summary, created_at FROM approvals
-             WHERE session_id = ?1 AND status = 'pending' ORDER BY created_at",
-            )?;
-            let raw = stmt
-                .query_map([session_id], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, String>(3)?,
-                        r.get::<_, String>(4)?,
-                        r.get::<_, String>(5)?,
-                        r.get::<_, i64>(6)?,
-                    ))
-                })?
-                .collect::<Result<Vec<_>, _>>()?;
-            raw.into_iter()
-                .map(|(approval_id, run_id, call_id, tool, input, summary, at)| {
+                 WHERE session_id = ?1 AND status = 'pending' ORDER BY created_at",
+                session_id,
+                "approval",
+                |r, input| {
                     Ok(PendingApproval {
-                        input: serde_json::from_str(&input).map_err(|e| {
-                            StoreError::Corrupt(format!("approval {approval_id}: {e}"))
-                        })?,
-                        approval_id,
-                        run_id,
-                        call_id,
-                        tool,
-                        summary,
-                        created_at: rfc3339(at),
+                        approval_id: r.get(0)?,
+                        run_id: r.get(1)?,
+                        call_id: r.get(2)?,
+                        tool: r.get(3)?,
+                        input,
+                        summary: r.get(5)?,
+                        created_at: rfc3339(r.get(6)?),
                     })
-                })
-                .collect()
+                },
+            )
         })
     }
 
@@ -399,5 +393,103 @@ impl Store {
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(files)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Block, Role};
+    use crate::store::NewMessage;
+    use crate::store::test_support::new_session;
+    use pretty_assertions::assert_eq;
+
+    /// A store with one session whose assistant message holds one call, `call_1`, awaiting
+    /// approval: the session's id and the message's id.
+    fn one_call_awaiting_approval(store: &Store) -> (String, String) {
+        let session_id = new_session(store);
+        store.insert_run("run_1", &session_id, "demo").unwrap();
+        let mut message = NewMessage::new(
+            &session_id,
+            Some("run_1"),
+            Role::Assistant,
+            vec![Block::ToolCall {
+                id: "call_1".into(),
+                name: "write_file".into(),
+                input: serde_json::json!({"path": "a.md"}),
+            }],
+        );
+        message.seq = 1;
+        let message_id = store.append_message(&message).unwrap().id;
+        let approval = PendingApproval {
+            approval_id: "apr_1".into(),
+            run_id: "run_1".into(),
+            call_id: "call_1".into(),
+            tool: "write_file".into(),
+            input: serde_json::json!({"path": "a.md"}),
+            summary: "write a.md".into(),
+            created_at: rfc3339(0),
+        };
+        store.insert_approval(&approval, &session_id).unwrap();
+        (session_id, message_id)
+    }
+
+    #[test]
+    fn calls_and_approvals_are_read_with_their_input() {
+        let store = Store::open_in_memory().unwrap();
+        let (session_id, message_id) = one_call_awaiting_approval(&store);
+        let calls = store.tool_calls_of_message(&message_id).unwrap();
+        assert_eq!(
+            calls,
+            vec![ToolCallRow {
+                id: "call_1".into(),
+                run_id: "run_1".into(),
+                message_id,
+                name: "write_file".into(),
+                input: serde_json::json!({"path": "a.md"}),
+                status: ToolCallStatus::Pending,
+                output: None,
+                is_error: false,
+            }]
+        );
+        let approvals = store.pending_approvals(&session_id).unwrap();
+        assert_eq!(approvals.len(), 1);
+        assert_eq!(
+            (
+                &approvals[0].approval_id,
+                &approvals[0].input,
+                &approvals[0].summary
+            ),
+            (
+                &"apr_1".to_string(),
+                &serde_json::json!({"path": "a.md"}),
+                &"write a.md".to_string()
+            )
+        );
+    }
+
+    #[test]
+    fn an_input_that_is_not_json_is_reported_as_corrupt_naming_the_row() {
+        let store = Store::open_in_memory().unwrap();
+        let (session_id, message_id) = one_call_awaiting_approval(&store);
+        store
+            .write(|conn| {
+                conn.execute("UPDATE tool_calls SET input = '{cut'", [])?;
+                conn.execute("UPDATE approvals SET input = '{cut'", [])?;
+                Ok(())
+            })
+            .unwrap();
+        let corrupt = |result: StoreResult<_>| match result {
+            Err(StoreError::Corrupt(text)) => text.split(':').next().unwrap_or("").to_string(),
+            other => panic!("not reported as corrupt: {other:?}"),
+        };
+        assert_eq!(
+            corrupt(store.tool_calls_of_message(&message_id).map(|_| ())),
+            "tool call call_1"
+        );
+        assert_eq!(
+            corrupt(store.pending_approvals(&session_id).map(|_| ())),
+            "approval apr_1"
+        );
     }
 }
