@@ -33,6 +33,16 @@ pub struct Answer {
     error: Option<Value>,
 }
 
+/// A frame read as `T`, or why it cannot be.
+fn parse_frame<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        format!(
+            "a frame that is not JSON ({e}): {}",
+            String::from_utf8_lossy(bytes)
+        )
+    })
+}
+
 impl Raw {
     pub fn spawn(scratch: &Scratch) -> Self {
         let mut child = command(&scratch.db(), &[])
@@ -75,20 +85,10 @@ impl Raw {
                 .ok_or("the daemon closed its output")?;
             if bytes.first() == Some(&b'[') {
                 // A batch's answer: JSON, and never a probe's.
-                serde_json::from_slice::<Vec<Answer>>(&bytes).map_err(|e| {
-                    format!(
-                        "a frame that is not JSON ({e}): {}",
-                        String::from_utf8_lossy(&bytes)
-                    )
-                })?;
+                parse_frame::<Vec<Answer>>(&bytes)?;
                 continue;
             }
-            let answer: Answer = serde_json::from_slice(&bytes).map_err(|e| {
-                format!(
-                    "a frame that is not JSON ({e}): {}",
-                    String::from_utf8_lossy(&bytes)
-                )
-            })?;
+            let answer: Answer = parse_frame(&bytes)?;
             if answer.method.is_none() {
                 let id = answer
                     .id
@@ -98,6 +98,15 @@ impl Raw {
                 return Ok((id, answer));
             }
         }
+    }
+
+    /// The next answer, which must be an error: its id's JSON text and its error code.
+    async fn next_error_code(&mut self) -> (String, Value) {
+        let (id, answer) = self.next_answer().await;
+        let error = answer
+            .error
+            .unwrap_or_else(|| panic!("answer {id} is not an error: {:?}", answer.result));
+        (id, error["code"].clone())
     }
 
     /// Writes `request` framed as `framing` and returns its answer's result, checking that
@@ -160,11 +169,8 @@ async fn numeric_ids_of_any_json_number_are_answered_as_sent() {
     daemon
         .write(b"{\"jsonrpc\":\"2.0\",\"id\":2.50,\"method\":\"no/such\"}\n")
         .await;
-    let (id, answer) = daemon.next_answer().await;
-    assert_eq!(
-        (id.as_str(), answer.error.unwrap()["code"].clone()),
-        ("2.50", json!(-32601))
-    );
+    let (id, code) = daemon.next_error_code().await;
+    assert_eq!((id.as_str(), code), ("2.50", json!(-32601)));
     daemon.exit(Framing::Line).await;
 }
 
@@ -211,11 +217,8 @@ async fn a_lone_surrogate_is_stored_as_a_replacement_character_and_answered_with
         r#"{{"jsonrpc":"2.0","id":"b-5","method":"chat/send","params":{{"sessionId":"{session}","text":tru}}}}"#
     );
     daemon.write(format!("{broken}\n").as_bytes()).await;
-    let (id, answer) = daemon.next_answer().await;
-    assert_eq!(
-        (id.as_str(), answer.error.unwrap()["code"].clone()),
-        ("\"b-5\"", json!(-32700))
-    );
+    let (id, code) = daemon.next_error_code().await;
+    assert_eq!((id.as_str(), code), ("\"b-5\"", json!(-32700)));
     // Bytes that are not UTF-8 are read as replacement characters.
     let mut latin1 = format!(
         r#"{{"jsonrpc":"2.0","id":6,"method":"session/update","params":{{"sessionId":"{session}","title":"caf"#
