@@ -102,6 +102,12 @@ impl Tmux {
     fn wait_for(&self, needle: &str) -> String {
         self.wait_for_count(needle, 1)
     }
+
+    /// Quits the chat with `/quit` and waits until it has exited with 0; the last screen.
+    fn quit(&self) -> String {
+        self.type_line("/quit");
+        self.wait_for("CHAT-EXITED-0")
+    }
 }
 
 impl Drop for Tmux {
@@ -180,8 +186,7 @@ fn chat_in_a_terminal_writes_a_file_after_approval() {
     terminal.type_line("a");
     terminal.wait_for("your waiting message reached the model");
 
-    terminal.type_line("/quit");
-    let screen = terminal.wait_for("CHAT-EXITED-0");
+    let screen = terminal.quit();
     assert!(
         screen.contains("Resume it with: sidechat chat --session ses_"),
         "{screen}"
@@ -199,8 +204,7 @@ fn a_chat_continues_with_its_history_and_sessions_switch() {
     first.wait_for("Done. The tool answered:");
     first.type_line("/title First chat");
     first.wait_for("Renamed to “First chat”.");
-    first.type_line("/quit");
-    let first_id = resumed_id(&first.wait_for("CHAT-EXITED-0"));
+    let first_id = resumed_id(&first.quit());
     drop(first);
 
     // Without a flag the chat offers the folder's newest session; Enter takes it.
@@ -211,8 +215,7 @@ fn a_chat_continues_with_its_history_and_sessions_switch() {
     assert!(history.contains("> create a.md with one"), "{history}");
     assert!(history.contains("⚙ write a.md (1 line)"), "{history}");
     assert!(history.contains("✓ Created a.md"), "{history}");
-    again.type_line("/quit");
-    assert_eq!(resumed_id(&again.wait_for("CHAT-EXITED-0")), first_id);
+    assert_eq!(resumed_id(&again.quit()), first_id);
     drop(again);
 
     // A second session; /sessions lists both and switches back to the first.
@@ -230,15 +233,13 @@ fn a_chat_continues_with_its_history_and_sessions_switch() {
     let switched = second.wait_for("> create a.md with one");
     let after = &switched[switched.rfind("Switched to “First chat”").unwrap()..];
     assert!(after.contains("> create a.md with one"), "{switched}");
-    second.type_line("/quit");
-    assert_eq!(resumed_id(&second.wait_for("CHAT-EXITED-0")), first_id);
+    assert_eq!(resumed_id(&second.quit()), first_id);
 
     // --continue takes the newest without asking: the one /sessions left last.
     let cont = Tmux::start(&scratch, "continue", &chat_line(&scratch, "--continue"));
     let history = cont.wait_for("› ");
     assert!(!history.contains("Continue this folder"), "{history}");
-    cont.type_line("/quit");
-    cont.wait_for("CHAT-EXITED-0");
+    cont.quit();
 }
 
 /// `sidechat ARGS` with the test's clean environment; (status, stdout, stderr).
@@ -450,8 +451,7 @@ fn a_multi_line_paste_is_one_message_and_markdown_is_drawn() {
     let end = screen.find("END-OF-REPLY").unwrap() + "END-OF-REPLY".len();
     let drawn: Vec<&str> = screen[start..end].lines().map(str::trim_end).collect();
     insta::assert_snapshot!(drawn.join("\n"));
-    terminal.type_line("/quit");
-    terminal.wait_for("CHAT-EXITED-0");
+    terminal.quit();
 }
 
 #[test]
@@ -499,22 +499,24 @@ fn configuration_mistakes_are_named() {
     );
     terminal.type_line("/model gpt-5");
     terminal.wait_for("\"gpt-5\" is not a model the account demo is known to serve (demo)");
-    terminal.type_line("/quit");
-    terminal.wait_for("CHAT-EXITED-0");
+    terminal.quit();
 }
 
-/// Starts `sidechat chat ARGS` with the replay model scripted by `script`.
-fn replay_chat(scratch: &Scratch, name: &str, script: Value, args: &str) -> Tmux {
+/// Starts `sidechat chat ARGS` with the replay model scripted by `script`; the terminal, once
+/// the prompt shows, and the screen then (the banner).
+fn replay_chat(scratch: &Scratch, name: &str, script: Value, args: &str) -> (Tmux, String) {
     let env: String = scratch
         .replay(script)
         .into_iter()
         .map(|(k, v)| format!("{k}={v} "))
         .collect();
-    Tmux::start(
+    let terminal = Tmux::start(
         scratch,
         name,
         &format!("export {env}; {}", chat_line(scratch, args)),
-    )
+    );
+    let banner = terminal.wait_for("› ");
+    (terminal, banner)
 }
 
 #[test]
@@ -524,13 +526,12 @@ fn keys_typed_in_a_burst_while_a_reply_streams_all_show_at_once() {
     let reply: String = (1..=400)
         .map(|n| format!("Paragraph {n} of a long reply.\n\n"))
         .collect();
-    let terminal = replay_chat(
+    let (terminal, _) = replay_chat(
         &scratch,
         "burst",
         json!({"turns": [{"text": reply, "delayMs": 10}]}),
         "--new",
     );
-    terminal.wait_for("› ");
     terminal.type_line("talk for a while");
     terminal.wait_for("Paragraph 3 of a long reply.");
 
@@ -548,20 +549,18 @@ fn keys_typed_in_a_burst_while_a_reply_streams_all_show_at_once() {
     terminal.wait_for("↳ waiting: typed in one go");
     terminal.keys("C-c");
     terminal.wait_for("(stopped)");
-    terminal.type_line("/quit");
-    terminal.wait_for("CHAT-EXITED-0");
+    terminal.quit();
 }
 
 #[test]
 fn account_switches_and_an_unknown_one_is_refused() {
     let scratch = Scratch::new();
-    let terminal = replay_chat(
+    let (terminal, banner) = replay_chat(
         &scratch,
         "account",
         json!({"turns": [{"text": "REPLAY-ANSWER"}]}),
         "--new",
     );
-    let banner = terminal.wait_for("› ");
     assert!(banner.contains("account replay · model replay"), "{banner}");
 
     terminal.type_line("/account");
@@ -583,33 +582,29 @@ fn account_switches_and_an_unknown_one_is_refused() {
     terminal.wait_for("[demo model, offline]");
     terminal.wait_for("Done. The tool answered:");
     assert_eq!(scratch.requests(), Vec::<Value>::new());
-    terminal.type_line("/quit");
-    let id = resumed_id(&terminal.wait_for("CHAT-EXITED-0"));
+    let id = resumed_id(&terminal.quit());
     drop(terminal);
 
     // The session keeps the account: reopened, its banner names it.
-    let again = replay_chat(
+    let (again, banner) = replay_chat(
         &scratch,
         "account-again",
         json!({"turns": []}),
         &format!("--session {id}"),
     );
-    let banner = again.wait_for("› ");
     assert!(banner.contains("account demo · model demo"), "{banner}");
-    again.type_line("/quit");
-    again.wait_for("CHAT-EXITED-0");
+    again.quit();
 }
 
 #[test]
 fn alt_enter_adds_a_line_and_the_lines_go_as_one_message() {
     let scratch = Scratch::new();
-    let terminal = replay_chat(
+    let (terminal, _) = replay_chat(
         &scratch,
         "alt-enter",
         json!({"turns": [{"text": "TWO-LINES-READ"}]}),
         "--new",
     );
-    terminal.wait_for("› ");
     terminal.run(&["send-keys", "-t", "chat", "-l", "the first line"]);
     terminal.wait_for("› the first line");
     terminal.keys("M-Enter");
@@ -635,8 +630,7 @@ fn alt_enter_adds_a_line_and_the_lines_go_as_one_message() {
         sent[0]["content"][0]["text"],
         "the first line\nthe second line"
     );
-    terminal.type_line("/quit");
-    terminal.wait_for("CHAT-EXITED-0");
+    terminal.quit();
 }
 
 #[test]
@@ -647,8 +641,7 @@ fn an_approval_waiting_when_the_chat_quit_is_asked_again_on_continue() {
     first.wait_for("› ");
     first.type_line("create kept.md with answered later");
     first.wait_for("[a] allow once");
-    first.type_line("/quit");
-    first.wait_for("CHAT-EXITED-0");
+    first.quit();
     drop(first);
     assert!(!workspace.join("kept.md").exists());
 
@@ -668,6 +661,5 @@ fn an_approval_waiting_when_the_chat_quit_is_asked_again_on_continue() {
         std::fs::read_to_string(workspace.join("kept.md")).unwrap(),
         "answered later\n"
     );
-    again.type_line("/quit");
-    again.wait_for("CHAT-EXITED-0");
+    again.quit();
 }
