@@ -6,7 +6,7 @@ use serde_json::json;
 use sidechat::store::SCHEMA_VERSION;
 
 use crate::harness::{Daemon, Options, Scratch, clean_command, home_for};
-use crate::two_daemons::{env, gated, session, text};
+use crate::harness::{env, gated, session, text};
 use crate::upstream::{Reply, start};
 
 const KEY: &str = "sk-doctor-secret-4242";

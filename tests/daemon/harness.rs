@@ -325,6 +325,85 @@ impl Scratch {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// A run held mid-answer by the fake upstream, on a database a second daemon can open.
+
+/// The settings of daemons talking to the fake upstream at `url`: leases last 2 s (heartbeat
+/// every 500 ms) so a takeover comes soon; no test depends on how soon.
+pub fn env(url: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("OPENAI_BASE_URL", format!("{url}/v1")),
+        ("OPENAI_API_KEY", "sk-test".into()),
+        ("SIDECHAT_OPENAI_MODEL", "gpt-4o".into()),
+        ("SIDECHAT_MAX_RETRIES", "0".into()),
+        ("SIDECHAT_LEASE_MS", "2000".into()),
+    ]
+}
+
+/// An answer that streams `before`, then waits until the test sends on (or drops) the gate's
+/// other end, then streams `after`: a run held mid-stream for as long as a test needs.
+pub fn gated(
+    before: Vec<Value>,
+    gate: std::sync::mpsc::Receiver<()>,
+    after: Vec<Value>,
+) -> crate::upstream::Reply {
+    use crate::upstream::openai;
+    use std::io::Write;
+    crate::upstream::Reply::writer(move |stream| {
+        for chunk in &before {
+            stream.write_all(openai::event(chunk).as_bytes())?;
+        }
+        stream.flush()?;
+        let _ = gate.recv();
+        for chunk in &after {
+            stream.write_all(openai::event(chunk).as_bytes())?;
+        }
+        stream.write_all(openai::DONE.as_bytes())?;
+        stream.flush()
+    })
+}
+
+/// A chunk of answer text.
+pub fn text(content: &str) -> Value {
+    crate::upstream::openai::chunk(json!({"role": "assistant", "content": content}), None)
+}
+
+/// A new session working in the scratch workspace.
+pub async fn session(daemon: &Daemon, scratch: &Scratch) -> String {
+    daemon
+        .create_session(SessionCreateParams {
+            workspace_root: Some(scratch.workspace().display().to_string()),
+            ..SessionCreateParams::default()
+        })
+        .await
+}
+
+/// Starts the fake upstream with `replies` and daemon A (with [`env`] and `extra_env`) on a new
+/// database, and sends `message` on a new session; returns once A's client has the answer's
+/// first delta, so the first reply is being streamed (and held, if it is [`gated`]). Returns
+/// the upstream, the scratch folder, A, the session's id and the run's id.
+pub async fn held_run(
+    replies: Vec<crate::upstream::Reply>,
+    message: &str,
+    extra_env: &[(&'static str, &str)],
+) -> (crate::upstream::Upstream, Scratch, Daemon, String, Value) {
+    let upstream = crate::upstream::start(replies);
+    let scratch = Scratch::new();
+    let mut settings = env(&upstream.url);
+    settings.extend(extra_env.iter().map(|(k, v)| (*k, v.to_string())));
+    let mut a = Daemon::start(&scratch.db(), Options::with_env(settings)).await;
+    let session = session(&a, &scratch).await;
+    let run_id = a.send(&session, message).await["runId"].clone();
+    a.events_until(|e| matches!(e, Event::TextDelta { .. }))
+        .await;
+    (upstream, scratch, a, session, run_id)
+}
+
+/// Another daemon on `scratch`'s database, talking to the same upstream.
+pub async fn second_daemon(scratch: &Scratch, upstream: &crate::upstream::Upstream) -> Daemon {
+    Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await
+}
+
 /// Event kinds in order, for compact assertions.
 pub fn kinds(events: &[SessionEventParams]) -> Vec<String> {
     events

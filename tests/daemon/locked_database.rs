@@ -10,8 +10,8 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::protocol::{ChatSendParams, Event, FinishReason, SessionIdParams};
 
-use crate::harness::{Daemon, Options, Scratch};
-use crate::two_daemons::{env, finish_reason, gated, roles, session, text};
+use crate::harness::{Daemon, Options, Scratch, env, gated, held_run, session, text};
+use crate::two_daemons::{finish_reason, roles};
 use crate::upstream::{Reply, openai, start};
 
 /// A guard against a hung daemon, not a performance assertion.
@@ -63,16 +63,15 @@ async fn answered_after_a_notice(
 #[tokio::test]
 async fn input_waits_for_a_locked_database_and_a_stop_answers_at_once() {
     let (_gate, held) = mpsc::channel::<()>();
-    let upstream = start(vec![
-        gated(vec![text("Reading the files")], held, vec![]),
-        Reply::sse(&openai::text(&["Got it."], 30, 3)),
-    ]);
-    let scratch = Scratch::new();
-    let mut a = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
-    let session = session(&a, &scratch).await;
-    a.send(&session, "read everything").await;
-    a.events_until(|e| matches!(e, Event::TextDelta { .. }))
-        .await;
+    let (_, scratch, mut a, session, _) = held_run(
+        vec![
+            gated(vec![text("Reading the files")], held, vec![]),
+            Reply::sse(&openai::text(&["Got it."], 30, 3)),
+        ],
+        "read everything",
+        &[],
+    )
+    .await;
 
     // An interjection typed while another program holds the database waits, and says so.
     let lock = hold_write_lock(&scratch.db());
@@ -144,17 +143,14 @@ async fn input_waits_for_a_locked_database_and_a_stop_answers_at_once() {
 #[tokio::test]
 async fn a_run_that_cannot_record_its_end_is_closed_once_the_database_is_free() {
     let (_gate, held) = mpsc::channel::<()>();
-    let upstream = start(vec![gated(vec![text("Half an answer")], held, vec![])]);
-    let scratch = Scratch::new();
-    let mut env = env(&upstream.url);
     // Writes give up on the lock after a second, so the run's end cannot be recorded while it
     // lasts.
-    env.push(("SIDECHAT_LOCK_WAIT_MS", "1000".into()));
-    let mut a = Daemon::start(&scratch.db(), Options::with_env(env)).await;
-    let session = session(&a, &scratch).await;
-    let run_id = a.send(&session, "go").await["runId"].clone();
-    a.events_until(|e| matches!(e, Event::TextDelta { .. }))
-        .await;
+    let (_, scratch, mut a, session, run_id) = held_run(
+        vec![gated(vec![text("Half an answer")], held, vec![])],
+        "go",
+        &[("SIDECHAT_LOCK_WAIT_MS", "1000")],
+    )
+    .await;
 
     let lock = hold_write_lock(&scratch.db());
     let stopped = a

@@ -2,7 +2,6 @@
 //! belongs to the daemon holding its lease; the other hands input, approvals and stops over to
 //! it through the database, and takes the run over only once its daemon is gone.
 
-use std::io::Write;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -10,44 +9,13 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::protocol::{
     ApprovalDecision, ApprovalRespondParams, Event, FinishReason, InterjectionCancelParams,
-    SessionCreateParams, SessionIdParams,
+    SessionIdParams,
 };
 
-use crate::harness::{Daemon, Options, Scratch};
+use crate::harness::{
+    Daemon, Options, Scratch, env, gated, held_run, second_daemon, session, text,
+};
 use crate::upstream::{Reply, openai, start};
-
-/// Both daemons talk to the fake upstream; leases last 2 s (heartbeat every 500 ms) so a
-/// takeover comes soon. No test depends on how soon.
-pub(crate) fn env(url: &str) -> Vec<(&'static str, String)> {
-    vec![
-        ("OPENAI_BASE_URL", format!("{url}/v1")),
-        ("OPENAI_API_KEY", "sk-test".into()),
-        ("SIDECHAT_OPENAI_MODEL", "gpt-4o".into()),
-        ("SIDECHAT_MAX_RETRIES", "0".into()),
-        ("SIDECHAT_LEASE_MS", "2000".into()),
-    ]
-}
-
-/// An answer that streams `before`, then waits until the test sends on (or drops) the gate's
-/// other end, then streams `after`: a run held mid-stream for as long as a test needs.
-pub(crate) fn gated(before: Vec<Value>, gate: mpsc::Receiver<()>, after: Vec<Value>) -> Reply {
-    Reply::writer(move |stream| {
-        for chunk in &before {
-            stream.write_all(openai::event(chunk).as_bytes())?;
-        }
-        stream.flush()?;
-        let _ = gate.recv();
-        for chunk in &after {
-            stream.write_all(openai::event(chunk).as_bytes())?;
-        }
-        stream.write_all(openai::DONE.as_bytes())?;
-        stream.flush()
-    })
-}
-
-pub(crate) fn text(content: &str) -> Value {
-    openai::chunk(json!({"role": "assistant", "content": content}), None)
-}
 
 /// The chunks of one tool call and the end of a step that asks for it.
 fn tool_call(id: &str, name: &str, arguments: Value) -> Vec<Value> {
@@ -60,15 +28,6 @@ fn tool_call(id: &str, name: &str, arguments: Value) -> Vec<Value> {
         openai::chunk(json!({}), Some("tool_calls")),
         openai::usage(30, 0, 5),
     ]
-}
-
-pub(crate) async fn session(daemon: &Daemon, scratch: &Scratch) -> String {
-    daemon
-        .create_session(SessionCreateParams {
-            workspace_root: Some(scratch.workspace().display().to_string()),
-            ..SessionCreateParams::default()
-        })
-        .await
 }
 
 async fn state(daemon: &Daemon, session: &str) -> Value {
@@ -104,23 +63,22 @@ pub(crate) fn finish_reason(
 #[tokio::test]
 async fn a_second_daemon_leaves_a_live_run_alone_and_its_input_is_delivered_once_by_the_owner() {
     let (gate, held) = mpsc::channel();
-    let upstream = start(vec![
-        gated(
-            vec![text("Looking around.")],
-            held,
-            tool_call("call_1", "list_directory", json!({"path": "."})),
-        ),
-        Reply::sse(&openai::text(&["Noted the README too."], 40, 6)),
-    ]);
-    let scratch = Scratch::new();
-    let mut a = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
-    let session = session(&a, &scratch).await;
-    let run_id = a.send(&session, "look around").await["runId"].clone();
-    a.events_until(|e| matches!(e, Event::TextDelta { .. }))
-        .await;
+    let (upstream, scratch, mut a, session, run_id) = held_run(
+        vec![
+            gated(
+                vec![text("Looking around.")],
+                held,
+                tool_call("call_1", "list_directory", json!({"path": "."})),
+            ),
+            Reply::sse(&openai::text(&["Noted the README too."], 40, 6)),
+        ],
+        "look around",
+        &[],
+    )
+    .await;
 
     // B starts while A streams: its start-up recovery leaves A's run open.
-    let b = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let b = second_daemon(&scratch, &upstream).await;
     assert_eq!(state(&b, &session).await, json!("running"));
     let queued = b.send(&session, "also read the README").await;
     assert_eq!(
@@ -190,7 +148,7 @@ async fn an_approval_answered_through_the_other_daemon_reaches_the_owner_once() 
     a.send(&session, "write the notes").await;
     let (_, approval_id) = a.until_approval().await;
 
-    let b = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let b = second_daemon(&scratch, &upstream).await;
     assert_eq!(state(&b, &session).await, json!("awaitingApproval"));
     let answer = |decision| ApprovalRespondParams {
         approval_id: approval_id.clone(),
@@ -246,15 +204,14 @@ async fn an_approval_answered_through_the_other_daemon_reaches_the_owner_once() 
 #[tokio::test]
 async fn a_stop_sent_to_the_other_daemon_stops_the_owners_run() {
     let (_gate, held) = mpsc::channel::<()>();
-    let upstream = start(vec![gated(vec![text("Thinking it over")], held, vec![])]);
-    let scratch = Scratch::new();
-    let mut a = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
-    let session = session(&a, &scratch).await;
-    let run_id = a.send(&session, "take your time").await["runId"].clone();
-    a.events_until(|e| matches!(e, Event::TextDelta { .. }))
-        .await;
+    let (upstream, scratch, mut a, session, run_id) = held_run(
+        vec![gated(vec![text("Thinking it over")], held, vec![])],
+        "take your time",
+        &[],
+    )
+    .await;
 
-    let b = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let b = second_daemon(&scratch, &upstream).await;
     let stopped = b
         .call(
             "chat/stop",
@@ -274,17 +231,16 @@ async fn a_stop_sent_to_the_other_daemon_stops_the_owners_run() {
 #[tokio::test]
 async fn a_run_whose_daemon_was_killed_is_taken_over_by_the_other() {
     let (_gate, held) = mpsc::channel::<()>();
-    let upstream = start(vec![
-        gated(vec![text("Halfway")], held, vec![]),
-        Reply::sse(&openai::text(&["Back again."], 30, 3)),
-    ]);
-    let scratch = Scratch::new();
-    let mut a = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
-    let session = session(&a, &scratch).await;
-    a.send(&session, "start something").await;
-    a.events_until(|e| matches!(e, Event::TextDelta { .. }))
-        .await;
-    let mut b = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let (upstream, scratch, mut a, session, _) = held_run(
+        vec![
+            gated(vec![text("Halfway")], held, vec![]),
+            Reply::sse(&openai::text(&["Back again."], 30, 3)),
+        ],
+        "start something",
+        &[],
+    )
+    .await;
+    let mut b = second_daemon(&scratch, &upstream).await;
     assert_eq!(state(&b, &session).await, json!("running"));
 
     a.conn.child_mut().kill().await.unwrap();
@@ -322,14 +278,9 @@ async fn a_run_whose_daemon_was_killed_is_taken_over_by_the_other() {
 #[tokio::test]
 async fn resume_on_the_other_daemons_run_is_refused_naming_its_owner() {
     let (_gate, held) = mpsc::channel::<()>();
-    let upstream = start(vec![gated(vec![text("Busy")], held, vec![])]);
-    let scratch = Scratch::new();
-    let mut a = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
-    let session = session(&a, &scratch).await;
-    let run_id = a.send(&session, "go").await["runId"].clone();
-    a.events_until(|e| matches!(e, Event::TextDelta { .. }))
-        .await;
-    let b = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let (upstream, scratch, mut a, session, run_id) =
+        held_run(vec![gated(vec![text("Busy")], held, vec![])], "go", &[]).await;
+    let b = second_daemon(&scratch, &upstream).await;
     let refused = b
         .try_call(
             "chat/resume",
@@ -357,21 +308,20 @@ async fn resume_on_the_other_daemons_run_is_refused_naming_its_owner() {
 #[tokio::test]
 async fn a_frozen_daemon_loses_its_run_once_the_lease_expires_and_writes_nothing_more() {
     let (gate, held) = mpsc::channel::<()>();
-    let upstream = start(vec![gated(
-        vec![text("Halfway")],
-        held,
-        vec![
-            openai::chunk(json!({"content": " and done."}), Some("stop")),
-            openai::usage(20, 0, 4),
-        ],
-    )]);
-    let scratch = Scratch::new();
-    let mut a = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
-    let session = session(&a, &scratch).await;
-    a.send(&session, "start something").await;
-    a.events_until(|e| matches!(e, Event::TextDelta { .. }))
-        .await;
-    let b = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let (upstream, scratch, mut a, session, _) = held_run(
+        vec![gated(
+            vec![text("Halfway")],
+            held,
+            vec![
+                openai::chunk(json!({"content": " and done."}), Some("stop")),
+                openai::usage(20, 0, 4),
+            ],
+        )],
+        "start something",
+        &[],
+    )
+    .await;
+    let b = second_daemon(&scratch, &upstream).await;
 
     // A is frozen, not gone: its process still exists, so only the lease's expiry frees the run.
     let pid = a.conn.child_mut().id().unwrap().to_string();
@@ -440,19 +390,18 @@ async fn two_daemons_started_at_once_on_a_new_file_both_serve() {
 #[tokio::test]
 async fn an_interjection_cancelled_through_the_other_daemon_is_announced_to_the_owners_clients() {
     let (gate, held) = mpsc::channel();
-    let upstream = start(vec![gated(
-        vec![text("Working on it.")],
-        held,
-        vec![openai::chunk(json!({}), Some("stop"))],
-    )]);
-    let scratch = Scratch::new();
-    let mut a = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
-    let session = session(&a, &scratch).await;
-    a.send(&session, "work").await;
-    a.events_until(|e| matches!(e, Event::TextDelta { .. }))
-        .await;
+    let (upstream, scratch, mut a, session, _) = held_run(
+        vec![gated(
+            vec![text("Working on it.")],
+            held,
+            vec![openai::chunk(json!({}), Some("stop"))],
+        )],
+        "work",
+        &[],
+    )
+    .await;
 
-    let b = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let b = second_daemon(&scratch, &upstream).await;
     let queued = b.send(&session, "never mind this").await;
     let pending_id = queued["pendingId"].as_str().unwrap().to_string();
     a.events_until(|e| matches!(e, Event::InterjectionQueued { .. }))
