@@ -39,9 +39,9 @@ where
     let agent = Arc::new(Agent::new(peer.clone(), sink, config, opening));
     tokio::spawn(agent.clone().route(items));
     let mut requests = JoinSet::new();
-    while let Some(bytes) = connection.next_frame().await {
+    while let Some(frame) = connection.next_frame().await {
         while requests.try_join_next().is_some() {}
-        handle_frame(&agent, &peer, &bytes, &mut requests).await;
+        handle_frame(&agent, &peer, frame.as_bytes(), &mut requests).await;
     }
     tracing::info!("input closed");
     if let Ok(runtime) = agent.runtime().await {

@@ -1,8 +1,11 @@
 //! The method table: every request declared in [`crate::protocol`] is registered here, routed to
 //! the runtime function that answers it.
 
-use jsonrpsee::RpcModule;
+use std::collections::HashMap;
+
+use futures::future::BoxFuture;
 use jsonrpsee_types::ErrorObjectOwned;
+use serde_json::value::RawValue;
 
 use super::error::{INTERNAL_ERROR, INVALID_PARAMS, error_object};
 use crate::protocol::*;
@@ -111,21 +114,55 @@ impl From<RouteError<RuntimeError>> for ErrorObjectOwned {
     }
 }
 
-/// The jsonrpsee method table over `runtime`, one entry per declared request.
-pub fn method_table(runtime: Runtime) -> RpcModule<Runtime> {
-    let mut module = RpcModule::new(runtime);
-    for_each_route::<Runtime>(|name, route| {
-        let registered = module.register_async_method(name, move |params, runtime, _| {
-            let running = route(Runtime::clone(&runtime), params.as_str());
-            async move { running.await.map_err(ErrorObjectOwned::from) }
+/// What a method answers: its result's JSON text, or the error object to answer with.
+pub type MethodFuture = BoxFuture<'static, Result<Box<RawValue>, ErrorObjectOwned>>;
+
+/// One method: reads its params from their JSON text (`None` when absent) and returns the
+/// future that answers it. The params are read before it returns, so the frame they were read
+/// from can be dropped while the method works.
+pub type Method = Box<dyn Fn(Option<&str>) -> MethodFuture + Send + Sync>;
+
+/// The methods a client may call, by name.
+#[derive(Default)]
+pub struct MethodTable {
+    methods: HashMap<&'static str, Method>,
+}
+
+impl MethodTable {
+    /// The method table over `runtime`, one entry per declared request.
+    pub fn new(runtime: Runtime) -> Self {
+        let mut table = Self::default();
+        for_each_route::<Runtime>(|name, route| {
+            let runtime = runtime.clone();
+            table.add(
+                name,
+                Box::new(move |params| {
+                    let running = route(runtime.clone(), params);
+                    Box::pin(async move { running.await.map_err(ErrorObjectOwned::from) })
+                }),
+            );
         });
-        if let Err(e) = registered {
-            // Names come from one declaration list; a clash is a programming error the
-            // agreement test catches.
-            tracing::error!(error = %e, name, "method registered twice");
+        table
+    }
+
+    /// Adds `method` under `name`. Names come from one declaration list, so a clash is a
+    /// programming error (the agreement test catches it); the first one stays.
+    pub fn add(&mut self, name: &'static str, method: Method) {
+        if self.methods.contains_key(name) {
+            tracing::error!(name, "method registered twice");
+            return;
         }
-    });
-    module
+        self.methods.insert(name, method);
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Method> {
+        self.methods.get(name)
+    }
+
+    #[cfg(test)]
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.methods.keys().copied()
+    }
 }
 
 #[cfg(test)]
@@ -208,8 +245,8 @@ mod tests {
         let store = crate::store::Store::open_in_memory().unwrap();
         let config = crate::config::Config::from_env();
         let runtime = Runtime::new(store, config, Arc::new(NoClient)).unwrap();
-        let table: BTreeSet<String> = method_table(runtime)
-            .method_names()
+        let table: BTreeSet<String> = MethodTable::new(runtime)
+            .names()
             .map(str::to_string)
             .collect();
         assert_eq!(table, declared(&[MethodKind::Request]));

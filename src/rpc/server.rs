@@ -4,18 +4,16 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use jsonrpsee::core::server::{ConnectionId, MethodCallback};
-use jsonrpsee::{Extensions, RpcModule};
-use jsonrpsee_types::{Id, Params};
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::task::AbortHandle;
 
 use super::error::*;
-use super::methods::method_table;
+use super::methods::MethodTable;
 use super::peer::Peer;
 use super::request_id::{RequestId, recover_id};
 use super::stdio::StdioConnection;
@@ -31,16 +29,17 @@ enum Lifecycle {
 }
 
 /// What to do with one classified message.
-enum Outcome {
+enum Outcome<'a> {
     /// Nothing to answer (a notification, or a reply to our own request).
     Silent,
     /// A complete response frame.
     Reply(String),
-    /// A request for the method table; its params are still the JSON text they arrived as.
+    /// A request for the method table; its params are still the JSON text they arrived as,
+    /// in the frame.
     Call {
         id: RequestId,
         method: String,
-        params: Params<'static>,
+        params: Option<&'a RawValue>,
     },
     /// The client said `exit`.
     Exit,
@@ -58,7 +57,7 @@ struct Message<'a> {
     id: Option<Box<RawValue>>,
     #[serde(default)]
     method: Option<Value>,
-    /// Borrowed from the frame: the only copy made is the one the call takes along.
+    /// Borrowed from the frame, which the call takes along: the params are never copied.
     #[serde(default, borrow)]
     params: Option<&'a RawValue>,
     #[serde(default, deserialize_with = "present")]
@@ -81,8 +80,9 @@ impl<'a> Message<'a> {
     /// Reads one message, or the error frame that answers it. A frame that does not read as a
     /// message is still answered with its own id when its envelope shows one, so the
     /// client's request does not wait for an answer that never comes.
-    fn read(bytes: &'a [u8]) -> Result<Message<'a>, String> {
-        serde_json::from_slice(bytes).map_err(|e| {
+    fn read(text: &'a str) -> Result<Message<'a>, String> {
+        serde_json::from_str(text).map_err(|e| {
+            let bytes = text.as_bytes();
             let id = recover_id(bytes).unwrap_or_else(RequestId::null);
             let id = id.json();
             if e.is_syntax() || e.is_eof() {
@@ -141,10 +141,37 @@ struct InFlight {
     reply_to: ReplyTo,
 }
 
+/// A request's params: the JSON text they arrived as, where it lies in the frame. The request's
+/// task owns the frame (shared with the other members of a batch) until its method has read
+/// the params, so a long message is held once, in the buffer it was read into, rather than
+/// copied out of it first.
+struct CallParams {
+    frame: Arc<String>,
+    span: Option<Range<usize>>,
+}
+
+impl CallParams {
+    /// `params`, borrowed from `frame`'s text.
+    fn new(frame: &Arc<String>, params: Option<&RawValue>) -> Self {
+        let span = params.map(|params| {
+            let start = params.get().as_ptr() as usize - frame.as_ptr() as usize;
+            start..start + params.get().len()
+        });
+        Self {
+            frame: frame.clone(),
+            span,
+        }
+    }
+
+    fn text(&self) -> Option<&str> {
+        self.span.clone().and_then(|span| self.frame.get(span))
+    }
+}
+
 /// The runtime once its store is open, with the method table over it.
 struct Ready {
     runtime: Runtime,
-    module: RpcModule<Runtime>,
+    methods: MethodTable,
 }
 
 /// The store being opened and repaired on a blocking thread while the handshake goes on.
@@ -190,8 +217,8 @@ where
         request_ended: tokio::sync::Notify::new(),
     });
     let mut exit_requested = false;
-    while let Some(bytes) = connection.next_frame().await {
-        if dispatcher.clone().handle_frame(&bytes).await {
+    while let Some(frame) = connection.next_frame().await {
+        if dispatcher.clone().handle_frame(frame).await {
             exit_requested = true;
             break;
         }
@@ -218,9 +245,10 @@ impl Dispatcher {
     }
 
     /// Handles one frame; true when the client asked to exit.
-    async fn handle_frame(self: Arc<Self>, bytes: &[u8]) -> bool {
-        if bytes.trim_ascii_start().first() == Some(&b'[') {
-            return match serde_json::from_slice::<Vec<&RawValue>>(bytes) {
+    async fn handle_frame(self: Arc<Self>, frame: String) -> bool {
+        let frame = Arc::new(frame);
+        if frame.trim_ascii_start().starts_with('[') {
+            return match serde_json::from_str::<Vec<&RawValue>>(&frame) {
                 Err(e) => {
                     self.peer.outbox().send(error_response(
                         &Value::Null,
@@ -239,10 +267,10 @@ impl Dispatcher {
                     ));
                     false
                 }
-                Ok(items) => self.handle_batch(items).await,
+                Ok(items) => self.handle_batch(&frame, items).await,
             };
         }
-        let outcome = match Message::read(bytes) {
+        let outcome = match Message::read(&frame) {
             Ok(message) => self.classify(message).await,
             Err(reply) => Outcome::Reply(reply),
         };
@@ -253,6 +281,7 @@ impl Dispatcher {
                 false
             }
             Outcome::Call { id, method, params } => {
+                let params = CallParams::new(&frame, params);
                 self.spawn_call(id, method, params, ReplyTo::Alone);
                 false
             }
@@ -262,11 +291,11 @@ impl Dispatcher {
 
     /// A batch: every member handled as it would be alone (calls on their own tasks, each
     /// cancellable), the answers sent together as one array once the last call has ended.
-    async fn handle_batch(self: Arc<Self>, items: Vec<&RawValue>) -> bool {
+    async fn handle_batch(self: Arc<Self>, frame: &Arc<String>, items: Vec<&RawValue>) -> bool {
         let mut exit = false;
         let batch = Arc::new(Mutex::new(BatchReply::default()));
         for item in items {
-            let outcome = match Message::read(item.get().as_bytes()) {
+            let outcome = match Message::read(item.get()) {
                 Ok(message) => self.classify(message).await,
                 Err(reply) => Outcome::Reply(reply),
             };
@@ -284,6 +313,7 @@ impl Dispatcher {
                         batch: batch.clone(),
                         slot,
                     };
+                    let params = CallParams::new(frame, params);
                     self.clone().spawn_call(id, method, params, reply_to);
                 }
                 Outcome::Exit => exit = true,
@@ -320,7 +350,7 @@ impl Dispatcher {
         }
     }
 
-    async fn classify(&self, message: Message<'_>) -> Outcome {
+    async fn classify<'a>(&self, message: Message<'a>) -> Outcome<'a> {
         let Message {
             jsonrpc,
             id,
@@ -382,7 +412,12 @@ impl Dispatcher {
         }
     }
 
-    async fn request(&self, method: String, id: RequestId, params: Option<&RawValue>) -> Outcome {
+    async fn request<'a>(
+        &self,
+        method: String,
+        id: RequestId,
+        params: Option<&'a RawValue>,
+    ) -> Outcome<'a> {
         let state = self.lifecycle();
         match (method.as_str(), state) {
             ("initialize", Lifecycle::Uninitialized) => {
@@ -430,15 +465,11 @@ impl Dispatcher {
                 }
                 Outcome::Reply(result_response(&id, &Value::Null))
             }
-            (_, Lifecycle::Running) => Outcome::Call {
-                id,
-                method,
-                params: Params::new(params.map(RawValue::get)).into_owned(),
-            },
+            (_, Lifecycle::Running) => Outcome::Call { id, method, params },
         }
     }
 
-    async fn notification(&self, method: &str, params: Option<&RawValue>) -> Outcome {
+    async fn notification(&self, method: &str, params: Option<&RawValue>) -> Outcome<'static> {
         /// `$/cancelRequest`'s params.
         #[derive(Deserialize)]
         struct Cancel {
@@ -464,7 +495,7 @@ impl Dispatcher {
         self: Arc<Self>,
         id: RequestId,
         method: String,
-        params: Params<'static>,
+        params: CallParams,
         reply_to: ReplyTo,
     ) {
         let key = id.key();
@@ -544,7 +575,7 @@ impl Dispatcher {
                     None => Err("the runtime was never started".to_string()),
                 };
                 runtime.map(|runtime| Ready {
-                    module: method_table(runtime.clone()),
+                    methods: MethodTable::new(runtime.clone()),
                     runtime,
                 })
             })
@@ -552,36 +583,27 @@ impl Dispatcher {
         ready.as_ref().map_err(String::as_str)
     }
 
-    /// Runs one request through the method table and returns its response frame. The params
-    /// are handed over as the text they arrived as; the method's route parses them, once.
-    /// The method table answers with a `null` id, which the client's id, as it wrote it,
-    /// replaces.
-    async fn call(&self, id: &RequestId, method: &str, params: Params<'static>) -> String {
-        let module = match self.ready().await {
-            Ok(ready) => &ready.module,
+    /// Runs one request through the method table and returns its response frame, carrying
+    /// the client's id as it wrote it. The method reads the params from the frame's text,
+    /// once; the frame is let go before the method's work starts.
+    async fn call(&self, id: &RequestId, method: &str, params: CallParams) -> String {
+        let methods = match self.ready().await {
+            Ok(ready) => &ready.methods,
             Err(e) => return error_frame(id.json(), INTERNAL_ERROR, e, None),
         };
-        let response = match module.method(method) {
-            None => {
-                let message = format!("Method not found: {method}");
-                return error_frame(id.json(), METHOD_NOT_FOUND, &message, None);
-            }
-            Some(MethodCallback::Async(run)) => {
-                run(
-                    Id::Null,
-                    params,
-                    ConnectionId(0),
-                    usize::MAX,
-                    Extensions::new(),
-                )
-                .await
-            }
-            Some(MethodCallback::Sync(run)) => run(Id::Null, params, usize::MAX, Extensions::new()),
-            Some(_) => {
-                return error_frame(id.json(), INTERNAL_ERROR, "not a method", None);
-            }
+        let Some(run) = methods.get(method) else {
+            let message = format!("Method not found: {method}");
+            return error_frame(id.json(), METHOD_NOT_FOUND, &message, None);
         };
-        with_id(&response.into_json(), id)
+        let running = run(params.text());
+        drop(params);
+        match running.await {
+            Ok(result) => result_frame(id.json(), result.get()),
+            Err(error) => match serde_json::to_string(&error) {
+                Ok(error) => format!(r#"{{"jsonrpc":"2.0","id":{},"error":{error}}}"#, id.json()),
+                Err(e) => error_frame(id.json(), INTERNAL_ERROR, &e.to_string(), None),
+            },
+        }
     }
 }
 
@@ -589,44 +611,6 @@ fn result_response<T: serde::Serialize>(id: &RequestId, result: &T) -> String {
     match serde_json::to_string(result) {
         Ok(result) => result_frame(id.json(), &result),
         Err(e) => error_frame(id.json(), INTERNAL_ERROR, &e.to_string(), None),
-    }
-}
-
-/// The method table's answer to a request it was given with a `null` id, carrying `id`.
-fn with_id(response: &RawValue, id: &RequestId) -> String {
-    /// How the method table writes the start of every answer (`jsonrpsee`'s field order).
-    const NULL_ID: &str = r#"{"jsonrpc":"2.0","id":null,"#;
-    let text = response.get();
-    if let Some(rest) = text.strip_prefix(NULL_ID) {
-        let id = id.json();
-        let mut answer = String::with_capacity(text.len() + id.len());
-        answer.push_str(r#"{"jsonrpc":"2.0","id":"#);
-        answer.push_str(id);
-        answer.push(',');
-        answer.push_str(rest);
-        return answer;
-    }
-    /// Any other layout: the same answer read and written again.
-    #[derive(Deserialize)]
-    struct Answer<'a> {
-        #[serde(borrow)]
-        result: Option<&'a RawValue>,
-        #[serde(borrow)]
-        error: Option<&'a RawValue>,
-    }
-    match serde_json::from_str::<Answer>(text) {
-        Ok(Answer {
-            result: Some(result),
-            ..
-        }) => result_frame(id.json(), result.get()),
-        Ok(Answer {
-            error: Some(error), ..
-        }) => format!(
-            r#"{{"jsonrpc":"2.0","id":{},"error":{}}}"#,
-            id.json(),
-            error.get()
-        ),
-        _ => error_frame(id.json(), INTERNAL_ERROR, "unreadable answer", None),
     }
 }
 
@@ -661,29 +645,33 @@ mod tests {
         let config = crate::config::Config::from_env();
         let store = crate::store::Store::open_in_memory().unwrap();
         let runtime = Runtime::new(store, config, Arc::new(NoClient)).unwrap();
-        let mut module = method_table(runtime.clone());
-        module
-            .register_async_method("test/sleep", |_, _, _| async {
-                tokio::time::sleep(std::time::Duration::from_secs(600)).await;
-                Ok::<_, jsonrpsee_types::ErrorObjectOwned>(())
-            })
-            .unwrap();
+        let mut methods = MethodTable::new(runtime.clone());
+        methods.add(
+            "test/sleep",
+            Box::new(|_| {
+                Box::pin(async {
+                    tokio::time::sleep(std::time::Duration::from_secs(600)).await;
+                    Ok(RawValue::from_string("null".into()).unwrap())
+                })
+            }),
+        );
         let gate = Arc::new(tokio::sync::Semaphore::new(0));
         let opens = gate.clone();
-        module
-            .register_async_method("test/gate", move |_, _, _| {
+        methods.add(
+            "test/gate",
+            Box::new(move |_| {
                 let opens = opens.clone();
-                async move {
+                Box::pin(async move {
                     opens.acquire().await.map(|permit| permit.forget()).ok();
-                    Ok::<_, jsonrpsee_types::ErrorObjectOwned>("opened")
-                }
-            })
-            .unwrap();
+                    Ok(RawValue::from_string(r#""opened""#.into()).unwrap())
+                })
+            }),
+        );
         let framing = Arc::new(OnceLock::from(Framing::Line));
         let dispatcher = Arc::new(Dispatcher {
             init: crate::runtime::describe(&crate::config::Config::from_env()),
             opening: tokio::sync::Mutex::new(None),
-            ready: tokio::sync::OnceCell::new_with(Some(Ok(Ready { runtime, module }))),
+            ready: tokio::sync::OnceCell::new_with(Some(Ok(Ready { runtime, methods }))),
             peer: Peer::new(spawn_writer(sink, framing)),
             state: Mutex::new(Lifecycle::Running),
             inflight: Mutex::default(),
@@ -708,14 +696,14 @@ mod tests {
     async fn cancel_request_ends_an_in_flight_request_with_one_answer() {
         let sink = Sink::default();
         let dispatcher = dispatcher(sink.clone());
-        let slow = br#"{"jsonrpc":"2.0","id":7,"method":"test/sleep"}"#;
-        assert!(!dispatcher.clone().handle_frame(slow).await);
-        let cancel = br#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":7}}"#;
-        dispatcher.clone().handle_frame(cancel).await;
+        let slow = r#"{"jsonrpc":"2.0","id":7,"method":"test/sleep"}"#;
+        assert!(!dispatcher.clone().handle_frame(slow.into()).await);
+        let cancel = r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":7}}"#;
+        dispatcher.clone().handle_frame(cancel.into()).await;
         // Cancelling again, or an unknown id, is a no-op.
-        dispatcher.clone().handle_frame(cancel).await;
-        let quick = br#"{"jsonrpc":"2.0","id":8,"method":"session/list"}"#;
-        dispatcher.clone().handle_frame(quick).await;
+        dispatcher.clone().handle_frame(cancel.into()).await;
+        let quick = r#"{"jsonrpc":"2.0","id":8,"method":"session/list"}"#;
+        dispatcher.clone().handle_frame(quick.into()).await;
         dispatcher.requests_drained().await;
         dispatcher.peer.outbox().flush().await;
         let answers: Vec<(Value, Value)> = frames(&sink)
@@ -766,14 +754,14 @@ mod tests {
     async fn a_request_reusing_an_in_flight_id_is_refused_and_the_first_still_answered() {
         let sink = Sink::default();
         let (dispatcher, gate) = gated_dispatcher(sink.clone());
-        let first = br#"{"jsonrpc":"2.0","id":7,"method":"test/gate"}"#;
-        dispatcher.clone().handle_frame(first).await;
-        let again = br#"{"jsonrpc":"2.0","id":7,"method":"session/list"}"#;
-        dispatcher.clone().handle_frame(again).await;
+        let first = r#"{"jsonrpc":"2.0","id":7,"method":"test/gate"}"#;
+        dispatcher.clone().handle_frame(first.into()).await;
+        let again = r#"{"jsonrpc":"2.0","id":7,"method":"session/list"}"#;
+        dispatcher.clone().handle_frame(again.into()).await;
         answered(&dispatcher, &sink, json!(7)).await;
         // The same id as a string is another id.
-        let text_id = br#"{"jsonrpc":"2.0","id":"7","method":"session/list"}"#;
-        dispatcher.clone().handle_frame(text_id).await;
+        let text_id = r#"{"jsonrpc":"2.0","id":"7","method":"session/list"}"#;
+        dispatcher.clone().handle_frame(text_id.into()).await;
         answered(&dispatcher, &sink, json!("7")).await;
         gate.add_permits(1);
         // Shutdown's wait still sees the first request.
@@ -796,7 +784,7 @@ mod tests {
             sent[0]
         );
         // Once answered, the id may be used again.
-        dispatcher.clone().handle_frame(again).await;
+        dispatcher.clone().handle_frame(again.into()).await;
         dispatcher.requests_drained().await;
         dispatcher.peer.outbox().flush().await;
         assert_eq!(answers(&frames(&sink)[3..]), vec![json!([7, false])]);
@@ -806,7 +794,7 @@ mod tests {
     async fn batch_members_run_like_single_calls() {
         let sink = Sink::default();
         let (dispatcher, gate) = gated_dispatcher(sink.clone());
-        let batch = br#"[
+        let batch = r#"[
             {"jsonrpc":"2.0","id":1,"method":"test/gate"},
             {"jsonrpc":"2.0","id":2,"method":"session/list"},
             {"jsonrpc":"2.0","method":"x/y"},
@@ -816,19 +804,19 @@ mod tests {
             7
         ]"#;
         // The reading loop goes on at once, whatever the members do.
-        let exit = tokio::time::timeout(HANG_GUARD, dispatcher.clone().handle_frame(batch))
+        let exit = tokio::time::timeout(HANG_GUARD, dispatcher.clone().handle_frame(batch.into()))
             .await
             .expect("the batch was awaited on the reading loop");
         assert!(!exit);
         // A later frame is answered while the batch works.
-        let later = br#"{"jsonrpc":"2.0","id":6,"method":"session/list"}"#;
-        dispatcher.clone().handle_frame(later).await;
+        let later = r#"{"jsonrpc":"2.0","id":6,"method":"session/list"}"#;
+        dispatcher.clone().handle_frame(later.into()).await;
         answered(&dispatcher, &sink, json!(6)).await;
         // Members are cancelled like single calls; a member reusing an id in flight is refused.
-        let cancel = br#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":4}}"#;
-        dispatcher.clone().handle_frame(cancel).await;
-        let reused = br#"{"jsonrpc":"2.0","id":5,"method":"session/list"}"#;
-        dispatcher.clone().handle_frame(reused).await;
+        let cancel = r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":4}}"#;
+        dispatcher.clone().handle_frame(cancel.into()).await;
+        let reused = r#"{"jsonrpc":"2.0","id":5,"method":"session/list"}"#;
+        dispatcher.clone().handle_frame(reused.into()).await;
         answered(&dispatcher, &sink, json!(5)).await;
         gate.add_permits(2);
         tokio::time::timeout(HANG_GUARD, dispatcher.requests_drained())

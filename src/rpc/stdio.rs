@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use super::error::{INVALID_REQUEST, PARSE_ERROR, error_response};
 use super::framing::{Decoded, MAX_FRAME_BYTES};
 use super::peer::Peer;
-use super::transport::{Outbox, spawn_reader, spawn_writer};
+use super::transport::{Input, Outbox, spawn_reader, spawn_writer};
 
 /// Both ends of one client's connection.
 pub struct StdioConnection {
@@ -19,7 +19,7 @@ pub struct StdioConnection {
     pub outbox: Outbox,
     /// Requests to the client and their answers, through [`Self::outbox`].
     pub peer: Peer,
-    frames: mpsc::UnboundedReceiver<Decoded>,
+    frames: mpsc::UnboundedReceiver<Input>,
 }
 
 impl StdioConnection {
@@ -41,25 +41,25 @@ impl StdioConnection {
         }
     }
 
-    /// The next frame's body, once what did not decode before it has been answered; `None`
+    /// The next frame's text, once what did not decode before it has been answered; `None`
     /// when the input has ended.
-    pub async fn next_frame(&mut self) -> Option<Vec<u8>> {
-        while let Some(decoded) = self.frames.recv().await {
-            if let Some(bytes) = frame_or_answer(&self.outbox, decoded) {
-                return Some(bytes);
+    pub async fn next_frame(&mut self) -> Option<String> {
+        while let Some(input) = self.frames.recv().await {
+            match input {
+                Input::Frame(text) => return Some(text),
+                Input::NotAFrame(decoded) => answer_not_a_frame(&self.outbox, decoded),
             }
         }
         None
     }
 }
 
-/// The frame's body; `None` once what could not be decoded has been answered. Skipped bytes
-/// are a parse error and an oversized frame an invalid request, both with a null id since no
-/// id could be read; input that ended inside a frame is only logged, as nobody is left to read
-/// an answer.
-fn frame_or_answer(outbox: &Outbox, decoded: Decoded) -> Option<Vec<u8>> {
+/// Answers what could not be decoded. Skipped bytes are a parse error and an oversized frame
+/// an invalid request, both with a null id since no id could be read; input that ended inside
+/// a frame is only logged, as nobody is left to read an answer.
+fn answer_not_a_frame(outbox: &Outbox, decoded: Decoded) {
     match decoded {
-        Decoded::Frame(bytes) => return Some(bytes),
+        Decoded::Frame(_) => tracing::error!("a frame was handed on as not a frame"),
         Decoded::Garbage { skipped } => {
             tracing::warn!(skipped, "skipped bytes that were not a message");
             outbox.send(error_response(
@@ -86,5 +86,4 @@ fn frame_or_answer(outbox: &Outbox, decoded: Decoded) -> Option<Vec<u8>> {
             tracing::warn!(buffered, "input ended inside a message");
         }
     }
-    None
 }

@@ -11,6 +11,15 @@ use super::framing::{Decoded, FrameDecoder, Framing};
 use super::readable::make_readable;
 use crate::util::{lock, wait_while};
 
+/// What the reader thread hands on.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Input {
+    /// One frame's text, made readable ([`make_readable`]).
+    Frame(String),
+    /// What the decoder found instead of a frame (never [`Decoded::Frame`]).
+    NotAFrame(Decoded),
+}
+
 /// Reads `input` on a dedicated thread, decoding frames into the returned channel, each made
 /// readable ([`make_readable`]).
 ///
@@ -19,7 +28,7 @@ use crate::util::{lock, wait_while};
 pub fn spawn_reader<R: Read + Send + 'static>(
     mut input: R,
     framing: Arc<OnceLock<Framing>>,
-) -> mpsc::UnboundedReceiver<Decoded> {
+) -> mpsc::UnboundedReceiver<Input> {
     let (tx, rx) = mpsc::unbounded_channel();
     let spawned = std::thread::Builder::new()
         .name("sidechat-stdin".into())
@@ -60,10 +69,10 @@ pub fn spawn_reader<R: Read + Send + 'static>(
 
 /// A frame with what no JSON parser would read replaced, on the input thread rather than the
 /// dispatcher's.
-fn readable(item: Decoded) -> Decoded {
+fn readable(item: Decoded) -> Input {
     match item {
-        Decoded::Frame(bytes) => Decoded::Frame(make_readable(bytes)),
-        other => other,
+        Decoded::Frame(bytes) => Input::Frame(make_readable(bytes)),
+        other => Input::NotAFrame(other),
     }
 }
 
