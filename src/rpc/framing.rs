@@ -92,6 +92,8 @@ const CONTENT_LENGTH: &[u8] = b"content-length";
 /// A frame at least this long is handed over in the buffer it was read into rather than
 /// copied out of it (only the few bytes read after it are copied instead).
 const HAND_OVER_BYTES: usize = 256 * 1024;
+/// How much of a refused line is kept to find its id in.
+const HEAD_BYTES: usize = 4 * 1024;
 
 /// What the decoder found in the byte stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,9 +102,13 @@ pub enum Decoded {
     Frame(Vec<u8>),
     /// Bytes that were not a frame were skipped.
     Garbage { skipped: usize },
-    /// A frame announced or grew past the limit; it is skipped without being buffered. An
-    /// announced length that does not fit in a `usize` reads as `usize::MAX`.
-    TooLarge { size: usize },
+    /// A frame announced or grew past the limit; it is skipped without being buffered.
+    /// `size` is the length a header announced (one that does not fit in a `usize` reads as
+    /// `usize::MAX`), or the bytes of a line read when it passed the limit: the rest of the
+    /// line is dropped as it arrives. `head` is a line's first bytes (up to 4 KiB), so the
+    /// refusal can answer the id they show; empty for a `Content-Length` frame, whose body is
+    /// not read.
+    TooLarge { size: usize, head: Vec<u8> },
     /// The stream ended inside a frame.
     Truncated { buffered: usize },
 }
@@ -164,9 +170,27 @@ impl FrameDecoder {
     }
 
     /// Feeds bytes and appends whatever they complete to `out`.
-    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<Decoded>) {
+    pub fn push(&mut self, mut bytes: &[u8], out: &mut Vec<Decoded>) {
+        if self.state == State::SkipLine {
+            // The rest of a refused line is dropped as it arrives, never buffered.
+            match memchr::memchr(b'\n', bytes) {
+                Some(i) => {
+                    bytes = &bytes[i + 1..];
+                    self.state = State::Line;
+                }
+                None => return,
+            }
+        }
         self.buf.extend_from_slice(bytes);
         while self.step(out) {}
+        if self.state == State::SkipLine {
+            // All that was buffered belonged to the refused line: give its memory back rather
+            // than keep a buffer of the limit's size for the rest of the connection.
+            self.buf = Vec::new();
+            self.pos = 0;
+            self.scanned = 0;
+            return;
+        }
         // Compact: drop what was consumed so the buffer holds only the unfinished tail.
         if self.pos > 0 {
             self.buf.drain(..self.pos);
@@ -276,9 +300,15 @@ impl FrameDecoder {
                 let lead = line.iter().take_while(|b| b.is_ascii_whitespace()).count();
                 let len = trim_ascii(line).len();
                 if len > self.max_frame {
-                    out.push(Decoded::TooLarge { size: len });
+                    out.push(Decoded::TooLarge {
+                        size: len,
+                        head: head_of(&line[lead..]),
+                    });
                     self.pos += end + 1;
                     self.scanned = 0;
+                    // Keep only what follows the line, in a buffer of its own size.
+                    self.buf = self.buf.split_off(self.pos);
+                    self.pos = 0;
                 } else if len == 0 {
                     self.pos += end + 1;
                     self.scanned = 0;
@@ -290,7 +320,11 @@ impl FrameDecoder {
                 true
             }
             None if rest.len() > self.max_frame => {
-                out.push(Decoded::TooLarge { size: rest.len() });
+                let lead = rest.iter().take_while(|b| b.is_ascii_whitespace()).count();
+                out.push(Decoded::TooLarge {
+                    size: rest.len() - lead,
+                    head: head_of(&rest[lead..]),
+                });
                 self.pos = self.buf.len();
                 self.scanned = 0;
                 self.state = State::SkipLine;
@@ -320,7 +354,10 @@ impl FrameDecoder {
                 self.pos += body_start;
                 self.in_garbage = false;
                 self.state = if len > self.max_frame {
-                    out.push(Decoded::TooLarge { size: len });
+                    out.push(Decoded::TooLarge {
+                        size: len,
+                        head: Vec::new(),
+                    });
                     State::Skip { remaining: len }
                 } else {
                     State::Body { len }
@@ -387,6 +424,11 @@ impl FrameDecoder {
         }
         !self.rest().is_empty()
     }
+}
+
+/// The first bytes of a refused line, where its id may be found.
+fn head_of(line: &[u8]) -> Vec<u8> {
+    line[..line.len().min(HEAD_BYTES)].to_vec()
 }
 
 /// What the bytes at the start of a header block hold.
@@ -514,6 +556,14 @@ mod tests {
         Decoded::Frame(s.as_bytes().to_vec())
     }
 
+    /// A `Content-Length` frame refused for the length it announced.
+    fn too_large(size: usize) -> Decoded {
+        Decoded::TooLarge {
+            size,
+            head: Vec::new(),
+        }
+    }
+
     #[test]
     fn content_length_frames_with_extra_headers() {
         let input = b"Content-Length: 2\r\n\r\n{}Content-Type: application/json\r\ncontent-length: 4\r\n\r\n[1,]";
@@ -551,15 +601,18 @@ mod tests {
         let mut input = b"Content-Length: 2000\r\n\r\n".to_vec();
         input.extend(std::iter::repeat_n(b'x', 2000));
         input.extend_from_slice(b"Content-Length: 2\r\n\r\n{}");
-        assert_eq!(
-            decode(&[&input]),
-            vec![Decoded::TooLarge { size: 2000 }, frame("{}")]
-        );
+        assert_eq!(decode(&[&input]), vec![too_large(2000), frame("{}")]);
         let mut line = vec![b'{'; 3000];
         line.extend_from_slice(b"\n{}\n");
         assert_eq!(
             decode(&[&line[..1500], &line[1500..]]),
-            vec![Decoded::TooLarge { size: 1500 }, frame("{}")]
+            vec![
+                Decoded::TooLarge {
+                    size: 1500,
+                    head: vec![b'{'; 1500]
+                },
+                frame("{}")
+            ]
         );
     }
 
@@ -584,17 +637,14 @@ mod tests {
             let size = length.parse::<usize>().unwrap_or(usize::MAX);
             assert_eq!(
                 decode(&[input.as_bytes()]),
-                vec![Decoded::TooLarge { size }, frame("{}")],
+                vec![too_large(size), frame("{}")],
                 "{length}"
             );
         }
         // A body cut into pieces that each end inside a possible header still resyncs.
         let input = b"Content-Length: 5000\r\n\r\nxxContent-Length: 2\r\n\r\n{}";
         let pieces: Vec<&[u8]> = input.chunks(3).collect();
-        assert_eq!(
-            decode(&pieces),
-            vec![Decoded::TooLarge { size: 5000 }, frame("{}")]
-        );
+        assert_eq!(decode(&pieces), vec![too_large(5000), frame("{}")]);
     }
 
     #[test]
@@ -667,6 +717,45 @@ mod properties {
             }
             let expected: Vec<Decoded> = messages.iter().map(|m| Decoded::Frame(m.clone().into_bytes())).collect();
             prop_assert_eq!(decode_in_chunks(&wire, &cuts), expected);
+        }
+
+        /// A line past the limit is refused once it passes it, whatever the reads it arrives
+        /// in: no more than the limit and one read is ever buffered, the rest of the line is
+        /// dropped, the buffer's memory is given back, and the frames around it are read.
+        #[test]
+        fn a_line_past_the_limit_is_refused_as_it_passes_it_and_not_kept(
+            before in proptest::collection::vec(message(), 0..3),
+            after in proptest::collection::vec(message(), 1..3),
+            over in 1usize..5000,
+            read in 1usize..700,
+        ) {
+            const LIMIT: usize = 2048;
+            let long = format!("{{\"id\":7,\"params\":\"{}\"}}", "x".repeat(LIMIT + over));
+            let mut wire = Vec::new();
+            for m in before.iter().chain([&long]).chain(&after) {
+                Framing::Line.encode(m, &mut wire);
+            }
+            let mut decoder = FrameDecoder::new(LIMIT);
+            let mut out = Vec::new();
+            for chunk in wire.chunks(read) {
+                let refused_before = out.len() > before.len();
+                decoder.push(chunk, &mut out);
+                prop_assert!(decoder.buf.len() <= LIMIT + read, "{} buffered", decoder.buf.len());
+                if !refused_before && out.len() > before.len() {
+                    // The read that refused the line left at most what followed it.
+                    prop_assert!(decoder.buf.capacity() <= read, "{} kept", decoder.buf.capacity());
+                }
+            }
+            decoder.finish(&mut out);
+            let refused = out.iter().position(|d| matches!(d, Decoded::TooLarge { .. }));
+            prop_assert_eq!(refused, Some(before.len()));
+            let Decoded::TooLarge { size, head } = &out[before.len()] else { unreachable!() };
+            prop_assert!(*size > LIMIT && *size <= long.len(), "size {}", size);
+            prop_assert!(long.as_bytes().starts_with(head) && head.len() >= LIMIT.min(HEAD_BYTES));
+            let mut expected: Vec<Decoded> = before.iter().map(|m| Decoded::Frame(m.clone().into_bytes())).collect();
+            expected.push(out[before.len()].clone());
+            expected.extend(after.iter().map(|m| Decoded::Frame(m.clone().into_bytes())));
+            prop_assert_eq!(out, expected);
         }
 
         #[test]

@@ -8,9 +8,10 @@ use std::sync::{Arc, OnceLock};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::error::{INVALID_REQUEST, PARSE_ERROR, error_response};
+use super::error::{INVALID_REQUEST, PARSE_ERROR, error_frame, error_response};
 use super::framing::{Decoded, MAX_FRAME_BYTES};
 use super::peer::Peer;
+use super::request_id::{RequestId, recover_id};
 use super::transport::{Input, Outbox, spawn_reader, spawn_writer};
 
 /// Both ends of one client's connection.
@@ -54,9 +55,10 @@ impl StdioConnection {
     }
 }
 
-/// Answers what could not be decoded. Skipped bytes are a parse error and an oversized frame
-/// an invalid request, both with a null id since no id could be read; input that ended inside
-/// a frame is only logged, as nobody is left to read an answer.
+/// Answers what could not be decoded. Skipped bytes are a parse error, with a null id since no
+/// id could be read; an oversized frame is an invalid request, answered with the id a line's
+/// first bytes show. Input that ended inside a frame is only logged, as nobody is left to read
+/// an answer.
 fn answer_not_a_frame(outbox: &Outbox, decoded: Decoded) {
     match decoded {
         Decoded::Frame(_) => tracing::error!("a frame was handed on as not a frame"),
@@ -69,18 +71,23 @@ fn answer_not_a_frame(outbox: &Outbox, decoded: Decoded) {
                 Some(serde_json::json!({"skipped": skipped})),
             ));
         }
-        Decoded::TooLarge { size } => {
+        Decoded::TooLarge { size, head } => {
             tracing::warn!(size, "refused an oversized message");
-            let message = format!(
-                "Message of {size} bytes exceeds the limit of {MAX_FRAME_BYTES} bytes; it was \
-                 refused and its bytes skipped"
-            );
-            outbox.send(error_response(
-                &Value::Null,
-                INVALID_REQUEST,
-                &message,
-                None,
-            ));
+            // A line's first bytes usually show its id; a refused `Content-Length` body is
+            // never read, so its answer has none.
+            let id = recover_id(&head).unwrap_or_else(RequestId::null);
+            let message = if head.is_empty() {
+                format!(
+                    "Message of {size} bytes exceeds the limit of {MAX_FRAME_BYTES} bytes; it \
+                     was refused and its bytes skipped"
+                )
+            } else {
+                format!(
+                    "Message exceeds the limit of {MAX_FRAME_BYTES} bytes; it was refused once \
+                     {size} bytes had been read, and the rest of its line skipped"
+                )
+            };
+            outbox.send(error_frame(id.json(), INVALID_REQUEST, &message, None));
         }
         Decoded::Truncated { buffered } => {
             tracing::warn!(buffered, "input ended inside a message");

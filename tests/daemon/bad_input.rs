@@ -179,3 +179,33 @@ async fn content_length_framing_bad_input() {
     assert!(daemon.notes.try_recv().is_err(), "nothing else was sent");
     assert_eq!(daemon.close().await, 0);
 }
+
+#[tokio::test]
+async fn a_line_past_the_frame_limit_is_refused_with_its_id_and_the_next_line_answered() {
+    let scratch = Scratch::new();
+    let mut daemon = Daemon::spawn(&scratch.db(), Options::default());
+    daemon.call("initialize", InitializeParams::default()).await;
+
+    // The line is refused once it passes the limit and the rest of it is skipped as it
+    // arrives; its first bytes show its id, so the client hears which request it was.
+    let limit = 64 * 1024 * 1024;
+    let mut wire =
+        br#"{"jsonrpc":"2.0","id":40,"method":"chat/send","params":{"sessionId":"ses_x","text":""#
+            .to_vec();
+    wire.resize(limit + 1024, b'x');
+    wire.extend_from_slice(b"\"}}\n{\"jsonrpc\":\"2.0\",\"id\":41,\"method\":\"session/list\"}\n");
+    daemon.conn.write_raw(&wire).await.unwrap();
+    let refusal = daemon.next_note().await;
+    assert_eq!(
+        (refusal["id"].clone(), refusal["error"]["code"].clone()),
+        (json!(40), json!(-32600))
+    );
+    let message = refusal["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&limit.to_string()), "{message}");
+    let next = daemon.next_note().await;
+    assert_eq!(next["id"], json!(41));
+    assert!(next["result"]["sessions"].is_array(), "{next}");
+    still_answers(&daemon).await;
+    assert!(daemon.notes.try_recv().is_err(), "nothing else was sent");
+    assert_eq!(daemon.close().await, 0);
+}
