@@ -13,6 +13,8 @@
 //! Goal: the medians with servers ≤ 1.2 × the medians without.
 
 // Only the daemon's command is used here; this benchmark reads its own replies.
+#[path = "../tests/support/mcp_fixture.rs"]
+mod mcp_fixture;
 #[allow(dead_code)]
 #[path = "support/stdio.rs"]
 mod stdio;
@@ -21,7 +23,7 @@ mod upstream;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -31,30 +33,6 @@ const WARM_UP: usize = 2;
 const RUNS: usize = 15;
 const GOAL_RATIO: f64 = 1.2;
 
-/// The fixture server beside the sidechat binary, built if missing.
-fn fixture() -> PathBuf {
-    let path = Path::new(SIDECHAT)
-        .parent()
-        .expect("target dir")
-        .join("examples/mcp_fixture");
-    if !path.exists() {
-        let release = Path::new(SIDECHAT)
-            .parent()
-            .is_some_and(|dir| dir.ends_with("release"));
-        let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cargo.args(["build", "--example", "mcp_fixture"]);
-        if release {
-            cargo.arg("--release");
-        }
-        let status = cargo
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("run cargo");
-        assert!(status.success(), "building the MCP fixture failed");
-    }
-    path
-}
-
 /// A home folder whose config file configures `servers` (none, or five).
 fn home(dir: &Path, name: &str, with_servers: bool) -> PathBuf {
     let home = dir.join(name);
@@ -62,7 +40,7 @@ fn home(dir: &Path, name: &str, with_servers: bool) -> PathBuf {
     std::fs::create_dir_all(config.parent().expect("a folder")).expect("create the config folder");
     let mut toml = String::new();
     if with_servers {
-        let fixture = fixture();
+        let fixture = mcp_fixture::mcp_fixture(Path::new(SIDECHAT));
         for (index, mode) in ["normal", "normal", "normal", "normal", "hang"]
             .iter()
             .enumerate()

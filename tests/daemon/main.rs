@@ -18,6 +18,8 @@ mod interjections;
 mod locked_database;
 mod long_context;
 mod mcp;
+#[path = "../support/mcp_fixture.rs"]
+mod mcp_fixture;
 mod mixed_writes;
 mod private_files;
 mod protocol;

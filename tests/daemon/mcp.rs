@@ -13,30 +13,12 @@ use sidechat::protocol::{
 };
 
 use crate::harness::{Daemon, Options, Scratch};
+use crate::mcp_fixture::mcp_fixture;
 
-/// The fixture server, built once: `cargo test` builds examples, a filtered run does not, so
-/// a missing or older binary is built here.
+/// The fixture server, built once if missing or older than its source.
 fn fixture() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let bin = PathBuf::from(env!("CARGO_BIN_EXE_sidechat"));
-        let path = bin
-            .parent()
-            .expect("target dir")
-            .join("examples/mcp_fixture");
-        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mcp_fixture.rs");
-        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        if modified(&path) < modified(&source) {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let status = std::process::Command::new(cargo)
-                .args(["build", "--example", "mcp_fixture"])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status()
-                .expect("run cargo");
-            assert!(status.success(), "building the MCP fixture failed");
-        }
-        path
-    })
+    PATH.get_or_init(|| mcp_fixture(Path::new(env!("CARGO_BIN_EXE_sidechat"))))
 }
 
 /// A folder for one fixture server's log and mode file.
