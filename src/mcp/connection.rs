@@ -194,7 +194,7 @@ pub async fn connect(spec: &ServerSpec, groups: &Groups) -> Result<Connection, S
                 let error = handshake_error(&e);
                 match spec.values_withheld && !headers.is_empty() {
                     true => format!(
-                        "{error} (its header values were not kept over the daemon's restart: give the server again)"
+                        "{error} (its header values are not kept over a restart of the daemon: give the server again with `session/update`'s `mcpServers`)"
                     ),
                     false => error,
                 }

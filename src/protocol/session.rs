@@ -259,6 +259,11 @@ pub struct SessionUpdateParams {
     /// Offer the model the `delegate` tool (true) or not (false), from the next request on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegation: Option<bool>,
+    /// Replaces the session's own MCP servers (`[]` removes them); they start in the
+    /// background. Header and environment values are never stored, so after a restart a
+    /// client gives its servers again this way (as `session/create` took them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<Vec<super::McpServerParams>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

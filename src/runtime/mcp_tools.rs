@@ -98,7 +98,16 @@ impl Runtime {
         servers: Vec<McpServerParams>,
     ) -> RuntimeResult<()> {
         self.session_row(session_id)?;
-        let specs = check_servers(servers)?;
+        self.replace_mcp_servers(session_id, check_servers(servers)?)
+    }
+
+    /// Stores a session's own servers in place of those it had, and starts them in the
+    /// background: the next request offers their tools (cached ones at once).
+    pub(super) fn replace_mcp_servers(
+        &self,
+        session_id: &str,
+        specs: Vec<ServerSpec>,
+    ) -> RuntimeResult<()> {
         self.inner
             .store
             .set_session_mcp_servers(session_id, &specs)?;

@@ -227,6 +227,10 @@ impl Runtime {
         if let Some(root) = &params.workspace_root {
             check_workspace_root(root)?;
         }
+        let mcp_servers = params
+            .mcp_servers
+            .map(super::mcp_tools::check_servers)
+            .transpose()?;
         let update = SessionUpdate {
             title: params.title,
             account: account.map(|a| a.name.clone()),
@@ -250,6 +254,9 @@ impl Runtime {
             .ok_or_else(|| RuntimeError::SessionNotFound(params.session_id.clone()))?;
         if let Some(on) = params.delegation {
             self.inner.store.set_delegation_off(&row.id, !on)?;
+        }
+        if let Some(specs) = mcp_servers {
+            self.replace_mcp_servers(&row.id, specs)?;
         }
         self.session_view(row)
     }

@@ -584,7 +584,7 @@ async fn broken_servers_are_notices_and_failed_calls_while_the_session_carries_o
 }
 
 #[tokio::test]
-async fn invalid_session_servers_are_refused_and_nothing_is_created() {
+async fn invalid_session_servers_and_headers_are_refused_and_nothing_is_created() {
     let scratch = Scratch::new();
     let daemon = Daemon::start(&scratch.db(), Options::default()).await;
     let cases = [
@@ -610,6 +610,42 @@ async fn invalid_session_servers_are_refused_and_nothing_is_created() {
                 ..McpServerParams::default()
             },
             "not a valid URL",
+        ),
+        (
+            McpServerParams {
+                name: "h".into(),
+                url: Some("http://127.0.0.1:9/mcp".into()),
+                headers: [("X-Key".into(), "one\ntwo".into())].into(),
+                ..McpServerParams::default()
+            },
+            "not a valid HTTP header value",
+        ),
+        (
+            McpServerParams {
+                name: "h".into(),
+                url: Some("http://127.0.0.1:9/mcp".into()),
+                headers: [("Bad Name".into(), "x".into())].into(),
+                ..McpServerParams::default()
+            },
+            "not a valid HTTP header name",
+        ),
+        (
+            McpServerParams {
+                name: "h".into(),
+                url: Some("http://127.0.0.1:9/mcp".into()),
+                headers: [("Content-Type".into(), "text/plain".into())].into(),
+                ..McpServerParams::default()
+            },
+            "set by the MCP transport itself",
+        ),
+        (
+            McpServerParams {
+                name: "h".into(),
+                command: Some("x".into()),
+                headers: [("X-Key".into(), "k".into())].into(),
+                ..McpServerParams::default()
+            },
+            "apply only to a `url`",
         ),
     ];
     for (server, message) in cases {
@@ -895,5 +931,73 @@ async fn a_session_server_offers_its_cached_tools_at_once_after_a_restart_and_no
         session(&daemon, &id).await.mcp_servers[0].state,
         McpServerState::Starting
     );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn after_a_restart_session_update_gives_an_http_server_its_headers_again() {
+    let scratch = Scratch::new();
+    let http = HttpServer::start(&scratch, &["X-Api-Key: key-1"]).await;
+    let web = McpServerParams {
+        name: "web".into(),
+        url: Some(http.url.clone()),
+        headers: [("X-Api-Key".into(), "key-1".into())].into(),
+        trust: Some(true),
+        ..McpServerParams::default()
+    };
+    let turns = json!({"turns": [
+        {"toolCalls": [call("mcp__web__echo", json!({"text": "given again"}))]},
+        {"text": "done"}
+    ]});
+    let env = scratch.replay(turns);
+    let daemon = Daemon::start(&scratch.db(), Options::with_env(env.clone())).await;
+    let id = daemon
+        .create_session(SessionCreateParams {
+            mcp_servers: Some(vec![web.clone()]),
+            ..session_params(&scratch.workspace())
+        })
+        .await;
+    wait_for_state(&daemon, &id, "web", McpServerState::Ready).await;
+    daemon.close().await;
+
+    // The header's value was not stored: the restarted daemon is refused, and told the fix.
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
+    let refused = wait_for_state(&daemon, &id, "web", McpServerState::Failed).await;
+    assert_eq!(
+        refused.last_error.as_deref(),
+        Some(
+            "could not start: the server refused the request as unauthorized (HTTP 401): check its `headers` or `bearer_token_env_var` (its header values are not kept over a restart of the daemon: give the server again with `session/update`'s `mcpServers`)"
+        )
+    );
+
+    let updated = daemon
+        .call(
+            "session/update",
+            json!({"sessionId": id, "mcpServers": [web]}),
+        )
+        .await;
+    assert_eq!(updated["id"], json!(id));
+    wait_for_state(&daemon, &id, "web", McpServerState::Ready).await;
+    daemon.send(&id, "call it").await;
+    daemon.until_finished().await;
+    assert_eq!(
+        results(&daemon.transcript(&id).await),
+        vec![("done".to_string(), "given again".to_string())]
+    );
+
+    // An invalid list is refused and changes nothing; an empty one removes the servers.
+    let error = daemon
+        .try_call(
+            "session/update",
+            json!({"sessionId": id, "mcpServers": [{"name": "web"}]}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error.code, -32602);
+    assert_eq!(session(&daemon, &id).await.mcp_servers.len(), 1);
+    daemon
+        .call("session/update", json!({"sessionId": id, "mcpServers": []}))
+        .await;
+    assert_eq!(session(&daemon, &id).await.mcp_servers, vec![]);
     daemon.close().await;
 }

@@ -1372,6 +1372,12 @@ export interface SessionUpdateParams {
    * Offer the model the `delegate` tool (true) or not (false), from the next request on.
    */
   delegation?: boolean | null;
+  /**
+   * Replaces the session's own MCP servers (`[]` removes them); they start in the
+   * background. Header and environment values are never stored, so after a restart a
+   * client gives its servers again this way (as `session/create` took them).
+   */
+  mcpServers?: McpServerParams[] | null;
 }
 
 /** Every request a client sends, with its params and result types. */
