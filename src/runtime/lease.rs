@@ -8,8 +8,9 @@
 //! stops runs asked to stop, and takes over runs whose daemon died (their lease expired).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
+use super::periodic::spawn_periodic;
 use super::{Inner, RuntimeResult, recovery};
 use crate::protocol::{Event, InterjectionStatus};
 use crate::store::{CancelOutcome, LeaseClaim, LeaseRow, PendingRow};
@@ -186,23 +187,6 @@ impl Inner {
 /// Starts the heartbeat on a thread of its own, so a busy async worker never delays it (a
 /// late heartbeat could let another daemon take a live run over). It ends with the runtime.
 pub(super) fn start_heartbeat(inner: &Arc<Inner>) {
-    let weak: Weak<Inner> = Arc::downgrade(inner);
     let every = inner.store.lease_duration() / 4;
-    // Runs taken over or promoted are started on the runtime the daemon serves from.
-    let handle = tokio::runtime::Handle::try_current().ok();
-    let started = std::thread::Builder::new()
-        .name("sidechat-lease".into())
-        .spawn(move || {
-            loop {
-                std::thread::sleep(every);
-                let Some(inner) = weak.upgrade() else {
-                    return;
-                };
-                let _entered = handle.as_ref().map(|h| h.enter());
-                inner.heartbeat();
-            }
-        });
-    if let Err(e) = started {
-        tracing::error!(error = %e, "cannot start the lease heartbeat");
-    }
+    spawn_periodic("sidechat-lease", every, inner, |inner| inner.heartbeat());
 }

@@ -14,6 +14,7 @@ mod events;
 mod lease;
 mod locked;
 mod mcp_tools;
+mod periodic;
 mod projection;
 mod promotion;
 mod recovery;
