@@ -30,7 +30,9 @@ pub fn recover(inner: &Inner) -> RuntimeResult<()> {
 /// session's lease while it writes, so no daemon starts a run in the middle of it.
 pub fn recover_abandoned(inner: &Inner) -> RuntimeResult<()> {
     let store = &inner.store;
-    for run in store.abandoned_runs()? {
+    // Newest first: a delegated task's run is closed before its parent's run is looked at,
+    // which waits for it only while it is open.
+    for run in store.abandoned_runs()?.into_iter().rev() {
         if inner.runs.active_run(&run.session_id).is_some() {
             continue;
         }

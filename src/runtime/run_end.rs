@@ -86,6 +86,7 @@ impl RunContext {
     /// Records the end, resolves what is still open, hands the queue over, leaves the
     /// registry, then says so.
     pub(super) fn finish(mut self, end: RunEnd) {
+        let parent = super::delegation::claim_waiting_parent(&self.inner, &self.session_id);
         // An answer the database refused is stored before the end, so both wait together.
         let recorded = self.unsaved.is_empty() && self.record_end(&end);
         if !recorded {
@@ -107,7 +108,9 @@ impl RunContext {
         if let Some((run_id, signals)) = next {
             self.start_next(run_id, signals);
         }
-        super::delegation::resume_waiting_parent(&self.inner, &self.session_id);
+        if let Some(parent) = parent {
+            parent.resume(&self.inner);
+        }
     }
 
     /// Stores how the run ended, cancels its approvals and keeps a notice of the end; false

@@ -94,7 +94,11 @@ impl RunContext {
         }
         match self.approval(call).await? {
             Some(ApprovalDecision::Deny) => {
-                return Ok((ToolCallStatus::Denied, ToolOutcome::error(DENIED)));
+                let output = self.expired_output(call)?;
+                return Ok((
+                    ToolCallStatus::Denied,
+                    ToolOutcome::error(output.as_deref().unwrap_or(DENIED)),
+                ));
             }
             Some(ApprovalDecision::Cancelled) | None => {
                 return Ok((
@@ -104,16 +108,7 @@ impl RunContext {
             }
             Some(ApprovalDecision::Allow | ApprovalDecision::AllowAlways) => {}
         }
-        self.inner.store.set_tool_call_status(
-            &self.session_id,
-            &call.id,
-            ToolCallStatus::Running,
-        )?;
-        self.emit(Event::ToolCallUpdated {
-            call_id: call.id.clone(),
-            status: ToolCallStatus::Running,
-            output: None,
-        });
+        self.mark_running(call)?;
         let mut stop = self.signals.stop.clone();
         let outcome = if crate::mcp::names::is_mcp(&call.name) {
             // Dropping the call when the run stops cancels the request on the server.
@@ -143,6 +138,21 @@ impl RunContext {
             ToolCallStatus::Done
         };
         Ok((status, outcome))
+    }
+
+    /// Stores the call as running and tells the clients.
+    pub(super) fn mark_running(&self, call: &ToolCallRow) -> RuntimeResult<()> {
+        self.inner.store.set_tool_call_status(
+            &self.session_id,
+            &call.id,
+            ToolCallStatus::Running,
+        )?;
+        self.emit(Event::ToolCallUpdated {
+            call_id: call.id.clone(),
+            status: ToolCallStatus::Running,
+            output: None,
+        });
+        Ok(())
     }
 
     /// The decision that lets a call run: asks the user unless the tool needs no approval or

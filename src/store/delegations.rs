@@ -170,31 +170,50 @@ impl Store {
         })
     }
 
-    /// The session's unfinished run whose delegated task (a child) waits for an approval.
+    /// The session's unfinished run whose delegated task (a child) has not ended: the child
+    /// waits for an approval, or works on after its approval was answered (or expired) while
+    /// the parent's run was suspended. The child's end resumes that run, so until then it
+    /// stays open rather than being closed as interrupted.
     pub fn run_waiting_on_child(&self, parent_id: &str) -> StoreResult<Option<super::RunRow>> {
         for link in self.delegations_of_parent(parent_id)? {
             let Some(run) = self.run(&link.parent_run_id)?.filter(|r| !r.finished) else {
                 continue;
             };
-            if self.suspended_run(&link.child_id)?.is_some() {
+            if self.has_open_run(&link.child_id)? {
                 return Ok(Some(run));
             }
         }
         Ok(None)
     }
 
-    /// Denies, as expired, the pending approvals of child sessions asked before `before`
-    /// (milliseconds since the epoch), marking them `resolved_by` [`EXPIRED`]; the rows.
-    pub fn expire_delegated_approvals(&self, before: i64) -> StoreResult<Vec<super::ApprovalRow>> {
-        self.write(|conn| {
+    fn has_open_run(&self, session_id: &str) -> StoreResult<bool> {
+        self.read(|conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT 1 FROM runs WHERE session_id = ?1 AND status <> 'finished' LIMIT 1",
+                    [session_id],
+                    |_| Ok(()),
+                )
+                .optional()?
+                .is_some())
+        })
+    }
+
+    /// The pending approvals of child sessions asked before `before` (milliseconds since the
+    /// epoch), oldest first: those the expiry sweep denies.
+    pub fn expirable_delegated_approvals(
+        &self,
+        before: i64,
+    ) -> StoreResult<Vec<super::ApprovalRow>> {
+        self.read(|conn| {
             let mut stmt = conn.prepare_cached(
-                "UPDATE approvals SET status = 'deny', resolved_at = ?2, resolved_by = ?3
+                "SELECT id, session_id, run_id, call_id, tool FROM approvals
                  WHERE status = 'pending' AND created_at < ?1
                    AND session_id IN (SELECT child_id FROM delegations)
-                 RETURNING id, session_id, run_id, call_id, tool",
+                 ORDER BY created_at, id",
             )?;
             let rows = stmt
-                .query_map(params![before, now_ms(), EXPIRED], |r| {
+                .query_map(params![before], |r| {
                     Ok(super::ApprovalRow {
                         id: r.get(0)?,
                         session_id: r.get(1)?,
@@ -205,6 +224,18 @@ impl Store {
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(rows)
+        })
+    }
+
+    /// Denies a pending approval as expired, marking it `resolved_by` [`EXPIRED`]; false when
+    /// it was answered first.
+    pub fn expire_approval(&self, id: &str) -> StoreResult<bool> {
+        self.write(|conn| {
+            Ok(conn.execute(
+                "UPDATE approvals SET status = 'deny', resolved_at = ?2, resolved_by = ?3
+                 WHERE id = ?1 AND status = 'pending'",
+                params![id, now_ms(), EXPIRED],
+            )? > 0)
         })
     }
 

@@ -582,8 +582,9 @@ async fn a_denied_delegated_approval_fails_the_parents_call_with_the_reason() {
     daemon.close().await;
 }
 
-#[tokio::test]
-async fn a_delegated_approval_survives_a_kill_and_resumes_both_runs() {
+/// A child's approval waits when the daemon goes away (killed, or shut down); it is answered
+/// through the next daemon.
+async fn answered_after_a_restart(kill: bool) {
     let scratch = Scratch::new();
     let upstream = start(writing_child_script());
     let mut daemon = start_daemon(&scratch, &upstream).await;
@@ -591,10 +592,18 @@ async fn a_delegated_approval_survives_a_kill_and_resumes_both_runs() {
     daemon.send(&parent, "Have it written.").await;
     let (_, approval) = until_delegated_approval(&mut daemon, &parent).await;
     let child = only_child(&daemon, &parent).await;
-    daemon.conn.child_mut().kill().await.unwrap();
-    drop(daemon);
+    if kill {
+        daemon.conn.child_mut().kill().await.unwrap();
+        drop(daemon);
+    } else {
+        daemon.close().await;
+    }
 
-    let mut daemon = start_daemon(&scratch, &upstream).await;
+    // The heartbeat beats often: its recovery looks at the parent's run while the child
+    // works on after the answer, and must leave it waiting for the child's end.
+    let mut often = env(&upstream.url);
+    often.push(("SIDECHAT_LEASE_MS", "200".into()));
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(often)).await;
     let root = daemon.transcript(&parent).await;
     assert_eq!(root["state"], "awaitingApproval");
     assert_eq!(
@@ -632,6 +641,16 @@ async fn a_delegated_approval_survives_a_kill_and_resumes_both_runs() {
         )]
     );
     daemon.close().await;
+}
+
+#[tokio::test]
+async fn a_delegated_approval_survives_a_kill_and_resumes_both_runs() {
+    answered_after_a_restart(true).await;
+}
+
+#[tokio::test]
+async fn a_delegated_approval_survives_a_shutdown_and_resumes_both_runs() {
+    answered_after_a_restart(false).await;
 }
 
 #[tokio::test]
@@ -864,18 +883,6 @@ async fn an_expired_delegated_approval_fails_the_parents_call_with_the_reason() 
             json!({"path": "done.txt", "content": "done\n"}),
         ),
         says("Nobody answered."),
-        // The second delegation: its approval expires while no daemon runs.
-        call(
-            "call_d2",
-            "delegate",
-            json!({"task": "Write later.txt", "tools": "all"}),
-        ),
-        call(
-            "call_w2",
-            "write_file",
-            json!({"path": "later.txt", "content": "later\n"}),
-        ),
-        says("Nobody answered again."),
     ]);
     let mut expiring = env(&upstream.url);
     expiring.push(("SIDECHAT_DELEGATED_APPROVAL_EXPIRY", "1s".into()));
@@ -905,4 +912,91 @@ async fn an_expired_delegated_approval_fails_the_parents_call_with_the_reason() 
     assert_eq!(answered["applied"], false);
 
     daemon.close().await;
+}
+
+/// A child asks to write a file, and the daemon goes away (killed, or shut down) while the
+/// approval waits; the next daemon starts after the approval's time is up.
+async fn expired_while_no_daemon_ran(kill: bool) {
+    let scratch = Scratch::new();
+    let upstream = start(vec![
+        call(
+            "call_d",
+            "delegate",
+            json!({"task": "Write done.txt", "tools": "all"}),
+        ),
+        call(
+            "call_w",
+            "write_file",
+            json!({"path": "done.txt", "content": "done\n"}),
+        ),
+        says("Nobody answered."),
+    ]);
+    // The first daemon lets approvals wait an hour: this one does not expire while it runs.
+    let mut daemon = start_daemon(&scratch, &upstream).await;
+    let parent = parent_session(&daemon, &scratch).await;
+    daemon.send(&parent, "Have it written.").await;
+    let (_, approval) = until_delegated_approval(&mut daemon, &parent).await;
+    let child = only_child(&daemon, &parent).await;
+    if kill {
+        daemon.conn.child_mut().kill().await.unwrap();
+        drop(daemon);
+    } else {
+        daemon.close().await;
+    }
+    // Time passes with no daemon running; the next one expires approvals after a second. Its
+    // heartbeat beats often, so its recovery looks at the runs while they take the expiry:
+    // the parent's run must wait for its child's end, not be closed as interrupted.
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let mut expiring = env(&upstream.url);
+    expiring.push(("SIDECHAT_DELEGATED_APPROVAL_EXPIRY", "1s".into()));
+    expiring.push(("SIDECHAT_LEASE_MS", "200".into()));
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(expiring)).await;
+    let events = until_finished_in(&mut daemon, &parent).await;
+
+    // The child's call failed with the expiry as its reason, and the child ended.
+    assert_eq!(finish(&events, &child), FinishReason::Error);
+    assert!(events.iter().any(|e| e.session_id == parent
+        && matches!(&e.event, Event::Delegation { event, .. } if matches!(&**event,
+            Event::ApprovalResolved { approval_id, decision: ApprovalDecision::Deny } if *approval_id == approval))));
+    let expired = "This call's approval expired unanswered after 1s, so it was not run. Do not retry it; ask the user how to proceed if needed.";
+    assert_eq!(
+        tool_results(&daemon, &child).await,
+        vec![("call_w".into(), expired.into(), true, "denied".into())]
+    );
+    // The parent's delegate call failed with the reason, and its run went on to its end.
+    assert_eq!(finish(&events, &parent), FinishReason::EndTurn);
+    assert_eq!(
+        tool_results(&daemon, &parent).await,
+        vec![(
+            "call_d".into(),
+            format!(
+                "status: failed\nnote: the sub-agent's approval expired unanswered after 1s: write done.txt (1 line)\nlast message: (none)\nfiles changed: none\nfailed calls:\n- write done.txt (1 line): {expired}"
+            ),
+            true,
+            "error".into()
+        )]
+    );
+    assert_eq!(upstream.bodies().len(), 3);
+    assert!(!scratch.workspace().join("done.txt").exists());
+    let root = daemon.transcript(&parent).await;
+    assert_eq!(root["state"], "idle");
+    assert!(root.get("delegatedApprovals").is_none(), "{root}");
+    let late = daemon
+        .call(
+            "approval/respond",
+            answer(&approval, ApprovalDecision::Allow),
+        )
+        .await;
+    assert_eq!(late["applied"], false);
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn a_delegated_approval_that_expired_while_the_daemon_was_killed_fails_the_parents_call() {
+    expired_while_no_daemon_ran(true).await;
+}
+
+#[tokio::test]
+async fn a_delegated_approval_that_expired_while_the_daemon_was_shut_down_fails_the_parents_call() {
+    expired_while_no_daemon_ran(false).await;
 }

@@ -8,12 +8,14 @@
 //! approval `resolved_by = "expired"`, which is how the child's end tells an expiry from a
 //! person's denial.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::super::periodic::spawn_periodic;
 use super::super::run::{RunStart, spawn_run};
 use super::super::{Inner, RuntimeError, RuntimeResult};
 use crate::protocol::{ApprovalDecision, Event};
+use crate::store::ApprovalRow;
 
 /// How often the sweep looks: a quarter of the expiry, within these bounds.
 const MIN_SWEEP: Duration = Duration::from_millis(250);
@@ -25,38 +27,64 @@ pub(in crate::runtime) fn start_sweep(inner: &Arc<Inner>) {
         return;
     };
     let every = (expiry / 4).clamp(MIN_SWEEP, MAX_SWEEP);
-    let weak: Weak<Inner> = Arc::downgrade(inner);
-    // Children resumed to take their expiry run on the runtime the daemon serves from.
-    let handle = tokio::runtime::Handle::try_current().ok();
-    let started = std::thread::Builder::new()
-        .name("sidechat-expiry".into())
-        .spawn(move || {
-            loop {
-                std::thread::sleep(every);
-                let Some(inner) = weak.upgrade() else {
-                    return;
-                };
-                let _entered = handle.as_ref().map(|h| h.enter());
-                if let Err(e) = sweep(&inner, expiry) {
-                    tracing::warn!(error = %e, "cannot expire delegated approvals");
-                }
-            }
-        });
-    if let Err(e) = started {
-        tracing::error!(error = %e, "cannot start the sweep of delegated approvals");
-    }
+    spawn_periodic("sidechat-expiry", every, inner, move |inner| {
+        if let Err(e) = sweep(inner, expiry) {
+            tracing::warn!(error = %e, "cannot expire delegated approvals");
+        }
+    });
 }
 
-/// Denies, as expired, the delegated approvals older than `expiry`, and wakes (or resumes)
-/// the child runs that wait for them.
+/// Denies, as expired, the delegated approvals older than `expiry` whose runs can take the
+/// answer now; the others stay pending for a later sweep.
 fn sweep(inner: &Arc<Inner>, expiry: Duration) -> RuntimeResult<()> {
     let before = crate::util::now_ms() - expiry.as_millis() as i64;
-    for row in inner.store.expire_delegated_approvals(before)? {
-        tracing::info!(approval_id = %row.id, session_id = %row.session_id, "a delegated approval expired");
-        if inner.runs.poke_approvals(&row.session_id) {
-            // The live run tells its clients when it reads the answer.
-            continue;
+    for row in inner.store.expirable_delegated_approvals(before)? {
+        if let Err(e) = expire(inner, &row) {
+            tracing::debug!(approval_id = %row.id, error = %e, "cannot expire a delegated approval yet; the next sweep tries again");
         }
+    }
+    Ok(())
+}
+
+/// Expires one approval where the run waiting for it takes the answer:
+/// - a run of this daemon waits live: it is woken, reads the answer and tells its clients;
+/// - another daemon drives the session: nothing here (that daemon's own sweep expires it, and
+///   a daemon that died holding the lease leaves it pending until the lease ends);
+/// - the run is suspended (a restart came while it waited, or it expired while no daemon
+///   ran): the session's run and lease are taken first, then the answer is written and the
+///   run resumed. Taking them first means the heartbeat's recovery never finds the run no
+///   longer waiting and closes it as interrupted, and when they cannot be had the approval
+///   stays pending, so the next sweep tries again.
+fn expire(inner: &Arc<Inner>, row: &ApprovalRow) -> RuntimeResult<()> {
+    if inner.runs.active_run(&row.session_id).is_some() {
+        if inner.store.expire_approval(&row.id)? {
+            tracing::info!(approval_id = %row.id, session_id = %row.session_id, "a delegated approval expired");
+            inner.runs.poke_approvals(&row.session_id);
+        }
+        return Ok(());
+    }
+    if inner.store.foreign_lease(&row.session_id)?.is_some() {
+        return Ok(());
+    }
+    let Some(run) = inner.store.run(&row.run_id)?.filter(|r| !r.finished) else {
+        // No run waits for it any more: it only needs closing.
+        inner.store.expire_approval(&row.id)?;
+        return Ok(());
+    };
+    let session = inner
+        .store
+        .session(&row.session_id)?
+        .ok_or_else(|| RuntimeError::SessionNotFound(row.session_id.clone()))?;
+    let signals = super::claim(inner, &row.session_id, &run.id)?;
+    let expired = match inner.store.expire_approval(&row.id) {
+        Ok(expired) => expired,
+        Err(e) => {
+            inner.give_back(&row.session_id, &run.id);
+            return Err(e.into());
+        }
+    };
+    if expired {
+        tracing::info!(approval_id = %row.id, session_id = %row.session_id, "a delegated approval expired while its run was suspended");
         inner.events.emit(
             &inner.store,
             &row.session_id,
@@ -66,22 +94,7 @@ fn sweep(inner: &Arc<Inner>, expiry: Duration) -> RuntimeResult<()> {
                 decision: ApprovalDecision::Deny,
             },
         );
-        if let Err(e) = resume(inner, &row.session_id, &row.run_id) {
-            tracing::error!(run_id = %row.run_id, error = %e, "cannot resume a child run whose approval expired");
-        }
     }
-    Ok(())
-}
-
-/// Resumes a child run suspended on the approval that expired (a restart came while it waited).
-fn resume(inner: &Arc<Inner>, session_id: &str, run_id: &str) -> RuntimeResult<()> {
-    let Some(run) = inner.store.run(run_id)?.filter(|r| !r.finished) else {
-        return Ok(());
-    };
-    let session = inner
-        .store
-        .session(session_id)?
-        .ok_or_else(|| RuntimeError::SessionNotFound(session_id.to_string()))?;
-    let signals = super::claim(inner, session_id, run_id)?;
+    // Expired now, or answered just before: the resumed run reads the answer either way.
     spawn_run(inner.clone(), RunStart::Resume { session, run }, signals)
 }

@@ -14,8 +14,9 @@
 //!   call shows `awaitingApproval` meanwhile and the root's transcript lists it as a
 //!   delegated approval. Answering it (by its id, from anywhere) resumes the child. When a
 //!   daemon stops while the child waits, both runs stay open: the parent's run counts as
-//!   suspended on its child's approval (`Store::suspended_run`), and when the resumed child
-//!   ends, its parent's run is resumed and reads the child's answer from the store.
+//!   suspended for as long as its child's run is open (`Store::suspended_run`), and when the
+//!   resumed child ends, its parent's run is resumed and reads the child's answer from the
+//!   store.
 //! - **Stop stops the tree.** Stopping the parent stops the child (live, or suspended after a
 //!   restart), whose report says "stopped".
 
@@ -245,33 +246,61 @@ impl super::Runtime {
     }
 }
 
-/// After a child's run ended: the parent's run, if it is suspended on this child (a restart
-/// came while the child waited), resumes and takes the child's answer.
-pub(super) fn resume_waiting_parent(inner: &Arc<Inner>, child_id: &str) {
-    let resumed = (|| -> RuntimeResult<()> {
+/// The parent's run suspended on a child (a restart came while the child waited), claimed
+/// for this daemon (registry and lease) until it is resumed.
+pub(super) struct WaitingParent {
+    session: crate::store::SessionRow,
+    run: RunRow,
+    signals: super::registry::RunSignals,
+}
+
+/// As a child's run ends, before its end is recorded: claims the parent's run if it is
+/// suspended on this child. Claimed first, so that no recovery finds the parent no longer
+/// waiting (its child's run has ended) and closes it as interrupted before it is resumed.
+pub(super) fn claim_waiting_parent(inner: &Arc<Inner>, child_id: &str) -> Option<WaitingParent> {
+    let claimed = (|| -> RuntimeResult<Option<WaitingParent>> {
         let Some(link) = inner.store.delegation_of_child(child_id)? else {
-            return Ok(());
+            return Ok(None);
         };
         if inner.runs.active_run(&link.parent_id).is_some() {
-            return Ok(());
+            // A live task awaits the child; it reads the end itself.
+            return Ok(None);
         }
         let Some(run) = inner
             .store
             .run(&link.parent_run_id)?
             .filter(|r| !r.finished)
         else {
-            return Ok(());
+            return Ok(None);
         };
         let session = inner
             .store
             .session(&link.parent_id)?
             .ok_or_else(|| RuntimeError::SessionNotFound(link.parent_id.clone()))?;
         let signals = claim(inner, &session.id, &run.id)?;
-        tracing::info!(run_id = %run.id, "resuming the run that waited for its delegated task");
-        spawn_run(inner.clone(), RunStart::Resume { session, run }, signals)
+        Ok(Some(WaitingParent {
+            session,
+            run,
+            signals,
+        }))
     })();
-    if let Err(e) = resumed {
+    claimed.unwrap_or_else(|e| {
         tracing::error!(child_id, error = %e, "cannot resume the run that delegated the task");
+        None
+    })
+}
+
+impl WaitingParent {
+    /// Once the child's end is recorded: the parent's run resumes and takes the child's answer.
+    pub(super) fn resume(self, inner: &Arc<Inner>) {
+        tracing::info!(run_id = %self.run.id, "resuming the run that waited for its delegated task");
+        let start = RunStart::Resume {
+            session: self.session,
+            run: self.run,
+        };
+        if let Err(e) = spawn_run(inner.clone(), start, self.signals) {
+            tracing::error!(error = %e, "cannot resume the run that delegated the task");
+        }
     }
 }
 
@@ -346,19 +375,48 @@ impl RunContext {
             return Ok(None);
         };
         let summary = crate::tools::summary(&call.name, &call.input);
-        let expired = store
-            .latest_approval(&self.session_id, &call.id)?
+        Ok(Some(RunEnd::Error(match self.expired(&call.id)? {
+            true => format!(
+                "the sub-agent's approval expired unanswered{}: {summary}",
+                self.waited()
+            ),
+            false => format!("the user denied the sub-agent's call: {summary}"),
+        })))
+    }
+
+    /// What the model reads for a call whose approval was denied as expired; `None` for a
+    /// call a person denied.
+    pub(in crate::runtime) fn expired_output(
+        &self,
+        call: &ToolCallRow,
+    ) -> RuntimeResult<Option<String>> {
+        Ok(self.expired(&call.id)?.then(|| {
+            format!(
+                "This call's approval expired unanswered{}, so it was not run. Do not retry it; ask the user how to proceed if needed.",
+                self.waited()
+            )
+        }))
+    }
+
+    /// Whether the call's latest approval was denied by the expiry sweep.
+    fn expired(&self, call_id: &str) -> RuntimeResult<bool> {
+        Ok(self
+            .inner
+            .store
+            .latest_approval(&self.session_id, call_id)?
             .and_then(|a| a.resolved_by)
-            .is_some_and(|by| by == crate::store::EXPIRED);
-        let expiry = self.inner.config.budget.delegated_approval_expiry;
-        Ok(Some(RunEnd::Error(match (expired, expiry) {
-            (true, Some(expiry)) => format!(
-                "the sub-agent's approval expired unanswered after {}: {summary}",
+            .is_some_and(|by| by == crate::store::EXPIRED))
+    }
+
+    /// How long a delegated approval waits before it expires, as a note says it (" after 1h").
+    fn waited(&self) -> String {
+        match self.inner.config.budget.delegated_approval_expiry {
+            Some(expiry) => format!(
+                " after {}",
                 crate::context::carry_over::format_rollover(expiry.as_secs())
             ),
-            (true, None) => format!("the sub-agent's approval expired unanswered: {summary}"),
-            (false, _) => format!("the user denied the sub-agent's call: {summary}"),
-        })))
+            None => String::new(),
+        }
     }
 
     /// Runs a `delegate` call: starts the child (or finds the one a resumed run started) and
@@ -381,16 +439,7 @@ impl RunContext {
                 Err(reason) => return Ok((ToolCallStatus::Error, ToolOutcome::error(reason))),
             },
         };
-        self.inner.store.set_tool_call_status(
-            &self.session_id,
-            &call.id,
-            ToolCallStatus::Running,
-        )?;
-        self.emit(Event::ToolCallUpdated {
-            call_id: call.id.clone(),
-            status: ToolCallStatus::Running,
-            output: None,
-        });
+        self.mark_running(call)?;
         self.await_child(&link).await
     }
 
@@ -616,7 +665,7 @@ impl RunContext {
                         .suspend
                         .load(std::sync::atomic::Ordering::SeqCst);
                     if !self.stopped() || shutting_down {
-                        // The child's answer resumes this run (`resume_waiting_parent`).
+                        // The child's answer resumes this run (`claim_waiting_parent`).
                         return Err(RuntimeError::Suspended);
                     }
                     self.stop_suspended_child(run)?;
