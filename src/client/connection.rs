@@ -12,6 +12,7 @@ use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::rpc::framing::{Decoded, FrameDecoder, Framing};
+use crate::util::lock;
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Value>>>>;
 
@@ -82,12 +83,11 @@ impl Connection {
             tokio::spawn(async move {
                 let mut lines = tokio::io::BufReader::new(stderr).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
-                    if let Ok(mut tail) = tail.lock() {
-                        if tail.len() == STDERR_LINES {
-                            tail.pop_front();
-                        }
-                        tail.push_back(line);
+                    let mut tail = lock(&tail);
+                    if tail.len() == STDERR_LINES {
+                        tail.pop_front();
                     }
+                    tail.push_back(line);
                 }
             });
         }
@@ -102,9 +102,7 @@ impl Connection {
             })
             .await;
             // The daemon is gone: requests still waiting fail instead of hanging.
-            if let Ok(mut pending) = routing.lock() {
-                pending.clear();
-            }
+            lock(&routing).clear();
         });
         Ok((
             Self {
@@ -138,10 +136,7 @@ impl Connection {
     pub async fn request_raw(&self, method: &str, params: Value) -> anyhow::Result<Value> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.pending
-            .lock()
-            .map_err(|_| anyhow!("poisoned"))?
-            .insert(id, tx);
+        lock(&self.pending).insert(id, tx);
         self.send_value(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
             .await?;
         rx.await
@@ -180,10 +175,7 @@ impl Connection {
 
     /// What the daemon last wrote to stderr, oldest line first.
     pub fn stderr_tail(&self) -> Vec<String> {
-        self.stderr_tail
-            .lock()
-            .map(|tail| tail.iter().cloned().collect())
-            .unwrap_or_default()
+        lock(&self.stderr_tail).iter().cloned().collect()
     }
 
     pub fn child_mut(&mut self) -> &mut Child {
@@ -195,7 +187,7 @@ impl Connection {
 fn route(value: Value, pending: &Pending, notes: &mpsc::UnboundedSender<Value>) {
     let is_response = value.get("method").is_none() && value.get("id").is_some();
     if is_response && let Some(id) = value["id"].as_u64() {
-        let waiter = pending.lock().ok().and_then(|mut p| p.remove(&id));
+        let waiter = lock(pending).remove(&id);
         if let Some(waiter) = waiter {
             let _ = waiter.send(value);
             return;

@@ -3,7 +3,7 @@
 //!
 //! The chat shows streaming text, tool calls and their state, and approval prompts; the user
 //! can keep typing while a run works, and Ctrl-C stops the run. With `-p` or text piped on
-//! stdin it runs one turn and exits ([`oneshot`]).
+//! stdin it runs one turn and exits (`oneshot`).
 
 mod connection;
 mod daemon;

@@ -9,7 +9,7 @@
 //! `regex` crate's automata (the same Unicode classes, and the same leftmost-first choice among
 //! alternatives as a backtracking engine), and redoes the look-ahead by hand: a whitespace run
 //! that the look-ahead would have stopped short gives back its last character (see
-//! [`Pieces::next`]).
+//! `Pieces::next`).
 //!
 //! Pieces repeat (common words, indentation, digits), so each piece's token count is kept in a
 //! bounded cache; a piece not seen before is counted by tiktoken-rs itself, alone, which cuts

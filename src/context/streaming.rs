@@ -11,7 +11,7 @@
 //! tiktoken's pre-tokenizer splits the whole text anyway, and where that split does not depend
 //! on what follows. Both of its patterns (o200k_base and cl100k_base) split text into pieces that
 //! are each a run of letters (with one leading non-letter), up to three digits, punctuation, or
-//! whitespace, and only whitespace pieces look ahead. [`is_cut`] accepts two cases that follow
+//! whitespace, and only whitespace pieces look ahead. `is_cut` accepts two cases that follow
 //! from this:
 //!
 //! - after a line feed that is followed by an ASCII letter: the piece holding the line feed is

@@ -3,7 +3,7 @@
 //! Every state change a client is told about is committed here first.
 //!
 //! The store never blocks an async worker. Its methods stay synchronous, so callers need no
-//! `.await`, and each runs its SQLite work through [`off_worker`]: on tokio's multi-threaded
+//! `.await`, and each runs its SQLite work through `off_worker`: on tokio's multi-threaded
 //! runtime that hands the worker's other tasks to another thread for the duration
 //! (`block_in_place`), so a slow commit (a slow fsync) holds up only the task that waits for
 //! it, never another session's stream. Writes go through one connection, because SQLite
