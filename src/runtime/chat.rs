@@ -140,8 +140,9 @@ impl Runtime {
                 if !params.attachments.is_empty() {
                     return Err(RuntimeError::InvalidParams(ATTACHMENTS_WAIT.into()));
                 }
-                let row = match store.insert_pending(&session.id, &working, client_id, &params.text)
-                {
+                let row = match self.inner.queue_announced(&session.id, || {
+                    store.insert_pending(&session.id, &working, client_id, &params.text)
+                }) {
                     Ok(row) => row,
                     Err(e) => {
                         drop(runs);
@@ -151,7 +152,6 @@ impl Runtime {
                         ));
                     }
                 };
-                self.inner.announced(&session.id, &row.id);
                 drop(runs);
                 self.inner.events.emit(
                     store,

@@ -53,12 +53,21 @@ impl Inner {
         }
     }
 
-    /// Remembers that this daemon's clients were told of a queued interjection.
-    pub(super) fn announced(&self, session_id: &str, pending_id: &str) {
-        lock(&self.announced)
+    /// Queues input through this daemon (`queue` writes the row) and remembers it as announced
+    /// to this daemon's clients under one lock: the heartbeat announces rows it has not seen,
+    /// and between the write and the remembering it would announce this one a second time.
+    pub(super) fn queue_announced<E>(
+        &self,
+        session_id: &str,
+        queue: impl FnOnce() -> Result<PendingRow, E>,
+    ) -> Result<PendingRow, E> {
+        let mut announced = lock(&self.announced);
+        let row = queue()?;
+        announced
             .entry(session_id.to_string())
             .or_default()
-            .insert(pending_id.to_string());
+            .insert(row.id.clone());
+        Ok(row)
     }
 
     /// Tells this daemon's clients of queued input they have not heard of (queued through
