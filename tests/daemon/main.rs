@@ -29,6 +29,7 @@ mod runs;
 mod secrets;
 mod seq;
 mod terminal;
+mod transcripts;
 mod two_daemons;
 #[path = "../support/upstream.rs"]
 mod upstream;

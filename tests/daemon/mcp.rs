@@ -156,18 +156,9 @@ fn call(name: &str, input: Value) -> Value {
 
 /// The tool results of a transcript, by tool call, in order: (status, output).
 fn results(transcript: &Value) -> Vec<(String, String)> {
-    transcript["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["role"] == "tool")
-        .flat_map(|e| e["blocks"].as_array().unwrap().clone())
-        .map(|b| {
-            (
-                b["status"].as_str().unwrap_or_default().to_string(),
-                b["output"].as_str().unwrap_or_default().to_string(),
-            )
-        })
+    crate::transcripts::tool_results(transcript)
+        .into_iter()
+        .map(|(_, output, _, status)| (status, output))
         .collect()
 }
 
