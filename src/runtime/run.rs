@@ -57,8 +57,9 @@ type StreamEnd = Result<StopReason, RunEnd>;
 
 pub(super) struct RunContext {
     pub inner: Arc<Inner>,
-    /// When this task began, for the session's `maxSeconds`.
-    pub started: std::time::Instant,
+    /// When the turn began (the run's stored start, in milliseconds since the epoch), for the
+    /// session's `maxSeconds`: a run resumed after a restart keeps counting from there.
+    pub turn_started_ms: i64,
     /// Whether the run already said its spend cap cannot be enforced.
     pub warned_unpriced: bool,
     pub session_id: String,
@@ -73,15 +74,16 @@ pub(super) struct RunContext {
 /// Starts the run's task. The claim in the registry is already held by `signals`, and the
 /// session's lease by this daemon.
 pub fn spawn_run(inner: Arc<Inner>, start: RunStart, signals: RunSignals) -> RuntimeResult<()> {
-    let (session, run_id, steps) = match start {
+    let (session, run_id, steps, turn_started_ms) = match start {
         RunStart::New { session, run_id } => {
+            let started = crate::util::now_ms();
             if let Err(e) = inner.store.insert_run(&run_id, &session.id, &session.model) {
                 inner.give_back(&session.id, &run_id);
                 return Err(e.into());
             }
-            (session, run_id, 0)
+            (session, run_id, 0, started)
         }
-        RunStart::Resume { session, run } => (session, run.id, run.steps),
+        RunStart::Resume { session, run } => (session, run.id, run.steps, run.started_at),
     };
     // A run is a need for the session's MCP servers: start those not running.
     inner.need_mcp(&session.id);
@@ -95,7 +97,7 @@ pub fn spawn_run(inner: Arc<Inner>, start: RunStart, signals: RunSignals) -> Run
     );
     let mut context = RunContext {
         inner,
-        started: std::time::Instant::now(),
+        turn_started_ms,
         warned_unpriced: false,
         session_id: session.id,
         run_id,
@@ -114,6 +116,11 @@ pub fn spawn_run(inner: Arc<Inner>, start: RunStart, signals: RunSignals) -> Run
 }
 
 impl RunContext {
+    /// Whole seconds since the turn began, suspensions and restarts included.
+    pub fn turn_seconds(&self) -> u64 {
+        (crate::util::now_ms() - self.turn_started_ms).max(0) as u64 / 1000
+    }
+
     pub fn stopped(&self) -> bool {
         *self.signals.stop.borrow()
     }
@@ -469,7 +476,7 @@ impl RunContext {
         snapshot: &BudgetSnapshot,
     ) -> RuntimeResult<Option<String>> {
         if let Some(max) = session.max_seconds
-            && self.started.elapsed().as_secs() >= max
+            && self.turn_seconds() >= max
         {
             return Ok(Some(format!(
                 "maxSeconds: the run reached its time limit of {max} s"

@@ -22,6 +22,9 @@ pub struct RunRow {
     pub model: String,
     pub finished: bool,
     pub steps: u32,
+    /// When the run began (milliseconds since the epoch): the start of the turn it answers,
+    /// which its time limit counts from, across suspensions and restarts.
+    pub started_at: i64,
 }
 
 impl Store {
@@ -39,7 +42,7 @@ impl Store {
         self.read(|conn| {
             Ok(conn
                 .query_row(
-                    "SELECT id, session_id, model, status, steps FROM runs WHERE id = ?1",
+                    "SELECT id, session_id, model, status, steps, started_at FROM runs WHERE id = ?1",
                     [id],
                     |r| {
                         Ok(RunRow {
@@ -48,6 +51,7 @@ impl Store {
                             model: r.get(2)?,
                             finished: r.get::<_, RunStatus>(3)? == RunStatus::Finished,
                             steps: r.get(4)?,
+                            started_at: r.get(5)?,
                         })
                     },
                 )
@@ -59,7 +63,7 @@ impl Store {
     pub fn open_runs(&self) -> StoreResult<Vec<RunRow>> {
         self.read(|conn| {
             let mut stmt = conn.prepare(
-                "SELECT id, session_id, model, status, steps FROM runs WHERE status <> 'finished' ORDER BY started_at",
+                "SELECT id, session_id, model, status, steps, started_at FROM runs WHERE status <> 'finished' ORDER BY started_at",
             )?;
             let rows = stmt
                 .query_map([], |r| {
@@ -69,6 +73,7 @@ impl Store {
                         model: r.get(2)?,
                         finished: false,
                         steps: r.get(4)?,
+                        started_at: r.get(5)?,
                     })
                 })?
                 .collect::<Result<Vec<_>, _>>()?;

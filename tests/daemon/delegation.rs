@@ -10,6 +10,7 @@ use sidechat::protocol::{
 };
 
 use crate::harness::{Daemon, Options, Scratch, answer, sid};
+use crate::transcripts::{self, ToolResult};
 use crate::upstream::{Reply, Upstream, start};
 
 const MODEL: &str = "gpt-4o";
@@ -83,6 +84,15 @@ async fn until_finished_in(daemon: &mut Daemon, session: &str) -> Vec<SessionEve
     }
 }
 
+/// A parent session asks for done.txt to be written (the upstream delegates it to a writing
+/// child), until the child's approval reaches the parent; the parent's and the approval's ids.
+async fn delegated_approval_waits(daemon: &mut Daemon, scratch: &Scratch) -> (String, String) {
+    let parent = parent_session(daemon, scratch).await;
+    daemon.send(&parent, "Have it written.").await;
+    let (_, approval) = until_delegated_approval(daemon, &parent).await;
+    (parent, approval)
+}
+
 /// Events until a child's approval request reaches the parent; the approval's id.
 async fn until_delegated_approval(
     daemon: &mut Daemon,
@@ -107,24 +117,9 @@ async fn until_delegated_approval(
     }
 }
 
-/// The tool results of a session's transcript: `(call id, output, isError, status)`.
-async fn tool_results(daemon: &Daemon, session: &str) -> Vec<(String, String, bool, String)> {
-    let transcript = daemon.transcript(session).await;
-    transcript["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["role"] == "tool")
-        .flat_map(|e| e["blocks"].as_array().unwrap().clone())
-        .map(|b| {
-            (
-                b["callId"].as_str().unwrap().to_string(),
-                b["output"].as_str().unwrap().to_string(),
-                b["isError"].as_bool().unwrap(),
-                b["status"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
+/// The tool results of a session's transcript.
+async fn tool_results(daemon: &Daemon, session: &str) -> Vec<ToolResult> {
+    transcripts::tool_results(&daemon.transcript(session).await)
 }
 
 fn tool_names(request: &Value) -> Vec<String> {
@@ -456,9 +451,10 @@ async fn a_child_cannot_delegate_and_a_session_can_turn_delegation_off() {
     daemon.close().await;
 }
 
-/// A child given all tools asks to write a file: the approval surfaces at the root.
-fn writing_child_script() -> Vec<Reply> {
-    vec![
+/// A child given all tools asks to write done.txt (the approval surfaces at the root); then
+/// the model says `then`, in order.
+fn writing_child(then: &[&str]) -> Vec<Reply> {
+    let mut script = vec![
         call(
             "call_d",
             "delegate",
@@ -469,9 +465,46 @@ fn writing_child_script() -> Vec<Reply> {
             "write_file",
             json!({"path": "done.txt", "content": "done\n"}),
         ),
-        says("Wrote done.txt."),
-        says("The sub-agent wrote it."),
-    ]
+    ];
+    script.extend(then.iter().map(|text| says(text)));
+    script
+}
+
+/// The child writes done.txt once allowed, and the parent goes on with its answer.
+fn writing_child_script() -> Vec<Reply> {
+    writing_child(&["Wrote done.txt.", "The sub-agent wrote it."])
+}
+
+/// Allows the writing child's call: the child writes done.txt, and the parent's run finishes
+/// with the child's answer as its `delegate` call's result. The events until then.
+async fn allow_and_finish(
+    daemon: &mut Daemon,
+    scratch: &Scratch,
+    parent: &str,
+    approval: &str,
+) -> Vec<SessionEventParams> {
+    daemon
+        .call(
+            "approval/respond",
+            answer(approval, ApprovalDecision::Allow),
+        )
+        .await;
+    let events = until_finished_in(daemon, parent).await;
+    assert_eq!(finish(&events, parent), FinishReason::EndTurn);
+    assert_eq!(
+        std::fs::read_to_string(scratch.workspace().join("done.txt")).unwrap(),
+        "done\n"
+    );
+    assert_eq!(
+        tool_results(daemon, parent).await,
+        vec![(
+            "call_d".into(),
+            "Wrote done.txt.".into(),
+            false,
+            "done".into()
+        )]
+    );
+    events
 }
 
 #[tokio::test]
@@ -503,27 +536,7 @@ async fn a_childs_approval_is_answered_at_the_root_and_both_runs_finish() {
     let own = daemon.transcript(&child).await;
     assert_eq!(own["pendingApprovals"][0]["approvalId"], json!(approval));
 
-    daemon
-        .call(
-            "approval/respond",
-            answer(&approval, ApprovalDecision::Allow),
-        )
-        .await;
-    let events = until_finished_in(&mut daemon, &parent).await;
-    assert_eq!(finish(&events, &parent), FinishReason::EndTurn);
-    assert_eq!(
-        std::fs::read_to_string(scratch.workspace().join("done.txt")).unwrap(),
-        "done\n"
-    );
-    assert_eq!(
-        tool_results(&daemon, &parent).await,
-        vec![(
-            "call_d".into(),
-            "Wrote done.txt.".into(),
-            false,
-            "done".into()
-        )]
-    );
+    allow_and_finish(&mut daemon, &scratch, &parent, &approval).await;
     // Answering again, from either side, changes nothing: it was one decision.
     let again = daemon
         .call(
@@ -541,23 +554,9 @@ async fn a_childs_approval_is_answered_at_the_root_and_both_runs_finish() {
 #[tokio::test]
 async fn a_denied_delegated_approval_fails_the_parents_call_with_the_reason() {
     let scratch = Scratch::new();
-    let upstream = start(vec![
-        call(
-            "call_d",
-            "delegate",
-            json!({"task": "Write done.txt", "tools": "all"}),
-        ),
-        call(
-            "call_w",
-            "write_file",
-            json!({"path": "done.txt", "content": "done\n"}),
-        ),
-        says("I will not write it then."),
-    ]);
+    let upstream = start(writing_child(&["I will not write it then."]));
     let mut daemon = start_daemon(&scratch, &upstream).await;
-    let parent = parent_session(&daemon, &scratch).await;
-    daemon.send(&parent, "Have it written.").await;
-    let (_, approval) = until_delegated_approval(&mut daemon, &parent).await;
+    let (parent, approval) = delegated_approval_waits(&mut daemon, &scratch).await;
     daemon
         .call(
             "approval/respond",
@@ -582,22 +581,30 @@ async fn a_denied_delegated_approval_fails_the_parents_call_with_the_reason() {
     daemon.close().await;
 }
 
+/// A daemon whose parent session delegates a task to a child that waits for an approval,
+/// then goes away: killed, or shut down. The parent's, the child's and the approval's ids.
+async fn waits_then_goes_away(
+    scratch: &Scratch,
+    upstream: &Upstream,
+    kill: bool,
+) -> (String, String, String) {
+    let mut daemon = start_daemon(scratch, upstream).await;
+    let (parent, approval) = delegated_approval_waits(&mut daemon, scratch).await;
+    let child = only_child(&daemon, &parent).await;
+    if kill {
+        daemon.conn.child_mut().kill().await.unwrap();
+    } else {
+        daemon.close().await;
+    }
+    (parent, child, approval)
+}
+
 /// A child's approval waits when the daemon goes away (killed, or shut down); it is answered
 /// through the next daemon.
 async fn answered_after_a_restart(kill: bool) {
     let scratch = Scratch::new();
     let upstream = start(writing_child_script());
-    let mut daemon = start_daemon(&scratch, &upstream).await;
-    let parent = parent_session(&daemon, &scratch).await;
-    daemon.send(&parent, "Have it written.").await;
-    let (_, approval) = until_delegated_approval(&mut daemon, &parent).await;
-    let child = only_child(&daemon, &parent).await;
-    if kill {
-        daemon.conn.child_mut().kill().await.unwrap();
-        drop(daemon);
-    } else {
-        daemon.close().await;
-    }
+    let (parent, child, approval) = waits_then_goes_away(&scratch, &upstream, kill).await;
 
     // The heartbeat beats often: its recovery looks at the parent's run while the child
     // works on after the answer, and must leave it waiting for the child's end.
@@ -618,28 +625,8 @@ async fn answered_after_a_restart(kill: bool) {
     let queued = daemon.send(&parent, "Also, hurry.").await;
     assert_eq!(queued["queued"], true);
 
-    daemon
-        .call(
-            "approval/respond",
-            answer(&approval, ApprovalDecision::Allow),
-        )
-        .await;
-    let events = until_finished_in(&mut daemon, &parent).await;
+    let events = allow_and_finish(&mut daemon, &scratch, &parent, &approval).await;
     assert_eq!(finish(&events, &child), FinishReason::EndTurn);
-    assert_eq!(finish(&events, &parent), FinishReason::EndTurn);
-    assert_eq!(
-        std::fs::read_to_string(scratch.workspace().join("done.txt")).unwrap(),
-        "done\n"
-    );
-    assert_eq!(
-        tool_results(&daemon, &parent).await,
-        vec![(
-            "call_d".into(),
-            "Wrote done.txt.".into(),
-            false,
-            "done".into()
-        )]
-    );
     daemon.close().await;
 }
 
@@ -658,9 +645,7 @@ async fn stop_on_the_parent_stops_the_child() {
     let scratch = Scratch::new();
     let upstream = start(writing_child_script());
     let mut daemon = start_daemon(&scratch, &upstream).await;
-    let parent = parent_session(&daemon, &scratch).await;
-    daemon.send(&parent, "Have it written.").await;
-    until_delegated_approval(&mut daemon, &parent).await;
+    let (parent, _) = delegated_approval_waits(&mut daemon, &scratch).await;
     let child = only_child(&daemon, &parent).await;
     let stopped = daemon.call("chat/stop", sid(&parent)).await;
     assert_eq!(stopped["stopped"], true);
@@ -772,6 +757,56 @@ async fn a_spent_budget_refuses_a_delegation_and_names_the_limit() {
 }
 
 #[tokio::test]
+async fn a_parents_time_limit_counts_from_its_turns_start_across_a_restart() {
+    let scratch = Scratch::new();
+    let upstream = start(vec![calls(&[
+        (
+            "call_w",
+            "write_file",
+            json!({"path": "first.txt", "content": "first\n"}),
+        ),
+        ("call_d", "delegate", json!({"task": "look"})),
+    ])]);
+    let mut daemon = start_daemon(&scratch, &upstream).await;
+    let parent = daemon
+        .create_session(limited(&scratch, None, Some(2), None))
+        .await;
+    daemon.send(&parent, "Write, then delegate.").await;
+    let (_, approval) = daemon.until_approval().await;
+    daemon.close().await;
+    // The turn's two seconds pass while no daemon runs: the resumed run has none left.
+    tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
+    let mut daemon = start_daemon(&scratch, &upstream).await;
+    daemon
+        .call(
+            "approval/respond",
+            answer(&approval, ApprovalDecision::Allow),
+        )
+        .await;
+    let events = until_finished_in(&mut daemon, &parent).await;
+    assert_eq!(finish(&events, &parent), FinishReason::BudgetSpent);
+    let results = tool_results(&daemon, &parent).await;
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(
+        (results[0].0.as_str(), results[0].3.as_str()),
+        ("call_w", "done")
+    );
+    assert_eq!(
+        results[1],
+        (
+            "call_d".into(),
+            "budget_spent: seconds: this run has used all 2 s of its time limit (maxSeconds), so none is left for a delegated task".into(),
+            true,
+            "error".into()
+        )
+    );
+    let view = daemon.call("session/get", sid(&parent)).await;
+    assert!(view.get("children").is_none(), "nothing started: {view}");
+    assert_eq!(upstream.bodies().len(), 1);
+    daemon.close().await;
+}
+
+#[tokio::test]
 async fn a_child_gets_only_the_steps_its_parent_has_left() {
     let scratch = Scratch::new();
     let upstream = start(vec![
@@ -871,25 +906,11 @@ async fn a_childs_spend_joins_its_parents_cost_and_cap() {
 #[tokio::test]
 async fn an_expired_delegated_approval_fails_the_parents_call_with_the_reason() {
     let scratch = Scratch::new();
-    let upstream = start(vec![
-        call(
-            "call_d",
-            "delegate",
-            json!({"task": "Write done.txt", "tools": "all"}),
-        ),
-        call(
-            "call_w",
-            "write_file",
-            json!({"path": "done.txt", "content": "done\n"}),
-        ),
-        says("Nobody answered."),
-    ]);
+    let upstream = start(writing_child(&["Nobody answered."]));
     let mut expiring = env(&upstream.url);
     expiring.push(("SIDECHAT_DELEGATED_APPROVAL_EXPIRY", "1s".into()));
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(expiring.clone())).await;
-    let parent = parent_session(&daemon, &scratch).await;
-    daemon.send(&parent, "Have it written.").await;
-    let (_, approval) = until_delegated_approval(&mut daemon, &parent).await;
+    let (parent, approval) = delegated_approval_waits(&mut daemon, &scratch).await;
     // Nobody answers: the sweep denies it as expired, and the parent hears why.
     let events = until_finished_in(&mut daemon, &parent).await;
     assert!(events.iter().any(|e| matches!(&e.event,
@@ -918,31 +939,9 @@ async fn an_expired_delegated_approval_fails_the_parents_call_with_the_reason() 
 /// approval waits; the next daemon starts after the approval's time is up.
 async fn expired_while_no_daemon_ran(kill: bool) {
     let scratch = Scratch::new();
-    let upstream = start(vec![
-        call(
-            "call_d",
-            "delegate",
-            json!({"task": "Write done.txt", "tools": "all"}),
-        ),
-        call(
-            "call_w",
-            "write_file",
-            json!({"path": "done.txt", "content": "done\n"}),
-        ),
-        says("Nobody answered."),
-    ]);
+    let upstream = start(writing_child(&["Nobody answered."]));
     // The first daemon lets approvals wait an hour: this one does not expire while it runs.
-    let mut daemon = start_daemon(&scratch, &upstream).await;
-    let parent = parent_session(&daemon, &scratch).await;
-    daemon.send(&parent, "Have it written.").await;
-    let (_, approval) = until_delegated_approval(&mut daemon, &parent).await;
-    let child = only_child(&daemon, &parent).await;
-    if kill {
-        daemon.conn.child_mut().kill().await.unwrap();
-        drop(daemon);
-    } else {
-        daemon.close().await;
-    }
+    let (parent, child, approval) = waits_then_goes_away(&scratch, &upstream, kill).await;
     // Time passes with no daemon running; the next one expires approvals after a second. Its
     // heartbeat beats often, so its recovery looks at the runs while they take the expiry:
     // the parent's run must wait for its child's end, not be closed as interrupted.

@@ -512,7 +512,7 @@ impl RunContext {
         }
         let seconds_left = match parent.max_seconds {
             None => None,
-            Some(max) => match max.checked_sub(self.started.elapsed().as_secs()) {
+            Some(max) => match max.checked_sub(self.turn_seconds()) {
                 Some(left) if left > 0 => Some(left),
                 _ => {
                     return Ok(Err(format!(
