@@ -2,11 +2,54 @@ use super::InterjectionStatus;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// The most a message may hold: its text and its attachments' names and texts, in UTF-8 bytes.
+/// A message is stored, counted, shown and sent to a model whole, several times over; past
+/// this size it is refused with an error that names the limit, before any of that.
+pub const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Reads one text of a message, refusing it as it is read when it alone holds more than
+/// [`MAX_MESSAGE_BYTES`]: such a message is refused whatever else it holds, so its text is
+/// never copied out of the frame it arrived in.
+fn text_within_limit<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<String, D::Error> {
+    struct WithinLimit;
+    impl serde::de::Visitor<'_> for WithinLimit {
+        type Value = String;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<String, E> {
+            within_limit(text.len())?;
+            Ok(text.to_owned())
+        }
+
+        fn visit_string<E: serde::de::Error>(self, text: String) -> Result<String, E> {
+            within_limit(text.len())?;
+            Ok(text)
+        }
+    }
+    deserializer.deserialize_string(WithinLimit)
+}
+
+fn within_limit<E: serde::de::Error>(size: usize) -> Result<(), E> {
+    if size > MAX_MESSAGE_BYTES {
+        return Err(E::custom(format!(
+            "the message is too large: one of its texts holds {size} bytes, over the limit of \
+             {MAX_MESSAGE_BYTES} bytes (8 MiB); send less, or attach a smaller part"
+        )));
+    }
+    Ok(())
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ChatSendParams {
     pub session_id: String,
     /// What the user typed.
+    #[serde(deserialize_with = "text_within_limit")]
     pub text: String,
     /// A client-chosen id that makes a retried send harmless: the first answer is returned
     /// again and nothing is stored twice.
@@ -22,6 +65,7 @@ pub struct ChatSendParams {
 #[serde(rename_all = "camelCase")]
 pub struct Attachment {
     pub name: String,
+    #[serde(deserialize_with = "text_within_limit")]
     pub text: String,
 }
 
@@ -102,4 +146,42 @@ pub struct ApprovalRespondResult {
     /// Why nothing changed, when it did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    use super::*;
+
+    fn read(params: serde_json::Value) -> Result<ChatSendParams, String> {
+        serde_json::from_str(&params.to_string()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_text_past_the_limit_is_refused_as_it_is_read_and_one_at_it_is_kept() {
+        let at = "x".repeat(MAX_MESSAGE_BYTES);
+        let over = "x".repeat(MAX_MESSAGE_BYTES + 1);
+        let kept = read(json!({"sessionId": "s", "text": at})).unwrap();
+        assert_eq!(kept.text.len(), MAX_MESSAGE_BYTES);
+        // Escapes count as the text they stand for.
+        let escaped = format!(
+            r#"{{"sessionId":"s","text":"{}"}}"#,
+            "\\n".repeat(MAX_MESSAGE_BYTES)
+        );
+        let kept: ChatSendParams = serde_json::from_str(&escaped).unwrap();
+        assert_eq!(kept.text.len(), MAX_MESSAGE_BYTES);
+        for params in [
+            json!({"sessionId": "s", "text": over}),
+            json!({"sessionId": "s", "text": "hi", "attachments": [{"name": "a", "text": over}]}),
+        ] {
+            let error = read(params).unwrap_err();
+            assert!(
+                error.contains(&format!("{} bytes", MAX_MESSAGE_BYTES + 1))
+                    && error.contains(&format!("limit of {MAX_MESSAGE_BYTES} bytes (8 MiB)")),
+                "{error}"
+            );
+        }
+    }
 }

@@ -17,12 +17,8 @@ enum Claimed {
     },
 }
 
-/// The most a message may hold: its text and its attachments' names and texts, in UTF-8 bytes.
-/// A message is stored, counted, shown and sent to a model whole, several times over; past
-/// this size it is refused with an error that names the limit, before any of that.
-pub const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
-
-/// Refuses a message over [`MAX_MESSAGE_BYTES`].
+/// Refuses a message over [`MAX_MESSAGE_BYTES`] (one whose texts are each within it, but not
+/// together; a single text past it was refused as it was read).
 fn check_size(params: &ChatSendParams) -> RuntimeResult<()> {
     let size = params.text.len()
         + params

@@ -28,8 +28,8 @@ mod tool_phase;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+pub use crate::protocol::MAX_MESSAGE_BYTES;
 pub use accounting::count_blocks;
-pub use chat::MAX_MESSAGE_BYTES;
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::{EventSink, NoClient};
 
