@@ -8,8 +8,9 @@
 //! the last committed `seq` cannot tell a restarted daemon which numbers a client already saw.
 //! The counter therefore hands out only numbers at or below a mark persisted ahead of use
 //! (`sessions.seq_reserved`), reserved [`RESERVE_BLOCK`] at a time, and a daemon starts each
-//! session's counter at that mark, reserving its first block as it does. A commit extends the
-//! mark in its own transaction when it runs low; when half a block is used without one (a long
+//! session's counter at that mark, reserving its first block with the first number it hands
+//! out (a commit does it in its own transaction). A commit extends the mark in its own
+//! transaction when it runs low; when half a block is used without one (a long
 //! stream of deltas), the next block is reserved ahead on a thread of its own, so numbering a
 //! delta does not wait for the store's writer (which a slow commit of another session may
 //! hold). Only if that reservation has not landed when the block runs out does the event wait
@@ -25,6 +26,11 @@
 //! writes without holding the counter (a slow disk must not hold anyone waiting to number an
 //! event), then publishes; an event numbered after a commit still being written waits in the
 //! counter until that commit is published, or has failed (its number is then skipped).
+//!
+//! **A slow disk holds one session only.** Nothing writes to the store while holding the table
+//! of counters, and a lock that may be held across a write (a session's counter, while its
+//! next block is claimed) is waited for off the async worker, so another session's deltas
+//! never wait behind it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -33,7 +39,7 @@ use crate::protocol::{Block, Delta, DeltaKind, Event, Role, SessionEventParams, 
 use crate::store::{NewMessage, SeqClaim, SessionRow, Store, StoreError};
 
 use super::RuntimeResult;
-use crate::util::lock;
+use crate::util::{lock, lock_off_worker};
 
 /// Where session events go: the connected client, or nowhere during recovery.
 pub trait EventSink: Send + Sync + 'static {
@@ -104,11 +110,12 @@ struct SeqState {
 }
 
 impl SessionSeq {
-    /// A counter past every number an earlier daemon may have handed out, with its first
-    /// block reserved.
+    /// A counter past every number an earlier daemon may have handed out. It owns no numbers
+    /// yet: the first one it hands out claims its first block (in place, or in the commit's
+    /// transaction), so making a counter never writes.
     fn new(session: &SessionRow, store: Store) -> Self {
         let start = session.next_free_seq() - 1;
-        let counter = Self {
+        Self {
             session_id: session.id.clone(),
             store,
             state: Mutex::new(SeqState {
@@ -119,9 +126,7 @@ impl SessionSeq {
                 writing: BTreeSet::new(),
                 held: BTreeMap::new(),
             }),
-        };
-        counter.claim_now(&mut lock(&counter.state));
-        counter
+        }
     }
 
     /// The next number for an event published now. Past half of the owned block, the next
@@ -314,13 +319,13 @@ impl Events {
     /// The session's `seq` counter, shared by everything that publishes its events. A new one
     /// starts past every number an earlier daemon may have handed out.
     pub fn counter(&self, store: &Store, session_id: &str) -> RuntimeResult<SeqCounter> {
-        if let Some(counter) = lock(&self.counters).get(session_id) {
+        if let Some(counter) = lock_off_worker(&self.counters).get(session_id) {
             return Ok(counter.clone());
         }
         let session = store
             .session(session_id)?
             .ok_or_else(|| super::RuntimeError::SessionNotFound(session_id.to_string()))?;
-        Ok(lock(&self.counters)
+        Ok(lock_off_worker(&self.counters)
             .entry(session_id.to_string())
             .or_insert_with(|| Arc::new(SessionSeq::new(&session, store.clone())))
             .clone())
@@ -348,7 +353,7 @@ impl Events {
                 return None;
             }
         };
-        let mut state = lock(&counter.state);
+        let mut state = lock_off_worker(&counter.state);
         let seq = counter.next(&mut state);
         let event = SessionEventParams {
             session_id: session_id.to_string(),
@@ -371,7 +376,7 @@ impl Events {
         message_id: &str,
         text: &str,
     ) {
-        let mut state = lock(&counter.state);
+        let mut state = lock_off_worker(&counter.state);
         let delta = Delta {
             session_id,
             seq: counter.next(&mut state),
@@ -394,11 +399,11 @@ impl Events {
     /// are published after this one.
     pub fn commit(&self, store: &Store, mut message: NewMessage) -> RuntimeResult<TranscriptEntry> {
         let counter = self.counter(store, &message.session_id)?;
-        counter.number_commit(&mut lock(&counter.state), &mut message);
+        counter.number_commit(&mut lock_off_worker(&counter.state), &mut message);
         let mut renumbered = 0;
         loop {
             let written = store.append_message_claimed(&message);
-            let mut state = lock(&counter.state);
+            let mut state = lock_off_worker(&counter.state);
             if let Err(StoreError::StaleSeq(_)) = &written
                 && renumbered < MAX_RENUMBER
             {
@@ -558,6 +563,33 @@ mod tests {
         );
         let stored = store.session(&id).unwrap().unwrap();
         assert_eq!(stored.seq_reserved, 3 * RESERVE_BLOCK);
+    }
+
+    #[test]
+    fn a_new_sessions_counter_is_made_without_waiting_for_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("db")).unwrap();
+        let (new, streaming) = (session(&store), session(&store));
+        let recorder = Arc::new(Recorder::default());
+        let events = Arc::new(Events::new(recorder.clone()));
+        events.emit(&store, &streaming, None, notice());
+        // While a slow commit holds the writer, a send on another session makes that session's
+        // counter, and the streaming session's events go on meanwhile.
+        let writer = store.hold_writer();
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn({
+            let (events, store) = (events.clone(), store.clone());
+            move || {
+                events.counter(&store, &new).unwrap();
+                events.emit(&store, &streaming, None, notice());
+                done.send(()).unwrap();
+            }
+        });
+        finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("making a counter waited for the store's writer");
+        drop(writer);
+        assert_eq!(*lock(&recorder.0), vec![1, 2]);
     }
 
     #[test]

@@ -38,9 +38,11 @@ pub struct Registry {
 
 impl Registry {
     /// The table itself, for decisions that must not interleave with a run starting or ending
-    /// (queueing an interjection versus promoting the queue when a run ends).
+    /// (queueing an interjection versus promoting the queue when a run ends). Its holder may
+    /// write to the store meanwhile (a lease, the queue), so the wait for it is off the async
+    /// worker.
     pub fn lock(&self) -> Runs<'_> {
-        crate::util::lock(&self.runs)
+        crate::util::lock_off_worker(&self.runs)
     }
 
     /// Claims the session for a new run; `Err(run_id)` of the run already there.

@@ -31,7 +31,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 
 // A poisoned connection is still usable: every write is a transaction.
-use crate::util::lock;
+use crate::util::{lock, off_worker};
 
 pub use delegations::{DelegationRow, EXPIRED, FailedCall, Lineage, ToolSet};
 pub use file_changes::{FileChange, FileDiffRow, SNAPSHOT_CAP};
@@ -200,19 +200,6 @@ impl SlowCommit {
             session_id: session_id.to_string(),
             delay: Duration::from_millis(ms),
         })
-    }
-}
-
-/// Runs blocking store work without holding up an async worker: on a multi-threaded tokio
-/// runtime the worker's other tasks move to another thread while `work` runs. Elsewhere (no
-/// runtime, a blocking thread, a current-thread runtime in unit tests) it simply runs.
-fn off_worker<R>(work: impl FnOnce() -> R) -> R {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(work)
-        }
-        _ => work(),
     }
 }
 
