@@ -153,6 +153,7 @@ impl Inner {
 
     /// One heartbeat. Failures are logged: the next beat tries again.
     fn heartbeat(&self) {
+        self.store_deferred_notices();
         self.record_deferred_ends();
         let held = match self.store.renew_leases() {
             Ok(held) => held,

@@ -2,6 +2,7 @@
 //! input waits for it, with a notice saying why; a stop answers at once; a run's end that
 //! cannot be recorded yet is recorded by the heartbeat once the database is free.
 
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::{Inner, Runtime};
@@ -86,20 +87,24 @@ impl Runtime {
             notice.seq = seq;
             notice.seq_claim = SeqClaim::Published;
             // Off this watch, which ends with the request (as soon as the lock clears).
-            let store = inner.store.clone();
-            std::thread::spawn(move || store_published(&store, &notice));
+            let inner = Arc::downgrade(&inner);
+            std::thread::spawn(move || store_published(&inner, notice));
         })))
     }
 }
 
-/// How often a published notice is tried again while the database still refuses it (each try
-/// waits for the lock as long as any write does).
+/// How often a published notice is tried at once while the database still refuses it (each
+/// try waits for the lock as long as any write does); after that the heartbeat keeps trying.
 const NOTICE_TRIES: usize = 5;
 
-/// Stores a message already published under its `seq`, once the database takes it.
-fn store_published(store: &Store, message: &NewMessage) {
+/// Stores a message already published under its `seq`, once the database takes it: tried
+/// [`NOTICE_TRIES`] times here, then handed to the heartbeat, which tries again on each beat
+/// until the database takes it. A client that loads the transcript later sees it where a live
+/// client did, however long the database stayed locked.
+fn store_published(inner: &Weak<Inner>, message: NewMessage) {
     for _ in 0..NOTICE_TRIES {
-        match store.append_message_claimed(message) {
+        let Some(inner) = inner.upgrade() else { return };
+        match inner.store.append_message_claimed(&message) {
             Ok(_) => return,
             Err(e) if e.is_unavailable() => {
                 tracing::warn!(error = %e, "still cannot store the notice that the database is locked");
@@ -110,12 +115,43 @@ fn store_published(store: &Store, message: &NewMessage) {
             }
         }
     }
+    if let Some(inner) = inner.upgrade() {
+        tracing::warn!(
+            "the notice that the database is locked is stored once the database is free"
+        );
+        lock(&inner.deferred_notices).push(message);
+    }
 }
 
 impl Inner {
     /// Keeps a run's end to record on a later heartbeat.
     pub(super) fn defer_end(&self, end: DeferredEnd) {
         lock(&self.deferred_ends).push(end);
+    }
+
+    /// Stores the notices [`store_published`] could not store yet, in the order they went out;
+    /// those the database still refuses wait for the next heartbeat.
+    pub(super) fn store_deferred_notices(&self) {
+        let notices = std::mem::take(&mut *lock(&self.deferred_notices));
+        let mut waiting = Vec::new();
+        for notice in notices {
+            if !waiting.is_empty() {
+                waiting.push(notice);
+                continue;
+            }
+            match self.store.append_message_claimed(&notice) {
+                Ok(_) => {}
+                Err(e) if e.is_unavailable() => waiting.push(notice),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot store the notice that the database is locked");
+                }
+            }
+        }
+        if !waiting.is_empty() {
+            let mut deferred = lock(&self.deferred_notices);
+            waiting.append(&mut deferred);
+            *deferred = waiting;
+        }
     }
 
     /// Records the ends kept by [`Inner::defer_end`] and gives their leases back; those that

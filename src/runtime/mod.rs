@@ -63,6 +63,9 @@ struct Inner {
     announced: lease::Announced,
     /// Ends of runs the database could not take yet, recorded by the heartbeat.
     deferred_ends: Mutex<Vec<locked::DeferredEnd>>,
+    /// Notices that the database is locked, published but not stored yet, stored by the
+    /// heartbeat once the database takes them.
+    deferred_notices: Mutex<Vec<crate::store::NewMessage>>,
 }
 
 impl Runtime {
@@ -87,6 +90,7 @@ impl Runtime {
             drivers: Mutex::default(),
             announced: Mutex::default(),
             deferred_ends: Mutex::default(),
+            deferred_notices: Mutex::default(),
         });
         recovery::recover(&inner)?;
         lease::start_heartbeat(&inner);

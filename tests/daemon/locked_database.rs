@@ -269,3 +269,103 @@ async fn a_full_disk_keeps_the_streamed_answer_and_stores_it_once_there_is_room(
     );
     assert_eq!(a.close().await, 0);
 }
+
+#[tokio::test]
+async fn a_locked_notice_is_stored_once_the_database_is_free_after_every_try_failed() {
+    let upstream = start(vec![
+        Reply::sse(&openai::text(&["Hello."], 30, 3)),
+        Reply::sse(&openai::text(&["Got it."], 30, 3)),
+    ]);
+    let scratch = Scratch::new();
+    let mut env = env(&upstream.url);
+    // A write gives up on the lock after a second: the notice goes out while the send still
+    // waits, and every try to store it fails while the lock below lasts.
+    env.push(("SIDECHAT_LOCK_WAIT_MS", "1000".into()));
+    let mut a = Daemon::start(&scratch.db(), Options::with_env(env)).await;
+    let session = session(&a, &scratch).await;
+    // A first turn, so the session's event numbers are reserved before the lock.
+    a.send(&session, "hello").await;
+    a.until_finished().await;
+
+    let lock = hold_write_lock(&scratch.db());
+    let params = ChatSendParams {
+        session_id: session.clone(),
+        text: "are you there".into(),
+        client_message_id: None,
+        attachments: Vec::new(),
+    };
+    let (notice, refused) = {
+        let request = a
+            .conn
+            .request("chat/send", serde_json::to_value(params).unwrap());
+        tokio::pin!(request);
+        let notice = tokio::time::timeout(HANG_GUARD, async {
+            loop {
+                tokio::select! {
+                    answer = &mut request => panic!("answered before the notice: {answer:?}"),
+                    note = a.notes.recv() => {
+                        let note = note.expect("the daemon closed its output");
+                        if note["params"]["event"]["kind"] == "notice" {
+                            return note["params"].clone();
+                        }
+                    }
+                }
+            }
+        })
+        .await
+        .expect("no notice while the database was locked");
+        let refused = tokio::time::timeout(HANG_GUARD, request)
+            .await
+            .expect("no answer while the database stayed locked")
+            .expect("connection")
+            .expect_err("the send cannot be stored while the database is locked");
+        (notice, refused)
+    };
+    assert!(refused.message.contains("locked"), "{}", refused.message);
+
+    // The lock outlasts every try to store the notice at once; the daemon says so.
+    let given_up = "the notice that the database is locked is stored once the database is free";
+    let guard = std::time::Instant::now() + HANG_GUARD;
+    while !a
+        .conn
+        .stderr_tail()
+        .iter()
+        .any(|line| line.contains(given_up))
+    {
+        assert!(
+            std::time::Instant::now() < guard,
+            "the daemon never gave the notice to the heartbeat: {:?}",
+            a.conn.stderr_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(lock);
+
+    // Stored once the database is free, where the live client saw it.
+    let guard = std::time::Instant::now() + HANG_GUARD;
+    let stored = loop {
+        let transcript = a.transcript(&session).await;
+        let entries = transcript["entries"].as_array().unwrap().clone();
+        if let Some(entry) = entries.into_iter().find(|e| e["role"] == "notice") {
+            break entry;
+        }
+        assert!(
+            std::time::Instant::now() < guard,
+            "the notice was never stored: {transcript}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        (
+            stored["id"].clone(),
+            stored["seq"].clone(),
+            stored["blocks"].clone()
+        ),
+        (
+            notice["event"]["messageId"].clone(),
+            notice["seq"].clone(),
+            json!([{"type": "notice", "level": "warning", "text": notice["event"]["message"]}])
+        )
+    );
+    a.close().await;
+}
