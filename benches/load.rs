@@ -13,7 +13,9 @@
 //! [`CHATTY_TURNS`] short questions ([`SHORT_DELTAS`] chunks each), one every [`CHATTY_EVERY`]
 //! (or as soon as the previous answer has finished, when that is later). Both cases do exactly
 //! this work on the same schedule, so the slow case's figures compare with the baseline's.
-//! Two cases, interleaved in one invocation:
+//! Two cases, run side by side at the same time in one invocation, each with its own daemon,
+//! database and fake server, so that a hiccup of the machine (other processes on its shared
+//! cores) falls on both alike and the ratio compares the store's effect alone:
 //! - baseline: nothing is slowed;
 //! - slow store: every message commit of the chatty session sleeps [`SLOW_COMMIT`] while it
 //!   holds the store's writer, as on a slow disk (`SIDECHAT_TEST_SLOW_COMMIT`, a setting for
@@ -65,7 +67,7 @@ const CHATTY_TURNS: usize = 12;
 const CHATTY_EVERY: Duration = Duration::from_millis(400);
 /// How long each message commit of the chatty session takes in the slow case.
 const SLOW_COMMIT: Duration = Duration::from_millis(150);
-/// Rounds of each case, interleaved (baseline, slow, baseline, slow, ...).
+/// Rounds, each running both cases at once.
 const ROUNDS: usize = 3;
 
 const SMOKE_STREAM_DELTAS: usize = 20;
@@ -513,13 +515,22 @@ fn main() {
     let mut baseline = CaseFigures::default();
     let mut slow = CaseFigures::default();
     for index in 0..rounds {
-        for (case, figures) in [
-            (Case::Baseline, &mut baseline),
-            (Case::SlowStore, &mut slow),
-        ] {
-            let db = home.join(format!("{case:?}-{index}.db"));
-            figures.add(round(home, &db, plan, case));
-        }
+        // Both cases at once, each with its own daemon, database and fake server.
+        let (base, slowed) = std::thread::scope(|scope| {
+            let run = |case: Case| {
+                scope.spawn(move || {
+                    let db = home.join(format!("{case:?}-{index}.db"));
+                    round(home, &db, plan, case)
+                })
+            };
+            let (base, slowed) = (run(Case::Baseline), run(Case::SlowStore));
+            (
+                base.join().expect("the baseline round failed"),
+                slowed.join().expect("the slow store's round failed"),
+            )
+        });
+        baseline.add(base);
+        slow.add(slowed);
     }
 
     let profile = if cfg!(debug_assertions) {
@@ -528,9 +539,9 @@ fn main() {
         "release build"
     };
     println!(
-        "load: {SESSIONS} sessions in one daemon, {} of them streaming {} deltas one every {:?}, \
+        "load: {SESSIONS} sessions in each case's daemon, {} of them streaming {} deltas one every {:?}, \
          1 asking {} short questions one every {:?} in both cases; {rounds} round(s) of each case, \
-         interleaved ({profile})",
+         side by side at the same time ({profile})",
         SESSIONS - 1,
         plan.stream_deltas,
         plan.pace,
