@@ -60,6 +60,23 @@ async fn answered_after_a_notice(
     (notice, answer)
 }
 
+/// Checks that the transcript entry `stored` is the warning `notice` (a `session/event`'s
+/// params) as it went out live: same id, same `seq`, same text.
+fn assert_stored_as_sent(stored: &Value, notice: &Value) {
+    assert_eq!(
+        (
+            stored["id"].clone(),
+            stored["seq"].clone(),
+            stored["blocks"].clone()
+        ),
+        (
+            notice["event"]["messageId"].clone(),
+            notice["seq"].clone(),
+            json!([{"type": "notice", "level": "warning", "text": notice["event"]["message"]}])
+        )
+    );
+}
+
 #[tokio::test]
 async fn input_waits_for_a_locked_database_and_a_stop_answers_at_once() {
     let (_gate, held) = mpsc::channel::<()>();
@@ -119,19 +136,7 @@ async fn input_waits_for_a_locked_database_and_a_stop_answers_at_once() {
         roles(&transcript),
         ["user", "notice", "assistant", "user", "assistant"]
     );
-    let stored = &transcript["entries"][1];
-    assert_eq!(
-        (
-            stored["id"].clone(),
-            stored["seq"].clone(),
-            stored["blocks"].clone()
-        ),
-        (
-            notice["event"]["messageId"].clone(),
-            notice["seq"].clone(),
-            json!([{"type": "notice", "level": "warning", "text": text}])
-        )
-    );
+    assert_stored_as_sent(&transcript["entries"][1], &notice);
     assert_eq!(transcript["entries"][2]["status"], json!("stopped"));
     assert_eq!(
         transcript["entries"][3]["blocks"][0]["text"],
@@ -355,17 +360,6 @@ async fn a_locked_notice_is_stored_once_the_database_is_free_after_every_try_fai
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert_eq!(
-        (
-            stored["id"].clone(),
-            stored["seq"].clone(),
-            stored["blocks"].clone()
-        ),
-        (
-            notice["event"]["messageId"].clone(),
-            notice["seq"].clone(),
-            json!([{"type": "notice", "level": "warning", "text": notice["event"]["message"]}])
-        )
-    );
+    assert_stored_as_sent(&stored, &notice);
     a.close().await;
 }
