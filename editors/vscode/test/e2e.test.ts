@@ -10,6 +10,7 @@ import type { Server } from 'node:http';
 
 import type { Browser, Page } from 'playwright-core';
 
+import type { Daemon } from '../src/host/daemon';
 import { launchChromium, openChat, Scratch, screenshot, servePage } from './harness';
 
 /** A guard against a hung step, not a performance assertion. */
@@ -35,13 +36,87 @@ async function send(page: Page, text: string): Promise<void> {
 
 const lastAssistant = '.transcript .entry.assistant >> nth=-1';
 
-test('a chat in the page: stream, context bar, slash command, approval, interjection, reload, changed file, stop, HTML as text, copy, crash, sessions', { timeout: 120_000 }, async () => {
+type Chat = Awaited<ReturnType<typeof openChat>>;
+
+/** What a test gets from [`withChat`]. */
+interface ChatTest {
+  scratch: Scratch;
+  daemon: Daemon;
+  chat: Chat;
+  page: Page;
+  /** Another view (its own page and controller) of the same daemon, closed with the first. */
+  openAnother: () => Promise<Chat>;
+}
+
+/**
+ * Runs `body` against a chat page on a daemon of its own in a scratch home (`env(scratch)` its
+ * extra environment; with `missingBinary`, looked for where there is none), then closes the
+ * views, stops the daemon and removes the home. When `body` fails, each view's screenshot is saved as
+ * `failure-<name>` and its page errors and entries are printed.
+ */
+async function withChat(
+  name: string,
+  options: { env?: (scratch: Scratch) => Record<string, string>; missingBinary?: boolean },
+  body: (test: ChatTest) => Promise<void>,
+): Promise<void> {
   const scratch = new Scratch();
-  const daemon = scratch.daemon({ SIDECHAT_DEMO_DELAY_MS: '25' });
-  await daemon.start();
-  const chat = await openChat(browser, served.url, daemon, scratch.workspace);
-  const { page } = chat;
+  const env = options.env?.(scratch) ?? {};
+  const daemon = options.missingBinary ? scratch.daemon(env, missingBinary(scratch)) : scratch.daemon(env);
+  const chats: Chat[] = [];
+  const open = async () => {
+    const chat = await openChat(browser, served.url, daemon, scratch.workspace);
+    chats.push(chat);
+    return chat;
+  };
   try {
+    await daemon.start().catch((error) => {
+      if (!options.missingBinary) throw error;
+    });
+    const chat = await open();
+    await body({ scratch, daemon, chat, page: chat.page, openAnother: open });
+  } catch (error) {
+    for (const [i, chat] of chats.entries()) {
+      await screenshot(chat.page, `failure-${name}${i ? `-${i + 1}` : ''}`).catch(() => undefined);
+      console.error('page errors:', chat.pageErrors);
+      console.error(await chat.page.evaluate(() => [...document.querySelectorAll('.entry')].map((e) => `${e.className} ${JSON.stringify((e as HTMLElement).dataset)} ${(e.textContent ?? '').slice(0, 80)}`).join('\n')).catch(() => ''));
+    }
+    throw error;
+  } finally {
+    for (const chat of chats) {
+      chat.controller.dispose();
+      await chat.page.close();
+    }
+    await daemon.stop();
+    scratch.dispose();
+  }
+}
+
+/** Where the `missingBinary` daemon is looked for. */
+function missingBinary(scratch: Scratch): string {
+  return join(scratch.dir, 'no-such', 'sidechat');
+}
+
+/** The environment of a daemon that answers with the replay `script` (written into the home). */
+function replayOf(script: unknown): (scratch: Scratch) => Record<string, string> {
+  return (scratch) => {
+    const path = join(scratch.dir, 'script.json');
+    writeFileSync(path, JSON.stringify(script));
+    return { SIDECHAT_REPLAY_SCRIPT: path, SIDECHAT_ACCOUNT: 'replay' };
+  };
+}
+
+/** Waits until the page shows no run working. */
+function untilIdle(page: Page): Promise<void> {
+  return waitIn(page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
+}
+
+/** Waits until `count` assistant replies are whole. */
+function untilReplies(page: Page, count: number): Promise<void> {
+  return waitIn(page, (n) => document.querySelectorAll('.entry.assistant[data-streaming="false"]').length === n, count);
+}
+
+test('a chat in the page: stream, context bar, slash command, approval, interjection, reload, changed file, stop, HTML as text, copy, crash, sessions', { timeout: 120_000 }, () =>
+  withChat('chat', { env: () => ({ SIDECHAT_DEMO_DELAY_MS: '25' }) }, async ({ scratch, daemon, chat, page }) => {
     // 1. A streamed reply: seen while streaming, then whole.
     await send(page, 'hello there');
     await page.waitForSelector('.entry.assistant[data-streaming="true"]', STEP);
@@ -77,7 +152,7 @@ test('a chat in the page: stream, context bar, slash command, approval, interjec
     await page.waitForSelector('.entry.user .chip', STEP);
     assert.equal(await page.textContent('.entry.user .chip'), 'src/lib.rs:3-4');
     assert.equal(await page.locator('.attachments .chip').count(), 0);
-    await waitIn(page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
+    await untilIdle(page);
 
     // 3. An approval card showing the write, and a message typed while it waits.
     await send(page, 'create notes.md with hello');
@@ -117,7 +192,7 @@ test('a chat in the page: stream, context bar, slash command, approval, interjec
     await page.click('.files li[data-path="notes.md"] button.file');
     await waitFor(() => chat.calls.diffs.length === 1);
     assert.deepEqual(chat.calls.diffs, [{ path: 'notes.md', before: '', after: 'hello\n' }]);
-    await waitIn(page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
+    await untilIdle(page);
     await screenshot(page, '03-after-allow');
 
     // 7. Stop mid-stream: the partial reply is kept and marked, and the run ends.
@@ -152,7 +227,7 @@ test('a chat in the page: stream, context bar, slash command, approval, interjec
     // (Clicked once the reply is whole: while it streams, its last paragraph is redrawn each frame.)
     await send(page, 'see\n```\ncargo build --release\n```\nthis');
     await page.waitForSelector('.entry.assistant[data-streaming="false"] pre.code button.copy', STEP);
-    await waitIn(page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
+    await untilIdle(page);
     await page.click('.entry.assistant pre.code button.copy');
     await waitFor(() => chat.calls.copies.length === 1);
     assert.deepEqual(chat.calls.copies, ['cargo build --release\n']);
@@ -193,28 +268,11 @@ test('a chat in the page: stream, context bar, slash command, approval, interjec
     await screenshot(page, '08-sessions');
 
     assert.deepEqual(chat.pageErrors, []);
-  } catch (error) {
-    await screenshot(page, 'failure').catch(() => undefined);
-    console.error('page errors:', chat.pageErrors);
-    console.error(await page.evaluate(() => [...document.querySelectorAll('.entry')].map((e) => `${e.className} ${JSON.stringify((e as HTMLElement).dataset)} ${(e.textContent ?? '').slice(0, 80)}`).join('\n')).catch(() => ''));
-    throw error;
-  } finally {
-    chat.controller.dispose();
-    await page.close();
-    await daemon.stop();
-    scratch.dispose();
-  }
-});
+  }),
+);
 
-test('thinking is folded, Markdown is formatted, and the context bar turns amber then red', { timeout: 120_000 }, async () => {
-  const scratch = new Scratch();
-  const script = join(scratch.dir, 'script.json');
-  writeFileSync(script, JSON.stringify({ turns: [{ thinking: 'First, the plan.', text: 'Here is **the answer**.' }] }));
-  const daemon = scratch.daemon({ SIDECHAT_REPLAY_SCRIPT: script, SIDECHAT_ACCOUNT: 'replay' });
-  await daemon.start();
-  const chat = await openChat(browser, served.url, daemon, scratch.workspace);
-  const { page } = chat;
-  try {
+test('thinking is folded, Markdown is formatted, and the context bar turns amber then red', { timeout: 120_000 }, () =>
+  withChat('thinking', { env: replayOf({ turns: [{ thinking: 'First, the plan.', text: 'Here is **the answer**.' }] }) }, async ({ daemon, chat, page }) => {
     await send(page, 'think first');
     await page.waitForSelector('.entry.assistant[data-streaming="false"] strong', STEP);
     assert.equal(await page.textContent('.entry.assistant strong'), 'the answer');
@@ -239,28 +297,17 @@ test('thinking is folded, Markdown is formatted, and the context bar turns amber
     assert.notEqual(normal, 'rgb(204, 167, 0)');
     await screenshot(page, '09-thinking-and-critical');
     assert.deepEqual(chat.pageErrors, []);
-  } finally {
-    chat.controller.dispose();
-    await page.close();
-    await daemon.stop();
-    scratch.dispose();
-  }
-});
+  }),
+);
 
-test('/compact: the summary entry, the compaction, folded entries and the summary in the context bar', { timeout: 120_000 }, async () => {
-  const scratch = new Scratch();
-  const daemon = scratch.daemon({ SIDECHAT_DEMO_DELAY_MS: '5' });
-  await daemon.start();
-  const chat = await openChat(browser, served.url, daemon, scratch.workspace);
-  const { page } = chat;
-  const idle = () => waitIn(page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
-  try {
+test('/compact: the summary entry, the compaction, folded entries and the summary in the context bar', { timeout: 120_000 }, () =>
+  withChat('compaction', { env: () => ({ SIDECHAT_DEMO_DELAY_MS: '5' }) }, async ({ daemon, chat, page }) => {
     await send(page, 'hello there');
     await page.waitForSelector('.entry.assistant[data-streaming="false"]', STEP);
-    await idle();
+    await untilIdle(page);
     await send(page, 'tell me a story');
-    await waitIn(page, () => document.querySelectorAll('.entry.assistant[data-streaming="false"]').length === 2);
-    await idle();
+    await untilReplies(page, 2);
+    await untilIdle(page);
     await page.waitForSelector('.context .bar .segment.history', STEP);
     assert.equal(await page.locator('.context .segment.summary').count(), 0, 'no summary segment before a compaction');
     assert.equal(await page.locator('.transcript .entry.folded').count(), 0);
@@ -306,32 +353,19 @@ test('/compact: the summary entry, the compaction, folded entries and the summar
 
     // The next turn is not folded: it is sent beside the summary.
     await send(page, 'hello again');
-    await waitIn(page, () => document.querySelectorAll('.entry.assistant[data-streaming="false"]').length === 3);
-    await idle();
+    await untilReplies(page, 3);
+    await untilIdle(page);
     assert.equal(await page.locator('.transcript .entry.folded').count(), 4);
     assert.deepEqual(chat.pageErrors, []);
-  } catch (error) {
-    await screenshot(page, 'failure-compaction').catch(() => undefined);
-    throw error;
-  } finally {
-    chat.controller.dispose();
-    await page.close();
-    await daemon.stop();
-    scratch.dispose();
-  }
-});
+  }),
+);
 
-test('an approval answered in another view of the same daemon (Always) leaves this one, the run goes on here, and a later write asks nobody', { timeout: 120_000 }, async () => {
-  const scratch = new Scratch();
-  const daemon = scratch.daemon({ SIDECHAT_DEMO_DELAY_MS: '5' });
-  await daemon.start();
-  const here = await openChat(browser, served.url, daemon, scratch.workspace);
-  let there: Awaited<ReturnType<typeof openChat>> | undefined;
-  try {
+test('an approval answered in another view of the same daemon (Always) leaves this one, the run goes on here, and a later write asks nobody', { timeout: 120_000 }, () =>
+  withChat('approved-elsewhere', { env: () => ({ SIDECHAT_DEMO_DELAY_MS: '5' }) }, async ({ scratch, daemon, chat: here, openAnother }) => {
     await send(here.page, 'create notes.md with hello');
     await here.page.waitForSelector('.approval', STEP);
     // A second client of the daemon (another view with its own controller) shows the same card.
-    there = await openChat(browser, served.url, daemon, scratch.workspace);
+    const there = await openAnother();
     await there.page.waitForSelector('.approval', STEP);
     assert.equal(await there.page.getAttribute('.approval', 'data-approval-id'), await here.page.getAttribute('.approval', 'data-approval-id'));
     await there.page.click('.approval button.allow-always');
@@ -339,7 +373,7 @@ test('an approval answered in another view of the same daemon (Always) leaves th
     await here.page.waitForSelector('.approval', { state: 'detached', ...STEP });
     await here.page.waitForSelector('.entry.tool[data-status="done"]', STEP);
     await here.page.waitForSelector('.files li[data-path="notes.md"] .added', STEP);
-    await waitIn(here.page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
+    await untilIdle(here.page);
     assert.match((await here.page.textContent(lastAssistant)) ?? '', /Created notes\.md/);
     assert.equal(readFileSync(join(scratch.workspace, 'notes.md'), 'utf8'), 'hello\n');
     await there.page.waitForSelector('.approval', { state: 'detached', ...STEP });
@@ -348,7 +382,7 @@ test('an approval answered in another view of the same daemon (Always) leaves th
     // "Always" covered the rest of the chat: the next write asks nobody.
     await send(here.page, 'create other.md with more');
     await waitIn(here.page, () => document.querySelectorAll('.entry.tool[data-status="done"]').length === 2);
-    await waitIn(here.page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
+    await untilIdle(here.page);
     assert.equal(readFileSync(join(scratch.workspace, 'other.md'), 'utf8'), 'more\n');
     assert.equal(await here.page.locator('.approval').count(), 0);
     assert.equal(await here.page.locator('.entry.tool[data-status="awaitingApproval"]').count(), 0);
@@ -361,34 +395,18 @@ test('an approval answered in another view of the same daemon (Always) leaves th
     assert.equal(answered.applied, true);
     await here.page.waitForSelector('.approval', { state: 'detached', ...STEP });
     await here.page.waitForSelector('.entry.tool[data-status="denied"]', STEP);
-    await waitIn(here.page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
+    await untilIdle(here.page);
     assert.deepEqual(here.pageErrors, []);
     assert.deepEqual(there.pageErrors, []);
-  } catch (error) {
-    await screenshot(here.page, 'failure-approved-elsewhere').catch(() => undefined);
-    throw error;
-  } finally {
-    here.controller.dispose();
-    there?.controller.dispose();
-    await here.page.close();
-    await there?.page.close();
-    await daemon.stop();
-    scratch.dispose();
-  }
-});
+  }),
+);
 
-test('a carry-over note: its Delete button calls note/delete and the noteDeleted event takes it off, here and after a reload', { timeout: 120_000 }, async () => {
-  const scratch = new Scratch();
-  const daemon = scratch.daemon({ SIDECHAT_DEMO_DELAY_MS: '5' });
-  await daemon.start();
-  const chat = await openChat(browser, served.url, daemon, scratch.workspace);
-  const { page } = chat;
-  const idle = () => waitIn(page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
-  const note = '.entry.summary[data-method="carryOver"]';
-  try {
+test('a carry-over note: its Delete button calls note/delete and the noteDeleted event takes it off, here and after a reload', { timeout: 120_000 }, () =>
+  withChat('note', { env: () => ({ SIDECHAT_DEMO_DELAY_MS: '5' }) }, async ({ daemon, chat, page }) => {
+    const note = '.entry.summary[data-method="carryOver"]';
     await send(page, 'hello there');
-    await page.waitForSelector('.entry.assistant[data-streaming="false"]', STEP);
-    await idle();
+    await untilReplies(page, 1);
+    await untilIdle(page);
     await send(page, '/new-context');
     await page.waitForSelector(note, STEP);
     assert.equal(await page.textContent(`${note} .head`), 'Carried over from the previous context');
@@ -410,72 +428,39 @@ test('a carry-over note: its Delete button calls note/delete and the noteDeleted
     await page.waitForSelector('.entry.assistant', STEP);
     assert.equal(await page.locator(note).count(), 0, 'not shown after a reload');
     assert.deepEqual(chat.pageErrors, []);
-  } catch (error) {
-    await screenshot(page, 'failure-note').catch(() => undefined);
-    throw error;
-  } finally {
-    chat.controller.dispose();
-    await page.close();
-    await daemon.stop();
-    scratch.dispose();
-  }
-});
+  }),
+);
 
-test('a refusal: the answer is labelled as refused, not as an ordinary end', { timeout: 120_000 }, async () => {
-  const scratch = new Scratch();
-  const script = join(scratch.dir, 'script.json');
-  writeFileSync(script, JSON.stringify({ turns: [{ text: 'I cannot help with that.', refusal: true }, { text: 'Happy to.' }] }));
-  const daemon = scratch.daemon({ SIDECHAT_REPLAY_SCRIPT: script, SIDECHAT_ACCOUNT: 'replay' });
-  await daemon.start();
-  const chat = await openChat(browser, served.url, daemon, scratch.workspace);
-  const { page } = chat;
-  const idle = () => waitIn(page, () => document.querySelector('#app')?.getAttribute('data-state') === 'idle');
-  try {
+test('a refusal: the answer is labelled as refused, not as an ordinary end', { timeout: 120_000 }, () =>
+  withChat('refusal', { env: replayOf({ turns: [{ text: 'I cannot help with that.', refusal: true }, { text: 'Happy to.' }] }) }, async ({ chat, page }) => {
     await send(page, 'something it will not do');
     await page.waitForSelector('.entry.assistant[data-status="refused"]', STEP);
     assert.equal(await page.textContent('.entry.assistant[data-status="refused"] .status-line'), 'the model refused to answer');
     assert.match((await page.textContent('.entry.assistant[data-status="refused"]')) ?? '', /I cannot help with that\./);
-    await idle();
+    await untilIdle(page);
     // The next answer ends as an ordinary one: no label.
     await send(page, 'something else');
-    await waitIn(page, () => document.querySelectorAll('.entry.assistant[data-streaming="false"]').length === 2);
-    await idle();
+    await untilReplies(page, 2);
+    await untilIdle(page);
     const last = page.locator('.transcript .entry.assistant').last();
     assert.equal(await last.getAttribute('data-status'), 'complete');
     assert.equal(await last.locator('.status-line').textContent(), '');
     assert.equal(await page.locator('.entry.assistant[data-status="refused"]').count(), 1);
     await screenshot(page, '13-refusal');
     assert.deepEqual(chat.pageErrors, []);
-  } catch (error) {
-    await screenshot(page, 'failure-refusal').catch(() => undefined);
-    throw error;
-  } finally {
-    chat.controller.dispose();
-    await page.close();
-    await daemon.stop();
-    scratch.dispose();
-  }
-});
+  }),
+);
 
-test('a missing daemon: the page names the path tried and opens the setting', { timeout: 120_000 }, async () => {
-  const scratch = new Scratch();
-  const missing = join(scratch.dir, 'no-such', 'sidechat');
-  const daemon = scratch.daemon({}, missing);
-  await daemon.start().catch(() => undefined);
-  const chat = await openChat(browser, served.url, daemon, scratch.workspace);
-  try {
+test('a missing daemon: the page names the path tried and opens the setting', { timeout: 120_000 }, () =>
+  withChat('missing-daemon', { missingBinary: true }, async ({ scratch, chat }) => {
     await chat.page.waitForSelector('.banner[data-state="failed"]', STEP);
     assert.match((await chat.page.textContent('.banner .message')) ?? '', /sidechat was not found at .*no-such\/sidechat/);
-    assert.equal(await chat.page.textContent('.banner .tried'), `Tried: ${missing}`);
+    assert.equal(await chat.page.textContent('.banner .tried'), `Tried: ${missingBinary(scratch)}`);
     await chat.page.click('.banner button.open-settings');
     await waitFor(() => chat.calls.settingsOpened === 1);
     await screenshot(chat.page, '10-missing-daemon');
-  } finally {
-    chat.controller.dispose();
-    await chat.page.close();
-    scratch.dispose();
-  }
-});
+  }),
+);
 
 /**
  * Polls `predicate` in the page until it holds. (Playwright's waitForFunction compiles its
