@@ -47,6 +47,24 @@ pub struct ReplayScript {
     /// Answer used once the turns run out (default: a short closing text).
     #[serde(default)]
     pub fallback: Option<ReplayTurn>,
+    /// The script a delegated task (a child session, told so by its system prompt) follows,
+    /// counted in its own context. Without it, a child's requests follow `turns` as well.
+    #[serde(default)]
+    pub delegated: Option<Box<ReplayScript>>,
+}
+
+impl ReplayScript {
+    /// The script that answers `request`: the delegated one for a child session's.
+    fn for_request(&self, request: &ModelRequest) -> &ReplayScript {
+        let child = request
+            .system
+            .as_deref()
+            .is_some_and(crate::runtime::is_child_prompt);
+        match &self.delegated {
+            Some(delegated) if child => delegated,
+            _ => self,
+        }
+    }
 }
 
 pub struct ReplayDriver {
@@ -102,11 +120,11 @@ impl ModelDriver for ReplayDriver {
             .iter()
             .filter(|m| m.role == ModelRole::Assistant)
             .count();
-        let turn = self
-            .script
+        let script = self.script.for_request(&request);
+        let turn = script
             .turns
             .get(index)
-            .or(self.script.fallback.as_ref())
+            .or(script.fallback.as_ref())
             .cloned()
             .unwrap_or_else(|| ReplayTurn {
                 text: Some("(the replay script has no more turns)".into()),
@@ -161,5 +179,78 @@ impl ModelDriver for ReplayDriver {
                 event
             })
             .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+    use crate::provider::{ModelContent, ModelMessage};
+
+    fn script() -> ReplayDriver {
+        let script = serde_json::from_value(serde_json::json!({
+            "turns": [{"text": "parent first"}, {"text": "parent second"}],
+            "delegated": {"turns": [{"text": "child first"}, {"text": "child second"}]},
+        }))
+        .unwrap();
+        ReplayDriver {
+            script,
+            request_log: None,
+        }
+    }
+
+    fn request(system: Option<String>, assistant_messages: usize) -> ModelRequest {
+        let messages = (0..assistant_messages)
+            .map(|_| ModelMessage {
+                role: ModelRole::Assistant,
+                content: vec![ModelContent::Text {
+                    text: "earlier".into(),
+                }],
+            })
+            .collect();
+        ModelRequest {
+            model: "replay".into(),
+            system,
+            messages,
+            tools: Vec::new(),
+            max_output_tokens: 100,
+        }
+    }
+
+    async fn text_of(driver: &ReplayDriver, request: ModelRequest) -> String {
+        let mut text = String::new();
+        let mut stream = driver.stream(request);
+        while let Some(event) = stream.next().await {
+            if let ModelEvent::TextDelta(delta) = event.unwrap() {
+                text.push_str(&delta);
+            }
+        }
+        text
+    }
+
+    #[tokio::test]
+    async fn a_child_session_follows_the_delegated_script_counted_in_its_own_context() {
+        let driver = script();
+        let child = format!(
+            "{}\n\nInstructions from the agent that delegated the task:\nbe brief",
+            crate::runtime::CHILD_PROMPT
+        );
+        let answers = vec![
+            text_of(&driver, request(None, 0)).await,
+            text_of(&driver, request(Some(child.clone()), 0)).await,
+            text_of(&driver, request(Some(child), 1)).await,
+            text_of(&driver, request(Some("You are helpful.".into()), 1)).await,
+        ];
+        assert_eq!(
+            answers,
+            [
+                "parent first",
+                "child first",
+                "child second",
+                "parent second"
+            ]
+        );
     }
 }
