@@ -451,6 +451,103 @@ test('a refusal: the answer is labelled as refused, not as an ordinary end', { t
   }),
 );
 
+/** A parent that hands a task to a sub-agent twice; each sub-agent asks to write a file. */
+const DELEGATING = {
+  turns: [
+    { text: 'Handing it over.', toolCalls: [{ name: 'delegate', input: { task: 'Write hello.txt saying hi', tools: 'all' } }] },
+    { text: 'The sub-agent wrote hello.txt.' },
+    { text: 'Once more.', toolCalls: [{ name: 'delegate', input: { task: 'Write hello.txt again', tools: 'all' } }] },
+    { text: 'It was not allowed.' },
+  ],
+  delegated: {
+    turns: [
+      { text: 'Writing it now.', toolCalls: [{ name: 'write_file', input: { path: 'hello.txt', content: 'hi\n' } }] },
+      { text: 'Wrote hello.txt.' },
+    ],
+  },
+};
+
+test('a delegation: the sub-agent works inside its call, its approval is answered at the root (allow, then deny), and a reload shows the same', { timeout: 120_000 }, () =>
+  withChat('delegation', { env: replayOf(DELEGATING) }, async ({ scratch, chat, page }) => {
+    const call = '.entry.tool.delegate';
+    const card = '.approval.delegated';
+    /** What the waiting delegation shows, read from the page. */
+    const waitingShows = async () => {
+      await page.waitForSelector(card, STEP);
+      await page.waitForSelector(`${call}[data-status="awaitingApproval"] .agent[data-state="awaitingApproval"] .said`, STEP);
+      return {
+        title: await page.textContent(`${card} .title`),
+        askedBy: await page.textContent(`${card} .asked-by`),
+        summary: await page.textContent(`${card} .summary`),
+        head: await page.textContent(`${call} .head .summary`),
+        task: await page.textContent(`${call} .task`),
+        agent: await page.textContent(`${call} .agent .state`),
+        step: await page.textContent(`${call} .agent .step`),
+        said: await page.textContent(`${call} .agent .said`),
+        state: await page.getAttribute('#app', 'data-state'),
+      };
+    };
+    const waiting = {
+      title: 'Allow write_file?',
+      askedBy: 'Asked by the sub-agent working on: Write hello.txt saying hi',
+      summary: 'write hello.txt (1 line)',
+      head: 'Sub-agent',
+      task: 'Write hello.txt saying hi',
+      agent: 'waiting for your approval',
+      step: 'write hello.txt (1 line) · needs approval',
+      said: 'Writing it now.',
+      state: 'awaitingApproval',
+    };
+
+    await send(page, 'please write hello');
+    assert.deepEqual(await waitingShows(), waiting);
+    await screenshot(page, '14-delegated-approval');
+    // A reload rebuilds the same from the transcript and the sub-agent's own.
+    await page.reload();
+    assert.deepEqual(await waitingShows(), waiting);
+
+    await page.click(`${card} button.allow`);
+    await page.waitForSelector(card, { state: 'detached', ...STEP });
+    await page.waitForSelector(`${call}[data-status="done"] .answer`, STEP);
+    await untilReplies(page, 2);
+    await untilIdle(page);
+    assert.equal(await page.textContent(`${call} .answer`), 'Wrote hello.txt.');
+    assert.equal(await page.locator(`${call} .agent`).count(), 0, 'the answer stands for the sub-agent once it ended');
+    assert.equal(readFileSync(join(scratch.workspace, 'hello.txt'), 'utf8'), 'hi\n');
+    await screenshot(page, '15-delegation-answered');
+
+    // The second sub-agent is denied: the call fails with the reason, and the run goes on.
+    await send(page, 'and again');
+    await page.waitForSelector(`${card} .asked-by:text-is("Asked by the sub-agent working on: Write hello.txt again")`, STEP);
+    await page.click(`${card} button.deny`);
+    await page.waitForSelector(card, { state: 'detached', ...STEP });
+    await untilReplies(page, 4);
+    await untilIdle(page);
+    // The sub-agent's report: the denial ends it, and the parent reads why.
+    const DENIED = [
+      'status: failed',
+      "note: the user denied the sub-agent's call: write hello.txt (1 line)",
+      'last message: Writing it now.',
+      'files changed: none',
+      'failed calls:',
+      '- write hello.txt (1 line): The user denied this tool call. Do not retry it; ask the user how to proceed if needed.',
+    ].join('\n');
+    const second = page.locator(call).nth(1);
+    assert.equal(await second.getAttribute('data-status'), 'error');
+    assert.equal(await second.locator('.answer').textContent(), DENIED);
+
+    await page.reload();
+    await untilReplies(page, 4);
+    assert.deepEqual(await page.locator(`${call} .answer`).allTextContents(), [
+      'Wrote hello.txt.',
+      DENIED,
+    ]);
+    assert.deepEqual(await page.locator(`${call} .task`).allTextContents(), ['Write hello.txt saying hi', 'Write hello.txt again']);
+    assert.equal(await page.locator('.approval').count(), 0);
+    assert.deepEqual(chat.pageErrors, []);
+  }),
+);
+
 test('a missing daemon: the page names the path tried and opens the setting', { timeout: 120_000 }, () =>
   withChat('missing-daemon', { missingBinary: true }, async ({ scratch, chat }) => {
     await chat.page.waitForSelector('.banner[data-state="failed"]', STEP);

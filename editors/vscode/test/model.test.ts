@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { SessionModel, type Entry } from '../src/model/session';
+import { SessionModel, toolSummary, type Entry } from '../src/model/session';
 import type { Event, SessionEventParams, SessionTranscriptResult, TranscriptEntry } from '../src/model/wire';
 
 const SID = 'ses_1';
@@ -407,4 +407,158 @@ test('a carry-over note folds nothing, and a later compaction folds up to its ow
   // The note and the first turn (seq 1, 2 and 5) are folded; the second turn (6 and 9) is not.
   assert.equal(model.foldedCount(), 3);
   assert.deepEqual(shape(model.list()).slice(0, 3), ['summary carryOver: Notes from before.', 'user: one', 'assistant: first']);
+});
+
+test('a tool call drawn from the transcript is summed up in the daemon\'s words', { timeout: 120_000 }, () => {
+  assert.deepEqual(
+    [
+      toolSummary('read_file', { path: 'notes.txt' }),
+      toolSummary('list_directory', {}),
+      toolSummary('search_text', { pattern: 'fn "main"' }),
+      toolSummary('write_file', { path: 'a.md', content: 'x\ny\n' }),
+      toolSummary('write_file', { path: 'b.md', content: 'x' }),
+      toolSummary('edit_file', { path: 'a.md', old_string: 'x', new_string: '' }),
+      toolSummary('run_command', { command: 'echo hi' }),
+      toolSummary('run_command', { command: 'echo hi\necho there' }),
+      toolSummary('delegate', { task: 'Write hello.txt saying hi\nthen stop' }),
+      toolSummary('delegate', { task: 'é'.repeat(50) }),
+    ],
+    [
+      'read notes.txt',
+      'list .',
+      'search for "fn \\"main\\""',
+      'write a.md (2 lines)',
+      'write b.md (1 line)',
+      'edit a.md (replace 1 line with 0 lines)',
+      'run `echo hi`',
+      'run `echo hi` …',
+      'delegate "Write hello.txt saying hi"',
+      `delegate "${'é'.repeat(40)}… [cut: 20 more bytes]"`,
+    ],
+  );
+});
+
+/** A parent's `delegate` call (`call_d`) whose sub-agent is `ses_c`. */
+const DELEGATE_INPUT = { task: 'Write hello.txt', tools: 'all' };
+const CHILD_APPROVAL = {
+  approvalId: 'apr_c',
+  runId: 'run_c',
+  callId: 'call_w',
+  tool: 'write_file',
+  input: { path: 'hello.txt', content: 'hi\n' },
+  summary: 'write hello.txt (1 line)',
+  createdAt: 't',
+};
+
+function delegated(childSeq: number, event: Event): Event {
+  return { kind: 'delegation', callId: 'call_d', childSessionId: 'ses_c', childSeq, event };
+}
+
+function delegationOf(model: SessionModel) {
+  const tool = model.get('tool:call_d');
+  assert.ok(tool && tool.kind === 'tool');
+  return { status: tool.status, output: tool.output, ...tool.delegation };
+}
+
+test('a sub-agent works inside its delegate call, its approval waits at the root, and its answer ends it', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  feed(model, [
+    { kind: 'runStarted', model: 'replay' },
+    { kind: 'messageCompleted', entry: entry('m1', 2, 'assistant', [{ type: 'toolCall', id: 'call_d', name: 'delegate', input: DELEGATE_INPUT }]) },
+    { kind: 'toolCallStarted', callId: 'call_d', tool: 'delegate', input: DELEGATE_INPUT, summary: 'delegate "Write hello.txt"' },
+    delegated(2, { kind: 'runStarted', model: 'replay' }),
+    { kind: 'toolCallUpdated', callId: 'call_d', status: 'running' },
+    delegated(4, { kind: 'messageStarted', messageId: 'c1', role: 'assistant' }),
+    delegated(5, { kind: 'textDelta', messageId: 'c1', text: 'Writing ' }),
+    delegated(6, { kind: 'textDelta', messageId: 'c1', text: 'it.' }),
+    delegated(7, { kind: 'toolCallStarted', callId: 'call_w', tool: 'write_file', input: CHILD_APPROVAL.input, summary: CHILD_APPROVAL.summary }),
+    // The same child event again (a duplicate forward) changes nothing.
+    delegated(7, { kind: 'textDelta', messageId: 'c1', text: 'again' }),
+    delegated(8, { kind: 'approvalRequested', approval: CHILD_APPROVAL }),
+    { kind: 'toolCallUpdated', callId: 'call_d', status: 'awaitingApproval' },
+  ]);
+  assert.equal(model.state, 'awaitingApproval');
+  assert.deepEqual([...model.delegatedApprovals.values()], [{ childSessionId: 'ses_c', callId: 'call_d', task: 'Write hello.txt', approval: CHILD_APPROVAL }]);
+  assert.deepEqual(delegationOf(model), {
+    status: 'awaitingApproval',
+    output: undefined,
+    childSessionId: 'ses_c',
+    childSeq: 8,
+    state: 'awaitingApproval',
+    step: { callId: 'call_w', summary: 'write hello.txt (1 line)', status: 'awaitingApproval' },
+    text: 'Writing it.',
+  });
+
+  const applied = feed(model, [
+    delegated(9, { kind: 'approvalResolved', approvalId: 'apr_c', decision: 'allow' }),
+    { kind: 'toolCallUpdated', callId: 'call_d', status: 'running' },
+    delegated(10, { kind: 'toolCallUpdated', callId: 'call_w', status: 'done', output: 'Created hello.txt' }),
+    delegated(11, { kind: 'usage', provider: 'replay', model: 'replay', input: 1, output: 1, cacheRead: 0, cacheWrite: 0, reasoning: 0, durationMs: 1 }),
+    delegated(12, { kind: 'messageStarted', messageId: 'c2', role: 'assistant' }),
+    delegated(13, { kind: 'textDelta', messageId: 'c2', text: 'Wrote hello.txt.' }),
+    delegated(14, { kind: 'runFinished', reason: 'end_turn' }),
+    { kind: 'toolCallUpdated', callId: 'call_d', status: 'done', output: 'Wrote hello.txt.' },
+  ]);
+  assert.equal(model.state, 'running');
+  assert.equal(model.delegatedApprovals.size, 0);
+  assert.deepEqual(
+    applied.map((a) => [a.filesChanged, a.spendChanged]),
+    [[false, false], [false, false], [true, false], [false, true], [false, false], [false, false], [false, false], [false, false]],
+  );
+  assert.deepEqual(delegationOf(model), {
+    status: 'done',
+    output: 'Wrote hello.txt.',
+    childSessionId: 'ses_c',
+    childSeq: 14,
+    state: 'end_turn',
+    step: { callId: 'call_w', summary: 'write hello.txt (1 line)', status: 'done' },
+    text: 'Wrote hello.txt.',
+  });
+});
+
+test('after a reload, a waiting sub-agent comes back from delegatedApprovals and the child\'s transcript', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  model.applyTranscript(
+    transcript([entry('m1', 2, 'assistant', [{ type: 'toolCall', id: 'call_d', name: 'delegate', input: DELEGATE_INPUT }])], {
+      state: 'awaitingApproval',
+      lastSeq: 2,
+      delegatedApprovals: [{ childSessionId: 'ses_c', callId: 'call_d', task: 'Write hello.txt', approval: CHILD_APPROVAL }],
+    }),
+  );
+  assert.equal(model.state, 'awaitingApproval');
+  assert.deepEqual(model.unfinishedDelegations(), ['call_d']);
+  model.applyChildTranscript('call_d', {
+    ...transcript([
+      entry('c0', 1, 'user', [{ type: 'text', text: 'Write hello.txt' }]),
+      entry('c1', 8, 'assistant', [{ type: 'text', text: 'Writing it.' }, { type: 'toolCall', id: 'call_w', name: 'write_file', input: CHILD_APPROVAL.input }]),
+    ]),
+    sessionId: 'ses_c',
+    state: 'awaitingApproval',
+    lastSeq: 8,
+    pendingApprovals: [CHILD_APPROVAL],
+  });
+  const live = {
+    status: 'awaitingApproval',
+    output: undefined,
+    childSessionId: 'ses_c',
+    childSeq: 8,
+    state: 'awaitingApproval',
+    step: { callId: 'call_w', summary: 'write hello.txt (1 line)', status: 'awaitingApproval' },
+    text: 'Writing it.',
+  };
+  assert.deepEqual(delegationOf(model), live);
+  // A forwarded event the child's transcript already held is skipped; a newer one applies.
+  feed(model, [delegated(8, { kind: 'approvalResolved', approvalId: 'apr_c', decision: 'allow' })], 3);
+  assert.equal(model.delegatedApprovals.size, 1);
+  feed(model, [delegated(9, { kind: 'approvalResolved', approvalId: 'apr_c', decision: 'deny' })]);
+  assert.equal(model.delegatedApprovals.size, 0);
+  assert.equal(model.state, 'running');
+  // The call's result ends it, as stored.
+  model.applyTranscript(
+    transcript([entry('t1', 20, 'tool', [{ type: 'toolResult', callId: 'call_d', output: 'status: failed', isError: true, status: 'error' }])], {
+      state: 'idle',
+    }),
+  );
+  assert.deepEqual(model.unfinishedDelegations(), []);
+  assert.equal(delegationOf(model).output, 'status: failed');
 });

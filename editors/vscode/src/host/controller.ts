@@ -262,6 +262,26 @@ export class ChatController {
     this.ui.post({ type: 'session', session });
     this.ui.post({ type: 'budget', sessionId, snapshot: budget.snapshot });
     this.ui.post({ type: 'cost', sessionId, cost: cost.cost });
+    await this.loadDelegations(model, session.children ?? []).catch((error) => this.ui.log(`loading sub-agents failed: ${errorText(error)}`));
+  }
+
+  /**
+   * After a load: where each `delegate` call still working stands, from its child session's
+   * transcript (the `delegation` events that told it live were before the load).
+   */
+  private async loadDelegations(model: SessionModel, children: string[]): Promise<void> {
+    const open = new Set(model.unfinishedDelegations());
+    for (const childId of children) {
+      if (open.size === 0) return;
+      const child = await this.daemon.request('session/get', { sessionId: childId });
+      const callId = child.parentCallId;
+      if (!callId || !open.has(callId)) continue;
+      open.delete(callId);
+      const transcript = await this.fetchTranscript(childId, 0);
+      if (this.active !== model) return;
+      model.applyChildTranscript(callId, transcript);
+      this.ui.post({ type: 'child', sessionId: model.sessionId, callId, transcript });
+    }
   }
 
   private onEvent(params: SessionEventParams): void {

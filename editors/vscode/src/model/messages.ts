@@ -30,6 +30,8 @@ export type HostToPage =
   | { type: 'reset'; sessionId: string; transcript: SessionTranscriptResult }
   /** Entries fetched after a gap, merged into what is shown. */
   | { type: 'merge'; sessionId: string; transcript: SessionTranscriptResult }
+  /** Where a `delegate` call's sub-agent stands, from the child session's transcript (after a load). */
+  | { type: 'child'; sessionId: string; callId: string; transcript: SessionTranscriptResult }
   /** Events of the active session, in order, batched. */
   | { type: 'events'; sessionId: string; events: SessionEventParams[] }
   | { type: 'session'; session: Session }

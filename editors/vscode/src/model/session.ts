@@ -14,6 +14,9 @@ import type {
   CompactionMethod,
   CompactionReason,
   CostSummary,
+  DelegatedApproval,
+  Event,
+  FinishReason,
   MessageStatus,
   NoticeLevel,
   PendingApproval,
@@ -60,6 +63,31 @@ export interface ToolEntry extends EntryBase {
   input: unknown;
   status: ToolCallStatus;
   output?: string;
+  /** For a `delegate` call: the sub-agent working on its task, as far as it has been seen. */
+  delegation?: DelegationView;
+}
+
+/** The sub-agent's latest step: one of its tool calls and where that stands. */
+export interface DelegationStep {
+  callId: string;
+  summary: string;
+  status: ToolCallStatus;
+}
+
+/**
+ * What a `delegate` call's sub-agent (a child session) is doing, from the `delegation` events
+ * of the parent or, after a reload, from the child's own transcript. The task is the call's
+ * input, its final answer the call's output.
+ */
+export interface DelegationView {
+  childSessionId: string;
+  /** The child's highest `seq` seen: older events (already in a child transcript) are skipped. */
+  childSeq: number;
+  /** Whether the child's run works, waits for an approval, or how it ended. */
+  state: 'running' | 'awaitingApproval' | FinishReason;
+  step?: DelegationStep;
+  /** The words of the child's latest message. */
+  text: string;
 }
 
 export interface NoticeEntry extends EntryBase {
@@ -154,6 +182,8 @@ export class SessionModel {
   budget: BudgetSnapshot | undefined;
   cost: CostSummary | undefined;
   approvals = new Map<string, PendingApproval>();
+  /** Approvals the session's sub-agents wait for, answered from here as any other. */
+  delegatedApprovals = new Map<string, DelegatedApproval>();
   waiting = new Map<string, Waiting>();
   changedFiles = new Map<string, ChangedFileView>();
   /** Increases on any change of state, approvals, waiting messages, files, budget or cost. */
@@ -189,8 +219,17 @@ export class SessionModel {
     for (const entry of result.entries) this.applyEntry(entry);
     this.state = result.state;
     this.approvals = new Map(result.pendingApprovals.map((a) => [a.approvalId, a]));
+    this.delegatedApprovals = new Map((result.delegatedApprovals ?? []).map((d) => [d.approval.approvalId, d]));
     this.waiting = new Map(result.pendingInterjections.map((p) => [p.pendingId, waitingOf(p)]));
     for (const approval of result.pendingApprovals) this.markTool(approval.callId, 'awaitingApproval');
+    for (const delegated of this.delegatedApprovals.values()) {
+      this.markTool(delegated.callId, 'awaitingApproval');
+      const view = this.delegationOf(delegated.callId, delegated.childSessionId);
+      if (view) {
+        view.state = 'awaitingApproval';
+        view.step = { callId: delegated.approval.callId, summary: delegated.approval.summary, status: 'awaitingApproval' };
+      }
+    }
     if (result.state === 'idle' || result.state === 'unanswered') this.endStreaming(undefined);
     this.lastSeq = Math.max(this.lastSeq, result.lastSeq);
     this.chromeRev++;
@@ -259,7 +298,7 @@ export class SessionModel {
         break;
       case 'approvalResolved':
         if (this.approvals.delete(event.approvalId)) this.chromeRev++;
-        if (this.state === 'awaitingApproval' && this.approvals.size === 0) this.setState('running');
+        this.leaveAwaiting();
         break;
       case 'interjectionQueued':
         this.waiting.set(event.pendingId, { pendingId: event.pendingId, text: event.text, status: 'pending' });
@@ -317,11 +356,124 @@ export class SessionModel {
         for (const [id, approval] of this.approvals) {
           if (approval.runId === params.runId) this.approvals.delete(id);
         }
+        // The run's sub-agents ended with it.
+        if (this.delegatedApprovals.size > 0) {
+          this.delegatedApprovals.clear();
+          this.chromeRev++;
+        }
         this.setState(this.approvals.size > 0 ? 'awaitingApproval' : 'idle');
         applied.spendChanged = true;
         break;
+      case 'delegation':
+        this.applyDelegated(event.callId, event.childSessionId, event.childSeq, event.event);
+        // The sub-agent's spend counts in this session's cost.
+        if (event.event.kind === 'usage') applied.spendChanged = true;
+        if (event.event.kind === 'toolCallUpdated' && event.event.status === 'done') applied.filesChanged = true;
+        break;
     }
     return applied;
+  }
+
+  /**
+   * Fills a `delegate` call's sub-agent from the child's own transcript (after a load, when
+   * the events that told it are gone): its latest step, latest words and state.
+   */
+  applyChildTranscript(callId: string, child: SessionTranscriptResult): void {
+    const view = this.delegationOf(callId, child.sessionId);
+    if (!view || view.childSeq >= child.lastSeq) return;
+    view.childSeq = child.lastSeq;
+    const results = new Map<string, ToolCallStatus>();
+    const calls: { id: string; name: string; input: unknown }[] = [];
+    for (const entry of child.entries) {
+      for (const block of entry.blocks) {
+        if (block.type === 'toolCall') calls.push(block);
+        else if (block.type === 'toolResult') results.set(block.callId, block.status);
+      }
+      if (entry.role === 'assistant') {
+        const text = textOf(entry.blocks);
+        if (text !== '') view.text = text;
+      }
+    }
+    const last = calls[calls.length - 1];
+    if (last) {
+      // An approval carries the daemon's own words for the call.
+      const waiting = child.pendingApprovals.find((a) => a.callId === last.id);
+      const status = results.get(last.id) ?? (waiting ? 'awaitingApproval' : 'running');
+      view.step = { callId: last.id, summary: waiting?.summary ?? toolSummary(last.name, last.input), status };
+    }
+    if (child.state === 'awaitingApproval') view.state = 'awaitingApproval';
+    else if (child.state === 'running') view.state = 'running';
+    const tool = this.entries.get(`tool:${callId}`);
+    if (tool) this.touch(tool);
+  }
+
+  /** The `delegate` calls whose sub-agent has not answered yet (a load shows where they stand). */
+  unfinishedDelegations(): string[] {
+    return this.list().flatMap((e) => (e.kind === 'tool' && e.tool === 'delegate' && e.output === undefined ? [e.callId] : []));
+  }
+
+  /** One event of a sub-agent, forwarded to this session: drawn inside its `delegate` call. */
+  private applyDelegated(callId: string, childSessionId: string, childSeq: number, event: Event): void {
+    const view = this.delegationOf(callId, childSessionId, 'delegate');
+    if (!view || childSeq <= view.childSeq) return;
+    view.childSeq = childSeq;
+    switch (event.kind) {
+      case 'runStarted':
+        view.state = 'running';
+        break;
+      case 'messageStarted':
+        if (event.role === 'assistant') view.text = '';
+        break;
+      case 'textDelta':
+        view.text += event.text;
+        break;
+      case 'messageCompleted':
+        if (event.entry.role === 'assistant' && textOf(event.entry.blocks) !== '') view.text = textOf(event.entry.blocks);
+        break;
+      case 'toolCallStarted':
+        view.step = { callId: event.callId, summary: event.summary, status: 'pending' };
+        break;
+      case 'toolCallUpdated':
+        if (view.step?.callId === event.callId) view.step.status = event.status;
+        break;
+      case 'approvalRequested': {
+        const approval = event.approval;
+        const tool = this.entries.get(`tool:${callId}`);
+        this.delegatedApprovals.set(approval.approvalId, { childSessionId, callId, task: taskOf(tool?.kind === 'tool' ? tool.input : undefined), approval });
+        view.state = 'awaitingApproval';
+        view.step = { callId: approval.callId, summary: approval.summary, status: 'awaitingApproval' };
+        this.setState('awaitingApproval');
+        this.chromeRev++;
+        break;
+      }
+      case 'approvalResolved':
+        if (this.delegatedApprovals.delete(event.approvalId)) this.chromeRev++;
+        if (view.state === 'awaitingApproval') view.state = 'running';
+        this.leaveAwaiting();
+        break;
+      case 'runFinished':
+        view.state = event.reason;
+        break;
+      default:
+        // Budgets, usage, notices and the rest of the child's bookkeeping: not drawn here.
+        return;
+    }
+    const tool = this.entries.get(`tool:${callId}`);
+    if (tool) this.touch(tool);
+  }
+
+  /** A `delegate` call's sub-agent view, made on first sight; none for a call of another tool. */
+  private delegationOf(callId: string, childSessionId: string, name?: string): DelegationView | undefined {
+    const existing = this.entries.get(`tool:${callId}`);
+    const tool = existing?.kind === 'tool' ? existing : name !== undefined ? this.tool(callId, name, {}) : undefined;
+    if (!tool || tool.tool !== 'delegate') return undefined;
+    tool.delegation ??= { childSessionId, childSeq: 0, state: 'running', text: '' };
+    return tool.delegation;
+  }
+
+  /** Back to running once no approval, its own or a sub-agent's, is left to answer. */
+  private leaveAwaiting(): void {
+    if (this.state === 'awaitingApproval' && this.approvals.size === 0 && this.delegatedApprovals.size === 0) this.setState('running');
   }
 
   /** The authoritative list from `session/get`. */
@@ -553,12 +705,57 @@ export class SessionModel {
   }
 }
 
-/** One line for a tool call whose `toolCallStarted` summary was not seen (e.g. after a reload). */
+/** A `delegate` call's task, from its input. */
+export function taskOf(input: unknown): string {
+  if (typeof input === 'object' && input !== null && 'task' in input) {
+    const task = (input as { task: unknown }).task;
+    if (typeof task === 'string') return task;
+  }
+  return '';
+}
+
+/**
+ * One line for a tool call whose `toolCallStarted` summary was not seen (e.g. after a reload),
+ * worded as the daemon words it.
+ */
 export function toolSummary(name: string, input: unknown): string {
-  if (typeof input !== 'object' || input === null) return name;
-  const fields = input as Record<string, unknown>;
-  const subject = ['command', 'path', 'pattern'].map((k) => fields[k]).find((v): v is string => typeof v === 'string');
-  return subject === undefined ? name : `${name} ${subject}`;
+  const fields = typeof input === 'object' && input !== null ? (input as Record<string, unknown>) : {};
+  const str = (key: string) => (typeof fields[key] === 'string' ? (fields[key] as string) : undefined);
+  const path = str('path') ?? '.';
+  const lines = (key: string) => {
+    const text = str(key) ?? '';
+    const count = text === '' ? 0 : text.replace(/\n$/, '').split('\n').length;
+    return `${count} ${count === 1 ? 'line' : 'lines'}`;
+  };
+  const firstLine = (key: string) => (str(key) ?? '').split('\n')[0];
+  switch (name) {
+    case 'read_file':
+      return `read ${path}`;
+    case 'list_directory':
+      return `list ${path}`;
+    case 'search_text':
+      return `search for ${JSON.stringify(str('pattern') ?? '')}`;
+    case 'write_file':
+      return `write ${path} (${lines('content')})`;
+    case 'edit_file':
+      return `edit ${path} (replace ${lines('old_string')} with ${lines('new_string')})`;
+    case 'run_command':
+      return `run \`${firstLine('command')}\`${(str('command') ?? '').replace(/\n$/, '').includes('\n') ? ' …' : ''}`;
+    case 'delegate':
+      return `delegate ${JSON.stringify(truncate(firstLine('task'), 80))}`;
+    default:
+      return `${name} ${truncate(JSON.stringify(input ?? null), 80)}`;
+  }
+}
+
+/** At most `max` bytes of UTF-8 (cut at a character), marked as the daemon marks a cut. */
+function truncate(text: string, max: number): string {
+  const bytes = new TextEncoder().encode(text);
+  if (bytes.length <= max) return text;
+  let end = max;
+  // A UTF-8 continuation byte (10xxxxxx) is inside a character.
+  while (end > 0 && (bytes[end] & 0xc0) === 0x80) end--;
+  return `${new TextDecoder().decode(bytes.slice(0, end))}… [cut: ${bytes.length - end} more bytes]`;
 }
 
 /** A `summary` entry from its stored form (a `summary` block; plain text from older daemons). */

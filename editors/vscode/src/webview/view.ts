@@ -8,7 +8,7 @@
  * or the daemon is inserted as text, except assistant Markdown, which is sanitised.
  */
 
-import { SessionModel, type AssistantEntry, type Entry, type SummaryEntry } from '../model/session';
+import { SessionModel, taskOf, type AssistantEntry, type DelegationView, type Entry, type SummaryEntry, type ToolEntry } from '../model/session';
 import type { DaemonStatus, HostToPage, PageToHost } from '../model/messages';
 import type { Attachment, CostSummary, PendingApproval, SessionSummary, ToolCallStatus } from '../model/wire';
 import { MarkdownBlock } from './markdown';
@@ -126,12 +126,59 @@ const TOOL_STATUS: Record<ToolCallStatus, string> = {
   cancelled: 'cancelled',
 };
 
+/** Where a sub-agent stands, as its `delegate` call shows it while it works or once it ended. */
+export function delegationState(state: DelegationView['state']): string {
+  switch (state) {
+    case 'running':
+      return 'working';
+    case 'awaitingApproval':
+      return 'waiting for your approval';
+    case 'end_turn':
+      return 'finished';
+    case 'stopped':
+      return 'stopped';
+    case 'max_iterations':
+      return 'used all its steps';
+    case 'budget_spent':
+      return 'reached a budget limit';
+    case 'cut_off':
+      return 'cut off';
+    case 'refusal':
+      return 'the model refused';
+    case 'error':
+      return 'failed';
+  }
+}
+
 /** The label under an answer that did not end as an ordinary one. */
 const ASSISTANT_STATUS: Partial<Record<AssistantEntry['status'], string>> = {
   stopped: 'stopped',
   failed: 'failed',
   refused: 'the model refused to answer',
 };
+
+/** What a `delegate` call shows under its head: the task, then the sub-agent at work or its answer. */
+function delegationParts(entry: ToolEntry): HTMLElement[] {
+  const parts = [el('div', 'task', taskOf(entry.input))];
+  const view = entry.delegation;
+  if (entry.output !== undefined) {
+    parts.push(el('div', 'answer', entry.output));
+    return parts;
+  }
+  if (!view) return parts;
+  const agent = el('div', 'agent');
+  agent.dataset.state = view.state;
+  agent.append(el('span', 'state', delegationState(view.state)));
+  if (view.step) {
+    const step = el('div', 'step');
+    step.dataset.status = view.step.status;
+    step.append(el('span', 'summary', view.step.summary), el('span', 'status', ` · ${TOOL_STATUS[view.step.status]}`));
+    agent.append(step);
+  }
+  if (view.text !== '') agent.append(el('div', 'said', view.text));
+  parts.push(agent);
+  return parts;
+}
 
 interface Sending {
   clientMessageId: string;
@@ -282,6 +329,9 @@ export class ChatView {
       case 'merge':
         if (this.model?.sessionId === message.sessionId) this.model.applyTranscript(message.transcript);
         break;
+      case 'child':
+        if (this.model?.sessionId === message.sessionId) this.model.applyChildTranscript(message.callId, message.transcript);
+        break;
       case 'events':
         if (this.model?.sessionId === message.sessionId) for (const params of message.events) this.model.apply(params);
         break;
@@ -428,8 +478,15 @@ export class ChatView {
         node.replaceChildren();
         node.dataset.status = entry.status;
         const head = el('div', 'head');
-        head.append(el('span', `badge status-${entry.status}`, TOOL_STATUS[entry.status]), el('span', 'summary', entry.summary));
+        // A delegation's task is drawn in full below its head.
+        const summary = entry.tool === 'delegate' ? 'Sub-agent' : entry.summary;
+        head.append(el('span', `badge status-${entry.status}`, TOOL_STATUS[entry.status]), el('span', 'summary', summary));
         node.append(head);
+        if (entry.tool === 'delegate') {
+          node.classList.add('delegate');
+          node.append(...delegationParts(entry));
+          return;
+        }
         if (entry.output) {
           const details = el('details', 'output');
           details.append(el('summary', undefined, 'Output'), el('pre', undefined, entry.output));
@@ -589,12 +646,18 @@ export class ChatView {
   }
 
   private renderApprovals(): void {
-    const approvals = [...(this.model?.approvals.values() ?? [])];
+    // The session's own, then those its sub-agents wait for, each saying who asks.
+    const approvals: { approval: PendingApproval; task?: string }[] = [
+      ...[...(this.model?.approvals.values() ?? [])].map((approval) => ({ approval })),
+      ...[...(this.model?.delegatedApprovals.values() ?? [])].map((d) => ({ approval: d.approval, task: d.task })),
+    ];
     this.approvals.replaceChildren(
-      ...approvals.map((approval) => {
-        const card = el('div', 'approval');
+      ...approvals.map(({ approval, task }) => {
+        const card = el('div', task === undefined ? 'approval' : 'approval delegated');
         card.dataset.approvalId = approval.approvalId;
-        card.append(el('div', 'title', `Allow ${approval.tool}?`), el('div', 'summary', approval.summary));
+        card.append(el('div', 'title', `Allow ${approval.tool}?`));
+        if (task !== undefined) card.append(el('div', 'asked-by', `Asked by the sub-agent working on: ${task}`));
+        card.append(el('div', 'summary', approval.summary));
         const preview = approvalPreview(approval);
         const pre = el('pre', `preview ${preview.kind}`);
         for (const line of preview.lines) {
