@@ -178,6 +178,25 @@ test('changing a sidechat setting restarts the daemon with it, and the view foll
   assert.equal(starts(), 3);
 });
 
+test('once the extension is deactivated, a late request starts no daemon', { timeout: 120_000 }, async () => {
+  const scratch0 = new Scratch();
+  scratches.push(scratch0);
+  const env = { HOME: scratch0.dir, XDG_CONFIG_HOME: join(scratch0.dir, 'c'), XDG_DATA_HOME: join(scratch0.dir, 'd'), SIDECHAT_ACCOUNT: 'demo' };
+  const { context } = activateWith({ 'sidechat.path': sidechatBinary(), 'sidechat.extraArgs': ['--db', join(scratch0.dir, 'sidechat.db')], 'sidechat.env': env });
+  const provider = __stub.viewProviders.get('sidechat.chat') as ChatViewProvider;
+  const { view, posted, send } = fakeView();
+  provider.resolveWebviewView(view as never);
+  await send({ type: 'ready' });
+  await until(() => posted.find((m) => m.type === 'daemon' && m.status.state === 'ready'), 'the daemon to be ready');
+  for (const s of context.subscriptions.splice(0)) await s.dispose();
+
+  // The view's controller outlives the daemon (a refresh on its way does the same).
+  await send({ type: 'send', text: 'too late', attachments: [], clientMessageId: 'c1' });
+  const sent = await until(() => posted.find((m) => m.type === 'sent'), 'the send to be answered');
+  assert.deepEqual(sent, { type: 'sent', clientMessageId: 'c1', queued: false, error: 'sidechat has been shut down with the extension' });
+  assert.equal(__stub.output.filter((line) => line.startsWith('starting ')).length, 1);
+});
+
 test('a missing binary: an error naming the path, with a button that opens the setting', { timeout: 120_000 }, async () => {
   __stub.errorChoice = 'Open setting';
   activateWith({ 'sidechat.path': '/nowhere/sidechat' });

@@ -76,6 +76,8 @@ export class Daemon {
   private connection: MessageConnection | undefined;
   private ready: Promise<MessageConnection> | undefined;
   private stopping = false;
+  /** Stopped for good: a late request (a refresh still on its way) must not start another. */
+  private disposed = false;
   private crashes = 0;
   private restartTimer: NodeJS.Timeout | undefined;
   private readonly eventListeners = new Set<Listener<SessionEventParams>>();
@@ -100,6 +102,7 @@ export class Daemon {
 
   /** Starts the daemon unless it is running; resolves once `initialize` has answered. */
   start(): Promise<MessageConnection> {
+    if (this.disposed) return Promise.reject(new Error('sidechat has been shut down with the extension'));
     if (!this.ready) {
       this.stopping = false;
       this.ready = this.spawn();
@@ -118,6 +121,12 @@ export class Daemon {
   async request<M extends keyof Requests>(method: M, params: Requests[M]['params']): Promise<Requests[M]['result']> {
     const connection = await this.start();
     return (await connection.sendRequest(method, params)) as Requests[M]['result'];
+  }
+
+  /** Stops the daemon for good, as the extension deactivates: later requests fail at once. */
+  dispose(): Promise<void> {
+    this.disposed = true;
+    return this.stop();
   }
 
   /** `shutdown` and `exit`, then a kill if it lingers. */

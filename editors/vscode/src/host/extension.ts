@@ -155,7 +155,7 @@ export function activate(context: vscode.ExtensionContext): void {
     output,
     { dispose: unsubscribe },
     // Returned so that a caller that can wait (the tests) waits for the process to end.
-    { dispose: () => daemon.stop() },
+    { dispose: () => daemon.dispose() },
     vscode.workspace.registerTextDocumentContentProvider(DIFF_SCHEME, diffs),
     vscode.window.registerWebviewViewProvider(ChatViewProvider.viewType, provider, {
       webviewOptions: { retainContextWhenHidden: true },
