@@ -56,6 +56,14 @@ function H.truthy(value, what)
   end
 end
 
+--- Waits until the shown session is idle and holds `n` committed entries.
+function H.idle_with(n)
+  H.wait(n .. " entries and an idle session", function()
+    local s = require("sidechat").current()
+    return s.state == "idle" and #s.entries == n
+  end)
+end
+
 --- The transcript buffer's lines.
 function H.lines()
   return require("sidechat.view").lines()

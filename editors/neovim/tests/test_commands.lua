@@ -57,20 +57,13 @@ local AFTER_DENIAL = vim.list_extend(vim.deepcopy(FIRST), {
   "Denied, fine.",
 })
 
-local function idle_with(n)
-  H.wait(n .. " entries and an idle session", function()
-    local s = sidechat.current()
-    return s.state == "idle" and #s.entries == n
-  end)
-end
-
 H.run({
   {
     "thinking streams and folds away",
     function()
       sidechat.open()
       sidechat.send("think first")
-      idle_with(2)
+      H.idle_with(2)
       H.eq(FIRST, H.lines(), "transcript")
       local win = H.focus(view.state.transcript)
       H.eq(7, vim.fn.foldclosed(8), "the thinking is folded under its header line")
@@ -112,7 +105,7 @@ H.run({
       end)
       H.focus(approval.state.buf)
       H.press("d")
-      idle_with(6)
+      H.idle_with(6)
       H.wait_lines(AFTER_DENIAL)
     end,
   },
@@ -146,7 +139,7 @@ H.run({
         return #sidechat.current().waiting == 0
       end)
       vim.cmd("SidechatStop")
-      idle_with(8)
+      H.idle_with(8)
       local lines = H.lines()
       H.eq(AFTER_DENIAL, vim.list_slice(lines, 1, #AFTER_DENIAL), "the transcript before the run")
       H.eq(nil, vim.tbl_contains(lines, "never mind") or nil, "the withdrawn message is gone")
@@ -160,7 +153,7 @@ H.run({
       vim.cmd("edit " .. H.ws .. "/code.lua")
       vim.api.nvim_buf_set_lines(0, 0, -1, false, { "local a = 1", "local b = 2", "local c = 3", "return a" })
       vim.cmd("2,3SidechatAsk what do these do?")
-      idle_with(10)
+      H.idle_with(10)
       local lines = H.lines()
       local at = #lines - 4
       H.eq({ "## You", "what do these do?", "📎 code.lua:2-3 (4 lines)", "", "## Assistant" }, vim.list_slice(lines, at - 1, at + 3), "the question")

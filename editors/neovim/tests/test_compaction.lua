@@ -7,24 +7,17 @@ local sidechat = require("sidechat")
 local view = require("sidechat.view")
 local render = require("sidechat.render")
 
-local function idle_with(n)
-  H.wait(n .. " entries and an idle session", function()
-    local s = sidechat.current()
-    return s.state == "idle" and #s.entries == n
-  end)
-end
-
 H.run({
   {
     "/compact: a summary entry with the compaction's details, its text folded",
     function()
       sidechat.open()
       sidechat.send("hello there")
-      idle_with(2)
+      H.idle_with(2)
       sidechat.send("tell me a story")
-      idle_with(4)
+      H.idle_with(4)
       sidechat.send("/compact")
-      idle_with(6)
+      H.idle_with(6)
       H.wait("the compaction's details", function()
         return vim.tbl_contains(H.lines(), "▸ summary") and H.lines()[#H.lines()]:match("^Compacted 4 messages") ~= nil
       end)

@@ -8,13 +8,6 @@ local view = require("sidechat.view")
 
 local HEADING = "## Carried over from the previous context"
 
-local function idle_with(n)
-  H.wait(n .. " entries and an idle session", function()
-    local s = sidechat.current()
-    return s.state == "idle" and #s.entries == n
-  end)
-end
-
 local function note_line()
   return vim.fn.index(H.lines(), HEADING) + 1
 end
@@ -28,7 +21,7 @@ H.run({
     function()
       sidechat.open()
       sidechat.send("hello there")
-      idle_with(2)
+      H.idle_with(2)
       sidechat.send("/new-context")
       H.wait("the carry-over note", function()
         return note_line() > 0

@@ -30,6 +30,36 @@ local function err_text(err)
   return tostring(err)
 end
 
+--- Sends `method` and tells the user how it went: an error as "`failed`: <message>", an answer
+--- as what `told(result)` says (nothing when it returns nil); then `done(err, result)`.
+---@param told fun(result: table): string?
+---@param done fun(err: table?, result: table?)?
+local function request_told(method, params, failed, told, done)
+  M.client():request(method, params, function(err, result)
+    if err then
+      notify(failed .. ": " .. err_text(err), vim.log.levels.ERROR)
+    else
+      local words = told(result)
+      if words then
+        notify(words)
+      end
+    end
+    if done then
+      done(err, result)
+    end
+  end)
+end
+
+--- A mapping that calls `fn(span)` when the transcript line under the cursor is a `kind`.
+local function under_cursor(kind, fn)
+  return function()
+    local span = view.span(vim.api.nvim_win_get_cursor(0)[1])
+    if span and span.kind == kind then
+      fn(span)
+    end
+  end
+end
+
 --- Redraws and syncs the approval window when the shown session changes.
 local function on_session_change(session, what)
   if session ~= st.current then
@@ -294,24 +324,15 @@ function M.withdraw(pending_id, done)
   if not pending_id then
     return notify("no message is waiting")
   end
-  M.client():request("interjection/cancel", { pendingId = pending_id }, function(err, result)
-    if err then
-      notify("cannot withdraw: " .. err_text(err), vim.log.levels.ERROR)
-    elseif not result.cancelled then
-      notify("too late to withdraw: the message is " .. result.status)
-    end
-    if done then
-      done(err, result)
-    end
-  end)
+  request_told("interjection/cancel", { pendingId = pending_id }, "cannot withdraw", function(result)
+    return not result.cancelled and ("too late to withdraw: the message is " .. result.status) or nil
+  end, done)
 end
 
-function M.withdraw_under_cursor()
-  local span = view.span(vim.api.nvim_win_get_cursor(0)[1])
-  if span and span.kind == "waiting" then
-    M.withdraw(span.pendingId)
-  end
-end
+--- The waiting message under the cursor; elsewhere in the transcript, nothing.
+M.withdraw_under_cursor = under_cursor("waiting", function(span)
+  M.withdraw(span.pendingId)
+end)
 
 --- Deletes a carry-over note (`note/delete`), so that the model is no longer sent it; the
 --- transcript drops it when the daemon's `noteDeleted` event arrives. Without `message_id`,
@@ -337,25 +358,15 @@ function M.delete_note(message_id, done)
   if not message_id then
     return notify("no carry-over note to delete")
   end
-  M.client():request("note/delete", { messageId = message_id }, function(err, result)
-    if err then
-      notify("cannot delete the note: " .. err_text(err), vim.log.levels.ERROR)
-    elseif not result.deleted then
-      notify("the note was deleted already")
-    end
-    if done then
-      done(err, result)
-    end
-  end)
+  request_told("note/delete", { messageId = message_id }, "cannot delete the note", function(result)
+    return not result.deleted and "the note was deleted already" or nil
+  end, done)
 end
 
 --- The note under the cursor; elsewhere in the transcript, nothing.
-function M.delete_note_under_cursor()
-  local span = view.span(vim.api.nvim_win_get_cursor(0)[1])
-  if span and span.kind == "note" then
-    M.delete_note(span.messageId)
-  end
-end
+M.delete_note_under_cursor = under_cursor("note", function(span)
+  M.delete_note(span.messageId)
+end)
 
 --- Answers a pending approval: "allow", "allowAlways" or "deny". Without `approval_id`, the one
 --- in the approval window (else the shown session's oldest).
@@ -372,16 +383,9 @@ function M.approve(decision, approval_id, done)
     notify("no approval is pending")
     return
   end
-  M.client():request("approval/respond", { approvalId = approval_id, decision = decision }, function(err, result)
-    if err then
-      notify("approval not answered: " .. err_text(err), vim.log.levels.ERROR)
-    elseif not result.applied then
-      notify(result.message or ("already answered: " .. result.decision))
-    end
-    if done then
-      done(err, result)
-    end
-  end)
+  request_told("approval/respond", { approvalId = approval_id, decision = decision }, "approval not answered", function(result)
+    return not result.applied and (result.message or ("already answered: " .. result.decision)) or nil
+  end, done)
 end
 
 function M.show_approval()
@@ -459,12 +463,10 @@ function M.diff(path, done)
   end)
 end
 
-function M.diff_under_cursor()
-  local span = view.span(vim.api.nvim_win_get_cursor(0)[1])
-  if span and span.kind == "file" then
-    M.diff(span.path)
-  end
-end
+--- The changed file under the cursor's diff; elsewhere in the transcript, nothing.
+M.diff_under_cursor = under_cursor("file", function(span)
+  M.diff(span.path)
+end)
 
 --- Whole-dollar amounts with cents, smaller ones with four decimals.
 local function usd(amount)
@@ -536,16 +538,9 @@ function M.cost(done)
   if not s then
     return notify("no session is shown")
   end
-  M.client():request("session/cost", { sessionId = s.id }, function(err, result)
-    if err then
-      notify("cannot read the cost: " .. err_text(err), vim.log.levels.ERROR)
-    else
-      notify(table.concat(M.cost_lines(result), "\n"))
-    end
-    if done then
-      done(err, result)
-    end
-  end)
+  request_told("session/cost", { sessionId = s.id }, "cannot read the cost", function(result)
+    return table.concat(M.cost_lines(result), "\n")
+  end, done)
 end
 
 --- Sends lines `line1`..`line2` of the current buffer with their file and range; without a
