@@ -27,6 +27,10 @@ function M.body(approval)
   local input = approval.input or {}
   local tool = approval.tool
   local lines = { render.summary(tool, input), "" }
+  if approval.asked_by then
+    -- A sub-agent's: who asks comes first.
+    table.insert(lines, 1, "asked by the sub-agent working on: " .. approval.asked_by)
+  end
   local filetype = "markdown"
   if tool == "run_command" then
     vim.list_extend(lines, prefixed(input.command, "$ "))
@@ -133,7 +137,7 @@ end
 --- Shows the session's oldest pending approval, or closes the window when none is left.
 ---@param session sidechat.Session?
 function M.sync(session)
-  local pending = session and session.approvals or {}
+  local pending = session and session:pending_approvals() or {}
   local first
   for _, a in ipairs(pending) do
     if not M.state.dismissed[a.approvalId] then

@@ -377,7 +377,8 @@ function M.approve(decision, approval_id, done)
   local s = st.current
   if not approval_id then
     local shown = approval.state.approval
-    approval_id = shown and shown.approvalId or (s and s.approvals[1] and s.approvals[1].approvalId)
+    local first = s and s:pending_approvals()[1]
+    approval_id = shown and shown.approvalId or (first and first.approvalId)
   end
   if not approval_id then
     notify("no approval is pending")

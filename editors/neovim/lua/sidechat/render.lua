@@ -41,6 +41,16 @@ function M.more_lines(n)
   return ("%d more %s"):format(n, n == 1 and "line" or "lines")
 end
 
+--- At most `max` bytes (cut at a character), marked as the daemon marks a cut.
+local function truncate(text, max)
+  if #text <= max then
+    return text
+  end
+  -- Back to the start of the character the cut would split.
+  local cut = max + vim.str_utf_start(text, max + 1)
+  return ("%s… [cut: %d more bytes]"):format(text:sub(1, cut), #text - cut)
+end
+
 --- One line naming a tool call, as the daemon's approval prompts word it.
 ---@param tool string
 ---@param input table
@@ -66,6 +76,9 @@ function M.summary(tool, input)
     local first = command:match("^[^\n]*")
     local more = count_lines(command) > 1 and " …" or ""
     return ("run `%s`%s"):format(first, more)
+  elseif tool == "delegate" then
+    local task = type(input.task) == "string" and input.task or ""
+    return ('delegate "%s"'):format(truncate(task:match("^[^\n]*"), 80))
   end
   local json = vim.json.encode(input)
   if #json > 80 then
@@ -136,8 +149,49 @@ function Builder:thinking(text)
   self:text(text, "> ", 1)
 end
 
+--- How a sub-agent stands, as its `delegate` call's line says it.
+local AGENT_STATE = {
+  running = "working",
+  awaitingApproval = "waiting for your approval",
+  end_turn = "finished",
+  stopped = "stopped",
+  max_iterations = "used all its steps",
+  budget_spent = "reached a budget limit",
+  cut_off = "cut off",
+  refusal = "refused",
+  error = "failed",
+}
+
+--- How many of a sub-agent's latest lines of words its call shows while it works.
+M.AGENT_LINES = 3
+
+--- A `delegate` call: while its sub-agent works, where it stands, its latest step and the end of
+--- its latest words; then its answer (the call's result), shown in full.
+function Builder:delegate_call(session, block, status, output)
+  self:add(("⚙ %s · %s"):format(M.summary(block.name, block.input), STATUS[status] or status))
+  if output then
+    self:text(output, "    ")
+    return
+  end
+  local d = session.delegations[block.id]
+  if not d then
+    return
+  end
+  local step = d.step and (": %s · %s"):format(d.step.summary, STATUS[d.step.status] or d.step.status) or ""
+  self:add(("    ↳ sub-agent %s%s"):format(AGENT_STATE[d.state] or d.state, step))
+  if d.text ~= "" then
+    local lines = vim.split(chomp(d.text), "\n", { plain = true })
+    for i = math.max(1, #lines - M.AGENT_LINES + 1), #lines do
+      self:add("    │ " .. lines[i])
+    end
+  end
+end
+
 function Builder:tool_call(session, block)
   local status, output = session:tool_status(block.id)
+  if block.name == "delegate" then
+    return self:delegate_call(session, block, status, output)
+  end
   self:add(("⚙ %s · %s"):format(M.summary(block.name, block.input), STATUS[status] or status), output and ">1" or 0)
   if not output or output == "" then
     return

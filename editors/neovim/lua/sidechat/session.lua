@@ -24,6 +24,9 @@ function M.new(client, id)
     results = {}, -- call id -> the committed toolResult block
     render_cache = {}, -- entry id -> its rendered lines (see render.entry)
     approvals = {}, -- pending approvals, oldest first
+    delegated = {}, -- approvals the session's sub-agents wait for (`delegatedApprovals`), oldest first
+    delegations = {}, -- delegate call id -> its sub-agent as seen (see Session:delegation)
+    calls = {}, -- call id -> its committed toolCall block
     waiting = {}, -- interjections not yet delivered: { pendingId, text }
     state = "idle",
     budget = nil, -- the latest budget snapshot
@@ -89,6 +92,8 @@ function Session:add_entry(entry)
   for _, block in ipairs(entry.blocks) do
     if block.type == "toolResult" then
       self.results[block.callId] = block
+    elseif block.type == "toolCall" then
+      self.calls[block.id] = block
     end
   end
   if entry.seq > self.committed_seq then
@@ -129,9 +134,7 @@ function Session:apply(params)
     remove_where(self.approvals, function(a)
       return a.approvalId == ev.approvalId
     end)
-    if #self.approvals == 0 and self.state == "awaitingApproval" then
-      self.state = "running"
-    end
+    self:leave_awaiting()
   elseif kind == "interjectionQueued" then
     remove_where(self.waiting, function(w)
       return w.pendingId == ev.pendingId
@@ -182,9 +185,195 @@ function Session:apply(params)
     self.state = "idle"
     self.live = {}
     self.approvals = {}
+    -- The run's sub-agents ended with it.
+    self.delegated = {}
     self.last_finish = { reason = ev.reason, error = ev.error }
+  elseif kind == "delegation" then
+    self:delegated_event(ev)
   end
   return kind
+end
+
+--- Back to running once no approval, its own or a sub-agent's, is left to answer.
+function Session:leave_awaiting()
+  if #self.approvals == 0 and #self.delegated == 0 and self.state == "awaitingApproval" then
+    self.state = "running"
+  end
+end
+
+--- The words of a message: its text blocks.
+local function text_of(blocks)
+  local parts = {}
+  for _, block in ipairs(blocks) do
+    if block.type == "text" and block.text ~= "" then
+      table.insert(parts, block.text)
+    end
+  end
+  return table.concat(parts, "\n\n")
+end
+
+--- A `delegate` call's task, from its committed input.
+function Session:task_of(call_id)
+  local call = self.calls[call_id]
+  local input = call and call.input
+  return type(input) == "table" and type(input.task) == "string" and input.task or ""
+end
+
+--- The sub-agent working for the `delegate` call `call_id`, made on first sight:
+--- `{ childSessionId, childSeq, state, step = { callId, summary, status }?, text }`, where
+--- `state` is "running", "awaitingApproval" or the child run's finish reason, `step` its latest
+--- tool call and `text` the words of its latest message.
+function Session:delegation(call_id, child_id)
+  local d = self.delegations[call_id]
+  if not d then
+    d = { childSessionId = child_id, childSeq = 0, state = "running", text = "" }
+    self.delegations[call_id] = d
+  end
+  return d
+end
+
+--- One event of a sub-agent, forwarded to this session as a `delegation` event.
+function Session:delegated_event(ev)
+  local d = self:delegation(ev.callId, ev.childSessionId)
+  if ev.childSeq <= d.childSeq then
+    return
+  end
+  d.childSeq = ev.childSeq
+  local inner = ev.event
+  local kind = inner.kind
+  if kind == "runStarted" then
+    d.state = "running"
+  elseif kind == "messageStarted" and inner.role == "assistant" then
+    d.text = ""
+  elseif kind == "textDelta" then
+    d.text = d.text .. inner.text
+  elseif kind == "messageCompleted" and inner.entry.role == "assistant" then
+    local text = text_of(inner.entry.blocks)
+    if text ~= "" then
+      d.text = text
+    end
+  elseif kind == "toolCallStarted" then
+    d.step = { callId = inner.callId, summary = inner.summary, status = "pending" }
+  elseif kind == "toolCallUpdated" then
+    if d.step and d.step.callId == inner.callId then
+      d.step.status = inner.status
+    end
+  elseif kind == "approvalRequested" then
+    local a = inner.approval
+    remove_where(self.delegated, function(x)
+      return x.approval.approvalId == a.approvalId
+    end)
+    table.insert(self.delegated, {
+      childSessionId = ev.childSessionId,
+      callId = ev.callId,
+      task = self:task_of(ev.callId),
+      approval = a,
+    })
+    d.state = "awaitingApproval"
+    d.step = { callId = a.callId, summary = a.summary, status = "awaitingApproval" }
+    self.state = "awaitingApproval"
+  elseif kind == "approvalResolved" then
+    remove_where(self.delegated, function(x)
+      return x.approval.approvalId == inner.approvalId
+    end)
+    if d.state == "awaitingApproval" then
+      d.state = "running"
+    end
+    self:leave_awaiting()
+  elseif kind == "runFinished" then
+    d.state = inner.reason
+  end
+end
+
+--- Fills a `delegate` call's sub-agent from the child session's own transcript (after an
+--- attach or a restart, when the events that told it live are gone).
+function Session:apply_child_transcript(call_id, child)
+  local d = self:delegation(call_id, child.sessionId)
+  if d.childSeq >= child.lastSeq then
+    return
+  end
+  d.childSeq = child.lastSeq
+  local results, last = {}, nil
+  for _, entry in ipairs(child.entries) do
+    for _, block in ipairs(entry.blocks) do
+      if block.type == "toolCall" then
+        last = block
+      elseif block.type == "toolResult" then
+        results[block.callId] = block.status
+      end
+    end
+    if entry.role == "assistant" then
+      local text = text_of(entry.blocks)
+      if text ~= "" then
+        d.text = text
+      end
+    end
+  end
+  if last then
+    -- An approval carries the daemon's own words for the call.
+    local waiting
+    for _, a in ipairs(child.pendingApprovals) do
+      if a.callId == last.id then
+        waiting = a
+      end
+    end
+    d.step = {
+      callId = last.id,
+      summary = waiting and waiting.summary or require("sidechat.render").summary(last.name, last.input),
+      status = results[last.id] or (waiting and "awaitingApproval" or "running"),
+    }
+  end
+  if child.state == "awaitingApproval" or child.state == "running" then
+    d.state = child.state
+  end
+end
+
+--- The `delegate` calls of the transcript without a result yet.
+function Session:unfinished_delegations()
+  local open = {}
+  for id, call in pairs(self.calls) do
+    if call.name == "delegate" and not self.results[id] then
+      open[id] = true
+    end
+  end
+  return open
+end
+
+--- Reads where each unfinished `delegate` call's sub-agent stands from its child session
+--- (`children` of `session/get`), then `done()`; what cannot be read is left as it is.
+function Session:load_children(done)
+  local open = self:unfinished_delegations()
+  local children = vim.deepcopy((self.info and self.info.children) or {})
+  local function next_child()
+    local child_id = table.remove(children, 1)
+    if not child_id or next(open) == nil then
+      return done()
+    end
+    self.client:request("session/get", { sessionId = child_id }, function(err, child)
+      local call_id = not err and child.parentCallId
+      if not call_id or call_id == vim.NIL or not open[call_id] then
+        return next_child()
+      end
+      open[call_id] = nil
+      self.client:request("session/transcript", { sessionId = child_id }, function(e, transcript)
+        if not e then
+          self:apply_child_transcript(call_id, transcript)
+        end
+        next_child()
+      end)
+    end)
+  end
+  next_child()
+end
+
+--- Every approval waiting for the user in this session: its own, then its sub-agents' (each
+--- with `asked_by`, the task of the sub-agent that asks).
+function Session:pending_approvals()
+  local all = vim.list_extend({}, self.approvals)
+  for _, d in ipairs(self.delegated) do
+    table.insert(all, vim.tbl_extend("force", d.approval, { asked_by = d.task }))
+  end
+  return all
 end
 
 --- Takes one `session/event` notification of this session.
@@ -272,6 +461,7 @@ function Session:refetch(reset, done)
       if reset then
         self.live = {}
         self.tools = {}
+        self.delegations = {}
         self.event_seq = result.lastSeq
         self.notices = {}
       else
@@ -279,11 +469,19 @@ function Session:refetch(reset, done)
       end
       self.state = result.state
       self.approvals = result.pendingApprovals
+      self.delegated = result.delegatedApprovals or {}
+      for _, x in ipairs(self.delegated) do
+        local d = self:delegation(x.callId, x.childSessionId)
+        d.state = "awaitingApproval"
+        d.step = { callId = x.approval.callId, summary = x.approval.summary, status = "awaitingApproval" }
+      end
       self.waiting = {}
       for _, w in ipairs(result.pendingInterjections) do
         table.insert(self.waiting, { pendingId = w.pendingId, text = w.text })
       end
-      finish(nil)
+      self:load_children(function()
+        finish(nil)
+      end)
     end)
   end
   client:request("session/get", { sessionId = self.id }, function(err, info)
@@ -317,6 +515,11 @@ function Session:tool_status(call_id)
   end
   for _, a in ipairs(self.approvals) do
     if a.callId == call_id then
+      return "awaitingApproval"
+    end
+  end
+  for _, d in ipairs(self.delegated) do
+    if d.callId == call_id then
       return "awaitingApproval"
     end
   end
