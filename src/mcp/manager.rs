@@ -23,6 +23,12 @@ use crate::util::lock;
 
 /// The longest wait before a failed server is tried again.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// How long a closed connection waits for its process's exit to be known. The two come
+/// moments apart, in either order: waiting lets the notice and a call in flight say that the
+/// process exited, and how, instead of a vaguer reason.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
+/// Why a server went away when all that is known is that its connection closed.
+const CLOSED: &str = "its process exited or the connection closed";
 
 /// Where the manager reports what sessions must be told: a server failed, died or listed
 /// tools that cannot be offered. The runtime stores each as a `notice`.
@@ -316,7 +322,10 @@ impl Manager {
         let why = tokio::select! {
             quit = &mut waiting => {
                 tracing::warn!(server = %name, reason = ?quit, "MCP server connection ended");
-                "its process exited or the connection closed".to_string()
+                match tokio::time::timeout(EXIT_GRACE, connection::exit_of(&mut exited)).await {
+                    Ok(ended) => format!("its process exited ({ended})"),
+                    Err(_) => CLOSED.to_string(),
+                }
             }
             ended = connection::exit_of(&mut exited) => format!("its process exited ({ended})"),
         };
@@ -514,18 +523,20 @@ impl Manager {
                     spec.name, tool.tool.name, error.message
                 ));
             }
+            Ok(Err(rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_))) => {
+                // The connection may close a moment before the server is known to be down.
+                let why = tokio::time::timeout(EXIT_GRACE, live.went_down())
+                    .await
+                    .unwrap_or_else(|_| CLOSED.to_string());
+                return ToolOutcome::error(format!(
+                    "The call to {} failed: MCP server {:?} stopped during the call ({why})",
+                    tool.tool.name, spec.name
+                ));
+            }
             Ok(Err(error)) => {
                 return ToolOutcome::error(format!(
-                    "The call to {} failed: MCP server {:?} {}",
-                    tool.tool.name,
-                    spec.name,
-                    match error {
-                        rmcp::ServiceError::TransportClosed
-                        | rmcp::ServiceError::TransportSend(_) =>
-                            "stopped during the call (its process exited or the connection closed)"
-                                .to_string(),
-                        other => format!("answered with an error ({other})"),
-                    }
+                    "The call to {} failed: MCP server {:?} answered with an error ({error})",
+                    tool.tool.name, spec.name
                 ));
             }
             Ok(Ok(result)) => serde_json::to_value(&result).unwrap_or(Value::Null),
