@@ -162,11 +162,18 @@ impl Tokenizers {
             Encoding::O200kBase => (&O200K_PIECES, Pattern::O200k),
             Encoding::Cl100kBase => (&CL100K_PIECES, Pattern::Cl100k),
         };
-        cell.get_or_init(|| {
-            let bpe = Self::bpe(encoding)?;
-            PieceCounter::new(bpe, pattern)
-                .map_err(|e| tracing::error!(?encoding, "{e}; counting with tiktoken-rs alone"))
-                .ok()
+        if let Some(built) = cell.get() {
+            return built.as_ref();
+        }
+        // Building (or waiting for the warm-up thread to finish building) takes a fraction
+        // of a second: not on an async worker, whose other sessions would stall meanwhile.
+        crate::util::off_worker(|| {
+            cell.get_or_init(|| {
+                let bpe = Self::bpe(encoding)?;
+                PieceCounter::new(bpe, pattern)
+                    .map_err(|e| tracing::error!(?encoding, "{e}; counting with tiktoken-rs alone"))
+                    .ok()
+            })
         })
         .as_ref()
     }
