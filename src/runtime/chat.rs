@@ -393,12 +393,7 @@ impl Runtime {
             )));
         }
         let run_id = new_id("run");
-        let signals = self
-            .inner
-            .runs
-            .claim(session_id, &run_id)
-            .map_err(RuntimeError::busy(session_id))?;
-        self.lease_or_give_back(session_id, &run_id)?;
+        let signals = self.inner.claim_run(session_id, &run_id)?;
         spawn_run(
             self.inner.clone(),
             RunStart::New {
@@ -492,12 +487,7 @@ impl Runtime {
         stop: bool,
     ) -> RuntimeResult<tokio::sync::watch::Receiver<bool>> {
         let session = self.session_row(&run.session_id)?;
-        let signals = self
-            .inner
-            .runs
-            .claim(&session.id, &run.id)
-            .map_err(RuntimeError::busy(&session.id))?;
-        self.lease_or_give_back(&session.id, &run.id)?;
+        let signals = self.inner.claim_run(&session.id, &run.id)?;
         if stop {
             self.inner.runs.stop(&session.id);
         }
@@ -508,21 +498,5 @@ impl Runtime {
             signals,
         )?;
         Ok(done)
-    }
-
-    /// Takes the session's lease for a run just claimed in the registry; gives the claim back
-    /// and names the daemon that drives the session when another one does.
-    fn lease_or_give_back(&self, session_id: &str, run_id: &str) -> RuntimeResult<()> {
-        match self.inner.take_lease(session_id, run_id) {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(lease)) => {
-                self.inner.runs.release(session_id, run_id);
-                Err(RuntimeError::elsewhere(&lease))
-            }
-            Err(e) => {
-                self.inner.runs.release(session_id, run_id);
-                Err(e)
-            }
-        }
     }
 }

@@ -11,7 +11,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::periodic::spawn_periodic;
-use super::{Inner, RuntimeResult, recovery};
+use super::registry::RunSignals;
+use super::{Inner, RuntimeError, RuntimeResult, recovery};
 use crate::protocol::{Event, InterjectionStatus};
 use crate::store::{CancelOutcome, LeaseClaim, LeaseRow, PendingRow};
 use crate::util::lock;
@@ -43,6 +44,26 @@ impl Inner {
             }
         }
         Ok(Ok(()))
+    }
+
+    /// Claims the session for `run_id` in the registry and takes its lease, or gives both back
+    /// and names the daemon that drives the session when another one does.
+    pub(super) fn claim_run(&self, session_id: &str, run_id: &str) -> RuntimeResult<RunSignals> {
+        let signals = self
+            .runs
+            .claim(session_id, run_id)
+            .map_err(RuntimeError::busy(session_id))?;
+        match self.take_lease(session_id, run_id) {
+            Ok(Ok(())) => Ok(signals),
+            Ok(Err(lease)) => {
+                self.runs.release(session_id, run_id);
+                Err(RuntimeError::elsewhere(&lease))
+            }
+            Err(e) => {
+                self.runs.release(session_id, run_id);
+                Err(e)
+            }
+        }
     }
 
     /// Gives up a claim and its lease for a run that did not start.
@@ -152,7 +173,7 @@ impl Inner {
     }
 
     /// One heartbeat. Failures are logged: the next beat tries again.
-    fn heartbeat(&self) {
+    fn heartbeat(self: &Arc<Self>) {
         self.store_deferred_notices();
         self.record_deferred_ends();
         let held = match self.store.renew_leases() {

@@ -75,7 +75,7 @@ fn expire(inner: &Arc<Inner>, row: &ApprovalRow) -> RuntimeResult<()> {
         .store
         .session(&row.session_id)?
         .ok_or_else(|| RuntimeError::SessionNotFound(row.session_id.clone()))?;
-    let signals = super::claim(inner, &row.session_id, &run.id)?;
+    let signals = inner.claim_run(&row.session_id, &run.id)?;
     let expired = match inner.store.expire_approval(&row.id) {
         Ok(expired) => expired,
         Err(e) => {

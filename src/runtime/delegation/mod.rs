@@ -218,29 +218,6 @@ impl Inner {
     }
 }
 
-/// Claims a session for `run_id` in the registry and takes its lease, or gives both back.
-fn claim(
-    inner: &Inner,
-    session_id: &str,
-    run_id: &str,
-) -> RuntimeResult<super::registry::RunSignals> {
-    let signals = inner
-        .runs
-        .claim(session_id, run_id)
-        .map_err(RuntimeError::busy(session_id))?;
-    match inner.take_lease(session_id, run_id) {
-        Ok(Ok(())) => Ok(signals),
-        Ok(Err(lease)) => {
-            inner.runs.release(session_id, run_id);
-            Err(RuntimeError::elsewhere(&lease))
-        }
-        Err(e) => {
-            inner.runs.release(session_id, run_id);
-            Err(e)
-        }
-    }
-}
-
 impl super::Runtime {
     /// The session a child session works for; `None` for a session that is nobody's child.
     pub fn delegation_parent(&self, session_id: &str) -> RuntimeResult<Option<String>> {
@@ -283,7 +260,7 @@ pub(super) fn claim_waiting_parent(inner: &Arc<Inner>, child_id: &str) -> Option
             .store
             .session(&link.parent_id)?
             .ok_or_else(|| RuntimeError::SessionNotFound(link.parent_id.clone()))?;
-        let signals = claim(inner, &session.id, &run.id)?;
+        let signals = inner.claim_run(&session.id, &run.id)?;
         Ok(Some(WaitingParent {
             session,
             run,
@@ -594,7 +571,7 @@ impl RunContext {
             .session(child_id)?
             .ok_or_else(|| RuntimeError::SessionNotFound(child_id.to_string()))?;
         let run_id = new_id("run");
-        let signals = claim(inner, child_id, &run_id)?;
+        let signals = inner.claim_run(child_id, &run_id)?;
         if let Some(task) = task {
             let message = NewMessage::new(
                 child_id,
@@ -617,7 +594,7 @@ impl RunContext {
             .store
             .session(&run.session_id)?
             .ok_or_else(|| RuntimeError::SessionNotFound(run.session_id.clone()))?;
-        let signals = claim(inner, &session.id, &run.id)?;
+        let signals = inner.claim_run(&session.id, &run.id)?;
         inner.runs.stop(&session.id);
         spawn_run(inner.clone(), RunStart::Resume { session, run }, signals)
     }
