@@ -1,16 +1,21 @@
 //! Start-up repair of what a stopped daemon left behind.
 //!
 //! A run waiting for an approval stays suspended: the approval is still pending and answering
-//! it continues the run. Any other unfinished run is closed as interrupted, and its tool calls
-//! without a result get a synthetic one, so the transcript stays replayable to any provider.
+//! it continues the run. A run whose approval was answered through another daemon, which
+//! stopped before it read the answer, is resumed here and acts on it. Any other unfinished run
+//! is closed as interrupted, and its tool calls without a result get a synthetic one, so the
+//! transcript stays replayable to any provider.
 //!
 //! Another daemon may share the database: its live runs (those with a live lease) are left
 //! alone, here at start-up and on every heartbeat, when a run whose daemon was killed is
 //! taken over once its lease has expired.
 
+use std::sync::Arc;
+
 use super::promotion::promoted_turn;
+use super::run::{RunStart, spawn_run};
 use super::tool_phase::result_blocks;
-use super::{Inner, RuntimeResult};
+use super::{Inner, RuntimeError, RuntimeResult};
 use crate::protocol::{Block, FinishReason, NoticeLevel, Role};
 use crate::store::{LeaseClaim, NewMessage, RunRow, Store, StoreError};
 use crate::util::new_id;
@@ -20,7 +25,7 @@ const INTERRUPTED: &str =
     "Interrupted: sidechat stopped before this tool call finished, so its outcome is unknown.";
 
 /// Start-up: repairs every run and queue no live daemon drives.
-pub fn recover(inner: &Inner) -> RuntimeResult<()> {
+pub fn recover(inner: &Arc<Inner>) -> RuntimeResult<()> {
     recover_abandoned(inner)
 }
 
@@ -28,7 +33,7 @@ pub fn recover(inner: &Inner) -> RuntimeResult<()> {
 /// its lease expired) and promotes input stranded without a run. A run another daemon drives,
 /// or this one, is left alone; so is a run suspended on an approval. Each repair holds the
 /// session's lease while it writes, so no daemon starts a run in the middle of it.
-pub fn recover_abandoned(inner: &Inner) -> RuntimeResult<()> {
+pub fn recover_abandoned(inner: &Arc<Inner>) -> RuntimeResult<()> {
     let store = &inner.store;
     // Newest first: a delegated task's run is closed before its parent's run is looked at,
     // which waits for it only while it is open.
@@ -40,6 +45,12 @@ pub fn recover_abandoned(inner: &Inner) -> RuntimeResult<()> {
             tracing::debug!(run_id = %run.id, "run stays suspended on a pending approval");
             continue;
         }
+        if store.has_answer_not_acted_on(&run.session_id, &run.id)? {
+            if let Err(e) = resume_answered(inner, run) {
+                tracing::debug!(error = %e, "cannot resume an answered run yet; the next heartbeat tries again");
+            }
+            continue;
+        }
         match store.acquire_lease(&run.session_id, &run.id)? {
             LeaseClaim::Held(_) => continue,
             LeaseClaim::Taken { .. } => {}
@@ -49,6 +60,23 @@ pub fn recover_abandoned(inner: &Inner) -> RuntimeResult<()> {
         closed?;
     }
     promote_stranded_input(inner)
+}
+
+/// Resumes a run whose approval was answered through another daemon that stopped before it
+/// read the answer: the user's answer is acted on, as if the owner had read it. Needs the
+/// async runtime to run on; without one (never so in the daemon) the run waits for the next
+/// heartbeat.
+fn resume_answered(inner: &Arc<Inner>, run: RunRow) -> RuntimeResult<()> {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Ok(());
+    }
+    let session = inner
+        .store
+        .session(&run.session_id)?
+        .ok_or_else(|| RuntimeError::SessionNotFound(run.session_id.clone()))?;
+    let signals = inner.claim_run(&session.id, &run.id)?;
+    tracing::info!(run_id = %run.id, "resuming a run whose approval was answered while its daemon stopped");
+    spawn_run(inner.clone(), RunStart::Resume { session, run }, signals)
 }
 
 /// Whether the run waits for an approval (and so stays open until it is answered): its own,

@@ -260,6 +260,29 @@ impl Store {
         })
     }
 
+    /// Whether a call of `run_id` waits to start although its approval was answered (allowed
+    /// or denied): the run's daemon stopped before it read the answer, which was given through
+    /// another daemon. Whoever takes the run over can still act on it.
+    pub fn has_answer_not_acted_on(&self, session_id: &str, run_id: &str) -> StoreResult<bool> {
+        self.read(|conn| {
+            Ok(conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM approvals a JOIN tool_calls c
+                   ON c.session_id = a.session_id AND c.id = a.call_id
+                 WHERE a.session_id = ?1 AND a.run_id = ?2 AND a.status IN (?3, ?4, ?5)
+                   AND c.status = ?6 AND c.output IS NULL)",
+                params![
+                    session_id,
+                    run_id,
+                    ApprovalStatus::Allow,
+                    ApprovalStatus::AllowAlways,
+                    ApprovalStatus::Deny,
+                    ToolCallStatus::AwaitingApproval
+                ],
+                |r| r.get(0),
+            )?)
+        })
+    }
+
     pub fn pending_approvals(&self, session_id: &str) -> StoreResult<Vec<PendingApproval>> {
         self.read(|conn| {
             rows_with_input(

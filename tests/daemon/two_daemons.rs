@@ -202,6 +202,61 @@ async fn an_approval_answered_through_the_other_daemon_reaches_the_owner_once() 
 }
 
 #[tokio::test]
+async fn an_approval_answered_through_the_other_daemon_is_acted_on_when_the_owner_dies_before_reading_it()
+ {
+    let upstream = start(vec![
+        Reply::sse(&tool_call(
+            "call_w",
+            "write_file",
+            json!({"path": "notes.md", "content": "one\n"}),
+        )),
+        Reply::sse(&openai::text(&["Written."], 50, 3)),
+    ]);
+    let scratch = Scratch::new();
+    let mut a = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let session = session(&a, &scratch).await;
+    a.send(&session, "write the notes").await;
+    let (_, approval_id) = a.until_approval().await;
+    let mut b = second_daemon(&scratch, &upstream).await;
+
+    // A is frozen, so its lease still looks live and B hands the answer over through the
+    // database; then A dies without having read it.
+    let pid = a.conn.child_mut().id().unwrap().to_string();
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", pid.as_str()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let applied = b
+        .call(
+            "approval/respond",
+            ApprovalRespondParams {
+                approval_id: approval_id.clone(),
+                decision: ApprovalDecision::Allow,
+            },
+        )
+        .await;
+    assert_eq!(applied["applied"], json!(true));
+    a.conn.child_mut().kill().await.unwrap();
+
+    // B takes the run over and acts on the answer, instead of closing the run as interrupted.
+    let events = b.until_finished().await;
+    assert_eq!(finish_reason(&events), Some(FinishReason::EndTurn));
+    assert_eq!(
+        std::fs::read_to_string(scratch.workspace().join("notes.md")).unwrap(),
+        "one\n"
+    );
+    let transcript = b.transcript(&session).await;
+    assert_eq!(
+        roles(&transcript),
+        ["user", "assistant", "tool", "assistant"]
+    );
+    assert_eq!(state(&b, &session).await, json!("idle"));
+    assert_eq!(upstream.bodies().len(), 2);
+    b.close().await;
+}
+
+#[tokio::test]
 async fn a_stop_sent_to_the_other_daemon_stops_the_owners_run() {
     let (_gate, held) = mpsc::channel::<()>();
     let (upstream, scratch, mut a, session, run_id) = held_run(
