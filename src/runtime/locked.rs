@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{Inner, Runtime};
 use crate::protocol::{Block, Event, FinishReason, NoticeLevel, Role};
-use crate::store::{NewMessage, SeqClaim, Store};
+use crate::store::{NewMessage, SeqClaim, Store, UsageRow};
 use crate::util::{lock, new_id};
 
 /// How often a waiting request looks whether the store waits for the lock.
@@ -154,11 +154,52 @@ impl Inner {
         }
     }
 
+    /// Keeps a usage line the database refused, to store on a later heartbeat (before its
+    /// run's end).
+    pub(super) fn defer_usage(&self, session_id: &str, row: UsageRow) {
+        lock(&self.deferred_usage).push((session_id.to_string(), row));
+    }
+
+    /// Stores the usage lines kept by [`Inner::defer_usage`], in order; those the database
+    /// still refuses wait for the next heartbeat.
+    pub(super) fn store_deferred_usage(&self) {
+        let rows = std::mem::take(&mut *lock(&self.deferred_usage));
+        let mut waiting = Vec::new();
+        for (session_id, row) in rows {
+            if !waiting.is_empty() {
+                waiting.push((session_id, row));
+                continue;
+            }
+            match self.store.insert_usage(&session_id, &row) {
+                Ok(()) => {}
+                Err(e) if e.is_unavailable() => waiting.push((session_id, row)),
+                Err(e) => {
+                    tracing::warn!(run_id = %row.run_id, error = %e, "cannot store a usage line");
+                }
+            }
+        }
+        if !waiting.is_empty() {
+            let mut deferred = lock(&self.deferred_usage);
+            waiting.append(&mut deferred);
+            *deferred = waiting;
+        }
+    }
+
     /// Records the ends kept by [`Inner::defer_end`] and gives their leases back; those that
-    /// still cannot be recorded wait for the next heartbeat.
-    pub(super) fn record_deferred_ends(&self) {
+    /// still cannot be recorded wait for the next heartbeat. A parent run waiting for one of
+    /// them (a delegated task's) is resumed once its end is recorded, as a run's own end does.
+    pub(super) fn record_deferred_ends(self: &Arc<Self>) {
+        // A run's usage goes in before its end, so its cost is whole once it has ended.
+        self.store_deferred_usage();
         let ends = std::mem::take(&mut *lock(&self.deferred_ends));
         for mut end in ends {
+            let usage_waits = lock(&self.deferred_usage)
+                .iter()
+                .any(|(_, row)| row.run_id == end.run_id);
+            if usage_waits {
+                lock(&self.deferred_ends).push(end);
+                continue;
+            }
             while let Some(message) = end.messages.first().cloned() {
                 match self.commit(message) {
                     Ok(_) => {
@@ -174,12 +215,18 @@ impl Inner {
                 lock(&self.deferred_ends).push(end);
                 continue;
             }
+            // Claimed before the end is recorded, so that no recovery finds the parent no
+            // longer waiting and closes it as interrupted before it is resumed.
+            let parent = super::delegation::claim_waiting_parent(self, &end.session_id);
             match self
                 .store
                 .finish_run(&end.run_id, end.reason, end.error.as_deref())
             {
                 Ok(()) => {
                     tracing::info!(run_id = %end.run_id, "recorded the end of a run once the database was free");
+                    if let Some(parent) = parent {
+                        parent.resume(self);
+                    }
                     // Input queued meanwhile is promoted by the recovery that follows.
                     if let Err(e) = self
                         .store
@@ -190,6 +237,9 @@ impl Inner {
                 }
                 Err(e) => {
                     tracing::warn!(run_id = %end.run_id, error = %e, "still cannot record the end of a run");
+                    if let Some(parent) = parent {
+                        parent.give_back(self);
+                    }
                     lock(&self.deferred_ends).push(end);
                 }
             }

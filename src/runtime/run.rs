@@ -534,7 +534,15 @@ impl RunContext {
             duration_ms: elapsed_ms(started),
             kind: UsageKind::Turn,
         };
-        self.inner.store.insert_usage(&self.session_id, &row)?;
+        match self.inner.store.insert_usage(&self.session_id, &row) {
+            Ok(()) => {}
+            // Kept for the heartbeat, so the answer that came with it is still stored.
+            Err(e) if e.is_unavailable() => {
+                tracing::error!(run_id = %self.run_id, error = %e, "the database refused a usage line; keeping it to store later");
+                self.inner.defer_usage(&self.session_id, row.clone());
+            }
+            Err(e) => return Err(e.into()),
+        }
         self.emit(Event::Usage {
             provider,
             model: row.model,

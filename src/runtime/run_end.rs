@@ -108,8 +108,11 @@ impl RunContext {
         if let Some((run_id, signals)) = next {
             self.start_next(run_id, signals);
         }
-        if let Some(parent) = parent {
-            parent.resume(&self.inner);
+        match parent {
+            Some(parent) if recorded => parent.resume(&self.inner),
+            // Resumed, it would find this run still open and wait again.
+            Some(parent) => parent.give_back(&self.inner),
+            None => {}
         }
     }
 

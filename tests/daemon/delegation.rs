@@ -9,7 +9,8 @@ use sidechat::protocol::{
     SessionListParams, SessionUpdateParams, ToolCallStatus,
 };
 
-use crate::harness::{Daemon, Options, Scratch, answer, sid};
+use crate::harness::{Daemon, Options, Scratch, answer, gated, sid, text};
+use crate::locked_database::hold_write_lock;
 use crate::transcripts::{self, ToolResult};
 use crate::upstream::{Reply, Upstream, start};
 
@@ -998,4 +999,82 @@ async fn a_delegated_approval_that_expired_while_the_daemon_was_killed_fails_the
 #[tokio::test]
 async fn a_delegated_approval_that_expired_while_the_daemon_was_shut_down_fails_the_parents_call() {
     expired_while_no_daemon_ran(false).await;
+}
+
+#[tokio::test]
+async fn a_childs_end_held_back_by_a_locked_database_resumes_its_parent_once_recorded() {
+    let scratch = Scratch::new();
+    let (gate, held) = std::sync::mpsc::channel::<()>();
+    let upstream = start(vec![
+        call("call_d", "delegate", json!({"task": "Find the parser."})),
+        gated(
+            vec![text("It is in src/rpc")],
+            held,
+            vec![
+                json!({"choices": [{"index": 0, "delta": {"content": "/framing.rs."}, "finish_reason": "stop"}]}),
+                usage(100, 10),
+            ],
+        ),
+        says("Thanks, noted."),
+    ]);
+    // Writes give up on a lock after a second; heartbeats come every half second.
+    let mut settings = env(&upstream.url);
+    settings.push(("SIDECHAT_LOCK_WAIT_MS", "1000".into()));
+    settings.push(("SIDECHAT_LEASE_MS", "2000".into()));
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(settings)).await;
+    let parent = parent_session(&daemon, &scratch).await;
+    daemon.send(&parent, "Where is the parser?").await;
+    let mut polls = 0;
+    while upstream.bodies().len() < 2 {
+        polls += 1;
+        assert!(polls < 600, "the child never asked the model");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    // Another program holds the database as the child answers: the child's answer and end wait
+    // for it, and the parent, finding its child's run still open, waits too.
+    let lock = hold_write_lock(&scratch.db());
+    gate.send(()).unwrap();
+    loop {
+        let event = daemon.next_event().await;
+        if matches!(&event.event, Event::Delegation { event: inner, .. }
+            if matches!(&**inner, Event::RunFinished { .. }))
+        {
+            break;
+        }
+    }
+    // Ordering only: time for the parent to give up its failed writes and wait.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    drop(lock);
+
+    // Once the database is free the heartbeat stores the child's answer, records its end and
+    // resumes the parent, which gets the answer in the child's report (the child's run says
+    // its answer was stored late).
+    let events = until_finished_in(&mut daemon, &parent).await;
+    assert_eq!(finish(&events, &parent), FinishReason::EndTurn);
+    assert_eq!(
+        tool_results(&daemon, &parent).await,
+        vec![(
+            "call_d".into(),
+            "status: failed\nnote: The database cannot store the answer now (another program holds it, or the disk is full); it is kept and stored as soon as the database takes it.\nlast message: It is in src/rpc/framing.rs.\nfiles changed: none\nfailed calls: none".into(),
+            true,
+            "error".into()
+        )]
+    );
+    let child = only_child(&daemon, &parent).await;
+    let cost = daemon.call("session/cost", sid(&child)).await;
+    // The usage line the database refused with the answer is stored too.
+    assert_eq!(
+        (
+            cost["cost"]["pricedLines"].clone(),
+            cost["cost"]["byModel"][0]["tokens"].clone()
+        ),
+        (
+            json!(1),
+            json!({"input": 100, "output": 10, "cacheRead": 0, "cacheWrite": 0, "reasoning": 0})
+        ),
+        "{cost}"
+    );
+    assert_eq!(upstream.bodies().len(), 3);
+    daemon.close().await;
 }

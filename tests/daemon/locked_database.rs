@@ -19,7 +19,7 @@ const HANG_GUARD: Duration = Duration::from_secs(60);
 
 /// Another program's connection holding the database's write lock until dropped or
 /// committed.
-fn hold_write_lock(db: &Path) -> rusqlite::Connection {
+pub(crate) fn hold_write_lock(db: &Path) -> rusqlite::Connection {
     let conn = rusqlite::Connection::open(db).unwrap();
     conn.execute_batch("BEGIN IMMEDIATE").unwrap();
     conn
@@ -201,6 +201,58 @@ async fn a_run_that_cannot_record_its_end_is_closed_once_the_database_is_free() 
             transcript["entries"][1]["blocks"][0]["text"].clone()
         ),
         (json!("stopped"), json!("Half an answer"))
+    );
+    a.close().await;
+}
+
+#[tokio::test]
+async fn an_answer_and_its_usage_that_a_locked_database_refused_are_stored_once_it_is_free() {
+    let (gate, held) = mpsc::channel::<()>();
+    let (_, scratch, mut a, session, _) = held_run(
+        vec![gated(
+            vec![text("All")],
+            held,
+            vec![
+                openai::chunk(json!({"content": " done."}), Some("stop")),
+                openai::usage(20, 0, 4),
+            ],
+        )],
+        "go",
+        &[("SIDECHAT_LOCK_WAIT_MS", "1000")],
+    )
+    .await;
+
+    // The answer ends, with its usage, while another program holds the database.
+    let lock = hold_write_lock(&scratch.db());
+    gate.send(()).unwrap();
+    let events = a.until_finished().await;
+    assert_eq!(finish_reason(&events), Some(FinishReason::Error));
+    drop(lock);
+
+    // Once it is free the heartbeat stores both: nothing the model sent is lost.
+    let mut polls = 0;
+    while roles(&a.transcript(&session).await) == ["user"] {
+        polls += 1;
+        assert!(polls < 600, "the answer was never stored");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let transcript = a.transcript(&session).await;
+    assert_eq!(
+        transcript["entries"][1]["blocks"],
+        json!([{"type": "text", "text": "All done."}])
+    );
+    let cost = a
+        .call(
+            "session/cost",
+            SessionIdParams {
+                session_id: session.clone(),
+            },
+        )
+        .await;
+    assert_eq!(
+        cost["cost"]["byRequest"][0]["tokens"],
+        json!({"input": 20, "output": 4, "cacheRead": 0, "cacheWrite": 0, "reasoning": 0}),
+        "{cost}"
     );
     a.close().await;
 }

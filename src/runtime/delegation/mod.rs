@@ -274,6 +274,12 @@ pub(super) fn claim_waiting_parent(inner: &Arc<Inner>, child_id: &str) -> Option
 }
 
 impl WaitingParent {
+    /// When the child's end could not be recorded yet: the claim is given back, and the
+    /// heartbeat that records the end claims and resumes the parent then.
+    pub(super) fn give_back(self, inner: &Inner) {
+        inner.give_back(&self.session.id, &self.run.id);
+    }
+
     /// Once the child's end is recorded: the parent's run resumes and takes the child's answer.
     pub(super) fn resume(self, inner: &Arc<Inner>) {
         tracing::info!(run_id = %self.run.id, "resuming the run that waited for its delegated task");
