@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{Inner, Runtime};
 use crate::protocol::{Block, Event, FinishReason, NoticeLevel, Role};
-use crate::store::{NewMessage, SeqClaim, Store, UsageRow};
+use crate::store::{NewMessage, SeqClaim, Store, StoreError, UsageRow};
 use crate::util::{lock, new_id};
 
 /// How often a waiting request looks whether the store waits for the lock.
@@ -132,26 +132,12 @@ impl Inner {
     /// Stores the notices [`store_published`] could not store yet, in the order they went out;
     /// those the database still refuses wait for the next heartbeat.
     pub(super) fn store_deferred_notices(&self) {
-        let notices = std::mem::take(&mut *lock(&self.deferred_notices));
-        let mut waiting = Vec::new();
-        for notice in notices {
-            if !waiting.is_empty() {
-                waiting.push(notice);
-                continue;
-            }
-            match self.store.append_message_claimed(&notice) {
-                Ok(_) => {}
-                Err(e) if e.is_unavailable() => waiting.push(notice),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot store the notice that the database is locked");
-                }
-            }
-        }
-        if !waiting.is_empty() {
-            let mut deferred = lock(&self.deferred_notices);
-            waiting.append(&mut deferred);
-            *deferred = waiting;
-        }
+        store_in_order(&self.deferred_notices, |notice| {
+            self.store
+                .append_message_claimed(notice)
+                .map(drop)
+                .map_err(|e| (e, "cannot store the notice that the database is locked"))
+        });
     }
 
     /// Keeps a usage line the database refused, to store on a later heartbeat (before its
@@ -162,27 +148,12 @@ impl Inner {
 
     /// Stores the usage lines kept by [`Inner::defer_usage`], in order; those the database
     /// still refuses wait for the next heartbeat.
-    pub(super) fn store_deferred_usage(&self) {
-        let rows = std::mem::take(&mut *lock(&self.deferred_usage));
-        let mut waiting = Vec::new();
-        for (session_id, row) in rows {
-            if !waiting.is_empty() {
-                waiting.push((session_id, row));
-                continue;
-            }
-            match self.store.insert_usage(&session_id, &row) {
-                Ok(()) => {}
-                Err(e) if e.is_unavailable() => waiting.push((session_id, row)),
-                Err(e) => {
-                    tracing::warn!(run_id = %row.run_id, error = %e, "cannot store a usage line");
-                }
-            }
-        }
-        if !waiting.is_empty() {
-            let mut deferred = lock(&self.deferred_usage);
-            waiting.append(&mut deferred);
-            *deferred = waiting;
-        }
+    fn store_deferred_usage(&self) {
+        store_in_order(&self.deferred_usage, |(session_id, row)| {
+            self.store
+                .insert_usage(session_id, row)
+                .map_err(|e| (e, "cannot store a usage line"))
+        });
     }
 
     /// Records the ends kept by [`Inner::defer_end`] and gives their leases back; those that
@@ -244,5 +215,32 @@ impl Inner {
                 }
             }
         }
+    }
+}
+
+/// Stores `queue`'s items in order with `store`. From the first one the database refuses on,
+/// they wait, in order and ahead of any queued meanwhile, for the next heartbeat; one refused
+/// for another reason is logged and dropped.
+fn store_in_order<T>(
+    queue: &std::sync::Mutex<Vec<T>>,
+    mut store: impl FnMut(&T) -> Result<(), (StoreError, &'static str)>,
+) {
+    let items = std::mem::take(&mut *lock(queue));
+    let mut waiting = Vec::new();
+    for item in items {
+        if !waiting.is_empty() {
+            waiting.push(item);
+            continue;
+        }
+        match store(&item) {
+            Ok(()) => {}
+            Err((e, _)) if e.is_unavailable() => waiting.push(item),
+            Err((e, what)) => tracing::warn!(error = %e, "{what}"),
+        }
+    }
+    if !waiting.is_empty() {
+        let mut deferred = lock(queue);
+        waiting.append(&mut deferred);
+        *deferred = waiting;
     }
 }

@@ -15,7 +15,7 @@ use sidechat::protocol::{
 use crate::harness::{
     Daemon, Options, Scratch, env, gated, held_run, second_daemon, session, text,
 };
-use crate::upstream::{Reply, openai, start};
+use crate::upstream::{Reply, Upstream, openai, start};
 
 /// The chunks of one tool call and the end of a step that asks for it.
 fn tool_call(id: &str, name: &str, arguments: Value) -> Vec<Value> {
@@ -132,8 +132,9 @@ async fn a_second_daemon_leaves_a_live_run_alone_and_its_input_is_delivered_once
     b.close().await;
 }
 
-#[tokio::test]
-async fn an_approval_answered_through_the_other_daemon_reaches_the_owner_once() {
+/// Daemon A's run asks to write notes.md ("one\n") and waits for the approval; the upstream
+/// then answers "Written.". The upstream, scratch, A, the session and the approval's id.
+async fn write_waiting_for_approval() -> (Upstream, Scratch, Daemon, String, String) {
     let upstream = start(vec![
         Reply::sse(&tool_call(
             "call_w",
@@ -147,6 +148,12 @@ async fn an_approval_answered_through_the_other_daemon_reaches_the_owner_once() 
     let session = session(&a, &scratch).await;
     a.send(&session, "write the notes").await;
     let (_, approval_id) = a.until_approval().await;
+    (upstream, scratch, a, session, approval_id)
+}
+
+#[tokio::test]
+async fn an_approval_answered_through_the_other_daemon_reaches_the_owner_once() {
+    let (upstream, scratch, mut a, session, approval_id) = write_waiting_for_approval().await;
 
     let b = second_daemon(&scratch, &upstream).await;
     assert_eq!(state(&b, &session).await, json!("awaitingApproval"));
@@ -204,19 +211,7 @@ async fn an_approval_answered_through_the_other_daemon_reaches_the_owner_once() 
 #[tokio::test]
 async fn an_approval_answered_through_the_other_daemon_is_acted_on_when_the_owner_dies_before_reading_it()
  {
-    let upstream = start(vec![
-        Reply::sse(&tool_call(
-            "call_w",
-            "write_file",
-            json!({"path": "notes.md", "content": "one\n"}),
-        )),
-        Reply::sse(&openai::text(&["Written."], 50, 3)),
-    ]);
-    let scratch = Scratch::new();
-    let mut a = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
-    let session = session(&a, &scratch).await;
-    a.send(&session, "write the notes").await;
-    let (_, approval_id) = a.until_approval().await;
+    let (upstream, scratch, mut a, session, approval_id) = write_waiting_for_approval().await;
     let mut b = second_daemon(&scratch, &upstream).await;
 
     // A is frozen, so its lease still looks live and B hands the answer over through the
