@@ -2,7 +2,8 @@
 //!
 //! A run waiting for an approval stays suspended: the approval is still pending and answering
 //! it continues the run. A run whose approval was answered through another daemon, which
-//! stopped before it read the answer, is resumed here and acts on it. Any other unfinished run
+//! stopped before it read the answer, or whose delegated task ended before it took the
+//! answer, is resumed here and acts on it. Any other unfinished run
 //! is closed as interrupted, and its tool calls without a result get a synthetic one, so the
 //! transcript stays replayable to any provider.
 //!
@@ -45,9 +46,11 @@ pub fn recover_abandoned(inner: &Arc<Inner>) -> RuntimeResult<()> {
             tracing::debug!(run_id = %run.id, "run stays suspended on a pending approval");
             continue;
         }
-        if store.has_answer_not_acted_on(&run.session_id, &run.id)? {
-            if let Err(e) = resume_answered(inner, run) {
-                tracing::debug!(error = %e, "cannot resume an answered run yet; the next heartbeat tries again");
+        if store.has_answer_not_acted_on(&run.session_id, &run.id)?
+            || store.awaits_ended_child(&run.session_id, &run.id)?
+        {
+            if let Err(e) = resume_taken_over(inner, run) {
+                tracing::debug!(error = %e, "cannot resume a run taken over yet; the next heartbeat tries again");
             }
             continue;
         }
@@ -62,11 +65,11 @@ pub fn recover_abandoned(inner: &Arc<Inner>) -> RuntimeResult<()> {
     promote_stranded_input(inner)
 }
 
-/// Resumes a run whose approval was answered through another daemon that stopped before it
-/// read the answer: the user's answer is acted on, as if the owner had read it. Needs the
-/// async runtime to run on; without one (never so in the daemon) the run waits for the next
-/// heartbeat.
-fn resume_answered(inner: &Arc<Inner>, run: RunRow) -> RuntimeResult<()> {
+/// Resumes a run its daemon left with something to act on: an approval answered through
+/// another daemon before the owner read it, or a delegated task that ended before the run
+/// took its answer. It goes on as if its daemon had not stopped. Needs the async runtime to
+/// run on; without one (never so in the daemon) the run waits for the next heartbeat.
+fn resume_taken_over(inner: &Arc<Inner>, run: RunRow) -> RuntimeResult<()> {
     if tokio::runtime::Handle::try_current().is_err() {
         return Ok(());
     }
@@ -75,7 +78,7 @@ fn resume_answered(inner: &Arc<Inner>, run: RunRow) -> RuntimeResult<()> {
         .session(&run.session_id)?
         .ok_or_else(|| RuntimeError::SessionNotFound(run.session_id.clone()))?;
     let signals = inner.claim_run(&session.id, &run.id)?;
-    tracing::info!(run_id = %run.id, "resuming a run whose approval was answered while its daemon stopped");
+    tracing::info!(run_id = %run.id, "resuming a run its stopped daemon left with an answer to act on");
     spawn_run(inner.clone(), RunStart::Resume { session, run }, signals)
 }
 

@@ -186,6 +186,24 @@ impl Store {
         Ok(None)
     }
 
+    /// Whether `run_id` (of session `parent_id`) delegated a task that has ended while its
+    /// `delegate` call still has no result: the daemon stopped between the child's end and the
+    /// parent's resume, so whoever finds the run resumes it to take the child's answer.
+    pub fn awaits_ended_child(&self, parent_id: &str, run_id: &str) -> StoreResult<bool> {
+        self.read(|conn| {
+            Ok(conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM delegations d JOIN tool_calls c
+                   ON c.session_id = d.parent_id AND c.id = d.call_id
+                 WHERE d.parent_id = ?1 AND d.parent_run_id = ?2 AND c.output IS NULL
+                   AND EXISTS (SELECT 1 FROM runs r WHERE r.session_id = d.child_id)
+                   AND NOT EXISTS (SELECT 1 FROM runs r
+                                   WHERE r.session_id = d.child_id AND r.status <> ?3))",
+                params![parent_id, run_id, super::RunStatus::Finished],
+                |r| r.get(0),
+            )?)
+        })
+    }
+
     fn has_open_run(&self, session_id: &str) -> StoreResult<bool> {
         self.read(|conn| {
             Ok(conn

@@ -1078,3 +1078,42 @@ async fn a_childs_end_held_back_by_a_locked_database_resumes_its_parent_once_rec
     assert_eq!(upstream.bodies().len(), 3);
     daemon.close().await;
 }
+
+#[tokio::test]
+async fn a_parent_whose_child_ended_while_no_daemon_resumed_it_takes_the_answer_on_the_next_start()
+{
+    let scratch = Scratch::new();
+    let upstream = start(writing_child_script());
+    let (parent, child, _) = waits_then_goes_away(&scratch, &upstream, true).await;
+    // What a daemon killed between a child's end and its parent's resume leaves: the child's
+    // run has ended (here, stopped while it waited), the parent's call has no result yet and
+    // its run is open.
+    let conn = rusqlite::Connection::open(scratch.db()).unwrap();
+    conn.execute(
+        "UPDATE approvals SET status = 'cancelled' WHERE session_id = ?1",
+        [&child],
+    )
+    .unwrap();
+    conn.execute(
+        "UPDATE runs SET status = 'finished', reason = 'stopped' WHERE session_id = ?1",
+        [&child],
+    )
+    .unwrap();
+    drop(conn);
+
+    // The next daemon resumes the parent, which takes the child's report and goes on, rather
+    // than being closed as interrupted.
+    let mut daemon = start_daemon(&scratch, &upstream).await;
+    let events = until_finished_in(&mut daemon, &parent).await;
+    assert_eq!(finish(&events, &parent), FinishReason::EndTurn);
+    assert_eq!(
+        tool_results(&daemon, &parent).await,
+        vec![(
+            "call_d".into(),
+            "status: stopped\nnote: the user stopped the run, and with it the delegated task\nlast message: (none)\nfiles changed: none\nfailed calls: none".into(),
+            true,
+            "cancelled".into()
+        )]
+    );
+    daemon.close().await;
+}
