@@ -146,6 +146,19 @@ fn finish(events: &[SessionEventParams], session: &str) -> FinishReason {
         .expect("the session's run finished")
 }
 
+/// Answers an approval that was already decided (or expired): the answer is refused as not
+/// applied.
+async fn answered_again_changes_nothing(
+    daemon: &Daemon,
+    approval: &str,
+    decision: ApprovalDecision,
+) {
+    let again = daemon
+        .call("approval/respond", answer(approval, decision))
+        .await;
+    assert_eq!(again["applied"], false, "{again}");
+}
+
 /// The only child of `parent`.
 async fn only_child(daemon: &Daemon, parent: &str) -> String {
     let view = daemon.call("session/get", sid(parent)).await;
@@ -539,13 +552,7 @@ async fn a_childs_approval_is_answered_at_the_root_and_both_runs_finish() {
 
     allow_and_finish(&mut daemon, &scratch, &parent, &approval).await;
     // Answering again, from either side, changes nothing: it was one decision.
-    let again = daemon
-        .call(
-            "approval/respond",
-            answer(&approval, ApprovalDecision::Deny),
-        )
-        .await;
-    assert_eq!(again["applied"], false);
+    answered_again_changes_nothing(&daemon, &approval, ApprovalDecision::Deny).await;
     let root = daemon.transcript(&parent).await;
     assert_eq!(root["state"], "idle");
     assert!(root.get("delegatedApprovals").is_none(), "{root}");
@@ -925,13 +932,7 @@ async fn an_expired_delegated_approval_fails_the_parents_call_with_the_reason() 
         results[0].1
     );
     assert!(!scratch.workspace().join("done.txt").exists());
-    let answered = daemon
-        .call(
-            "approval/respond",
-            answer(&approval, ApprovalDecision::Allow),
-        )
-        .await;
-    assert_eq!(answered["applied"], false);
+    answered_again_changes_nothing(&daemon, &approval, ApprovalDecision::Allow).await;
 
     daemon.close().await;
 }
@@ -981,13 +982,7 @@ async fn expired_while_no_daemon_ran(kill: bool) {
     let root = daemon.transcript(&parent).await;
     assert_eq!(root["state"], "idle");
     assert!(root.get("delegatedApprovals").is_none(), "{root}");
-    let late = daemon
-        .call(
-            "approval/respond",
-            answer(&approval, ApprovalDecision::Allow),
-        )
-        .await;
-    assert_eq!(late["applied"], false);
+    answered_again_changes_nothing(&daemon, &approval, ApprovalDecision::Allow).await;
     daemon.close().await;
 }
 

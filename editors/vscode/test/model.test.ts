@@ -450,6 +450,17 @@ const CHILD_APPROVAL = {
   createdAt: 't',
 };
 
+/** The delegate call while the writing child waits for CHILD_APPROVAL, live or after a reload. */
+const CHILD_WAITING = {
+  status: 'awaitingApproval',
+  output: undefined,
+  childSessionId: 'ses_c',
+  childSeq: 8,
+  state: 'awaitingApproval',
+  step: { callId: 'call_w', summary: 'write hello.txt (1 line)', status: 'awaitingApproval' },
+  text: 'Writing it.',
+};
+
 function delegated(childSeq: number, event: Event): Event {
   return { kind: 'delegation', callId: 'call_d', childSessionId: 'ses_c', childSeq, event };
 }
@@ -479,15 +490,7 @@ test('a sub-agent works inside its delegate call, its approval waits at the root
   ]);
   assert.equal(model.state, 'awaitingApproval');
   assert.deepEqual([...model.delegatedApprovals.values()], [{ childSessionId: 'ses_c', callId: 'call_d', task: 'Write hello.txt', approval: CHILD_APPROVAL }]);
-  assert.deepEqual(delegationOf(model), {
-    status: 'awaitingApproval',
-    output: undefined,
-    childSessionId: 'ses_c',
-    childSeq: 8,
-    state: 'awaitingApproval',
-    step: { callId: 'call_w', summary: 'write hello.txt (1 line)', status: 'awaitingApproval' },
-    text: 'Writing it.',
-  });
+  assert.deepEqual(delegationOf(model), CHILD_WAITING);
 
   const applied = feed(model, [
     delegated(9, { kind: 'approvalResolved', approvalId: 'apr_c', decision: 'allow' }),
@@ -537,16 +540,7 @@ test('after a reload, a waiting sub-agent comes back from delegatedApprovals and
     lastSeq: 8,
     pendingApprovals: [CHILD_APPROVAL],
   });
-  const live = {
-    status: 'awaitingApproval',
-    output: undefined,
-    childSessionId: 'ses_c',
-    childSeq: 8,
-    state: 'awaitingApproval',
-    step: { callId: 'call_w', summary: 'write hello.txt (1 line)', status: 'awaitingApproval' },
-    text: 'Writing it.',
-  };
-  assert.deepEqual(delegationOf(model), live);
+  assert.deepEqual(delegationOf(model), CHILD_WAITING);
   // A forwarded event the child's transcript already held is skipped; a newer one applies.
   feed(model, [delegated(8, { kind: 'approvalResolved', approvalId: 'apr_c', decision: 'allow' })], 3);
   assert.equal(model.delegatedApprovals.size, 1);
