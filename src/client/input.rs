@@ -2,7 +2,11 @@
 //! folder. Alt-Enter adds a new line; a paste stays one message.
 //!
 //! The editor asks for the next line only when the chat says so ([`Prompt::next`]), so the
-//! terminal is back in its normal mode whenever the chat ends.
+//! terminal is back in its normal mode whenever the chat ends. Lines typed meanwhile, or in one
+//! burst, wait in the terminal or in the editor's read buffer, which rustyline keeps from one
+//! line to the next only with its `buffer-redux` feature (without it every line of a burst
+//! after the first was dropped, from the chat and the history alike): each is read, kept in
+//! the history and sent in the order typed.
 //!
 //! Output is printed above the prompt through rustyline's external printer. Version 19 or later
 //! is needed for it: earlier ones, once a printer existed, waited on the terminal and the

@@ -78,6 +78,13 @@ impl Tmux {
         self.run(&["send-keys", "-t", "chat", keys]);
     }
 
+    /// Several keys (names such as `Enter`, or text) in one write, as a fast typist's burst.
+    fn keys_in_one_go(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "chat"];
+        args.extend_from_slice(keys);
+        self.run(&args);
+    }
+
     /// The whole pane, scroll-back included.
     fn screen(&self) -> String {
         self.run(&["capture-pane", "-p", "-J", "-S", "-500", "-t", "chat"])
@@ -662,4 +669,67 @@ fn an_approval_waiting_when_the_chat_quit_is_asked_again_on_continue() {
         "answered later\n"
     );
     again.quit();
+}
+
+/// The lines of the prompt's history file, as the chat left it.
+fn history_lines(scratch: &Scratch) -> Vec<String> {
+    let path = scratch
+        .home()
+        .join(".local/share/sidechat/chat-history.txt");
+    std::fs::read_to_string(&path)
+        .unwrap_or_default()
+        .lines()
+        // rustyline's file starts with a version line.
+        .filter(|l| !l.starts_with("#V"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn lines_typed_in_one_burst_all_reach_the_daemon_in_order() {
+    let scratch = Scratch::new();
+    let terminal = Tmux::start(&scratch, "burst-lines", &chat_line(&scratch, "--new"));
+    terminal.wait_for("› ");
+    terminal.type_line("hello there");
+    terminal.wait_for("(see the README).");
+
+    // Four lines in one write, while the first of them (a command the daemon takes a moment
+    // over) is still being answered.
+    terminal.keys_in_one_go(&[
+        "/compact", "Enter", "alpha", "Enter", "beta", "Enter", "/cost", "Enter",
+    ]);
+    terminal.wait_for("You said: \"beta\"");
+    terminal.wait_for("Cost of this session");
+    let id = resumed_id(&terminal.quit());
+    assert_eq!(
+        history_lines(&scratch),
+        ["hello there", "/compact", "alpha", "beta", "/cost", "/quit"]
+    );
+
+    // In the transcript in the order typed: the /compact note before alpha, and the /cost
+    // note after it; beta, typed while alpha's run worked, waited for it and then started the
+    // next turn.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let entries = runtime.block_on(stored_entries(&scratch.db(), &id));
+    let said: Vec<String> = entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["role"] == "user" || e["role"] == "note")
+        .map(|e| {
+            let text = e["blocks"][0]["text"].as_str().unwrap_or("");
+            let first = text.split_whitespace().next().unwrap_or("");
+            format!("{}: {first}", e["role"].as_str().unwrap())
+        })
+        .collect();
+    let at = |what: &str| {
+        said.iter()
+            .position(|s| s == what)
+            .unwrap_or_else(|| panic!("{what:?} in {said:?}"))
+    };
+    assert_eq!(said.len(), 5, "{said:?}");
+    assert!(at("user: hello") < at("note: Compacted"), "{said:?}");
+    assert!(at("note: Compacted") < at("user: alpha"), "{said:?}");
+    assert!(at("user: alpha") < at("user: beta"), "{said:?}");
+    assert!(at("user: alpha") < at("note: Cost"), "{said:?}");
 }
