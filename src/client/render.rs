@@ -1,7 +1,10 @@
 //! How events and stored entries look in the terminal: in plain words, whole lines at a time.
 //!
 //! Everything is drawn as complete lines handed to a [`Sink`], so a line editor can keep its
-//! prompt below them and what the user is typing is never mixed into the streamed text.
+//! prompt below them and what the user is typing is never mixed into the streamed text. The
+//! line a reply is streaming is held until it is complete; what shows while it streams (a
+//! command's note, a waiting message's mark) goes between the reply's whole lines and never
+//! ends the line being streamed.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -166,13 +169,15 @@ impl Screen {
                 lines.extend(markdown.push(text));
                 self.out(lines);
             }
-            Event::MessageCompleted { entry } => {
+            // A note (a command's answer, typed while a reply streams) goes between the
+            // reply's whole lines: the line being streamed is kept and goes on after it.
+            Event::MessageCompleted { entry } if entry.role == Role::Note => {
+                let lines = self.entry(entry);
+                self.out(lines);
+            }
+            Event::MessageCompleted { .. } => {
                 self.settle();
                 self.text = None;
-                if matches!(entry.role, Role::Note) {
-                    let lines = self.entry(entry);
-                    self.out(lines);
-                }
             }
             Event::ToolCallStarted { tool, input, .. } => {
                 self.settle();
@@ -216,7 +221,11 @@ impl Screen {
                 self.styled(&[Paint::Dim], "  ↳ your waiting message was withdrawn")
             }
             Event::Notice { level, message, .. } => {
-                self.settle();
+                // An error ends the reply (its last words first); a warning, such as an
+                // unknown command's, goes between the reply's lines like a note.
+                if *level == NoticeLevel::Error {
+                    self.settle();
+                }
                 if *level == NoticeLevel::Error {
                     self.last_error = Some(message.clone());
                 }
@@ -534,6 +543,55 @@ mod tests {
         assert_eq!(
             *recorded.0.lock().unwrap(),
             ["✗ upstream said no", "(stopped)"]
+        );
+    }
+
+    #[test]
+    fn a_note_while_a_reply_streams_leaves_the_streamed_line_whole() {
+        let recorded = Recorded::default();
+        let mut screen = Screen::new(Box::new(recorded.clone()), Style::plain(80), false);
+        let delta = |text: &str| Event::TextDelta {
+            message_id: "m".into(),
+            text: text.into(),
+        };
+        screen.event(&delta("First line.\nSecond li"));
+        screen.event(&Event::MessageCompleted {
+            entry: TranscriptEntry {
+                id: "n".into(),
+                seq: 3,
+                role: Role::Note,
+                blocks: vec![Block::Text {
+                    text: "Cost of this session: nothing yet".into(),
+                }],
+                status: crate::protocol::MessageStatus::Complete,
+                run_id: None,
+                created_at: "2026-01-01T00:00:00Z".into(),
+            },
+        });
+        screen.event(&Event::InterjectionQueued {
+            pending_id: "p".into(),
+            text: "and more".into(),
+        });
+        screen.event(&Event::Notice {
+            level: NoticeLevel::Warning,
+            message: "Unknown command /x".into(),
+            message_id: "w".into(),
+        });
+        screen.event(&delta("ne, whole.\nThird"));
+        screen.event(&Event::RunFinished {
+            reason: FinishReason::EndTurn,
+            error: None,
+        });
+        assert_eq!(
+            *recorded.0.lock().unwrap(),
+            [
+                "First line.",
+                "Cost of this session: nothing yet",
+                "  ↳ waiting: and more (the model reads it after the current step)",
+                "! Unknown command /x",
+                "Second line, whole.",
+                "Third"
+            ]
         );
     }
 

@@ -733,3 +733,40 @@ fn lines_typed_in_one_burst_all_reach_the_daemon_in_order() {
     assert!(at("user: alpha") < at("user: beta"), "{said:?}");
     assert!(at("user: alpha") < at("note: Cost"), "{said:?}");
 }
+
+#[test]
+fn a_command_typed_while_a_reply_streams_does_not_split_its_lines() {
+    let scratch = Scratch::new();
+    let line = |n: usize| {
+        format!(
+            "Line {n} says alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa."
+        )
+    };
+    let reply: String = (1..=60).map(|n| format!("{}\n\n", line(n))).collect();
+    let (terminal, _) = replay_chat(
+        &scratch,
+        "split",
+        json!({"turns": [{"text": reply, "delayMs": 10}]}),
+        "--new",
+    );
+    terminal.type_line("talk for a while");
+    terminal.wait_for("Line 4 says");
+    terminal.type_line("/cost");
+    terminal.wait_for("Cost of this session");
+    terminal.type_line("and then some");
+    terminal.wait_for("↳ waiting: and then some");
+    let screen = terminal.wait_for(&line(60));
+    assert!(
+        screen.find("Cost of this session").unwrap() < screen.find(&line(60)).unwrap(),
+        "the command was answered while the reply streamed:\n{screen}"
+    );
+    // Every line of the reply is on the screen whole, and nothing else holds a piece of one.
+    let drawn: Vec<&str> = screen
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| l.contains("Line ") || l.contains(" papa.") || l.contains("alpha bravo"))
+        .collect();
+    let expected: Vec<String> = (1..=60).map(line).collect();
+    assert_eq!(drawn, expected, "{screen}");
+    terminal.quit();
+}
