@@ -50,9 +50,6 @@ fn plan(request: &ModelRequest) -> Plan {
             _ => None,
         })
         .collect();
-    if last.role == ModelRole::User && !results.is_empty() {
-        return after_tool(&results);
-    }
     let texts: Vec<&str> = last
         .content
         .iter()
@@ -61,11 +58,25 @@ fn plan(request: &ModelRequest) -> Plan {
             _ => None,
         })
         .collect();
+    // Tool results alone (or with words typed while the tool worked) are answered as results.
+    // Beside a message of the user's own (the tool was stopped, and the user asked something
+    // else), the message is what wants an answer.
+    let own_words = texts.iter().any(|t| !is_interjection(t));
+    if last.role == ModelRole::User && !results.is_empty() && !own_words {
+        return after_tool(&results);
+    }
+    let texts: Vec<&str> = match results.is_empty() {
+        true => texts,
+        false => texts.into_iter().filter(|t| !is_interjection(t)).collect(),
+    };
     // One text (the usual case, up to the message size limit) is read where it lies.
     let text: Cow<'_, str> = match texts.as_slice() {
         [one] => Cow::Borrowed(one),
         _ => Cow::Owned(texts.join("\n")),
     };
+    if let Some(conversation) = summary_source(&text) {
+        return say(summary(conversation));
+    }
     for line in text.lines().rev() {
         if let Some(plan) = intent(line.trim()) {
             return plan;
@@ -81,6 +92,45 @@ fn plan(request: &ModelRequest) -> Plan {
          To talk to a real model, set ANTHROPIC_API_KEY or OPENAI_API_KEY (see the README).",
         text.trim()
     ))
+}
+
+/// Whether a text is an interjection as the projection words it (typed while a run worked).
+fn is_interjection(text: &str) -> bool {
+    text.starts_with(&crate::context::projection::interjection_text(""))
+}
+
+/// The conversation a summariser's (or carry-over note's) request asks to be summarised.
+fn summary_source(text: &str) -> Option<&str> {
+    let start = text.find("<conversation>\n")? + "<conversation>\n".len();
+    let end = text.rfind("\n</conversation>")?;
+    text.get(start..end)
+}
+
+/// Most words of the user's that a demo summary quotes.
+const SUMMARY_WORDS: usize = 40;
+
+/// A short summary, as a real model's would be: what the user asked, in the user's words, cut
+/// to [`SUMMARY_WORDS`] words, so the history the model is sent shrinks.
+fn summary(conversation: &str) -> String {
+    let asked: Vec<&str> = conversation
+        .lines()
+        .filter_map(|line| line.strip_prefix("User: "))
+        .collect();
+    // The newest asks first, each cut to eight words, while they fit.
+    let mut quotes = Vec::new();
+    let mut words = 0;
+    for ask in asked.iter().rev() {
+        let quoted: Vec<&str> = ask.split_whitespace().take(8).collect();
+        if quoted.is_empty() || words + quoted.len() > SUMMARY_WORDS {
+            continue;
+        }
+        words += quoted.len();
+        quotes.insert(0, format!("\"{}\"", quoted.join(" ")));
+    }
+    match quotes.is_empty() {
+        true => "Summary: nothing the user asked is left to keep.".into(),
+        false => format!("Summary: the user asked {}.", quotes.join(", then ")),
+    }
 }
 
 fn say(text: impl Into<String>) -> Plan {
@@ -339,6 +389,69 @@ mod tests {
         assert_eq!(split_words(text), vec!["a  ", "b\n", "c "]);
         assert_eq!(split_words(" \u{a0}é x"), vec![" \u{a0}", "é ", "x"]);
         assert_eq!(split_words(""), Vec::<String>::new());
+    }
+
+    fn text(text: &str) -> ModelContent {
+        ModelContent::Text { text: text.into() }
+    }
+
+    #[test]
+    fn after_a_stop_the_newest_message_is_answered() {
+        let mut request = user("create a.md with hello");
+        request.messages.push(ModelMessage {
+            role: ModelRole::Assistant,
+            content: vec![ModelContent::ToolCall {
+                id: "call_1".into(),
+                name: "write_file".into(),
+                input: json!({"path": "a.md", "content": "hello\n"}),
+            }],
+        });
+        request.messages.push(ModelMessage {
+            role: ModelRole::User,
+            content: vec![
+                ModelContent::ToolResult {
+                    call_id: "call_1".into(),
+                    output: "Not run: the run was stopped.".into(),
+                    is_error: true,
+                },
+                text("list files"),
+            ],
+        });
+        assert_eq!(
+            plan(&request),
+            Plan {
+                text: "Listing ..".into(),
+                call: Some(("list_directory".into(), json!({"path": "."}))),
+            }
+        );
+        // Words typed while the tool worked go with its result, which is answered.
+        let last = request.messages.last_mut().unwrap();
+        last.content[1] = text(&crate::context::projection::interjection_text("and more"));
+        assert_eq!(
+            plan(&request).text,
+            "The tool reported a problem:\nNot run: the run was stopped."
+        );
+    }
+
+    #[test]
+    fn a_summary_is_short_and_quotes_the_user() {
+        let story = STORY.repeat(3);
+        let source = format!(
+            "User: tell me a story\nAssistant: {story}\nUser: and now list the files please\n\
+             Assistant called list_directory {{\"path\":\".\"}}\nUser: thanks"
+        );
+        let asked = format!(
+            "{}\n\n<conversation>\n{source}\n</conversation>",
+            crate::context::compaction::instructions(None, 300)
+        );
+        let said = plan(&user(&asked));
+        assert_eq!(
+            said,
+            say(
+                "Summary: the user asked \"tell me a story\", then \"and now list the files please\", then \"thanks\"."
+            )
+        );
+        assert!(said.text.split_whitespace().count() < source.split_whitespace().count() / 10);
     }
 
     #[tokio::test]

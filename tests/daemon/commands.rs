@@ -264,3 +264,40 @@ async fn update_changes_the_account_and_the_workspace_root_or_says_why_not() {
     assert_eq!(session_view(&daemon, &session).await, updated);
     daemon.close().await;
 }
+
+#[tokio::test]
+async fn compact_with_the_demo_model_shrinks_the_history() {
+    let scratch = Scratch::new();
+    let mut daemon = Daemon::start(&scratch.db(), Options::default()).await;
+    let session = daemon
+        .create_session(SessionCreateParams {
+            workspace_root: Some(scratch.workspace().display().to_string()),
+            ..Default::default()
+        })
+        .await;
+    for text in ["tell me a story", "hello there", "tell me another story"] {
+        daemon.send(&session, text).await;
+        daemon.until_finished().await;
+    }
+    daemon.call("chat/send", say(&session, "/compact")).await;
+    let events = daemon
+        .events_until(|e| {
+            matches!(e, Event::MessageCompleted { entry } if entry.role == sidechat::protocol::Role::Note)
+        })
+        .await;
+    let compacted = events
+        .iter()
+        .find_map(|e| match &e.event {
+            Event::Compaction {
+                method,
+                tokens_before,
+                tokens_after,
+                ..
+            } => Some((*method, *tokens_before, *tokens_after)),
+            _ => None,
+        })
+        .expect("a compaction event");
+    assert_eq!(compacted.0, sidechat::protocol::CompactionMethod::Summary);
+    assert!(compacted.2 < compacted.1, "{compacted:?}");
+    daemon.close().await;
+}
