@@ -37,7 +37,8 @@ pub struct ChatArgs {
     /// Start a new session even when this folder has one.
     #[arg(long, conflicts_with = "continue_newest")]
     pub new: bool,
-    /// Continue this folder's newest session without asking (a new one when there is none).
+    /// Continue this folder's newest chat without asking (a new one when there is none); a
+    /// one-shot run's session is passed over, except by another one-shot run.
     #[arg(long = "continue", short = 'c')]
     pub continue_newest: bool,
     /// The folder tools may touch (default: the current folder).

@@ -4,12 +4,13 @@ use serde_json::json;
 
 use super::daemon::{Daemon, check_account, check_model};
 use super::{ChatArgs, workspace_root};
-use crate::protocol::{Session, SessionSummary};
+use crate::protocol::{Session, SessionOrigin, SessionSummary};
 
 /// The title of a session the terminal started, until its first message names it.
 pub const UNTITLED: &str = "Terminal chat";
 
 /// How a chat chooses when no flag says.
+#[derive(Debug, Clone, Copy)]
 pub enum Ask {
     /// Ask on the terminal whether to continue the folder's newest session.
     User,
@@ -34,7 +35,13 @@ pub async fn choose(daemon: &Daemon, args: &ChatArgs, ask: Ask) -> anyhow::Resul
     }
     let folder = workspace_root(args.workspace.as_ref())?;
     if !args.new {
-        let newest = daemon.sessions(Some(&folder)).await?.into_iter().next();
+        // The interactive chat goes on with a conversation someone typed, never with the
+        // one-shot runs of a script; a one-shot run may go on with anything.
+        let newest = daemon
+            .sessions(Some(&folder))
+            .await?
+            .into_iter()
+            .find(|s| matches!(ask, Ask::New) || s.origin != Some(SessionOrigin::Oneshot));
         if let Some(newest) = newest {
             let resume = match (args.continue_newest, ask) {
                 (true, _) => true,
@@ -54,6 +61,10 @@ pub async fn choose(daemon: &Daemon, args: &ChatArgs, ask: Ask) -> anyhow::Resul
                 "workspaceRoot": folder,
                 "account": args.account,
                 "model": args.model,
+                "origin": match ask {
+                    Ask::User => SessionOrigin::Interactive,
+                    Ask::New => SessionOrigin::Oneshot,
+                },
             }),
         )
         .await

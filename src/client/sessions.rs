@@ -10,7 +10,7 @@ use super::daemon::Daemon;
 use super::render::{Plain, Screen};
 use super::style::Style;
 use super::{export, plural, workspace_root};
-use crate::protocol::{SessionDeleteResult, SessionState, SessionSummary};
+use crate::protocol::{SessionDeleteResult, SessionOrigin, SessionState, SessionSummary};
 
 #[derive(Debug, clap::Args)]
 pub struct SessionsArgs {
@@ -146,8 +146,12 @@ pub fn list_line(session: &SessionSummary) -> String {
         .get(..16)
         .unwrap_or(&session.updated_at)
         .replace('T', " ");
+    let origin = match session.origin {
+        Some(SessionOrigin::Oneshot) => " [one-shot]",
+        _ => "",
+    };
     format!(
-        "{}  {when}  {}{state}  {}",
+        "{}  {when}  {}{state}{origin}  {}",
         session.id,
         session.title,
         session.workspace_root.as_deref().unwrap_or("(no folder)")

@@ -17,6 +17,17 @@ pub enum SessionState {
     Unanswered,
 }
 
+/// Which kind of client started a session, so a client can tell its own conversations from
+/// runs a script made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SessionOrigin {
+    /// A conversation someone types in (the terminal chat).
+    Interactive,
+    /// One turn run from a script or a pipe (`sidechat chat -p`).
+    Oneshot,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionCreateParams {
@@ -55,6 +66,9 @@ pub struct SessionCreateParams {
     /// session (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegation: Option<bool>,
+    /// Which kind of client starts the session; kept and listed, never changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<SessionOrigin>,
 }
 
 /// Tells "absent" (leave alone) from `null` (remove) in update params.
@@ -148,6 +162,9 @@ pub struct Session {
     /// The child sessions this session's `delegate` calls started, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<String>,
+    /// Which kind of client started the session, when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<SessionOrigin>,
 }
 
 /// One row of `session/list`.
@@ -167,6 +184,9 @@ pub struct SessionSummary {
     /// For a child session: the session whose `delegate` call started it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_id: Option<String>,
+    /// Which kind of client started the session, when it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<SessionOrigin>,
 }
 
 /// What a session's model requests used and cost so far.

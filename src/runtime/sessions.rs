@@ -62,6 +62,23 @@ fn check_workspace_root(root: &str) -> RuntimeResult<()> {
     Ok(())
 }
 
+/// How the store keeps a session's origin.
+fn origin_name(origin: SessionOrigin) -> &'static str {
+    match origin {
+        SessionOrigin::Interactive => "interactive",
+        SessionOrigin::Oneshot => "oneshot",
+    }
+}
+
+/// A stored origin; one this build does not know is left out.
+fn parse_origin(stored: Option<&str>) -> Option<SessionOrigin> {
+    match stored? {
+        "interactive" => Some(SessionOrigin::Interactive),
+        "oneshot" => Some(SessionOrigin::Oneshot),
+        _ => None,
+    }
+}
+
 fn encode_cursor(at: i64, id: &str) -> String {
     format!("{at}:{id}")
 }
@@ -127,6 +144,12 @@ impl Runtime {
                 )?
                 .ok_or_else(|| RuntimeError::SessionNotFound(row.id.clone()))?,
         };
+        let mut row = row;
+        if let Some(origin) = params.origin {
+            let origin = origin_name(origin);
+            self.inner.store.set_session_origin(&row.id, origin)?;
+            row.origin = Some(origin.to_string());
+        }
         if !mcp_servers.is_empty() {
             self.inner
                 .store
@@ -162,6 +185,7 @@ impl Runtime {
                     .map(|d| d.parent_id);
                 Ok(SessionSummary {
                     parent_id,
+                    origin: parse_origin(row.origin.as_deref()),
                     state: self.state(&row)?,
                     id: row.id,
                     title: row.title,
@@ -401,6 +425,7 @@ impl Runtime {
     fn session_view(&self, row: SessionRow) -> RuntimeResult<Session> {
         let lineage = self.inner.lineage(&row.id)?;
         Ok(Session {
+            origin: parse_origin(row.origin.as_deref()),
             delegation: lineage.offered,
             parent_id: lineage.parent_id,
             parent_call_id: lineage.parent_call_id,

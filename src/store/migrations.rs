@@ -214,6 +214,10 @@ const MIGRATIONS: &[&str] = &[
     CREATE UNIQUE INDEX delegations_by_call ON delegations (parent_id, call_id);
     ALTER TABLE sessions ADD COLUMN delegation_off INTEGER NOT NULL DEFAULT 0;
     "#,
+    // 12: which kind of client started a session (interactive | oneshot; NULL: not said).
+    r#"
+    ALTER TABLE sessions ADD COLUMN origin TEXT;
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

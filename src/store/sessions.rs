@@ -29,6 +29,8 @@ pub struct SessionRow {
     pub seq_reserved: u64,
     /// After this many idle seconds a new turn starts a new context with a carry-over note.
     pub rollover_secs: Option<u64>,
+    /// Which kind of client started the session (`interactive`, `oneshot`), when it said.
+    pub origin: Option<String>,
 }
 
 impl SessionRow {
@@ -78,7 +80,7 @@ pub struct SessionPage {
 
 const COLUMNS: &str = "id, title, account, model, system_prompt, workspace_root, max_steps, \
                        created_at, updated_at, last_seq, cap_usd, max_seconds, context_start_seq, \
-                       seq_reserved, rollover_secs";
+                       seq_reserved, rollover_secs, origin";
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
     Ok(SessionRow {
@@ -97,6 +99,7 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
         context_start_seq: row.get::<_, i64>(12)? as u64,
         seq_reserved: row.get::<_, i64>(13)? as u64,
         rollover_secs: row.get::<_, Option<i64>>(14)?.map(|s| s as u64),
+        origin: row.get(15)?,
     })
 }
 
@@ -119,11 +122,12 @@ impl Store {
             context_start_seq: 0,
             seq_reserved: 0,
             rollover_secs: None,
+            origin: None,
         };
         self.write(|conn| {
             conn.execute(
                 &format!(
-                    "INSERT INTO sessions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, ?11, 0, 0, NULL)"
+                    "INSERT INTO sessions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, ?11, 0, 0, NULL, NULL)"
                 ),
                 params![
                     row.id,
@@ -142,6 +146,17 @@ impl Store {
             Ok(())
         })?;
         Ok(row)
+    }
+
+    /// Records which kind of client started the session.
+    pub fn set_session_origin(&self, id: &str, origin: &str) -> StoreResult<()> {
+        self.write(|conn| {
+            conn.execute(
+                "UPDATE sessions SET origin = ?2 WHERE id = ?1",
+                params![id, origin],
+            )?;
+            Ok(())
+        })
     }
 
     pub fn session(&self, id: &str) -> StoreResult<Option<SessionRow>> {

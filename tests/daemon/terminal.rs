@@ -770,3 +770,49 @@ fn a_command_typed_while_a_reply_streams_does_not_split_its_lines() {
     assert_eq!(drawn, expected, "{screen}");
     terminal.quit();
 }
+
+#[test]
+fn one_shot_sessions_are_marked_and_not_offered_to_continue() {
+    let scratch = Scratch::new();
+    let typed = Tmux::start(&scratch, "typed", &chat_line(&scratch, "--new"));
+    typed.wait_for("› ");
+    typed.type_line("/title Typed chat");
+    typed.wait_for("Renamed to “Typed chat”.");
+    let typed_id = resumed_id(&typed.quit());
+    drop(typed);
+
+    let (status, out, err) = sidechat(&scratch, &["chat", "-p", "hello once"], None);
+    assert_eq!(status, 0, "{out}\n{err}");
+    let (status, out, err) = sidechat(&scratch, &["chat"], Some("hello from a pipe\n"));
+    assert_eq!(status, 0, "{out}\n{err}");
+
+    let (_, listed, _) = sidechat(&scratch, &["sessions", "list", "--json"], None);
+    let origins: Vec<(String, Value)> = listed
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|s| {
+            (
+                s["title"].as_str().unwrap().to_string(),
+                s["origin"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        origins,
+        [
+            ("hello from a pipe".to_string(), json!("oneshot")),
+            ("hello once".to_string(), json!("oneshot")),
+            ("Typed chat".to_string(), json!("interactive")),
+        ]
+    );
+    let (_, listed, _) = sidechat(&scratch, &["sessions", "list"], None);
+    let marked: Vec<bool> = listed.lines().map(|l| l.contains(" [one-shot]")).collect();
+    assert_eq!(marked, [true, true, false], "{listed}");
+
+    // The question is about the newest chat typed here, not the one-shot runs after it.
+    let again = Tmux::start(&scratch, "again", &chat_line(&scratch, ""));
+    again.wait_for("Continue this folder's last chat, “Typed chat”");
+    again.keys("Enter");
+    again.wait_for("› ");
+    assert_eq!(resumed_id(&again.quit()), typed_id);
+}

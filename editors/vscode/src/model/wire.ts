@@ -322,6 +322,14 @@ export type PriceSource1 = 'override' | 'builtin';
  */
 export type SessionState = 'idle' | 'running' | 'awaitingApproval' | 'unanswered';
 /**
+ * Which kind of client started a session, so a client can tell its own conversations from
+ * runs a script made.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "SessionOrigin".
+ */
+export type SessionOrigin = 'interactive' | 'oneshot';
+/**
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "ShutdownParams".
  */
@@ -387,6 +395,7 @@ export interface WireTypes {
   SessionIdParams?: SessionIdParams;
   SessionListParams?: SessionListParams;
   SessionListResult?: SessionListResult;
+  SessionOrigin?: SessionOrigin;
   SessionState?: SessionState;
   SessionSummary?: SessionSummary;
   SessionTranscriptParams?: SessionTranscriptParams;
@@ -1076,6 +1085,10 @@ export interface Session {
    * The child sessions this session's `delegate` calls started, oldest first.
    */
   children?: string[];
+  /**
+   * Which kind of client started the session, when it said.
+   */
+  origin?: SessionOrigin | null;
 }
 /**
  * `session/budget`: how full the model's context is before the next request.
@@ -1149,6 +1162,10 @@ export interface SessionCreateParams {
    * session (default true).
    */
   delegation?: boolean | null;
+  /**
+   * Which kind of client starts the session; kept and listed, never changed.
+   */
+  origin?: SessionOrigin | null;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -1290,6 +1307,10 @@ export interface SessionSummary {
    * For a child session: the session whose `delegate` call started it.
    */
   parentId?: string | null;
+  /**
+   * Which kind of client started the session, when it said.
+   */
+  origin?: SessionOrigin | null;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
