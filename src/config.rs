@@ -81,6 +81,33 @@ pub struct Account {
     pub summary_model: Option<String>,
 }
 
+impl Account {
+    /// Where the account's key comes from, for an error that says what to fix: the variable,
+    /// and for an account of the config file the setting that names it. `None` for the
+    /// accounts that need no key (the demo, replay).
+    pub fn key_source(&self) -> Option<String> {
+        let remote = match &self.kind {
+            AccountKind::Anthropic(remote) | AccountKind::OpenAi { remote, .. } => remote,
+            _ => return None,
+        };
+        let from_environment = matches!(
+            (self.name.as_str(), remote.key_env.as_deref()),
+            ("anthropic", Some("ANTHROPIC_API_KEY")) | ("openai", Some("OPENAI_API_KEY"))
+        );
+        Some(match &remote.key_env {
+            Some(name) if from_environment => format!("the variable {name}"),
+            Some(name) => format!(
+                "the variable {name} (api_key_env in [accounts.{}] of the config file)",
+                self.name
+            ),
+            None => format!(
+                "nowhere: [accounts.{}] of the config file sets no api_key_env",
+                self.name
+            ),
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub accounts: Vec<Account>,
@@ -159,6 +186,10 @@ pub enum ConfigError {
     },
     #[error("{path} is not valid configuration: {message}")]
     Invalid { path: PathBuf, message: String },
+    /// `SIDECHAT_CONFIG` names a file that is not there: a typo must not quietly mean "no
+    /// configuration" (and the demo model).
+    #[error("SIDECHAT_CONFIG names {path}, which does not exist")]
+    Missing { path: PathBuf },
     /// `SIDECHAT_ACCOUNT` or `default_account` names an account that does not exist.
     #[error("{setting} names the account {name:?}, which {why}; the accounts are: {known}")]
     UnknownAccount {
@@ -309,6 +340,9 @@ impl Config {
         let path = default_config_path();
         let file = match &path {
             Some(path) if path.exists() => read_file(path)?,
+            Some(path) if var("SIDECHAT_CONFIG").is_some() => {
+                return Err(ConfigError::Missing { path: path.clone() });
+            }
             _ => FileConfig::default(),
         };
         let asked = match (var("SIDECHAT_ACCOUNT"), &file.default_account) {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
 use crate::config::{Account, AccountKind, Config, ConfigError};
-use crate::store::SCHEMA_VERSION;
+use crate::store::{LeaseRow, SCHEMA_VERSION};
 
 /// How long an account's server may take to answer before it counts as unreachable.
 const REACH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -162,9 +162,15 @@ fn database(path: &Path, report: &mut Report) {
     }
     match leases(&conn) {
         Ok(None) => report.field("leases", "none (this database keeps no leases)"),
-        Ok(Some(leases)) if leases.is_empty() => report.field("leases", "none held"),
-        Ok(Some(leases)) => {
-            report.field("leases", format!("{} held:", leases.len()));
+        Ok(Some((_, leases))) if leases.is_empty() => report.field("leases", "none held"),
+        Ok(Some((held, leases))) => {
+            let ended = leases.len() - held;
+            let summary = match (held, ended) {
+                (held, 0) => format!("{held} held:"),
+                (0, ended) => format!("none held, {ended} released:"),
+                (held, ended) => format!("{held} held, {ended} released:"),
+            };
+            report.field("leases", summary);
             for lease in leases {
                 report.line(format!("    {lease}"));
             }
@@ -234,9 +240,12 @@ fn integrity(conn: &Connection) -> rusqlite::Result<Vec<String>> {
     rows.collect()
 }
 
-/// The run leases in the database, one line each; `None` when it keeps none (a database
-/// from before leases).
-fn leases(conn: &Connection) -> rusqlite::Result<Option<Vec<String>>> {
+/// The run leases in the database: how many are held, and one line each; `None` when it
+/// keeps none (a database from before leases).
+///
+/// A row stays after its lease ends when another daemon took it over, or when its daemon was
+/// killed: those are told as released, as the daemons themselves treat them, not as held.
+fn leases(conn: &Connection) -> rusqlite::Result<Option<(usize, Vec<String>)>> {
     let table: Option<String> = conn
         .query_row(
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'run_leases'",
@@ -249,29 +258,69 @@ fn leases(conn: &Connection) -> rusqlite::Result<Option<Vec<String>>> {
     }
     let now = crate::util::now_ms();
     let mut statement = conn.prepare(
-        "SELECT session_id, run_id, owner, pid, host, heartbeat_at, expires_at
+        "SELECT session_id, run_id, owner, pid, host, acquired_at, heartbeat_at, expires_at
          FROM run_leases ORDER BY acquired_at",
     )?;
     let rows = statement.query_map([], |row| {
-        let session: String = row.get(0)?;
-        let run: String = row.get(1)?;
-        let owner: String = row.get(2)?;
-        let pid: i64 = row.get(3)?;
-        let host: Option<String> = row.get(4)?;
-        let heartbeat: i64 = row.get(5)?;
-        let expires: i64 = row.get(6)?;
-        let state = if expires > now {
-            format!("expires in {}", seconds(expires - now))
-        } else {
-            format!("expired {} ago", seconds(now - expires))
-        };
-        Ok(format!(
-            "session {session}, run {run}: daemon {owner} (pid {pid}{}), last heartbeat {} ago, {state}",
-            host.map(|h| format!(" on {h}")).unwrap_or_default(),
-            seconds(now - heartbeat),
-        ))
+        Ok(LeaseRow {
+            session_id: row.get(0)?,
+            run_id: row.get(1)?,
+            owner: row.get(2)?,
+            pid: row.get(3)?,
+            host: row.get(4)?,
+            acquired_at: row.get(5)?,
+            heartbeat_at: row.get(6)?,
+            expires_at: row.get(7)?,
+            stop_requested: false,
+        })
     })?;
-    rows.collect::<rusqlite::Result<Vec<_>>>().map(Some)
+    let mut held = 0;
+    let mut lines = Vec::new();
+    for lease in rows {
+        let lease = lease?;
+        let daemon = format!(
+            "daemon {} (pid {}{})",
+            lease.owner,
+            lease.pid,
+            lease
+                .host
+                .as_deref()
+                .map(|h| format!(" on {h}"))
+                .unwrap_or_default()
+        );
+        let state = if lease.expires_at <= 0 {
+            format!("released (last held by {daemon})")
+        } else if lease.is_live() {
+            held += 1;
+            format!(
+                "{daemon}, last heartbeat {} ago, expires in {}",
+                seconds(now - lease.heartbeat_at),
+                seconds(lease.expires_at - now)
+            )
+        } else if lease.owner_is_gone() {
+            format!(
+                "released (its daemon {}, pid {}{}, is no longer running)",
+                lease.owner,
+                lease.pid,
+                lease
+                    .host
+                    .as_deref()
+                    .map(|h| format!(" on {h}"))
+                    .unwrap_or_default()
+            )
+        } else {
+            format!(
+                "{daemon}, last heartbeat {} ago, expired {} ago (the next daemon to run the session takes it over)",
+                seconds(now - lease.heartbeat_at),
+                seconds(now - lease.expires_at)
+            )
+        };
+        lines.push(format!(
+            "session {}, run {}: {state}",
+            lease.session_id, lease.run_id
+        ));
+    }
+    Ok(Some((held, lines)))
 }
 
 fn seconds(ms: i64) -> String {

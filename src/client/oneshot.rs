@@ -30,7 +30,26 @@ pub fn exit_code(reason: FinishReason) -> i32 {
     }
 }
 
+/// Refuses an `--allow` naming no tool (a typo would otherwise deny the call it meant to
+/// allow), naming the tools there are. An MCP server's tools are known only once it runs, so
+/// any `mcp__SERVER__TOOL` name passes.
+pub fn check_allowed(allow: &[String]) -> anyhow::Result<()> {
+    let mut tools: Vec<String> = crate::tools::specs().into_iter().map(|s| s.name).collect();
+    // The tool that hands a task to a child session (offered unless a session turns it off).
+    tools.push("delegate".to_string());
+    for name in allow {
+        if !tools.contains(name) && !name.starts_with("mcp__") {
+            bail!(
+                "--allow names the tool {name:?}, which does not exist; the tools are: {} (and an MCP server's, as mcp__SERVER__TOOL)",
+                tools.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
 pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
+    check_allowed(&args.allow)?;
     let text = match &args.prompt {
         Some(text) => text.clone(),
         None => tokio::task::spawn_blocking(|| {

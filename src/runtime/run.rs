@@ -21,7 +21,7 @@ use crate::config::AccountKind;
 use crate::context::{Actuals, TokenCounter};
 use crate::protocol::TokenUsage;
 use crate::protocol::*;
-use crate::provider::{ModelDriver, ModelEvent, ModelRequest, StopReason};
+use crate::provider::{ModelDriver, ModelEvent, ModelRequest, ProviderError, StopReason};
 use crate::store::{
     NewMessage, PendingRow, RunRow, SessionRow, Settle, Settled, UsageRow, elapsed_ms,
 };
@@ -243,6 +243,25 @@ impl RunContext {
         Ok(rows)
     }
 
+    /// How a failed request is told. A refused key (HTTP 401) names the account, where its
+    /// key comes from and `sidechat doctor`, so the user knows what to fix.
+    fn failure(&self, error: &ProviderError, account: &str) -> String {
+        let source = match error {
+            ProviderError::Http { status: 401, .. } => self
+                .inner
+                .config
+                .account(account)
+                .and_then(|a| a.key_source()),
+            _ => None,
+        };
+        match source {
+            Some(source) => format!(
+                "{error}. The account {account}'s key was refused: it comes from {source}. `sidechat doctor` checks the accounts."
+            ),
+            None => error.to_string(),
+        }
+    }
+
     /// One model request: stream the answer, commit it, decide whether the run goes on.
     async fn model_step(
         &mut self,
@@ -256,7 +275,9 @@ impl RunContext {
         };
         let snapshot = prepared.snapshot;
         let request = request(session, prepared);
-        let (streamed, end) = self.stream(driver.as_ref(), request, leased).await?;
+        let (streamed, end) = self
+            .stream(driver.as_ref(), request, leased, &session.account)
+            .await?;
         let status = match &end {
             Ok(_) => MessageStatus::Complete,
             Err(end) => end.message_status(),
@@ -281,6 +302,7 @@ impl RunContext {
         driver: &dyn ModelDriver,
         request: ModelRequest,
         mut leased: Vec<PendingRow>,
+        account: &str,
     ) -> RuntimeResult<(Streamed, StreamEnd)> {
         let message_id = new_id("msg");
         self.emit(Event::MessageStarted {
@@ -309,7 +331,7 @@ impl RunContext {
                         "the model's stream ended before it finished".into(),
                     ));
                 }
-                Some(Err(e)) => break Err(RunEnd::Error(e.to_string())),
+                Some(Err(e)) => break Err(RunEnd::Error(self.failure(&e, account))),
                 Some(Ok(event)) => event,
             };
             // A retry notice means the request has not gone through yet.

@@ -53,7 +53,7 @@ impl LeaseRow {
 
     /// Its owner ran on this machine, in this process namespace, and its process is gone. A
     /// reused process id only makes the lease last until it expires.
-    fn owner_is_gone(&self) -> bool {
+    pub fn owner_is_gone(&self) -> bool {
         let here = host_identity();
         here.is_some() && self.host.as_deref() == here && !process_runs(self.pid)
     }

@@ -225,3 +225,72 @@ async fn doctor_names_the_lease_of_a_run_in_progress_and_none_once_it_ends() {
     assert!(report.contains("\n  leases      none held\n"), "{report}");
     assert_eq!(daemon.close().await, 0);
 }
+
+/// The lease lines of a report, durations replaced.
+fn lease_lines(report: &str) -> Vec<String> {
+    let timing = regex::Regex::new(r"\d+\.\d s").unwrap();
+    report
+        .lines()
+        .skip_while(|line| !line.starts_with("  leases"))
+        .take_while(|line| line.starts_with("  leases") || line.starts_with("    "))
+        .map(|line| timing.replace_all(line, "<s>").into_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn doctor_shows_the_lease_of_a_killed_run_as_released() {
+    let (_gate, held) = std::sync::mpsc::channel::<()>();
+    let upstream = start(vec![gated(vec![text("Thinking.")], held, vec![])]);
+    let scratch = Scratch::new();
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let session = session(&daemon, &scratch).await;
+    let run_id = daemon.send(&session, "think").await["runId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    daemon
+        .events_until(|e| matches!(e, sidechat::protocol::Event::TextDelta { .. }))
+        .await;
+    let lease = sidechat::store::Store::open(&scratch.db())
+        .unwrap()
+        .held_leases()
+        .unwrap()
+        .remove(0);
+    daemon.conn.child_mut().kill().await.unwrap();
+    daemon.conn.child_mut().wait().await.unwrap();
+
+    // Killed: the lease is still in the database, but nothing holds it.
+    let (_, report) = doctor(&scratch).await;
+    let host = lease
+        .host
+        .as_ref()
+        .map(|h| format!(" on {h}"))
+        .unwrap_or_default();
+    assert_eq!(
+        lease_lines(&report),
+        vec![
+            "  leases      none held, 1 released:".to_string(),
+            format!(
+                "    session {session}, run {run_id}: released (its daemon {}, pid {}{host}, is no longer running)",
+                lease.owner, lease.pid
+            ),
+        ],
+        "{report}"
+    );
+
+    // The next daemon closes the run and releases the lease in its own name.
+    let daemon = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    daemon
+        .call("session/get", crate::harness::sid(&session))
+        .await;
+    assert_eq!(daemon.close().await, 0);
+    let (_, report) = doctor(&scratch).await;
+    let lines = lease_lines(&report);
+    assert!(
+        lines == ["  leases      none held"]
+            || (lines[0] == "  leases      none held, 1 released:"
+                && lines[1].starts_with(&format!("    session {session}, run {run_id}: released"))),
+        "{report}"
+    );
+    assert!(!report.contains("expired"), "{report}");
+}

@@ -503,3 +503,33 @@ async fn anthropic_refusal_ends_the_run_as_a_refusal() {
     );
     daemon.close().await;
 }
+
+#[tokio::test]
+async fn a_refused_key_names_the_account_where_its_key_comes_from_and_doctor() {
+    let upstream = start(vec![Reply::status(
+        401,
+        r#"{"error":{"message":"Incorrect API key provided"}}"#,
+    )]);
+    let scratch = Scratch::new();
+    let mut daemon =
+        Daemon::start(&scratch.db(), Options::with_env(openai_env(&upstream.url))).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
+    daemon.send(&session, "hi").await;
+    let events = daemon.until_finished().await;
+    let notices: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Notice { message, .. } => Some(message.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        notices,
+        [
+            "the provider answered HTTP 401: Incorrect API key provided. The account openai's key \
+          was refused: it comes from the variable OPENAI_API_KEY. `sidechat doctor` checks the \
+          accounts."
+        ],
+    );
+    daemon.close().await;
+}

@@ -816,3 +816,51 @@ fn one_shot_sessions_are_marked_and_not_offered_to_continue() {
     again.wait_for("› ");
     assert_eq!(resumed_id(&again.quit()), typed_id);
 }
+
+#[test]
+fn a_missing_config_file_named_by_sidechat_config_is_an_error() {
+    let scratch = Scratch::new();
+    let missing = scratch.home().join("nowhere/config.toml");
+    let missing = missing.to_str().unwrap();
+    let expected = format!("SIDECHAT_CONFIG names {missing}, which does not exist");
+    let (status, out, err) = sidechat_with(
+        &scratch,
+        &[("SIDECHAT_CONFIG", missing)],
+        &["chat", "-p", "hi"],
+    );
+    assert_eq!(status, 2, "{out}\n{err}");
+    assert!(err.contains(&expected), "{err}");
+    assert!(!out.contains("demo model"), "{out}");
+
+    let (status, out, _) = sidechat_with(&scratch, &[("SIDECHAT_CONFIG", missing)], &["doctor"]);
+    assert_eq!(status, 1, "{out}");
+    assert!(out.contains(&expected), "{out}");
+    assert!(!out.contains("No problems found"), "{out}");
+}
+
+#[test]
+fn one_shot_refuses_an_unknown_tool_to_allow() {
+    let scratch = Scratch::new();
+    let (status, out, err) = sidechat(
+        &scratch,
+        &[
+            "chat",
+            "-p",
+            "create a.md with hi",
+            "--allow",
+            "write_file",
+            "nosuch",
+        ],
+        None,
+    );
+    assert_eq!(status, 2, "{out}\n{err}");
+    assert!(
+        err.contains(
+            "--allow names the tool \"nosuch\", which does not exist; the tools are: read_file, list_directory, search_text, write_file, edit_file, run_command, delegate (and an MCP server's, as mcp__SERVER__TOOL)"
+        ),
+        "{err}"
+    );
+    assert!(!scratch.workspace().join("a.md").exists());
+    let (_, listed, _) = sidechat(&scratch, &["sessions", "list", "--json"], None);
+    assert_eq!(listed, "", "no session was started");
+}
