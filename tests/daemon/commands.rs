@@ -275,7 +275,7 @@ async fn compact_with_the_demo_model_shrinks_the_history() {
             ..Default::default()
         })
         .await;
-    for text in ["tell me a story", "hello there", "tell me another story"] {
+    for text in ["hello there", "list files", "hello again"] {
         daemon.send(&session, text).await;
         daemon.until_finished().await;
     }
