@@ -1050,14 +1050,19 @@ struct Router {
 /// Files larger than this are shown as a new text in a write's diff, without the old one.
 const MAX_DIFF_FILE: u64 = 1024 * 1024;
 
-/// The content a write is about to replace, read inside the workspace only.
+/// The content a write is about to replace, read inside the workspace only (through the tools'
+/// opener, which follows no symlink).
 fn old_file(root: Option<&Path>, input: &Value) -> Option<String> {
+    use std::io::Read;
     let workspace = crate::tools::Workspace::new(root?).ok()?;
-    let path = workspace.resolve(input.get("path")?.as_str()?).ok()?;
-    if std::fs::metadata(&path).ok()?.len() > MAX_DIFF_FILE {
+    let mut file = workspace.open_file(input.get("path")?.as_str()?).ok()?;
+    let metadata = file.metadata().ok()?;
+    if !metadata.is_file() || metadata.len() > MAX_DIFF_FILE {
         return None;
     }
-    std::fs::read_to_string(path).ok()
+    let mut text = String::new();
+    file.read_to_string(&mut text).ok()?;
+    Some(text)
 }
 
 /// The params of `_session/steering`.
