@@ -1072,3 +1072,26 @@ pub struct SteeringParams {
     pub session_id: String,
     pub prompt: Vec<acp::ContentBlock>,
 }
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    use super::*;
+
+    /// The diff preview reads the file a write replaces through the tools' opener: a path
+    /// through a symlink shows no old text, even when the link points at a file inside.
+    #[test]
+    fn the_old_text_of_a_write_is_never_read_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("src")).unwrap();
+        std::fs::write(dir.path().join("src/a.md"), "old\n").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("src"), dir.path().join("inner")).unwrap();
+        let old = |path: &str| old_file(Some(dir.path()), &json!({"path": path}));
+        assert_eq!(
+            (old("src/a.md"), old("inner/a.md"), old("missing.md")),
+            (Some("old\n".to_string()), None, None)
+        );
+    }
+}
