@@ -1050,14 +1050,19 @@ struct Router {
 /// Files larger than this are shown as a new text in a write's diff, without the old one.
 const MAX_DIFF_FILE: u64 = 1024 * 1024;
 
-/// The content a write is about to replace, read inside the workspace only.
+/// The content a write is about to replace, read inside the workspace only (through the tools'
+/// opener, which follows no symlink).
 fn old_file(root: Option<&Path>, input: &Value) -> Option<String> {
+    use std::io::Read;
     let workspace = crate::tools::Workspace::new(root?).ok()?;
-    let path = workspace.resolve(input.get("path")?.as_str()?).ok()?;
-    if std::fs::metadata(&path).ok()?.len() > MAX_DIFF_FILE {
+    let mut file = workspace.open_file(input.get("path")?.as_str()?).ok()?;
+    let metadata = file.metadata().ok()?;
+    if !metadata.is_file() || metadata.len() > MAX_DIFF_FILE {
         return None;
     }
-    std::fs::read_to_string(path).ok()
+    let mut text = String::new();
+    file.read_to_string(&mut text).ok()?;
+    Some(text)
 }
 
 /// The params of `_session/steering`.
@@ -1066,4 +1071,27 @@ fn old_file(root: Option<&Path>, input: &Value) -> Option<String> {
 pub struct SteeringParams {
     pub session_id: String,
     pub prompt: Vec<acp::ContentBlock>,
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    use super::*;
+
+    /// The diff preview reads the file a write replaces through the tools' opener: a path
+    /// through a symlink shows no old text, even when the link points at a file inside.
+    #[test]
+    fn the_old_text_of_a_write_is_never_read_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("src")).unwrap();
+        std::fs::write(dir.path().join("src/a.md"), "old\n").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("src"), dir.path().join("inner")).unwrap();
+        let old = |path: &str| old_file(Some(dir.path()), &json!({"path": path}));
+        assert_eq!(
+            (old("src/a.md"), old("inner/a.md"), old("missing.md")),
+            (Some("old\n".to_string()), None, None)
+        );
+    }
 }

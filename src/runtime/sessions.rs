@@ -45,8 +45,8 @@ fn check_rollover(rollover: Option<&str>) -> RuntimeResult<Option<Option<u64>>> 
         .map_err(RuntimeError::InvalidParams)
 }
 
-/// A workspace root given to an existing session: tools are confined to it at once, so it must
-/// be an absolute path to a directory that exists.
+/// A workspace root given to a new or an existing session: tools are confined to it at once, so
+/// it must be an absolute path to a directory that exists.
 fn check_workspace_root(root: &str) -> RuntimeResult<()> {
     let path = std::path::Path::new(root);
     if !path.is_absolute() {
@@ -106,12 +106,8 @@ impl Runtime {
         check_steps(params.max_steps)?;
         check_limits(params.cap_usd, params.max_seconds)?;
         let rollover = check_rollover(params.rollover.as_deref())?;
-        if let Some(root) = &params.workspace_root
-            && !std::path::Path::new(root).is_absolute()
-        {
-            return Err(RuntimeError::InvalidParams(format!(
-                "workspaceRoot must be an absolute path, got {root:?}"
-            )));
+        if let Some(root) = &params.workspace_root {
+            check_workspace_root(root)?;
         }
         let mcp_servers = params
             .mcp_servers

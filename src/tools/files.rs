@@ -1,9 +1,20 @@
 //! Reading, listing, writing and editing files inside the workspace.
+//!
+//! Every path is opened through the workspace's confined opener ([`super::confined`]), which
+//! never follows a symlink, and each file is read and replaced relative to the folder opened for
+//! it, so a folder swapped for a symlink mid-call cannot send a read or a write outside.
+
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
 
 use serde_json::Value;
 
-use super::replace::replace_file;
-use super::{FileSnapshot, ToolOutcome, Workspace, str_arg, truncate};
+use super::confined::open_in;
+use super::paths::shown;
+use super::replace::replace_in;
+use super::{FileSnapshot, OpenError, OpenedParent, ToolOutcome, Workspace, str_arg, truncate};
 use crate::protocol::ChangedFile;
 
 /// Most bytes of a file shown to the model at once.
@@ -15,12 +26,30 @@ fn required<'a>(input: &'a Value, key: &str) -> Result<&'a str, String> {
     str_arg(input, key).ok_or_else(|| format!("The input needs a string field {key:?}."))
 }
 
-pub async fn read(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> {
-    let requested = required(input, "path")?;
-    let path = ws.resolve(requested).map_err(|e| e.to_string())?;
-    let bytes = tokio::fs::read(&path)
+/// Runs blocking file-system work off the async threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(work)
         .await
-        .map_err(|e| format!("Cannot read {requested}: {e}"))?;
+        .map_err(|e| format!("The tool failed: {e}"))?
+}
+
+pub async fn read(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> {
+    let requested = required(input, "path")?.to_string();
+    let bytes = {
+        let (ws, requested) = (ws.clone(), requested.clone());
+        blocking(move || {
+            let cannot = |e: std::io::Error| format!("Cannot read {requested}: {e}");
+            let mut file = ws
+                .open_file(&requested)
+                .map_err(|e| e.shown(&format!("Cannot read {requested}")))?;
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes).map_err(cannot)?;
+            Ok(bytes)
+        })
+        .await?
+    };
     let text =
         String::from_utf8(bytes).map_err(|_| format!("{requested} is not a UTF-8 text file."))?;
     let offset = input
@@ -48,24 +77,39 @@ pub async fn read(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> 
 }
 
 pub async fn list(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> {
-    let requested = str_arg(input, "path").unwrap_or(".");
-    let path = ws.resolve(requested).map_err(|e| e.to_string())?;
-    let mut reader = tokio::fs::read_dir(&path)
-        .await
-        .map_err(|e| format!("Cannot list {requested}: {e}"))?;
-    let mut names = Vec::new();
-    while let Some(entry) = reader
-        .next_entry()
-        .await
-        .map_err(|e| format!("Cannot list {requested}: {e}"))?
-    {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let is_dir = entry.file_type().await.map(|t| t.is_dir()).unwrap_or(false);
-        names.push(if is_dir { format!("{name}/") } else { name });
-    }
+    let requested = str_arg(input, "path").unwrap_or(".").to_string();
+    let ws = ws.clone();
+    let (mut names, shown_path) = blocking(move || {
+        let cannot = |e: std::io::Error| format!("Cannot list {requested}: {e}");
+        let folder = ws
+            .open_folder(&requested)
+            .map_err(|e| e.shown(&format!("Cannot list {requested}")))?;
+        let entries = rustix::fs::Dir::read_from(&folder.fd).map_err(|e| cannot(e.into()))?;
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| cannot(e.into()))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == "." || name == ".." {
+                continue;
+            }
+            let is_dir = match entry.file_type() {
+                rustix::fs::FileType::Unknown => rustix::fs::statat(
+                    &folder.fd,
+                    entry.file_name(),
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                )
+                .map(|s| rustix::fs::FileType::from_raw_mode(s.st_mode).is_dir())
+                .unwrap_or(false),
+                kind => kind.is_dir(),
+            };
+            names.push(if is_dir { format!("{name}/") } else { name });
+        }
+        Ok((names, shown(&folder.relative)))
+    })
+    .await?;
     names.sort();
     if names.is_empty() {
-        return Ok(ToolOutcome::ok(format!("{} is empty.", ws.display(&path))));
+        return Ok(ToolOutcome::ok(format!("{shown_path} is empty.")));
     }
     let total = names.len();
     names.truncate(LIST_CAP);
@@ -76,37 +120,101 @@ pub async fn list(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> 
     Ok(ToolOutcome::ok(output))
 }
 
+/// A file about to be replaced: its opened folder, its name there, and what it holds now.
+struct Existing {
+    parent: OpenedParent,
+    /// The bytes and permissions of the file, `None` when there is none yet.
+    current: Option<(Vec<u8>, u32)>,
+}
+
+/// Opens the folder of `requested` (creating it when `create`) and reads the file there, if any.
+fn open_existing(ws: &Workspace, requested: &str, create: bool) -> Result<Existing, String> {
+    let cannot_open = if create {
+        format!("Cannot create the folder for {requested}")
+    } else {
+        format!("Cannot read {requested}")
+    };
+    let parent = ws
+        .open_parent(requested, create)
+        .map_err(|e| e.shown(&cannot_open))?
+        .ok_or_else(|| format!("{requested} is a folder."))?;
+    let cannot = |e: std::io::Error| format!("Cannot read {requested}: {e}");
+    let mut file = match open_in(requested, &parent.folder, &parent.name) {
+        Ok(file) => file,
+        Err(OpenError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Existing {
+                parent,
+                current: None,
+            });
+        }
+        Err(e) => return Err(e.shown(&format!("Cannot read {requested}"))),
+    };
+    let metadata = file.metadata().map_err(cannot)?;
+    if metadata.is_dir() {
+        return Err(format!("{requested} is a folder."));
+    }
+    if !metadata.is_file() {
+        return Err(format!("{requested} is not a regular file."));
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(cannot)?;
+    Ok(Existing {
+        parent,
+        current: Some((bytes, metadata.permissions().mode())),
+    })
+}
+
+/// Replaces the file in its opened folder, off the async threads.
+async fn replace(
+    requested: &str,
+    folder: OwnedFd,
+    name: std::ffi::OsString,
+    content: String,
+    mode: Option<u32>,
+) -> Result<(), String> {
+    let requested = requested.to_string();
+    blocking(move || {
+        replace_in(&folder, OsStr::new(&name), content.as_bytes(), mode)
+            .map_err(|e| format!("Cannot write {requested}: {e}"))
+    })
+    .await
+}
+
 pub async fn write(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> {
     let requested = required(input, "path")?;
     let content = required(input, "content")?;
-    let path = ws.resolve(requested).map_err(|e| e.to_string())?;
-    if path.is_dir() {
-        return Err(format!("{requested} is a folder."));
-    }
-    let old = match tokio::fs::read(&path).await {
-        Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
-        Err(_) => None,
+    let existing = {
+        let (ws, requested) = (ws.clone(), requested.to_string());
+        blocking(move || open_existing(&ws, &requested, true)).await?
     };
-    if let Some(parent) = path.parent() {
-        tokio::fs::create_dir_all(parent)
-            .await
-            .map_err(|e| format!("Cannot create the folder for {requested}: {e}"))?;
-    }
-    replace_file(&path, content)
-        .await
-        .map_err(|e| format!("Cannot write {requested}: {e}"))?;
+    let Existing { parent, current } = existing;
+    let (old, mode) = match current {
+        Some((bytes, mode)) => (
+            Some(String::from_utf8_lossy(&bytes).into_owned()),
+            Some(mode),
+        ),
+        None => (None, None),
+    };
+    let shown_path = shown(&parent.relative);
+    replace(
+        requested,
+        parent.folder,
+        parent.name,
+        content.to_string(),
+        mode,
+    )
+    .await?;
     let (added, removed) = line_changes(old.as_deref().unwrap_or(""), content);
     let verb = if old.is_some() {
         "Overwrote"
     } else {
         "Created"
     };
-    let shown = ws.display(&path);
     Ok(ToolOutcome {
-        output: format!("{verb} {shown} (+{added} -{removed} lines)."),
+        output: format!("{verb} {shown_path} (+{added} -{removed} lines)."),
         is_error: false,
         changed: Some(ChangedFile {
-            path: shown,
+            path: shown_path,
             added,
             removed,
         }),
@@ -124,10 +232,17 @@ pub async fn edit(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> 
     if old_string.is_empty() {
         return Err("old_string is empty; use write_file to create a file.".to_string());
     }
-    let path = ws.resolve(requested).map_err(|e| e.to_string())?;
-    let text = tokio::fs::read_to_string(&path)
-        .await
-        .map_err(|e| format!("Cannot read {requested}: {e}"))?;
+    let existing = {
+        let (ws, requested) = (ws.clone(), requested.to_string());
+        blocking(move || open_existing(&ws, &requested, false)).await?
+    };
+    let Existing { parent, current } = existing;
+    let Some((bytes, mode)) = current else {
+        let missing = std::io::Error::from(rustix::io::Errno::NOENT);
+        return Err(format!("Cannot read {requested}: {missing}"));
+    };
+    let text = String::from_utf8(bytes)
+        .map_err(|_| format!("Cannot read {requested}: stream did not contain valid UTF-8"))?;
     let found = text.matches(old_string).count();
     if found != 1 {
         return Err(match found {
@@ -140,16 +255,21 @@ pub async fn edit(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> 
         });
     }
     let updated = text.replacen(old_string, new_string, 1);
-    replace_file(&path, &updated)
-        .await
-        .map_err(|e| format!("Cannot write {requested}: {e}"))?;
+    let shown_path = shown(&parent.relative);
+    replace(
+        requested,
+        parent.folder,
+        parent.name,
+        updated.clone(),
+        Some(mode),
+    )
+    .await?;
     let (added, removed) = line_changes(&text, &updated);
-    let shown = ws.display(&path);
     Ok(ToolOutcome {
-        output: format!("Edited {shown} (+{added} -{removed} lines)."),
+        output: format!("Edited {shown_path} (+{added} -{removed} lines)."),
         is_error: false,
         changed: Some(ChangedFile {
-            path: shown,
+            path: shown_path,
             added,
             removed,
         }),

@@ -4,13 +4,17 @@
 //! without asking, writing, editing and commands wait for the user's approval.
 
 mod command;
+mod confined;
 mod files;
 mod paths;
+#[cfg(test)]
+mod race_tests;
 mod replace;
 mod search;
 
 use serde_json::{Value, json};
 
+pub use confined::{OpenError, OpenedFolder, OpenedParent};
 pub use paths::{PathError, Workspace};
 
 use crate::protocol::ChangedFile;

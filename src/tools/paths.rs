@@ -1,14 +1,21 @@
-//! Confinement of tool paths to the session's workspace root.
+//! Confinement of tool paths to the session's workspace root: the lexical part.
 //!
-//! `..` that climbs out, absolute paths elsewhere and symlinks whose target lies outside are all
-//! refused, so a model cannot read or write beyond the folder the user opened.
+//! `..` that climbs out and absolute paths elsewhere are refused here, before anything is
+//! opened; symlinks are refused while opening (see [`super::confined`]), so a model cannot read
+//! or write beyond the folder the user opened.
 
 use std::path::{Component, Path, PathBuf};
+
+use super::confined::Resolver;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PathError {
     #[error("{0:?} is outside the workspace; tools may only touch files under the workspace root")]
     Outside(String),
+    #[error(
+        "{0:?} goes through a symbolic link; tools do not follow symbolic links, so use the path of the file itself"
+    )]
+    Symlink(String),
     #[error("the workspace root {0:?} does not exist or is not a folder")]
     BadRoot(String),
 }
@@ -17,6 +24,7 @@ pub enum PathError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Workspace {
     root: PathBuf,
+    resolver: Resolver,
 }
 
 impl Workspace {
@@ -26,15 +34,31 @@ impl Workspace {
             .ok()
             .filter(|r| r.is_dir())
             .ok_or_else(|| PathError::BadRoot(root.display().to_string()))?;
-        Ok(Self { root })
+        Ok(Self {
+            root,
+            resolver: Resolver::Best,
+        })
+    }
+
+    /// The same workspace, opening paths by the walk only (never `openat2`), to test the walk.
+    #[cfg(test)]
+    pub(super) fn walking_only(mut self) -> Self {
+        self.resolver = Resolver::Walk;
+        self
     }
 
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    /// The absolute path for `requested`, guaranteed inside the root (following symlinks).
-    pub fn resolve(&self, requested: &str) -> Result<PathBuf, PathError> {
+    pub(super) fn resolver(&self) -> Resolver {
+        self.resolver
+    }
+
+    /// `requested` relative to the root, with `.` and `..` worked out: empty for the root.
+    ///
+    /// Only the words are checked here: whether a name is a symlink is checked when it is opened.
+    pub fn relative(&self, requested: &str) -> Result<PathBuf, PathError> {
         let outside = || PathError::Outside(requested.to_string());
         let requested_path = Path::new(requested);
         let relative = if requested_path.is_absolute() {
@@ -44,56 +68,44 @@ impl Workspace {
         } else {
             requested_path
         };
-        // Lexical pass: no component may climb above the root.
-        let mut joined = self.root.clone();
+        let mut normal = PathBuf::new();
         for component in relative.components() {
             match component {
-                Component::Normal(part) => joined.push(part),
+                Component::Normal(part) => normal.push(part),
                 Component::CurDir => {}
                 Component::ParentDir => {
-                    if joined == self.root || !joined.pop() {
+                    if !normal.pop() {
                         return Err(outside());
                     }
                 }
                 Component::RootDir | Component::Prefix(_) => return Err(outside()),
             }
         }
-        // Symlink pass: the deepest existing ancestor, resolved, must still be inside.
-        let mut existing = joined.as_path();
-        let mut rest = Vec::new();
-        while !existing.exists() {
-            // A dangling symlink also "does not exist"; refuse it rather than write through it.
-            if existing.symlink_metadata().is_ok() {
-                return Err(outside());
-            }
-            match (existing.parent(), existing.file_name()) {
-                (Some(parent), Some(name)) => {
-                    rest.push(name.to_os_string());
-                    existing = parent;
-                }
-                _ => return Err(outside()),
-            }
-        }
-        let mut real = existing.canonicalize().map_err(|_| outside())?;
-        if !real.starts_with(&self.root) {
-            return Err(outside());
-        }
-        real.extend(rest.iter().rev());
-        Ok(real)
+        Ok(normal)
     }
 
     /// `path` relative to the root, with `/` separators, for display and records.
     pub fn display(&self, path: &Path) -> String {
         path.strip_prefix(&self.root)
-            .map(|p| p.to_string_lossy().replace('\\', "/"))
-            .ok()
-            .filter(|p| !p.is_empty())
-            .unwrap_or_else(|| ".".to_string())
+            .map(shown)
+            .unwrap_or_else(|_| ".".to_string())
+    }
+}
+
+/// A path relative to the root as tools show it: `/` separators, `.` for the root itself.
+pub fn shown(relative: &Path) -> String {
+    let text = relative.to_string_lossy().replace('\\', "/");
+    if text.is_empty() {
+        ".".to_string()
+    } else {
+        text
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use pretty_assertions::assert_eq;
+
     use super::*;
 
     fn workspace() -> (tempfile::TempDir, Workspace) {
@@ -104,18 +116,28 @@ mod tests {
     }
 
     #[test]
-    fn inside_paths_resolve() {
+    fn inside_paths_are_made_relative() {
         let (_dir, ws) = workspace();
-        assert_eq!(
-            ws.resolve("src/new.rs").unwrap(),
-            ws.root().join("src/new.rs")
-        );
-        assert_eq!(
-            ws.resolve("src/../a/b.txt").unwrap(),
-            ws.root().join("a/b.txt")
-        );
         let absolute = ws.root().join("src").display().to_string();
-        assert_eq!(ws.resolve(&absolute).unwrap(), ws.root().join("src"));
+        let requested = [
+            "src/new.rs",
+            "src/../a/b.txt",
+            "./a/./b",
+            &absolute,
+            ".",
+            "src/..",
+        ];
+        let relative: Vec<_> = requested
+            .into_iter()
+            .map(|p| ws.relative(p).unwrap())
+            .collect();
+        assert_eq!(
+            relative,
+            ["src/new.rs", "a/b.txt", "a/b", "src", "", ""]
+                .map(PathBuf::from)
+                .to_vec()
+        );
+        assert_eq!(shown(&relative[4]), ".");
     }
 
     #[test]
@@ -123,23 +145,10 @@ mod tests {
         let (_dir, ws) = workspace();
         for bad in ["../x", "src/../../x", "/etc/passwd"] {
             assert_eq!(
-                ws.resolve(bad),
+                ws.relative(bad),
                 Err(PathError::Outside(bad.to_string())),
                 "{bad}"
             );
         }
-    }
-
-    #[test]
-    fn symlinks_that_escape_are_refused() {
-        let (_dir, ws) = workspace();
-        let elsewhere = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink(elsewhere.path(), ws.root().join("link")).unwrap();
-        std::os::unix::fs::symlink("/nonexistent/target", ws.root().join("dangling")).unwrap();
-        assert!(ws.resolve("link/file").is_err());
-        assert!(ws.resolve("link").is_err());
-        assert!(ws.resolve("dangling").is_err());
-        std::os::unix::fs::symlink(ws.root().join("src"), ws.root().join("inner")).unwrap();
-        assert_eq!(ws.resolve("inner/a").unwrap(), ws.root().join("src/a"));
     }
 }

@@ -1,5 +1,7 @@
 //! Text search over the workspace that honours .gitignore.
 
+use std::io::Read;
+
 use serde_json::Value;
 
 use super::{ToolOutcome, Workspace, str_arg};
@@ -15,29 +17,35 @@ pub async fn search(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String
     let regex = regex::Regex::new(pattern)
         .or_else(|_| regex::Regex::new(&regex::escape(pattern)))
         .map_err(|e| format!("Bad pattern: {e}"))?;
-    let start = ws
-        .resolve(str_arg(input, "path").unwrap_or("."))
-        .map_err(|e| e.to_string())?;
+    let requested = str_arg(input, "path").unwrap_or(".").to_string();
     let ws = ws.clone();
-    tokio::task::spawn_blocking(move || scan(&ws, &start, &regex))
-        .await
-        .map_err(|e| format!("The search failed: {e}"))
+    tokio::task::spawn_blocking(move || {
+        // Opening the start refuses a symlink on the way to it, with the reason.
+        ws.open_file(&requested)
+            .map_err(|e| e.shown(&format!("Cannot search {requested}")))?;
+        let start = ws
+            .root()
+            .join(ws.relative(&requested).map_err(|e| e.to_string())?);
+        Ok(scan(&ws, &start, &regex))
+    })
+    .await
+    .map_err(|e| format!("The search failed: {e}"))?
 }
 
+/// Walks the folder by name to find candidate files, but reads each through the confined
+/// opener: if a folder is swapped for a symlink mid-walk, the walk may name files outside, yet
+/// opening them is refused, so no outside content is ever matched.
 fn scan(ws: &Workspace, start: &std::path::Path, regex: &regex::Regex) -> ToolOutcome {
     let mut matches = Vec::new();
     let mut more = false;
     // `require_git(false)`: honour .gitignore even when the folder is not a git checkout.
     let walker = ignore::WalkBuilder::new(start).require_git(false).build();
     'files: for entry in walker.flatten() {
-        let path = entry.path();
-        let small = entry
-            .metadata()
-            .map(|m| m.is_file() && m.len() <= MAX_FILE_BYTES);
-        if !small.unwrap_or(false) {
+        let Ok(relative) = entry.path().strip_prefix(ws.root()) else {
             continue;
-        }
-        let Ok(text) = std::fs::read_to_string(path) else {
+        };
+        let shown = ws.display(entry.path());
+        let Some(text) = read_small(ws, &shown, relative) else {
             continue;
         };
         for (number, line) in text.lines().enumerate() {
@@ -47,7 +55,7 @@ fn scan(ws: &Workspace, start: &std::path::Path, regex: &regex::Regex) -> ToolOu
                     break 'files;
                 }
                 let line = super::truncate(line.trim_end(), 300);
-                matches.push(format!("{}:{}: {line}", ws.display(path), number + 1));
+                matches.push(format!("{shown}:{}: {line}", number + 1));
             }
         }
     }
@@ -61,6 +69,19 @@ fn scan(ws: &Workspace, start: &std::path::Path, regex: &regex::Regex) -> ToolOu
         ));
     }
     ToolOutcome::ok(output)
+}
+
+/// The text of a regular file of at most [`MAX_FILE_BYTES`], opened without following a
+/// symlink; `None` for anything else.
+fn read_small(ws: &Workspace, shown: &str, relative: &std::path::Path) -> Option<String> {
+    let mut file = ws.open_relative_file(shown, relative).ok()?;
+    let metadata = file.metadata().ok()?;
+    if !metadata.is_file() || metadata.len() > MAX_FILE_BYTES {
+        return None;
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text).ok()?;
+    Some(text)
 }
 
 #[cfg(test)]

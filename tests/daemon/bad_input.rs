@@ -3,7 +3,7 @@
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use sidechat::protocol::{InitializeParams, SessionListParams};
+use sidechat::protocol::{InitializeParams, SessionCreateParams, SessionListParams};
 use sidechat::rpc::framing::Framing;
 
 use crate::harness::{Daemon, Options, Scratch, sid};
@@ -207,5 +207,36 @@ async fn a_line_past_the_frame_limit_is_refused_with_its_id_and_the_next_line_an
     assert!(next["result"]["sessions"].is_array(), "{next}");
     still_answers(&daemon).await;
     assert!(daemon.notes.try_recv().is_err(), "nothing else was sent");
+    assert_eq!(daemon.close().await, 0);
+}
+
+/// `session/create` refuses a workspace root its tools could not work in, as `session/update`
+/// does, naming the path; nothing is created.
+#[tokio::test]
+async fn session_create_refuses_a_missing_root_and_a_file_as_root() {
+    let scratch = Scratch::new();
+    let daemon = Daemon::start(&scratch.db(), Options::default()).await;
+    let missing = scratch.dir.path().join("missing").display().to_string();
+    let file = scratch.workspace().join("file.txt");
+    std::fs::write(&file, "not a folder").unwrap();
+    let file = file.display().to_string();
+    for root in [&missing, &file] {
+        let params = SessionCreateParams {
+            workspace_root: Some(root.clone()),
+            ..SessionCreateParams::default()
+        };
+        let refused = daemon.try_call("session/create", params).await.unwrap_err();
+        assert_eq!(
+            (refused.code, refused.message),
+            (
+                -32602,
+                format!("invalid params: workspaceRoot {root:?} is not an existing directory")
+            )
+        );
+    }
+    let listed = daemon
+        .call("session/list", SessionListParams::default())
+        .await;
+    assert_eq!(listed["sessions"], json!([]));
     assert_eq!(daemon.close().await, 0);
 }

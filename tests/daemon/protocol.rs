@@ -122,18 +122,21 @@ async fn crud_over_content_length_framing() {
 async fn list_pages_newest_first_and_filters_by_root() {
     let scratch = Scratch::new();
     let daemon = Daemon::start(&scratch.db(), Options::default()).await;
+    // Roots must exist: `session/create` refuses one that does not.
+    let root_named = |name: &str| {
+        let root = scratch.dir.path().join(name);
+        std::fs::create_dir_all(&root).unwrap();
+        root.display().to_string()
+    };
+    let (even, odd) = (root_named("even"), root_named("odd"));
     let mut made = Vec::new();
     for i in 0..5 {
-        let root = if i % 2 == 0 {
-            "/projects/even"
-        } else {
-            "/projects/odd"
-        };
+        let root = if i % 2 == 0 { &even } else { &odd };
         made.push(
             daemon
                 .create_session(SessionCreateParams {
                     title: Some(format!("s{i}")),
-                    workspace_root: Some(root.into()),
+                    workspace_root: Some(root.clone()),
                     ..SessionCreateParams::default()
                 })
                 .await,
@@ -169,7 +172,7 @@ async fn list_pages_newest_first_and_filters_by_root() {
         .call(
             "session/list",
             SessionListParams {
-                workspace_root: Some("/projects/odd".into()),
+                workspace_root: Some(odd.clone()),
                 ..Default::default()
             },
         )

@@ -441,14 +441,110 @@ async fn paths_outside_the_workspace_are_refused() {
             _ => None,
         })
         .collect();
-    assert_eq!(outputs.len(), 4);
-    for (output, failed) in outputs {
-        assert!(
-            failed && output.contains("outside the workspace"),
-            "{output}"
-        );
-        assert!(!output.contains("secret\""), "{output}");
+    let refused = |path: &str, why: &str| (format!("{path:?} {why}"), true);
+    let outside_why =
+        "is outside the workspace; tools may only touch files under the workspace root";
+    let symlink_why = "goes through a symbolic link; tools do not follow symbolic links, so use the path of the file itself";
+    let secret = outside.join("secret.txt").display().to_string();
+    assert_eq!(
+        outputs,
+        vec![
+            refused("../outside/secret.txt", outside_why),
+            refused(&secret, outside_why),
+            refused("link/secret.txt", symlink_why),
+            refused("link", symlink_why),
+        ]
+    );
+    daemon.close().await;
+}
+
+/// Writes, edits and searches through a symlink are refused whether it leads out or stays
+/// inside (tools never follow one: that is what keeps a swapped symlink from redirecting them),
+/// and nothing is created on either side.
+#[tokio::test]
+async fn writes_through_a_symlink_are_refused_and_create_nothing() {
+    let scratch = Scratch::new();
+    let outside = scratch.dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("notes.md"), "outside\n").unwrap();
+    let ws = scratch.workspace();
+    std::fs::create_dir(ws.join("src")).unwrap();
+    std::fs::write(ws.join("src/notes.md"), "inside\n").unwrap();
+    std::os::unix::fs::symlink(&outside, ws.join("out")).unwrap();
+    std::os::unix::fs::symlink(ws.join("src"), ws.join("inner")).unwrap();
+    let calls = json!([
+        {"name": "write_file", "input": {"path": "out/new.md", "content": "x\n"}},
+        {"name": "write_file", "input": {"path": "inner/new.md", "content": "x\n"}},
+        {"name": "write_file", "input": {"path": "out/deeper/new.md", "content": "x\n"}},
+        {"name": "edit_file", "input": {"path": "out/notes.md", "old_string": "outside", "new_string": "changed"}},
+        {"name": "edit_file", "input": {"path": "inner/notes.md", "old_string": "inside", "new_string": "changed"}},
+        {"name": "search_text", "input": {"pattern": "side", "path": "out"}},
+    ]);
+    let (mut daemon, session) = replay_daemon(
+        &scratch,
+        json!({"turns": [{"toolCalls": calls}, {"text": "done"}]}),
+    )
+    .await;
+    daemon.send(&session, "write through links").await;
+    let mut events = Vec::new();
+    for _ in 0..5 {
+        let (before, approval) = daemon.until_approval().await;
+        events.extend(before);
+        respond(&daemon, &approval, ApprovalDecision::Allow).await;
     }
+    events.extend(daemon.until_finished().await);
+    let outputs: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ToolCallUpdated {
+                output: Some(output),
+                ..
+            } => Some(output.clone()),
+            _ => None,
+        })
+        .collect();
+    let refused = |path: &str| {
+        format!(
+            "{path:?} goes through a symbolic link; tools do not follow symbolic links, so use the path of the file itself"
+        )
+    };
+    assert_eq!(
+        outputs,
+        [
+            "out/new.md",
+            "inner/new.md",
+            "out/deeper/new.md",
+            "out/notes.md",
+            "inner/notes.md",
+            "out"
+        ]
+        .map(refused)
+        .to_vec()
+    );
+    let names = |dir: &std::path::Path| {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        (
+            names(&outside),
+            names(&ws.join("src")),
+            std::fs::read_to_string(outside.join("notes.md")).unwrap(),
+            std::fs::read_to_string(ws.join("src/notes.md")).unwrap()
+        ),
+        (
+            vec!["notes.md".to_string()],
+            vec!["notes.md".to_string()],
+            "outside\n".to_string(),
+            "inside\n".to_string()
+        )
+    );
+    let session_view = daemon.call("session/get", sid(&session)).await;
+    assert_eq!(session_view["changedFiles"], json!([]));
     daemon.close().await;
 }
 
