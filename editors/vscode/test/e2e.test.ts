@@ -430,7 +430,7 @@ test('an approval answered in another view of the same daemon (Always) leaves th
   }),
 );
 
-test('a carry-over note: its Delete button calls note/delete and the noteDeleted event takes it off, here and after a reload', { timeout: 120_000 }, () =>
+test('a carry-over note: drawn as the boundary of a new context with the note folded; its Delete button calls note/delete and the noteDeleted event takes it off, here and after a reload', { timeout: 120_000 }, () =>
   withChat('note', { env: () => ({ SIDECHAT_DEMO_DELAY_MS: '5' }) }, async ({ daemon, chat, page }) => {
     const note = '.entry.summary[data-method="carryOver"]';
     await send(page, 'hello there');
@@ -438,7 +438,13 @@ test('a carry-over note: its Delete button calls note/delete and the noteDeleted
     await untilIdle(page);
     await send(page, '/new-context');
     await page.waitForSelector(note, STEP);
-    assert.equal(await page.textContent(`${note} .head`), 'Carried over from the previous context');
+    assert.equal(await page.textContent(`${note} .head`), 'New context — carried over');
+    // The note is folded under the boundary and opens to its text.
+    assert.equal(await page.getAttribute(`${note} details.summary-block`, 'open'), null);
+    assert.equal(await page.isVisible(`${note} .markdown`), false);
+    await page.click(`${note} details.summary-block summary`);
+    assert.equal(await page.isVisible(`${note} .markdown`), true);
+    assert.notEqual(((await page.textContent(`${note} .markdown`)) ?? '').trim(), '');
     const sessionId = chat.controller.activeSessionId ?? '';
     const stored = async () =>
       (await daemon.request('session/transcript', { sessionId })).entries.filter((e) => e.role === 'summary').map((e) => e.blocks);

@@ -10,7 +10,7 @@ test('a summary entry is headed by how the older messages were folded', { timeou
   assert.equal(summaryHeading({ method: 'summary', messages: 4 }), 'Summary of 4 earlier messages');
   assert.equal(summaryHeading({ method: 'summary', messages: 1 }), 'Summary of 1 earlier message');
   assert.equal(summaryHeading({ method: 'drop', messages: 12 }), '12 earlier messages left out of what the model is sent');
-  assert.equal(summaryHeading({ method: 'carryOver', messages: 30 }), 'Carried over from the previous context');
+  assert.equal(summaryHeading({ method: 'carryOver', messages: 30 }), 'New context — carried over');
 });
 
 test('its detail line: the range, and when seen live, why and the tokens before and after', { timeout: 120_000 }, () => {

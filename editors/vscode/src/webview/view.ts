@@ -97,7 +97,8 @@ export function summaryHeading(entry: Pick<SummaryEntry, 'method' | 'messages'>)
     case 'drop':
       return `${messages[0].toUpperCase()}${messages.slice(1)} left out of what the model is sent`;
     case 'carryOver':
-      return 'Carried over from the previous context';
+      // A boundary: the model starts afresh from here, sent the note (folded under it).
+      return 'New context — carried over';
   }
 }
 
