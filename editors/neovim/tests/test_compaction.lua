@@ -71,7 +71,7 @@ H.run({
     function()
       H.eq("Summary of 1 earlier message", render.summary_heading({ method = "summary", messages = 1 }))
       H.eq("12 earlier messages left out of what the model is sent", render.summary_heading({ method = "drop", messages = 12 }))
-      H.eq("Carried over from the previous context", render.summary_heading({ method = "carryOver", messages = 30 }))
+      H.eq("New context — carried over", render.summary_heading({ method = "carryOver", messages = 30 }))
       H.eq(
         "seq 3–4096 · the history passed its share of the window · history 61,900 → 12,034 tokens",
         render.summary_detail({ fromSeq = 3, toSeq = 4096 }, { reason = "share", tokensBefore = 61900, tokensAfter = 12034 })

@@ -221,7 +221,7 @@ function M.summary_heading(block)
   if block.method == "drop" then
     return messages:sub(1, 1):upper() .. messages:sub(2) .. " left out of what the model is sent"
   elseif block.method == "carryOver" then
-    return "Carried over from the previous context"
+    return "New context — carried over"
   end
   return "Summary of " .. messages
 end
@@ -257,19 +257,27 @@ function M.deleted_note(block)
 end
 
 --- A summary entry: its heading, the detail line, and the text the model reads, folded. A
---- carry-over note's lines name it (`X` deletes it); a deleted one shows nothing.
+--- carry-over note is a boundary (a rule above its heading: the model starts afresh from
+--- here), and its lines name it (`X` deletes it); a deleted one shows nothing.
 function Builder:summary(session, entry, block)
   if M.deleted_note(block) then
     return
   end
-  local span = block.method == "carryOver" and { kind = "note", messageId = entry.id } or nil
-  self:heading(M.summary_heading(block), span)
+  local note = block.method == "carryOver"
+  local span = note and { kind = "note", messageId = entry.id } or nil
+  if note then
+    self:blank()
+    self:add("---", 0, span)
+    self:add("## " .. M.summary_heading(block), 0, span)
+  else
+    self:heading(M.summary_heading(block), span)
+  end
   local detail = M.summary_detail(block, session.compactions[entry.id])
   if detail ~= "" then
     self:add("_" .. detail .. "_", 0, span)
   end
   if block.text and block.text ~= "" then
-    self:add("▸ summary", ">1", span)
+    self:add(note and "▸ note (X deletes it)" or "▸ summary", ">1", span)
     self:text(block.text, "> ", 1, span)
   end
 end
