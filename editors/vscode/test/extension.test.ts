@@ -85,7 +85,7 @@ test('activation serves a strict page, and the page drives the real daemon', { t
   });
   const provider = __stub.viewProviders.get('sidechat.chat') as ChatViewProvider;
   assert.ok(provider, 'the chat view provider is registered');
-  assert.deepEqual([...__stub.commands.keys()].sort(), ['sidechat.askAboutSelection', 'sidechat.newSession', 'sidechat.restartDaemon']);
+  assert.deepEqual([...__stub.commands.keys()].sort(), ['sidechat.askAboutSelection', 'sidechat.newSession', 'sidechat.restartDaemon', 'sidechat.setRollover']);
 
   const { view, posted, send } = fakeView();
   provider.resolveWebviewView(view as never);
