@@ -37,14 +37,18 @@ H.run({
       H.eq({ kind = "note", messageId = view.span(at).messageId }, view.span(at), "the heading names the note")
       local id = view.span(at).messageId
       H.truthy(vim.startswith(id, "msg_"), "a message id: " .. id)
-      -- A boundary: a rule above the heading, then the note, folded.
+      -- A boundary: a rule above the heading, then (under the compaction's details when its
+      -- event came while the note was drawn) the note, folded.
       local lines = H.lines()
-      H.eq({ "", "---", HEADING, "▸ note (X deletes it)" }, vim.list_slice(lines, at - 2, at + 1), "the boundary")
-      H.truthy(vim.startswith(lines[at + 2], "> "), "the note's text under it: " .. lines[at + 2])
+      H.eq({ "", "---", HEADING }, vim.list_slice(lines, at - 2, at), "the boundary")
+      local fold = lines[at + 1]:match("^_.*_$") and at + 2 or at + 1
+      H.eq("▸ note (X deletes it)", lines[fold], "the note's fold")
+      H.truthy(vim.startswith(lines[fold + 1], "> "), "the note's text under it: " .. lines[fold + 1])
       H.eq(view.span(at), view.span(at - 1), "the rule names the note too")
+      H.eq(view.span(at), view.span(fold + 1), "and so does its text")
 
       local win = H.focus(view.state.transcript)
-      H.eq(at + 1, vim.fn.foldclosed(at + 2), "the note's text is folded")
+      H.eq(fold, vim.fn.foldclosed(fold + 1), "the note's text is folded")
       -- Elsewhere, X does nothing.
       vim.api.nvim_win_set_cursor(win, { 1, 0 })
       H.press("X")
