@@ -81,6 +81,14 @@ H.run({
         render.summary_detail({ method = "drop" }, { reason = "window", tokensBefore = 900, tokensAfter = 400 })
       )
       H.eq("", render.summary_detail({ method = "carryOver", fromSeq = vim.NIL, toSeq = vim.NIL }, nil))
+      H.eq(
+        "/new-context · history 101 → 265 tokens",
+        render.summary_detail({ method = "carryOver" }, { reason = "command", tokensBefore = 101, tokensAfter = 265 })
+      )
+      H.eq(
+        "idle longer than the idle rollover · history 2 → 1 tokens",
+        render.summary_detail({ method = "carryOver" }, { reason = "idle", tokensBefore = 2, tokensAfter = 1 })
+      )
     end,
   },
   {

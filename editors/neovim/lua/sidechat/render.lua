@@ -230,6 +230,7 @@ local REASONS = {
   share = "the history passed its share of the window",
   window = "the request would not have fit the window",
   command = "/compact",
+  idle = "idle longer than the idle rollover",
 }
 
 --- The line under it: the folded range and, when its `compaction` event was seen, why and the
@@ -242,7 +243,9 @@ function M.summary_detail(block, compaction)
     table.insert(parts, ("seq %d–%d"):format(block.fromSeq, block.toSeq))
   end
   if compaction then
-    table.insert(parts, REASONS[compaction.reason] or compaction.reason)
+    -- The user's command that starts a new context is /new-context, not /compact.
+    local new_context = compaction.reason == "command" and block.method == "carryOver"
+    table.insert(parts, new_context and "/new-context" or REASONS[compaction.reason] or compaction.reason)
     table.insert(
       parts,
       ("history %s → %s tokens"):format(thousands(compaction.tokensBefore), thousands(compaction.tokensAfter))
