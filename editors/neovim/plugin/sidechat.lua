@@ -29,6 +29,15 @@ command("SidechatDeleteNote", function()
   local span = vim.api.nvim_get_current_buf() == view.state.transcript and view.span(vim.fn.line(".")) or nil
   sc().delete_note(span and span.kind == "note" and span.messageId or nil)
 end, { desc = "Delete the carry-over note under the cursor (else the newest)" })
+command("SidechatRollover", function(a)
+  sc().rollover(a.args)
+end, {
+  nargs = "?",
+  complete = function()
+    return { "off", "1h", "3h", "1d", "7d" }
+  end,
+  desc = "Set the idle time after which the shown session starts a new context (off, 3h, 1d…)",
+})
 command("SidechatCost", function()
   sc().cost()
 end, { desc = "What the shown session cost" })

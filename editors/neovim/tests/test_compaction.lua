@@ -71,7 +71,7 @@ H.run({
     function()
       H.eq("Summary of 1 earlier message", render.summary_heading({ method = "summary", messages = 1 }))
       H.eq("12 earlier messages left out of what the model is sent", render.summary_heading({ method = "drop", messages = 12 }))
-      H.eq("Carried over from the previous context", render.summary_heading({ method = "carryOver", messages = 30 }))
+      H.eq("New context — carried over", render.summary_heading({ method = "carryOver", messages = 30 }))
       H.eq(
         "seq 3–4096 · the history passed its share of the window · history 61,900 → 12,034 tokens",
         render.summary_detail({ fromSeq = 3, toSeq = 4096 }, { reason = "share", tokensBefore = 61900, tokensAfter = 12034 })
@@ -81,6 +81,14 @@ H.run({
         render.summary_detail({ method = "drop" }, { reason = "window", tokensBefore = 900, tokensAfter = 400 })
       )
       H.eq("", render.summary_detail({ method = "carryOver", fromSeq = vim.NIL, toSeq = vim.NIL }, nil))
+      H.eq(
+        "/new-context · history 101 → 265 tokens",
+        render.summary_detail({ method = "carryOver" }, { reason = "command", tokensBefore = 101, tokensAfter = 265 })
+      )
+      H.eq(
+        "idle longer than the idle rollover · history 2 → 1 tokens",
+        render.summary_detail({ method = "carryOver" }, { reason = "idle", tokensBefore = 2, tokensAfter = 1 })
+      )
     end,
   },
   {

@@ -1,4 +1,5 @@
--- A carry-over note (`/new-context`) against the demo model: `X` on it calls `note/delete`, and
+-- A carry-over note (`/new-context`) against the demo model, drawn as the boundary of a new
+-- context with the note folded under it: `X` on it calls `note/delete`, and
 -- the transcript drops it when the daemon's `noteDeleted` event arrives; a redraw from the
 -- transcript leaves it out too; :SidechatDeleteNote takes the newest note.
 local H = dofile(vim.fn.fnamemodify(debug.getinfo(1, "S").source:sub(2), ":p:h") .. "/helpers.lua")
@@ -6,7 +7,7 @@ H.setup()
 local sidechat = require("sidechat")
 local view = require("sidechat.view")
 
-local HEADING = "## Carried over from the previous context"
+local HEADING = "## New context — carried over"
 
 local function note_line()
   return vim.fn.index(H.lines(), HEADING) + 1
@@ -36,8 +37,18 @@ H.run({
       H.eq({ kind = "note", messageId = view.span(at).messageId }, view.span(at), "the heading names the note")
       local id = view.span(at).messageId
       H.truthy(vim.startswith(id, "msg_"), "a message id: " .. id)
+      -- A boundary: a rule above the heading, then (under the compaction's details when its
+      -- event came while the note was drawn) the note, folded.
+      local lines = H.lines()
+      H.eq({ "", "---", HEADING }, vim.list_slice(lines, at - 2, at), "the boundary")
+      local fold = lines[at + 1]:match("^_.*_$") and at + 2 or at + 1
+      H.eq("▸ note (X deletes it)", lines[fold], "the note's fold")
+      H.truthy(vim.startswith(lines[fold + 1], "> "), "the note's text under it: " .. lines[fold + 1])
+      H.eq(view.span(at), view.span(at - 1), "the rule names the note too")
+      H.eq(view.span(at), view.span(fold + 1), "and so does its text")
 
       local win = H.focus(view.state.transcript)
+      H.eq(fold, vim.fn.foldclosed(fold + 1), "the note's text is folded")
       -- Elsewhere, X does nothing.
       vim.api.nvim_win_set_cursor(win, { 1, 0 })
       H.press("X")

@@ -115,8 +115,8 @@ function untilReplies(page: Page, count: number): Promise<void> {
   return waitIn(page, (n) => document.querySelectorAll('.entry.assistant[data-streaming="false"]').length === n, count);
 }
 
-test('a chat in the page: stream, context bar, slash command, approval, interjection, reload, changed file, stop, HTML as text, copy, crash, sessions', { timeout: 120_000 }, () =>
-  withChat('chat', { env: () => ({ SIDECHAT_DEMO_DELAY_MS: '25' }) }, async ({ scratch, daemon, chat, page }) => {
+test('a chat in the page: stream, context bar, slash command, approval, interjection, reload, changed file, stop, HTML as text, copy, sessions', { timeout: 120_000 }, () =>
+  withChat('chat', { env: () => ({ SIDECHAT_DEMO_DELAY_MS: '25' }) }, async ({ scratch, chat, page }) => {
     // 1. A streamed reply: seen while streaming, then whole.
     await send(page, 'hello there');
     await page.waitForSelector('.entry.assistant[data-streaming="true"]', STEP);
@@ -232,34 +232,7 @@ test('a chat in the page: stream, context bar, slash command, approval, interjec
     await waitFor(() => chat.calls.copies.length === 1);
     assert.deepEqual(chat.calls.copies, ['cargo build --release\n']);
 
-    // 9. The daemon crashes mid-run: the view says so, it restarts, and the state comes back.
-    await send(page, 'tell me a story');
-    await page.waitForSelector('.entry.assistant[data-streaming="true"]', STEP);
-    const before = await page.locator('.transcript .entry.user').count();
-    // The crash banner stands only until the restart, a fraction of a second: every banner the
-    // page shows is recorded, so that a busy machine cannot hide it between two looks.
-    await page.evaluate(() => {
-      const banner = document.querySelector('.banner') as HTMLElement;
-      const shown: string[] = [];
-      (window as unknown as { bannersShown: string[] }).bannersShown = shown;
-      new MutationObserver(() => {
-        if (!banner.hidden) shown.push(`${banner.dataset.state}: ${banner.textContent}`);
-      }).observe(banner, { attributes: true, childList: true, subtree: true, characterData: true });
-    });
-    process.kill(daemon.pid ?? 0, 'SIGKILL');
-    await waitIn(page, () => (window as unknown as { bannersShown: string[] }).bannersShown.some((b) => b.startsWith('crashed: ')));
-    const crashed = await page.evaluate(() => (window as unknown as { bannersShown: string[] }).bannersShown.find((b) => b.startsWith('crashed: ')));
-    assert.match(crashed ?? '', /^crashed: sidechat stopped unexpectedly \(SIGKILL\); restarting in 0\.2 s\.$/);
-    await page.waitForSelector('.banner[data-state="ready"]', { state: 'attached', ...STEP });
-    await waitIn(page, () => document.querySelector('.daemon-status')?.getAttribute('data-state') === 'ready');
-    // The recovered transcript: the restarted daemon closed the cut run with a notice.
-    await page.waitForSelector('.entry.notice[data-level="error"]:has-text("sidechat stopped during the run")', STEP);
-    await waitIn(page, (n) => document.querySelectorAll('.transcript .entry.user').length === n, before);
-    assert.equal(await page.locator('.entry.assistant[data-streaming="true"]').count(), 0);
-    assert.match((await page.textContent('.transcript')) ?? '', /also check the README/);
-    await screenshot(page, '07-recovered');
-
-    // 10. The session list: rename, new, switch back, delete the other one.
+    // 9. The session list: rename, new, switch back, delete the other one.
     await page.click('button.session-title');
     await page.waitForSelector('.sessions li[data-session-id] button.rename', STEP);
     await page.click('.sessions li[data-session-id] button.rename');
@@ -278,6 +251,51 @@ test('a chat in the page: stream, context bar, slash command, approval, interjec
     assert.deepEqual(chat.calls.confirms, ['Delete this chat and its transcript?']);
     await screenshot(page, '08-sessions');
 
+    assert.deepEqual(chat.pageErrors, []);
+  }),
+);
+
+test('a crash mid-run: the page says so until the daemon is ready again, a message sent meanwhile waits for it, and the state comes back', { timeout: 120_000 }, () =>
+  withChat('crash', { env: () => ({ SIDECHAT_DEMO_DELAY_MS: '25' }) }, async ({ daemon, chat, page }) => {
+    await send(page, 'hello there');
+    await untilReplies(page, 1);
+    await untilIdle(page);
+    // A back-off long enough to send a message in it on a busy machine.
+    daemon.configure({ initialBackoffMs: 1500 });
+    await send(page, 'tell me a story');
+    await page.waitForSelector('.entry.assistant[data-streaming="true"]', STEP);
+    // Every state the page's daemon status takes from now on, and every banner it shows, so
+    // that a busy machine cannot hide one between two looks.
+    await page.evaluate(() => {
+      const label = document.querySelector('.daemon-status') as HTMLElement;
+      const banner = document.querySelector('.banner') as HTMLElement;
+      const seen = { states: [label.dataset.state ?? ''], banners: [] as string[] };
+      (window as unknown as { seen: typeof seen }).seen = seen;
+      new MutationObserver(() => {
+        const state = label.dataset.state ?? '';
+        if (seen.states[seen.states.length - 1] !== state) seen.states.push(state);
+        if (!banner.hidden) seen.banners.push(`${banner.dataset.state}: ${banner.textContent}`);
+      }).observe(document.body, { attributes: true, childList: true, subtree: true, characterData: true });
+    });
+    const seen = () => page.evaluate(() => (window as unknown as { seen: { states: string[]; banners: string[] } }).seen);
+    process.kill(daemon.pid ?? 0, 'SIGKILL');
+    await waitIn(page, () => (window as unknown as { seen: { states: string[] } }).seen.states.includes('crashed'));
+    await send(page, 'are you back?');
+    await waitIn(page, () => document.querySelector('.daemon-status')?.getAttribute('data-state') === 'ready');
+    // The recovered transcript: the restarted daemon closed the cut run with a notice, and the
+    // message sent during the back-off reached it and was answered.
+    await page.waitForSelector('.entry.notice[data-level="error"]:has-text("sidechat stopped during the run")', STEP);
+    await untilReplies(page, 2);
+    await untilIdle(page);
+    assert.deepEqual(
+      await page.locator('.transcript .entry').evaluateAll((nodes) => nodes.map((n) => `${n.classList[1]}${n.classList.contains('user') ? `: ${n.textContent}` : ''}`)),
+      ['user: hello there', 'assistant', 'user: tell me a story', 'notice', 'user: are you back?', 'assistant'],
+    );
+    assert.equal(await page.locator('.entry.assistant[data-streaming="true"]').count(), 0);
+    const { states, banners } = await seen();
+    assert.deepEqual(states, ['ready', 'crashed', 'ready'], 'crashed until ready, with no "starting" between');
+    assert.match(banners[0] ?? '', /^crashed: sidechat stopped unexpectedly \(SIGKILL\); restarting in 1\.5 s\.$/);
+    await screenshot(page, '07-recovered');
     assert.deepEqual(chat.pageErrors, []);
   }),
 );
@@ -412,7 +430,7 @@ test('an approval answered in another view of the same daemon (Always) leaves th
   }),
 );
 
-test('a carry-over note: its Delete button calls note/delete and the noteDeleted event takes it off, here and after a reload', { timeout: 120_000 }, () =>
+test('a carry-over note: drawn as the boundary of a new context with the note folded; its Delete button calls note/delete and the noteDeleted event takes it off, here and after a reload', { timeout: 120_000 }, () =>
   withChat('note', { env: () => ({ SIDECHAT_DEMO_DELAY_MS: '5' }) }, async ({ daemon, chat, page }) => {
     const note = '.entry.summary[data-method="carryOver"]';
     await send(page, 'hello there');
@@ -420,7 +438,13 @@ test('a carry-over note: its Delete button calls note/delete and the noteDeleted
     await untilIdle(page);
     await send(page, '/new-context');
     await page.waitForSelector(note, STEP);
-    assert.equal(await page.textContent(`${note} .head`), 'Carried over from the previous context');
+    assert.equal(await page.textContent(`${note} .head`), 'New context — carried over');
+    // The note is folded under the boundary and opens to its text.
+    assert.equal(await page.getAttribute(`${note} details.summary-block`, 'open'), null);
+    assert.equal(await page.isVisible(`${note} .markdown`), false);
+    await page.click(`${note} details.summary-block summary`);
+    assert.equal(await page.isVisible(`${note} .markdown`), true);
+    assert.notEqual(((await page.textContent(`${note} .markdown`)) ?? '').trim(), '');
     const sessionId = chat.controller.activeSessionId ?? '';
     const stored = async () =>
       (await daemon.request('session/transcript', { sessionId })).entries.filter((e) => e.role === 'summary').map((e) => e.blocks);

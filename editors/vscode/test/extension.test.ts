@@ -85,7 +85,7 @@ test('activation serves a strict page, and the page drives the real daemon', { t
   });
   const provider = __stub.viewProviders.get('sidechat.chat') as ChatViewProvider;
   assert.ok(provider, 'the chat view provider is registered');
-  assert.deepEqual([...__stub.commands.keys()].sort(), ['sidechat.askAboutSelection', 'sidechat.newSession', 'sidechat.restartDaemon']);
+  assert.deepEqual([...__stub.commands.keys()].sort(), ['sidechat.askAboutSelection', 'sidechat.newSession', 'sidechat.restartDaemon', 'sidechat.setRollover']);
 
   const { view, posted, send } = fakeView();
   provider.resolveWebviewView(view as never);
@@ -254,9 +254,67 @@ test('a daemon that keeps dying is restarted with a doubling delay', { timeout: 
     assert.deepEqual(delays, [200, 400]);
     assert.deepEqual(
       seen.map((s) => s.state),
-      ['starting', 'ready', 'crashed', 'starting', 'ready', 'crashed', 'starting', 'ready'],
+      ['starting', 'ready', 'crashed', 'ready', 'crashed', 'ready'],
     );
   } finally {
     await daemon.stop();
   }
+});
+
+test('"Set idle rollover" sets the shown chat\'s rollover in the daemon, which session/get reads back', { timeout: 120_000 }, async () => {
+  const scratch0 = new Scratch();
+  scratches.push(scratch0);
+  const env = { HOME: scratch0.dir, XDG_CONFIG_HOME: join(scratch0.dir, 'c'), XDG_DATA_HOME: join(scratch0.dir, 'd'), SIDECHAT_DEMO_DELAY_MS: '0', SIDECHAT_ACCOUNT: 'demo' };
+  activateWith({ 'sidechat.path': sidechatBinary(), 'sidechat.extraArgs': ['--db', join(scratch0.dir, 'sidechat.db')], 'sidechat.env': env });
+  const provider = __stub.viewProviders.get('sidechat.chat') as ChatViewProvider;
+  const { view, posted, send } = fakeView();
+
+  // No chat shown yet: nothing to set.
+  await vscode.commands.executeCommand('sidechat.setRollover');
+  assert.deepEqual(__stub.infos, ['Open a chat first: the idle rollover is set per chat.']);
+
+  provider.resolveWebviewView(view as never);
+  await send({ type: 'ready' });
+  await until(() => posted.find((m) => m.type === 'daemon' && m.status.state === 'ready'), 'the daemon to be ready');
+  await send({ type: 'send', text: 'hello', attachments: [], clientMessageId: 'c1' });
+  await until(() => posted.find((m) => m.type === 'events' && m.events.some((e) => e.event.kind === 'runFinished')), 'the run to finish');
+  /** The rollover of the session `session/get` answered with last, as the view was given it. */
+  const shown = async (count: number) => {
+    const sessions = await until(() => {
+      const all = posted.flatMap((m) => (m.type === 'session' ? [m.session] : []));
+      return all.length >= count ? all : undefined;
+    }, 'the session read back');
+    return sessions[sessions.length - 1].rollover ?? 'off';
+  };
+  const before = posted.filter((m) => m.type === 'session').length;
+
+  __stub.quickPickChoice = '1d';
+  await vscode.commands.executeCommand('sidechat.setRollover');
+  assert.equal(await shown(before + 1), '1d');
+  assert.deepEqual(__stub.quickPicks[0].labels, ['off', '1h', '3h', '1d', 'Custom…']);
+
+  // Another time, typed; the pick now marks 1d as the current one.
+  __stub.quickPickChoice = 'Custom…';
+  __stub.inputBoxAnswer = '90m';
+  await vscode.commands.executeCommand('sidechat.setRollover');
+  assert.equal(await shown(before + 2), '90m');
+  assert.equal(__stub.quickPicks[1].descriptions[3], 'current');
+
+  // Off: session/get has no rollover any more.
+  __stub.quickPickChoice = 'off';
+  await vscode.commands.executeCommand('sidechat.setRollover');
+  assert.equal(await shown(before + 3), 'off');
+  const last = posted.filter((m) => m.type === 'session').pop();
+  assert.equal(last?.type === 'session' && last.session.rollover, undefined);
+
+  // Dismissed: nothing is sent.
+  __stub.quickPickChoice = undefined;
+  await vscode.commands.executeCommand('sidechat.setRollover');
+  assert.equal(posted.filter((m) => m.type === 'session').length, before + 3);
+  assert.deepEqual(__stub.errors, []);
+  assert.deepEqual(__stub.infos.slice(1), [
+    'This chat starts a new context after 1d without a turn.',
+    'This chat starts a new context after 90m without a turn.',
+    'This chat never starts a new context by itself.',
+  ]);
 });

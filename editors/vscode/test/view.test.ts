@@ -10,7 +10,7 @@ test('a summary entry is headed by how the older messages were folded', { timeou
   assert.equal(summaryHeading({ method: 'summary', messages: 4 }), 'Summary of 4 earlier messages');
   assert.equal(summaryHeading({ method: 'summary', messages: 1 }), 'Summary of 1 earlier message');
   assert.equal(summaryHeading({ method: 'drop', messages: 12 }), '12 earlier messages left out of what the model is sent');
-  assert.equal(summaryHeading({ method: 'carryOver', messages: 30 }), 'Carried over from the previous context');
+  assert.equal(summaryHeading({ method: 'carryOver', messages: 30 }), 'New context — carried over');
 });
 
 test('its detail line: the range, and when seen live, why and the tokens before and after', { timeout: 120_000 }, () => {
@@ -24,7 +24,10 @@ test('its detail line: the range, and when seen live, why and the tokens before 
     'seq 3–9 · the request would not have fit the window · history 900 → 400 tokens',
   );
   assert.equal(summaryDetail({ compaction: { reason: 'command', tokensBefore: 227, tokensAfter: 127 } }), '/compact · history 227 → 127 tokens');
+  // A new context: the command that starts one, or the idle rollover.
+  assert.equal(summaryDetail({ method: 'carryOver', compaction: { reason: 'command', tokensBefore: 101, tokensAfter: 265 } }), '/new-context · history 101 → 265 tokens');
+  assert.equal(summaryDetail({ method: 'carryOver', compaction: { reason: 'idle', tokensBefore: 2, tokensAfter: 1 } }), 'idle longer than the idle rollover · history 2 → 1 tokens');
   // A reason this page does not know yet is shown as the daemon named it.
-  assert.equal(summaryDetail({ compaction: { reason: 'idle', tokensBefore: 2, tokensAfter: 1 } }), 'idle · history 2 → 1 tokens');
+  assert.equal(summaryDetail({ compaction: { reason: 'later' as 'idle', tokensBefore: 2, tokensAfter: 1 } }), 'later · history 2 → 1 tokens');
   assert.equal(summaryDetail({}), '');
 });

@@ -363,6 +363,68 @@ function M.delete_note(message_id, done)
   end, done)
 end
 
+--- The idle times `:SidechatRollover` offers without an argument; "custom…" asks for another.
+M.ROLLOVER_CHOICES = { "off", "1h", "3h", "1d", "custom…" }
+
+--- Sets the shown session's idle rollover (`session/update`): after that long without a turn,
+--- the next one starts a new context with a carry-over note. `value` is `off` or a whole number
+--- of `s`, `m`, `h` or `d` (`3h`, `1d`…); without one, picked with `vim.ui.select` (and
+--- `vim.ui.input` for another time). `done(err, session)` gets the session as `session/get`
+--- reads it back.
+---@param value string?
+---@param done fun(err: table?, session: table?)?
+function M.rollover(value, done)
+  local s = st.current
+  if not s then
+    return notify("no session shown: the idle rollover is set per session")
+  end
+  local c = M.client()
+  local function set(v)
+    c:request("session/update", { sessionId = s.id, rollover = v }, function(err)
+      if err then
+        notify("cannot set the idle rollover: " .. err_text(err), vim.log.levels.ERROR)
+        return done and done(err)
+      end
+      c:request("session/get", { sessionId = s.id }, function(e, info)
+        if e then
+          notify("cannot read the session back: " .. err_text(e), vim.log.levels.ERROR)
+        else
+          s.info = info
+          local now = info.rollover
+          notify(now and ("a new context after " .. now .. " without a turn") or "idle rollover off")
+        end
+        if done then
+          done(e, info)
+        end
+      end)
+    end)
+  end
+  if value and vim.trim(value) ~= "" then
+    return set(vim.trim(value))
+  end
+  c:request("session/get", { sessionId = s.id }, function(err, info)
+    local current = (not err and info and info.rollover) or "off"
+    vim.ui.select(M.ROLLOVER_CHOICES, {
+      prompt = ("Idle rollover (now %s)"):format(current),
+      format_item = function(item)
+        return item == current and (item .. " (current)") or item
+      end,
+    }, function(choice)
+      if choice == nil then
+        return
+      elseif choice == "custom…" then
+        vim.ui.input({ prompt = "Idle rollover (off, or e.g. 90m, 7d): ", default = current }, function(text)
+          if text and vim.trim(text) ~= "" then
+            set(vim.trim(text))
+          end
+        end)
+      else
+        set(choice)
+      end
+    end)
+  end)
+end
+
 --- The note under the cursor; elsewhere in the transcript, nothing.
 M.delete_note_under_cursor = under_cursor("note", function(span)
   M.delete_note(span.messageId)

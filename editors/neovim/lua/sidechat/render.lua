@@ -221,7 +221,7 @@ function M.summary_heading(block)
   if block.method == "drop" then
     return messages:sub(1, 1):upper() .. messages:sub(2) .. " left out of what the model is sent"
   elseif block.method == "carryOver" then
-    return "Carried over from the previous context"
+    return "New context — carried over"
   end
   return "Summary of " .. messages
 end
@@ -230,6 +230,7 @@ local REASONS = {
   share = "the history passed its share of the window",
   window = "the request would not have fit the window",
   command = "/compact",
+  idle = "idle longer than the idle rollover",
 }
 
 --- The line under it: the folded range and, when its `compaction` event was seen, why and the
@@ -242,7 +243,9 @@ function M.summary_detail(block, compaction)
     table.insert(parts, ("seq %d–%d"):format(block.fromSeq, block.toSeq))
   end
   if compaction then
-    table.insert(parts, REASONS[compaction.reason] or compaction.reason)
+    -- The user's command that starts a new context is /new-context, not /compact.
+    local new_context = compaction.reason == "command" and block.method == "carryOver"
+    table.insert(parts, new_context and "/new-context" or REASONS[compaction.reason] or compaction.reason)
     table.insert(
       parts,
       ("history %s → %s tokens"):format(thousands(compaction.tokensBefore), thousands(compaction.tokensAfter))
@@ -257,19 +260,27 @@ function M.deleted_note(block)
 end
 
 --- A summary entry: its heading, the detail line, and the text the model reads, folded. A
---- carry-over note's lines name it (`X` deletes it); a deleted one shows nothing.
+--- carry-over note is a boundary (a rule above its heading: the model starts afresh from
+--- here), and its lines name it (`X` deletes it); a deleted one shows nothing.
 function Builder:summary(session, entry, block)
   if M.deleted_note(block) then
     return
   end
-  local span = block.method == "carryOver" and { kind = "note", messageId = entry.id } or nil
-  self:heading(M.summary_heading(block), span)
+  local note = block.method == "carryOver"
+  local span = note and { kind = "note", messageId = entry.id } or nil
+  if note then
+    self:blank()
+    self:add("---", 0, span)
+    self:add("## " .. M.summary_heading(block), 0, span)
+  else
+    self:heading(M.summary_heading(block), span)
+  end
   local detail = M.summary_detail(block, session.compactions[entry.id])
   if detail ~= "" then
     self:add("_" .. detail .. "_", 0, span)
   end
   if block.text and block.text ~= "" then
-    self:add("▸ summary", ">1", span)
+    self:add(note and "▸ note (X deletes it)" or "▸ summary", ">1", span)
     self:text(block.text, "> ", 1, span)
   end
 end

@@ -14,7 +14,7 @@
 
 import { SessionModel } from '../model/session';
 import type { DaemonStatus, HostToPage, PageToHost } from '../model/messages';
-import type { Attachment, Requests, SessionEventParams, SessionTranscriptResult } from '../model/wire';
+import type { Attachment, Requests, Session, SessionEventParams, SessionTranscriptResult } from '../model/wire';
 
 /** What the controller needs of the daemon (`Daemon` provides it). */
 export interface DaemonLike {
@@ -77,6 +77,26 @@ export class ChatController {
 
   get activeSessionId(): string | undefined {
     return this.active?.sessionId;
+  }
+
+  /** The active session as the daemon has it now (`session/get`), if one is shown. */
+  async activeSession(): Promise<Session | undefined> {
+    const sessionId = this.active?.sessionId;
+    return sessionId ? this.daemon.request('session/get', { sessionId }) : undefined;
+  }
+
+  /**
+   * Sets the active session's idle rollover (`3h`, `1d`, `off`…) with `session/update`, then
+   * shows the session as `session/get` reads it back. Undefined when no session is shown.
+   */
+  async setRollover(rollover: string): Promise<Session | undefined> {
+    const model = this.active;
+    if (!model) return undefined;
+    const sessionId = model.sessionId;
+    await this.daemon.request('session/update', { sessionId, rollover });
+    const session = await this.daemon.request('session/get', { sessionId });
+    if (this.active === model) this.ui.post({ type: 'session', session });
+    return session;
   }
 
   /** Adds the selection to the composer. */

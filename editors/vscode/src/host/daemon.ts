@@ -68,6 +68,12 @@ function isExecutable(path: string): boolean {
 
 type Listener<T> = (value: T) => void;
 
+/** How a promise handed out before its daemon exists is settled. */
+interface Waiting {
+  resolve: (connection: MessageConnection) => void;
+  reject: (error: Error) => void;
+}
+
 export class Daemon {
   status: DaemonStatus = { state: 'starting' };
   info: InitializeResult | undefined;
@@ -80,6 +86,12 @@ export class Daemon {
   private disposed = false;
   private crashes = 0;
   private restartTimer: NodeJS.Timeout | undefined;
+  /**
+   * After a crash, the requests made during the back-off wait here for the daemon it starts
+   * (a request must not start one early: the restart would then find it running, and the view
+   * would be told "starting" while the crash still stands).
+   */
+  private scheduled: Waiting | undefined;
   private readonly eventListeners = new Set<Listener<SessionEventParams>>();
   private readonly statusListeners = new Set<Listener<DaemonStatus>>();
 
@@ -111,11 +123,18 @@ export class Daemon {
     return this.ready;
   }
 
-  /** Stops and starts again at once, with the current settings. */
+  /**
+   * Stops and starts again at once, with the current settings. Requests waiting for a restart
+   * after a crash are answered by this one.
+   */
   async restart(): Promise<void> {
+    const waiting = this.scheduled;
+    this.scheduled = undefined;
     await this.stop();
     this.crashes = 0;
-    await this.start().catch(() => undefined);
+    const started = this.start();
+    if (waiting) started.then(waiting.resolve, waiting.reject);
+    await started.catch(() => undefined);
   }
 
   async request<M extends keyof Requests>(method: M, params: Requests[M]['params']): Promise<Requests[M]['result']> {
@@ -134,6 +153,9 @@ export class Daemon {
     this.stopping = true;
     clearTimeout(this.restartTimer);
     this.restartTimer = undefined;
+    const waiting = this.scheduled;
+    this.scheduled = undefined;
+    waiting?.reject(new Error('sidechat was stopped before it restarted'));
     const child = this.child;
     const connection = this.connection;
     this.ready = undefined;
@@ -176,7 +198,8 @@ export class Daemon {
       this.ready = undefined;
       return Promise.reject(new Error(message));
     }
-    this.setStatus({ state: 'starting' });
+    // After a crash the view keeps saying so (and when it restarts) until the daemon is ready.
+    if (this.status.state !== 'crashed') this.setStatus({ state: 'starting' });
     const args = ['serve', ...(options.args ?? [])];
     options.log(`starting ${path} ${args.join(' ')}`);
     const started = Date.now();
@@ -244,11 +267,21 @@ export class Daemon {
     this.crashes++;
     const message = `sidechat stopped unexpectedly (${signal ?? `exit code ${code}`}); restarting in ${Math.round(restartInMs / 100) / 10} s.`;
     this.options.log(message);
-    this.setStatus({ state: 'crashed', message, restartInMs });
+    // Set before the status is told, so that a listener's request already waits for it.
+    const restarted = new Promise<MessageConnection>((resolve, reject) => {
+      this.scheduled = { resolve, reject };
+    });
+    restarted.catch(() => undefined);
+    this.ready = restarted;
     this.restartTimer = setTimeout(() => {
       this.restartTimer = undefined;
-      if (!this.stopping) this.start().catch(() => undefined);
+      const waiting = this.scheduled;
+      this.scheduled = undefined;
+      if (this.ready === restarted) this.ready = undefined;
+      const started = this.start();
+      if (waiting) started.then(waiting.resolve, waiting.reject);
     }, restartInMs);
+    this.setStatus({ state: 'crashed', message, restartInMs });
   }
 
   /** The process id, for tests that kill it. */

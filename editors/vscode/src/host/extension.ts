@@ -121,6 +121,58 @@ export class ChatViewProvider implements vscode.WebviewViewProvider {
   newSession(): void {
     void this.controller?.handle({ type: 'newSession' });
   }
+
+  /**
+   * "Set idle rollover": after how long without a turn the shown chat starts a new context
+   * with a carry-over note (`session/update`'s `rollover`), from a quick pick.
+   */
+  async setRollover(): Promise<void> {
+    const controller = this.controller;
+    if (!controller?.activeSessionId) {
+      void vscode.window.showInformationMessage('Open a chat first: the idle rollover is set per chat.');
+      return;
+    }
+    try {
+      const current = (await controller.activeSession())?.rollover ?? 'off';
+      const value = await pickRollover(current);
+      if (value === undefined) return;
+      const session = await controller.setRollover(value);
+      const now = session?.rollover ?? 'off';
+      void vscode.window.showInformationMessage(
+        now === 'off' ? 'This chat never starts a new context by itself.' : `This chat starts a new context after ${now} without a turn.`,
+      );
+    } catch (error) {
+      void vscode.window.showErrorMessage(`Setting the idle rollover failed: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  }
+}
+
+/** What `rollover` accepts: `off`, or a whole number of seconds, minutes, hours or days. */
+export const ROLLOVER_PATTERN = /^(off|[1-9][0-9]*[smhd])$/;
+
+/** The quick pick of "Set idle rollover" (and an input box for another time). */
+async function pickRollover(current: string): Promise<string | undefined> {
+  const choices: { label: string; value: string; description?: string }[] = [
+    { label: 'off', value: 'off', description: 'never start a new context by itself' },
+    { label: '1h', value: '1h' },
+    { label: '3h', value: '3h', description: 'the default' },
+    { label: '1d', value: '1d' },
+    { label: 'Custom…', value: '', description: 'another idle time, e.g. 90m or 7d' },
+  ];
+  const items = choices.map((c) => (c.value === current ? { ...c, description: [c.description, 'current'].filter(Boolean).join(' · ') } : c));
+  const picked = await vscode.window.showQuickPick(items, {
+    title: 'Idle rollover',
+    placeHolder: `Start a new context, with a carry-over note, after this idle time (now ${current})`,
+  });
+  if (!picked) return undefined;
+  if (picked.value !== '') return picked.value;
+  const typed = await vscode.window.showInputBox({
+    title: 'Idle rollover',
+    prompt: 'off, or a whole number of s, m, h or d',
+    value: current,
+    validateInput: (text) => (ROLLOVER_PATTERN.test(text.trim()) ? undefined : 'off, or a whole number with s, m, h or d, e.g. 90m or 7d'),
+  });
+  return typed === undefined ? undefined : typed.trim();
 }
 
 /** `src/a.ts:3-9` with the selected text, for "Ask sidechat about the selection". */
@@ -171,6 +223,7 @@ export function activate(context: vscode.ExtensionContext): void {
     }),
     vscode.commands.registerCommand('sidechat.newSession', () => provider.newSession()),
     vscode.commands.registerCommand('sidechat.restartDaemon', () => daemon.restart()),
+    vscode.commands.registerCommand('sidechat.setRollover', () => provider.setRollover()),
     vscode.workspace.onDidChangeConfiguration((event) => {
       if (event.affectsConfiguration('sidechat')) {
         daemon.configure(daemonOptions((line) => output.appendLine(line)));

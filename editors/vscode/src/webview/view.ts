@@ -86,6 +86,7 @@ const COMPACTION_REASONS: Record<string, string> = {
   share: 'the history passed its share of the window',
   window: 'the request would not have fit the window',
   command: '/compact',
+  idle: 'idle longer than the idle rollover',
 };
 
 /** The one line a summary entry shows, folded or not. */
@@ -97,17 +98,19 @@ export function summaryHeading(entry: Pick<SummaryEntry, 'method' | 'messages'>)
     case 'drop':
       return `${messages[0].toUpperCase()}${messages.slice(1)} left out of what the model is sent`;
     case 'carryOver':
-      return 'Carried over from the previous context';
+      // A boundary: the model starts afresh from here, sent the note (folded under it).
+      return 'New context — carried over';
   }
 }
 
 /** The range and, when the compaction was seen live, why and what it saved. */
-export function summaryDetail(entry: Pick<SummaryEntry, 'fromSeq' | 'toSeq' | 'compaction'>): string {
+export function summaryDetail(entry: Pick<SummaryEntry, 'fromSeq' | 'toSeq' | 'compaction'> & { method?: SummaryEntry['method'] }): string {
   const parts: string[] = [];
   if (entry.fromSeq !== undefined && entry.toSeq !== undefined) parts.push(`seq ${entry.fromSeq}–${entry.toSeq}`);
   const c = entry.compaction;
   if (c) {
-    parts.push(COMPACTION_REASONS[c.reason] ?? c.reason);
+    // The user's command that starts a new context is /new-context, not /compact.
+    parts.push(c.reason === 'command' && entry.method === 'carryOver' ? '/new-context' : (COMPACTION_REASONS[c.reason] ?? c.reason));
     parts.push(`history ${formatTokens(c.tokensBefore)} → ${formatTokens(c.tokensAfter)} tokens`);
   }
   return parts.join(' · ');

@@ -42,6 +42,11 @@ export const __stub = {
   infos: [] as string[],
   errorChoice: undefined as string | undefined,
   warningChoice: undefined as string | undefined,
+  /** The label the next quick pick answers with (undefined: dismissed), and what it offered. */
+  quickPickChoice: undefined as string | undefined,
+  quickPicks: [] as { labels: string[]; descriptions: (string | undefined)[] }[],
+  /** The text the next input box answers with (undefined: dismissed), checked by its validator. */
+  inputBoxAnswer: undefined as string | undefined,
   output: [] as string[],
   clipboard: '',
   viewProviders: new Map<string, unknown>(),
@@ -64,6 +69,9 @@ export const __stub = {
     this.infos = [];
     this.errorChoice = undefined;
     this.warningChoice = undefined;
+    this.quickPickChoice = undefined;
+    this.quickPicks = [];
+    this.inputBoxAnswer = undefined;
     this.output = [];
     this.clipboard = '';
     this.viewProviders.clear();
@@ -109,6 +117,17 @@ export const window = {
     return undefined;
   },
   showWarningMessage: async () => __stub.warningChoice,
+  showQuickPick: async <T extends { label: string; description?: string }>(items: T[]) => {
+    __stub.quickPicks.push({ labels: items.map((i) => i.label), descriptions: items.map((i) => i.description) });
+    return items.find((i) => i.label === __stub.quickPickChoice);
+  },
+  showInputBox: async (options: { validateInput?: (text: string) => string | undefined }) => {
+    const answer = __stub.inputBoxAnswer;
+    if (answer === undefined) return undefined;
+    const invalid = options.validateInput?.(answer);
+    if (invalid) throw new Error(`the input box refused ${answer}: ${invalid}`);
+    return answer;
+  },
   get activeTextEditor() {
     return __stub.activeTextEditor;
   },
