@@ -14,6 +14,7 @@ pub mod cost;
 pub mod doctor;
 pub mod http_client;
 mod json_text;
+pub mod lifetime;
 pub mod logging;
 pub mod mcp;
 pub mod private_files;

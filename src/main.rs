@@ -93,8 +93,10 @@ fn serve(db: Option<PathBuf>, log_file: Option<PathBuf>) -> anyhow::Result<i32> 
     let (db, config) = start(db, log_file)?;
     let init = sidechat::runtime::describe(&config);
     tracing::info!(db = %db.display(), "serving on stdio");
+    sidechat::lifetime::begin();
     let tokio = async_runtime()?;
     let code = tokio.block_on(async move {
+        sidechat::lifetime::watch();
         let sink = Arc::new(ClientSink::default());
         sidechat::rpc::serve(std::io::stdin(), std::io::stdout(), init, move |peer| {
             sink.connect(peer);
@@ -105,14 +107,17 @@ fn serve(db: Option<PathBuf>, log_file: Option<PathBuf>) -> anyhow::Result<i32> 
     });
     // The stdin thread may still be blocked in read; exiting the process ends it.
     tokio.shutdown_background();
+    sidechat::lifetime::end_descendants();
     Ok(code)
 }
 
 fn acp(db: Option<PathBuf>, log_file: Option<PathBuf>) -> anyhow::Result<i32> {
     let (db, config) = start(db, log_file)?;
     tracing::info!(db = %db.display(), "serving ACP on stdio");
+    sidechat::lifetime::begin();
     let tokio = async_runtime()?;
     let code = tokio.block_on(async move {
+        sidechat::lifetime::watch();
         let (sink, items) = sidechat::acp::AcpSink::new();
         let sink = Arc::new(sink);
         let events = sink.clone();
@@ -131,6 +136,7 @@ fn acp(db: Option<PathBuf>, log_file: Option<PathBuf>) -> anyhow::Result<i32> {
         .await
     });
     tokio.shutdown_background();
+    sidechat::lifetime::end_descendants();
     Ok(code)
 }
 

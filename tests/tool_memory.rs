@@ -49,7 +49,13 @@ async fn a_command_printing_64_mib_costs_about_its_cap_in_memory() {
     let input = json!({ "command": format!("yes | head -c {PRINTED}") });
     let before = IN_USE.load(Ordering::Relaxed);
     PEAK.store(before, Ordering::Relaxed);
-    let outcome = tools::execute(Some(&workspace), "run_command", &input).await;
+    let outcome = tools::execute(
+        Some(&workspace),
+        "run_command",
+        &input,
+        &sidechat::lifetime::NoLedger,
+    )
+    .await;
     let growth = PEAK.load(Ordering::Relaxed) - before;
     let cut = format!("… [cut: {} more bytes]", PRINTED - CAP);
     assert!(

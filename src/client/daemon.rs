@@ -168,10 +168,11 @@ fn command(db: Option<&Path>) -> anyhow::Result<tokio::process::Command> {
 }
 
 /// `<data>/logs/chat-<pid>.log`, after removing all but the newest few of the earlier ones;
-/// none when there is no data folder or it cannot be written.
+/// none when there is no data folder or it cannot be written. The folders are made private
+/// (0700), as `serve` makes its own: the logs tell of every conversation.
 fn log_file() -> Option<PathBuf> {
     let dir = crate::config::default_data_dir()?.join("logs");
-    std::fs::create_dir_all(&dir).ok()?;
+    crate::private_files::create_dir_all(&dir).ok()?;
     rotate(&dir, KEPT_LOGS);
     Some(dir.join(format!("chat-{}.log", std::process::id())))
 }

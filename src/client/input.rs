@@ -91,8 +91,10 @@ impl Prompt {
                             if !line.trim().is_empty() {
                                 let _ = editor.add_history_entry(line.as_str());
                                 if let Some(path) = &history {
+                                    // Private, like the daemon's folders (rustyline makes
+                                    // the file itself 0600).
                                     if let Some(dir) = path.parent() {
-                                        let _ = std::fs::create_dir_all(dir);
+                                        let _ = crate::private_files::create_dir_all(dir);
                                     }
                                     let _ = editor.append_history(path);
                                 }

@@ -137,8 +137,9 @@ pub async fn connect(spec: &ServerSpec, groups: &Groups) -> Result<Connection, S
             if let Some(cwd) = cwd {
                 cmd.current_dir(cwd);
             }
-            let mut child = cmd
-                .spawn()
+            // Recorded as spawned, so the daemon's reaping of adopted processes leaves it to
+            // tokio.
+            let mut child = crate::lifetime::reaper::spawn(&mut cmd)
                 .map_err(|e| format!("cannot run {command:?}: {e}"))?;
             let group = child
                 .id()

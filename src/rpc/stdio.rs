@@ -43,15 +43,19 @@ impl StdioConnection {
     }
 
     /// The next frame's text, once what did not decode before it has been answered; `None`
-    /// when the input has ended.
+    /// when the input has ended, or a `SIGTERM` or `SIGHUP` asked the daemon to end as if it
+    /// had (see [`crate::lifetime::signals`]).
     pub async fn next_frame(&mut self) -> Option<String> {
-        while let Some(input) = self.frames.recv().await {
+        loop {
+            let input = tokio::select! {
+                input = self.frames.recv() => input?,
+                () = crate::lifetime::signals::ended() => return None,
+            };
             match input {
                 Input::Frame(text) => return Some(text),
                 Input::NotAFrame(decoded) => answer_not_a_frame(&self.outbox, decoded),
             }
         }
-        None
     }
 }
 

@@ -197,6 +197,9 @@ impl Inner {
         if let Err(e) = recovery::recover_abandoned(self) {
             tracing::warn!(error = %e, "cannot take over runs whose daemon stopped");
         }
+        if let Err(e) = recovery::end_left_commands(&self.store) {
+            tracing::warn!(error = %e, "cannot end the commands of a stopped sidechat process");
+        }
     }
 
     /// For one run this daemon drives: stops it if another daemon took it over, announces

@@ -7,6 +7,9 @@
 //! is closed as interrupted, and its tool calls without a result get a synthetic one, so the
 //! transcript stays replayable to any provider.
 //!
+//! A command a killed daemon was running is ended here: whatever it left is killed (see
+//! [`crate::lifetime`]).
+//!
 //! Another daemon may share the database: its live runs (those with a live lease) are left
 //! alone, here at start-up and on every heartbeat, when a run whose daemon was killed is
 //! taken over once its lease has expired.
@@ -25,9 +28,27 @@ const INTERRUPTED_RUN: &str = "interrupted: sidechat stopped during the run";
 const INTERRUPTED: &str =
     "Interrupted: sidechat stopped before this tool call finished, so its outcome is unknown.";
 
-/// Start-up: repairs every run and queue no live daemon drives.
+/// Start-up: ends what commands of killed daemons left running, and repairs every run and
+/// queue no live daemon drives.
 pub fn recover(inner: &Arc<Inner>) -> RuntimeResult<()> {
+    end_left_commands(&inner.store)?;
     recover_abandoned(inner)
+}
+
+/// Kills what the commands of daemons that are gone (killed, so they could not end them
+/// themselves) left running, and forgets those commands. Also on every heartbeat, for a
+/// daemon killed while this one runs.
+pub fn end_left_commands(store: &Store) -> RuntimeResult<()> {
+    for row in store.commands_left()? {
+        tracing::info!(
+            pgid = row.command.pgid,
+            daemon = %row.owner,
+            "ending what a command of a stopped sidechat process left running"
+        );
+        crate::lifetime::end_left(&row.command);
+        store.forget_command(&row.command.tag)?;
+    }
+    Ok(())
 }
 
 /// Closes the open runs nobody drives (no live lease: their daemon stopped, or was killed and

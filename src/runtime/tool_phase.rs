@@ -129,7 +129,7 @@ impl RunContext {
             tokio::select! {
                 biased;
                 _ = stop.wait_for(|s| *s) => return Ok((ToolCallStatus::Cancelled, ToolOutcome::error(STOPPED_DURING))),
-                outcome = tools::execute(workspace, &call.name, &call.input) => outcome,
+                outcome = tools::execute(workspace, &call.name, &call.input, &self.inner.store) => outcome,
             }
         };
         let status = if outcome.is_error {

@@ -218,6 +218,20 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE sessions ADD COLUMN origin TEXT;
     "#,
+    // 13: the commands running now and the daemon running each, so the next daemon on the
+    // file can end what a killed one left.
+    r#"
+    CREATE TABLE command_processes (
+        tag          TEXT PRIMARY KEY,      -- SIDECHAT_COMMAND in the command's environment
+        owner        TEXT NOT NULL,         -- the daemon running it
+        owner_pid    INTEGER NOT NULL,
+        owner_start  INTEGER,               -- the daemon's start time, clock ticks after boot
+        host         TEXT,                  -- the machine and process namespace of the pids
+        pgid         INTEGER NOT NULL,      -- the shell's pid and process group
+        start        INTEGER NOT NULL,      -- the shell's start time
+        started_at   INTEGER NOT NULL
+    );
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

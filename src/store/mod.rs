@@ -10,6 +10,7 @@
 //! serialises writers anyway; reads use connections of their own, which in WAL mode read the
 //! last commit while a write is in progress, so a read never queues behind a write.
 
+mod command_processes;
 mod delegations;
 mod file_changes;
 mod leases;
@@ -33,9 +34,10 @@ use rusqlite::{Connection, OpenFlags};
 // A poisoned connection is still usable: every write is a transaction.
 use crate::util::{lock, off_worker};
 
+pub use command_processes::CommandRow;
 pub use delegations::{DelegationRow, EXPIRED, FailedCall, Lineage, ToolSet};
 pub use file_changes::{FileChange, FileDiffRow, SNAPSHOT_CAP};
-pub use leases::{DEFAULT_LEASE, LEASE_MS_VAR, LeaseClaim, LeaseRow};
+pub use leases::{DEFAULT_LEASE, LEASE_MS_VAR, LeaseClaim, LeaseRow, host_identity};
 pub use messages::{NewMessage, NoteDeletion, SeqClaim, Settle, Settled};
 pub use migrations::SCHEMA_VERSION;
 pub use pending::{CancelOutcome, EarlierSend, PendingRow};

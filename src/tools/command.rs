@@ -1,8 +1,11 @@
 //! Shell commands run in the workspace root, with a timeout and an output cap.
 //!
-//! Each command runs in a process group of its own, and the whole group is killed when the
-//! command ends, times out or the run is stopped, so nothing it started outlives it. The
-//! command has ended when its shell has exited: a background process that still holds the
+//! Each command runs in a process group of its own, tagged in its environment, and everything
+//! it started (its group, whatever carries its tag, and their descendants: see
+//! [`crate::lifetime::sweep`]) is killed when the command ends, times out or the run is
+//! stopped, so nothing it started outlives it, not even what it moved into a session of its
+//! own. While it runs it is recorded in the store, so that a daemon killed meanwhile leaves
+//! the next one enough to end it. The command has ended when its shell has exited: a background process that still holds the
 //! output open (`server &`) does not keep the tool waiting. Output is read as it comes,
 //! keeping at most [`OUTPUT_CAP`] bytes of each stream and counting the rest, so a command that
 //! prints gigabytes costs no more memory than one that prints a page.
@@ -11,11 +14,11 @@ use std::os::fd::AsFd;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use rustix::process::{Pid, Signal};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::{ToolOutcome, Workspace, str_arg};
+use crate::lifetime::{COMMAND_VAR, CommandLedger, Tracked};
 
 const DEFAULT_TIMEOUT_SECS: u64 = 120;
 const MAX_TIMEOUT_SECS: u64 = 600;
@@ -24,7 +27,11 @@ const OUTPUT_CAP: usize = 64 * 1024;
 /// Size of each read from a stream.
 const READ_CHUNK: usize = 16 * 1024;
 
-pub async fn run(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> {
+pub async fn run(
+    ws: &Workspace,
+    input: &Value,
+    ledger: &dyn CommandLedger,
+) -> Result<ToolOutcome, String> {
     let command = str_arg(input, "command")
         .filter(|c| !c.trim().is_empty())
         .ok_or("The input needs a non-empty string field \"command\".")?;
@@ -33,21 +40,25 @@ pub async fn run(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> {
         .and_then(Value::as_u64)
         .unwrap_or(DEFAULT_TIMEOUT_SECS)
         .clamp(1, MAX_TIMEOUT_SECS);
-    let mut child = tokio::process::Command::new("sh")
+    let tag = crate::util::new_id("cmd");
+    let mut shell = tokio::process::Command::new("sh");
+    shell
         .arg("-c")
         .arg(command)
         .current_dir(ws.root())
+        // Inherited by everything the command starts, wherever it goes.
+        .env(COMMAND_VAR, &tag)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // A group of its own, led by the shell, so everything it starts can be killed at once.
         .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
+        .kill_on_drop(true);
+    let mut child = crate::lifetime::reaper::spawn(&mut shell)
         .map_err(|e| format!("Cannot start the shell: {e}"))?;
-    // Declared before anything that can return, so every way out (the end, the timeout, an
-    // error, or this future being dropped when the run stops) kills the group.
-    let _group = GroupKiller::of(&child);
+    // Made before anything that can return, so every way out (the end, the timeout, an error,
+    // or this future being dropped when the run stops) kills what the command started.
+    let _ender = Ender::start(&child, tag, ledger);
     let mut stdout = child.stdout.take().ok_or("no stdout")?;
     let mut stderr = child.stderr.take().ok_or("no stderr")?;
     let (mut out, mut err) = (Captured::default(), Captured::default());
@@ -195,25 +206,31 @@ impl Captured {
     }
 }
 
-/// Kills a command's process group when dropped.
-struct GroupKiller(Option<Pid>);
+/// Ends a command when dropped: kills what it started and removes its record.
+struct Ender<'a> {
+    command: Option<Tracked>,
+    ledger: &'a dyn CommandLedger,
+}
 
-impl GroupKiller {
-    fn of(child: &tokio::process::Child) -> Self {
-        Self(
-            child
-                .id()
-                .and_then(|id| i32::try_from(id).ok())
-                .and_then(Pid::from_raw),
-        )
+impl<'a> Ender<'a> {
+    fn start(child: &tokio::process::Child, tag: String, ledger: &'a dyn CommandLedger) -> Self {
+        let command = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .map(|pid| Tracked::new(tag, pid));
+        if let Some(command) = &command {
+            ledger.started(command);
+        }
+        Self { command, ledger }
     }
 }
 
-impl Drop for GroupKiller {
+impl Drop for Ender<'_> {
     fn drop(&mut self) {
-        if let Some(group) = self.0 {
-            // Fails only when no process of the group is left.
-            let _ = rustix::process::kill_process_group(group, Signal::KILL);
+        if let Some(command) = self.command.take() {
+            // Reads `/proc` and may pause between kills: off the async worker.
+            crate::util::off_worker(|| crate::lifetime::end_command(&command));
+            self.ledger.ended(&command);
         }
     }
 }
@@ -223,6 +240,11 @@ mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
     use serde_json::json;
+
+    /// The tool outside a daemon: nothing is recorded.
+    async fn run(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> {
+        super::run(ws, input, &crate::lifetime::NoLedger).await
+    }
 
     /// A guard against a hung test, not a performance assertion.
     const HANG_GUARD: Duration = Duration::from_secs(60);
@@ -369,5 +391,19 @@ mod tests {
             pid = written_pid(&pid_file) => pid,
         };
         assert!(gone(pid).await, "the grandchild sleep was killed");
+    }
+
+    #[tokio::test]
+    async fn what_the_command_moved_into_a_session_of_its_own_is_killed_at_its_end() {
+        let (dir, ws) = workspace();
+        let command = "setsid sh -c 'echo $$ > pid; exec sleep 300' & \
+                       while [ ! -s pid ]; do sleep 0.01; done; echo started";
+        let outcome = run(&ws, &json!({ "command": command })).await.unwrap();
+        assert_eq!(
+            outcome,
+            ToolOutcome::ok("exit code: 0\n--- stdout\nstarted")
+        );
+        let pid = written_pid(&dir.path().join("pid")).await;
+        assert!(gone(pid).await, "the sleep in its own session was killed");
     }
 }

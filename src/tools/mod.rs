@@ -167,8 +167,14 @@ pub fn summary(tool: &str, input: &Value) -> String {
     }
 }
 
-/// Runs one tool call. Unknown tools and bad input are tool errors the model can read.
-pub async fn execute(workspace: Option<&Workspace>, tool: &str, input: &Value) -> ToolOutcome {
+/// Runs one tool call. Unknown tools and bad input are tool errors the model can read. A
+/// command is recorded in `ledger` while it runs.
+pub async fn execute(
+    workspace: Option<&Workspace>,
+    tool: &str,
+    input: &Value,
+    ledger: &dyn crate::lifetime::CommandLedger,
+) -> ToolOutcome {
     let Some(workspace) = workspace else {
         return ToolOutcome::error(
             "This session has no workspace root, so tools cannot touch files. Ask the user to open a folder.",
@@ -180,7 +186,7 @@ pub async fn execute(workspace: Option<&Workspace>, tool: &str, input: &Value) -
         "write_file" => files::write(workspace, input).await,
         "edit_file" => files::edit(workspace, input).await,
         "search_text" => search::search(workspace, input).await,
-        "run_command" => command::run(workspace, input).await,
+        "run_command" => command::run(workspace, input, ledger).await,
         other => Err(format!("There is no tool named {other:?}.")),
     };
     outcome.unwrap_or_else(ToolOutcome::error)

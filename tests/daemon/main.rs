@@ -15,6 +15,7 @@ mod fuzz;
 mod harness;
 mod in_flight;
 mod interjections;
+mod lifetime;
 mod locked_database;
 mod long_context;
 mod mcp;

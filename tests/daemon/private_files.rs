@@ -80,3 +80,35 @@ async fn database_log_and_folders_are_private_under_a_umask_of_000() {
     assert_eq!(mode(&probe), "0666");
     assert_eq!(daemon.close().await, 0);
 }
+
+#[test]
+fn chat_makes_its_data_folder_and_logs_private_under_a_umask_of_000() {
+    let scratch = Scratch::new();
+    let home = scratch.home();
+    // `sidechat chat -p` in the test's clean environment, through a shell that sets the umask
+    // first; the database lives elsewhere, so the data folder is the client's doing.
+    let status = std::process::Command::new("sh")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("SIDECHAT_DEMO_DELAY_MS", "0")
+        .arg("-c")
+        .arg(r#"umask 000 && exec "$0" "$@""#)
+        .arg(env!("CARGO_BIN_EXE_sidechat"))
+        .args(["chat", "-p", "hello", "--db"])
+        .arg(scratch.db())
+        .current_dir(scratch.workspace())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let data = home.join(".local/share/sidechat");
+    assert_eq!(
+        [mode(&data), mode(&data.join("logs"))],
+        ["0700", "0700"].map(String::from)
+    );
+}
