@@ -227,10 +227,15 @@ impl Runtime {
                 Some(run) => Some(run.id),
                 // A run here that ended while the database was locked keeps its lease until
                 // its end is recorded, which hands its queue over to the next run.
-                None => store
-                    .lease(&session.id)?
-                    .filter(|lease| lease.owner == store.owner())
-                    .map(|lease| lease.run_id),
+                None => match store.lease(&session.id)? {
+                    Some(lease)
+                        if lease.owner == store.owner()
+                            && store.run(&lease.run_id)?.is_some_and(|r| !r.finished) =>
+                    {
+                        Some(lease.run_id)
+                    }
+                    _ => None,
+                },
             },
         };
         if let Some(working) = working {

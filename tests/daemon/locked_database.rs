@@ -576,8 +576,20 @@ async fn a_stop_ends_the_stream_at_once_while_a_send_waits_for_the_lock() {
         // ... and the stream ends with it: what came before the answer is read already; at
         // most the delta in flight as it was stopped follows, then the run's end, with the
         // lock still held.
-        while a.notes.try_recv().is_ok() {}
-        let events = events_in(&mut a.notes, |e| matches!(e, Event::RunFinished { .. })).await;
+        let mut before = Vec::new();
+        while let Ok(note) = a.notes.try_recv() {
+            if note["method"] == "session/event" {
+                before.push(
+                    serde_json::from_value::<SessionEventParams>(note["params"].clone()).unwrap(),
+                );
+            }
+        }
+        let ended = |e: &SessionEventParams| matches!(e.event, Event::RunFinished { .. });
+        let events = match before.iter().position(ended) {
+            // The run ended as the stop was answered.
+            Some(end) => before.drain(end..=end).collect(),
+            None => events_in(&mut a.notes, |e| matches!(e, Event::RunFinished { .. })).await,
+        };
         let late_deltas = events
             .iter()
             .filter(|e| e.session_id == streaming && matches!(e.event, Event::TextDelta { .. }))
