@@ -543,7 +543,7 @@ impl Agent {
         // Held while sending, so the run's end cannot be handled before its waiter is in.
         let mut state = self.state.lock().await;
         let sent = runtime
-            .send(ChatSendParams {
+            .send_stored(ChatSendParams {
                 session_id: session_id.clone(),
                 text,
                 client_message_id: None,
@@ -613,7 +613,7 @@ impl Agent {
         let sent = self
             .runtime()
             .await?
-            .send(ChatSendParams {
+            .send_stored(ChatSendParams {
                 session_id,
                 text,
                 client_message_id: None,

@@ -83,6 +83,11 @@ pub struct ChatSendResult {
     pub queued: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_id: Option<String>,
+    /// True when the database is locked by another program: the input is kept (in memory) and
+    /// stored as soon as the database is free, as a new turn or an interjection, which the
+    /// session's events then announce; a `notice` says so. No other field is set then.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kept: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -1,6 +1,5 @@
 //! The composer's methods: send, stop, resume, and answering approvals.
 
-use super::registry::claim_locked;
 use super::run::{RunStart, spawn_run};
 use super::{Runtime, RuntimeError, RuntimeResult};
 use crate::protocol::*;
@@ -44,7 +43,28 @@ const ATTACHMENTS_WAIT: &str = "attachments wait for the next turn: a run is wor
 impl Runtime {
     /// The composer always sends: a new turn that starts a run, or, while a run works, an
     /// interjection queued for the run's next delivery point.
+    ///
+    /// The input is written by a task of its own. While that task waits for a database another
+    /// program holds, the send answers `kept` (with a notice saying why) instead of waiting:
+    /// the task stores the input once the database is free, however long that takes, in the
+    /// order the session's input came, and a retry with the same `clientMessageId` finds it
+    /// there. Nothing the user typed is dropped for a lock, and the client is told so.
     pub async fn send(&self, params: ChatSendParams) -> RuntimeResult<ChatSendResult> {
+        self.send_as(params, true).await
+    }
+
+    /// [`Runtime::send`] for a caller that has no use for `kept` (ACP, whose prompt is answered
+    /// when the turn that took it ends): answered once the input is stored, or refused when the
+    /// database stays locked past the lock wait, saying nothing was saved.
+    pub async fn send_stored(&self, params: ChatSendParams) -> RuntimeResult<ChatSendResult> {
+        self.send_as(params, false).await
+    }
+
+    async fn send_as(
+        &self,
+        params: ChatSendParams,
+        may_keep: bool,
+    ) -> RuntimeResult<ChatSendResult> {
         check_size(&params)?;
         let session = self.session_row(&params.session_id)?;
         if params.text.trim().is_empty() {
@@ -53,7 +73,63 @@ impl Runtime {
         if let Some(command) = super::commands::parse(&params.text) {
             return self.command(&session, command, &params.text).await;
         }
-        let mut params = params;
+        if !may_keep {
+            let turn = self.inner.runs.send_turn(&session.id);
+            let _turn = turn.lock().await;
+            return self.send_now(session, params).await;
+        }
+        let session_id = session.id.clone();
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let runtime = self.clone();
+        tokio::spawn(crate::store::until_free(async move {
+            let turn = runtime.inner.runs.send_turn(&session.id);
+            let _turn = turn.lock().await;
+            let session_id = session.id.clone();
+            let sent = runtime.send_now(session, params).await;
+            // The client was answered `kept` meanwhile: a failure is news to it.
+            if let Err(Err(e)) = answer.send(sent) {
+                runtime.tell_not_sent(&session_id, &e);
+            }
+        }));
+        tokio::select! {
+            biased;
+            sent = answered => sent.map_err(|_| {
+                RuntimeError::Internal("the send ended without an answer".into())
+            })?,
+            () = super::locked::lock_held(&self.inner.store) => {
+                self.tell_locked(&session_id);
+                Ok(ChatSendResult {
+                    run_id: None,
+                    message_id: None,
+                    queued: false,
+                    pending_id: None,
+                    kept: true,
+                })
+            }
+        }
+    }
+
+    /// Tells the session's clients that input they were told is kept could not be sent after
+    /// all (for a reason other than the lock), with a notice.
+    fn tell_not_sent(&self, session_id: &str, error: &RuntimeError) {
+        tracing::error!(session_id, error = %error, "kept input could not be sent once the database was free");
+        let text = format!(
+            "Your message was kept while the database was locked, but could not be sent once it was free: {error}"
+        );
+        if let Err(e) = self
+            .inner
+            .notice(session_id, None, NoticeLevel::Error, text)
+        {
+            tracing::error!(session_id, error = %e, "cannot store the notice that kept input was not sent");
+        }
+    }
+
+    /// [`Runtime::send`] itself, in the session's turn.
+    async fn send_now(
+        &self,
+        session: crate::store::SessionRow,
+        mut params: ChatSendParams,
+    ) -> RuntimeResult<ChatSendResult> {
         if params.text.trim_start().starts_with("//") {
             params.text = params.text.trim_start()[1..].to_string();
         }
@@ -61,8 +137,6 @@ impl Runtime {
         if let Some(earlier) = self.earlier_answer(&session.id, client_id)? {
             return Ok(earlier);
         }
-        // Input waits for a database another program holds; the client hears why.
-        let _lock_watch = self.watch_lock(&session.id);
         let (run_id, signals) = match self.claim_or_queue(&session, &params)? {
             Claimed::Queued(queued) => return Ok(queued),
             Claimed::Run { run_id, signals } => (run_id, signals),
@@ -99,97 +173,124 @@ impl Runtime {
             message_id: Some(message.id),
             queued: false,
             pending_id: None,
+            kept: false,
         })
     }
 
     /// While a run works (here, or in another daemon on the same database), queues the text as
     /// an interjection; otherwise claims the session and its lease for a new run. Decided under
-    /// the registry lock, which is released before anything awaits.
+    /// the session's own lock ([`super::registry::Registry::deciding`]), never the table of
+    /// runs, so a write that waits for a locked database holds up no other session.
     fn claim_or_queue(
         &self,
         session: &crate::store::SessionRow,
         params: &ChatSendParams,
     ) -> RuntimeResult<Claimed> {
-        let client_id = params.client_message_id.as_deref();
-        let store = &self.inner.store;
         // A lease that ends while this send decides (its run just finished elsewhere) means the
         // session is free: decide again.
         for _ in 0..MAX_LEASE_RACES {
-            let mut runs = self.inner.runs.lock();
-            if !runs.contains_key(&session.id)
-                && let Some(lease) = store.foreign_lease(&session.id)?
-            {
-                drop(runs);
-                match self.queue_elsewhere(&session.id, &lease, params)? {
-                    Some(queued) => return Ok(Claimed::Queued(queued)),
-                    None => continue,
-                }
-            }
-            // Decided under the registry lock: a run ending promotes the queue under the same
-            // lock, so a row is either queued before that promotion or finds no run and starts
-            // one.
-            let working = match runs.get(&session.id) {
-                Some(active) => Some(active.run_id.clone()),
-                None => self.inner.store.suspended_run(&session.id)?.map(|r| r.id),
-            };
-            if let Some(working) = working {
-                if !params.attachments.is_empty() {
-                    return Err(RuntimeError::InvalidParams(ATTACHMENTS_WAIT.into()));
-                }
-                let row = match self.inner.queue_announced(&session.id, || {
-                    store.insert_pending(&session.id, &working, client_id, &params.text)
-                }) {
-                    Ok(row) => row,
-                    Err(e) => {
-                        drop(runs);
-                        // A concurrent retry with the same client id got there first.
-                        return Ok(Claimed::Queued(
-                            self.earlier_answer(&session.id, client_id)?.ok_or(e)?,
-                        ));
-                    }
-                };
-                drop(runs);
-                self.inner.events.emit(
-                    store,
-                    &session.id,
-                    None,
-                    Event::InterjectionQueued {
-                        pending_id: row.id.clone(),
-                        text: row.text,
-                    },
-                );
-                return Ok(Claimed::Queued(ChatSendResult {
-                    run_id: Some(working),
-                    message_id: None,
-                    queued: true,
-                    pending_id: Some(row.id),
-                }));
-            }
-            self.inner.driver(&session.account)?;
-            self.refuse_if_cap_spent(session)?;
-            let run_id = new_id("run");
-            let signals = claim_locked(&mut runs, &session.id, &run_id)
-                .map_err(RuntimeError::busy(&session.id))?;
-            match self.inner.take_lease(&session.id, &run_id) {
-                Ok(Ok(())) => return Ok(Claimed::Run { run_id, signals }),
-                Ok(Err(lease)) => {
-                    runs.remove(&session.id);
-                    drop(runs);
-                    match self.queue_elsewhere(&session.id, &lease, params)? {
-                        Some(queued) => return Ok(Claimed::Queued(queued)),
-                        None => continue,
-                    }
-                }
-                Err(e) => {
-                    runs.remove(&session.id);
-                    return Err(e);
-                }
+            let decided = self
+                .inner
+                .runs
+                .deciding(&session.id, || self.decide_send(session, params))?;
+            if let Some(claimed) = decided {
+                return Ok(claimed);
             }
         }
         Err(RuntimeError::Conflict(format!(
             "session {} changed hands between sidechat processes while this message was sent; send it again",
             session.id
         )))
+    }
+
+    /// One decision of [`Runtime::claim_or_queue`]; `None` when the lease changed hands
+    /// meanwhile. A run ending promotes the queue under the same session lock, so a row is
+    /// either queued before that promotion or finds no run and starts one.
+    fn decide_send(
+        &self,
+        session: &crate::store::SessionRow,
+        params: &ChatSendParams,
+    ) -> RuntimeResult<Option<Claimed>> {
+        let client_id = params.client_message_id.as_deref();
+        let store = &self.inner.store;
+        let active = self.inner.runs.active_run(&session.id);
+        if active.is_none()
+            && let Some(lease) = store.foreign_lease(&session.id)?
+        {
+            return Ok(self
+                .queue_elsewhere(&session.id, &lease, params)?
+                .map(Claimed::Queued));
+        }
+        let working = match active {
+            Some(run_id) => Some(run_id),
+            None => match store.suspended_run(&session.id)? {
+                Some(run) => Some(run.id),
+                // A run here that ended while the database was locked keeps its lease until
+                // its end is recorded, which hands its queue over to the next run.
+                None => match store.lease(&session.id)? {
+                    Some(lease)
+                        if lease.owner == store.owner()
+                            && store.run(&lease.run_id)?.is_some_and(|r| !r.finished) =>
+                    {
+                        Some(lease.run_id)
+                    }
+                    _ => None,
+                },
+            },
+        };
+        if let Some(working) = working {
+            if !params.attachments.is_empty() {
+                return Err(RuntimeError::InvalidParams(ATTACHMENTS_WAIT.into()));
+            }
+            let row = match self.inner.queue_announced(&session.id, || {
+                store.insert_pending(&session.id, &working, client_id, &params.text)
+            }) {
+                Ok(row) => row,
+                Err(e) => {
+                    // A concurrent retry with the same client id got there first.
+                    return Ok(Some(Claimed::Queued(
+                        self.earlier_answer(&session.id, client_id)?.ok_or(e)?,
+                    )));
+                }
+            };
+            self.inner.events.emit(
+                store,
+                &session.id,
+                None,
+                Event::InterjectionQueued {
+                    pending_id: row.id.clone(),
+                    text: row.text,
+                },
+            );
+            return Ok(Some(Claimed::Queued(ChatSendResult {
+                run_id: Some(working),
+                message_id: None,
+                queued: true,
+                pending_id: Some(row.id),
+                kept: false,
+            })));
+        }
+        self.inner.driver(&session.account)?;
+        self.refuse_if_cap_spent(session)?;
+        let run_id = new_id("run");
+        let signals = self
+            .inner
+            .runs
+            .claim(&session.id, &run_id)
+            .map_err(RuntimeError::busy(&session.id))?;
+        match self.inner.take_lease(&session.id, &run_id) {
+            Ok(Ok(())) => Ok(Some(Claimed::Run { run_id, signals })),
+            Ok(Err(lease)) => {
+                self.inner.runs.release(&session.id, &run_id);
+                Ok(self
+                    .queue_elsewhere(&session.id, &lease, params)?
+                    .map(Claimed::Queued))
+            }
+            Err(e) => {
+                self.inner.runs.release(&session.id, &run_id);
+                Err(e)
+            }
+        }
     }
 
     /// Queues the text for the run another daemon drives, which delivers it (and tells its
@@ -235,6 +336,7 @@ impl Runtime {
             message_id: None,
             queued: true,
             pending_id: Some(row.id),
+            kept: false,
         }))
     }
 
@@ -276,12 +378,14 @@ impl Runtime {
                     message_id: None,
                     queued: true,
                     pending_id: Some(pending_id),
+                    kept: false,
                 },
                 EarlierSend::Sent { message_id, run_id } => ChatSendResult {
                     run_id,
                     message_id: Some(message_id),
                     queued: false,
                     pending_id: None,
+                    kept: false,
                 },
             }))
     }

@@ -149,6 +149,7 @@ impl Runtime {
                     message_id: Some(entry.id),
                     queued: false,
                     pending_id: None,
+                    kept: false,
                 });
             }
         };
@@ -163,6 +164,7 @@ impl Runtime {
             message_id: Some(entry.id),
             queued: false,
             pending_id: None,
+            kept: false,
         })
     }
 }

@@ -154,9 +154,14 @@ impl SessionSeq {
         }
     }
 
-    /// Claims a block before returning.
+    /// Claims a block before returning, unless the database is locked: then the event goes
+    /// out without one rather than wait (a notice that the database is locked, a stopped run's
+    /// end), and the next number tries again.
     fn claim_now(&self, state: &mut SeqState) {
-        match self.store.claim_seq_block(&self.session_id, RESERVE_BLOCK) {
+        let claimed = crate::store::without_waiting(|| {
+            self.store.claim_seq_block(&self.session_id, RESERVE_BLOCK)
+        });
+        match claimed {
             Ok(block) => adopt(state, block),
             // The event still goes out: the client is live, and a store that cannot write
             // fails the run's next commit anyway. Only a crash right after could repeat.

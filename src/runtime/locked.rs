@@ -1,6 +1,7 @@
 //! A database another program holds (another daemon mid-commit, a backup, a `sqlite3` shell):
-//! input waits for it, with a notice saying why; a stop answers at once; a run's end that
-//! cannot be recorded yet is recorded by the heartbeat once the database is free.
+//! input is kept and stored once it is free, with a notice saying so; a stop answers, and its
+//! run ends, at once; a run's end that cannot be recorded yet is recorded by the heartbeat once
+//! the database is free.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -26,17 +27,6 @@ pub struct DeferredEnd {
     pub error: Option<String>,
 }
 
-/// Ends the watch of [`Runtime::watch_lock`] when dropped.
-pub struct LockWatch(Option<tokio::task::JoinHandle<()>>);
-
-impl Drop for LockWatch {
-    fn drop(&mut self) {
-        if let Some(task) = self.0.take() {
-            task.abort();
-        }
-    }
-}
-
 /// Resolves once the store waits for a database another program holds.
 pub async fn lock_held(store: &Store) {
     loop {
@@ -48,48 +38,45 @@ pub async fn lock_held(store: &Store) {
 }
 
 impl Runtime {
-    /// While the caller writes for `session_id`, tells the session's clients once, with a
-    /// `notice`, if the write waits for a database another program holds. The notice cannot be
-    /// stored first (the database is what is locked): it goes out at once and is stored, under
-    /// the same id and `seq`, once the database is free, so a client that loads the transcript
-    /// later sees it where a live client did.
-    pub(super) fn watch_lock(&self, session_id: &str) -> LockWatch {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return LockWatch(None);
+    /// Tells the session's clients, with a `notice`, that input waits for a database another
+    /// program holds and is kept; once while such a notice is not stored yet. The notice
+    /// cannot be stored first (the database is what is locked): it goes out at once and is
+    /// stored, under the same id and `seq`, once the database is free, so a client that loads
+    /// the transcript later sees it where a live client did.
+    pub(super) fn tell_locked(&self, session_id: &str) {
+        let inner = &self.inner;
+        if !lock(&inner.locked_notices).insert(session_id.to_string()) {
+            return;
+        }
+        let message_id = new_id("msg");
+        let Some(seq) = inner.events.emit_numbered(
+            &inner.store,
+            session_id,
+            None,
+            Event::Notice {
+                level: NoticeLevel::Warning,
+                message: LOCKED_NOTICE.into(),
+                message_id: message_id.clone(),
+            },
+        ) else {
+            lock(&inner.locked_notices).remove(session_id);
+            return;
         };
-        let inner = self.inner.clone();
-        let session_id = session_id.to_string();
-        LockWatch(Some(handle.spawn(async move {
-            lock_held(&inner.store).await;
-            let message_id = new_id("msg");
-            let Some(seq) = inner.events.emit_numbered(
-                &inner.store,
-                &session_id,
-                None,
-                Event::Notice {
-                    level: NoticeLevel::Warning,
-                    message: LOCKED_NOTICE.into(),
-                    message_id: message_id.clone(),
-                },
-            ) else {
-                return;
-            };
-            let mut notice = NewMessage::new(
-                &session_id,
-                None,
-                Role::Notice,
-                vec![Block::Notice {
-                    level: NoticeLevel::Warning,
-                    text: LOCKED_NOTICE.into(),
-                }],
-            );
-            notice.id = Some(message_id);
-            notice.seq = seq;
-            notice.seq_claim = SeqClaim::Published;
-            // Off this watch, which ends with the request (as soon as the lock clears).
-            let inner = Arc::downgrade(&inner);
-            std::thread::spawn(move || store_published(&inner, notice));
-        })))
+        let mut notice = NewMessage::new(
+            session_id,
+            None,
+            Role::Notice,
+            vec![Block::Notice {
+                level: NoticeLevel::Warning,
+                text: LOCKED_NOTICE.into(),
+            }],
+        );
+        notice.id = Some(message_id);
+        notice.seq = seq;
+        notice.seq_claim = SeqClaim::Published;
+        // Off the request, which answers at once.
+        let inner = Arc::downgrade(inner);
+        std::thread::spawn(move || store_published(&inner, notice));
     }
 }
 
@@ -105,13 +92,13 @@ fn store_published(inner: &Weak<Inner>, message: NewMessage) {
     for _ in 0..NOTICE_TRIES {
         let Some(inner) = inner.upgrade() else { return };
         match inner.store.append_message_claimed(&message) {
-            Ok(_) => return,
+            Ok(_) => return inner.notice_stored(&message),
             Err(e) if e.is_unavailable() => {
                 tracing::warn!(error = %e, "still cannot store the notice that the database is locked");
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot store the notice that the database is locked");
-                return;
+                return inner.notice_stored(&message);
             }
         }
     }
@@ -133,11 +120,18 @@ impl Inner {
     /// those the database still refuses wait for the next heartbeat.
     pub(super) fn store_deferred_notices(&self) {
         store_in_order(&self.deferred_notices, |notice| {
-            self.store
-                .append_message_claimed(notice)
-                .map(drop)
-                .map_err(|e| (e, "cannot store the notice that the database is locked"))
+            let stored = self.store.append_message_claimed(notice).map(drop);
+            if !matches!(&stored, Err(e) if e.is_unavailable()) {
+                self.notice_stored(notice);
+            }
+            stored.map_err(|e| (e, "cannot store the notice that the database is locked"))
         });
+    }
+
+    /// The session's notice that the database is locked is stored (or given up): the next
+    /// lock is told again.
+    fn notice_stored(&self, notice: &NewMessage) {
+        lock(&self.locked_notices).remove(&notice.session_id);
     }
 
     /// Keeps a usage line the database refused, to store on a later heartbeat (before its
@@ -198,13 +192,7 @@ impl Inner {
                     if let Some(parent) = parent {
                         parent.resume(self);
                     }
-                    // Input queued meanwhile is promoted by the recovery that follows.
-                    if let Err(e) = self
-                        .store
-                        .release_lease(&end.session_id, &end.run_id, false)
-                    {
-                        tracing::warn!(error = %e, "cannot give back the lease of a run that ended");
-                    }
+                    self.hand_over_deferred(&end.session_id, &end.run_id);
                 }
                 Err(e) => {
                     tracing::warn!(run_id = %end.run_id, error = %e, "still cannot record the end of a run");
@@ -213,6 +201,88 @@ impl Inner {
                     }
                     lock(&self.deferred_ends).push(end);
                 }
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// After the end of `run_id` was recorded late: input queued for it meanwhile becomes the
+    /// next user turn, answered by a new run, as a run's own end does; otherwise the run's
+    /// lease is given back.
+    fn hand_over_deferred(self: &Arc<Self>, session_id: &str, run_id: &str) {
+        let next = self
+            .runs
+            .deciding(session_id, || self.promote_deferred(session_id, run_id));
+        let (next_run, signals) = match next {
+            Ok(Some(next)) => next,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(session_id, error = %e, "cannot hand over the queue of a run that ended");
+                if let Err(e) = self.store.release_lease(session_id, run_id, false) {
+                    tracing::warn!(error = %e, "cannot give back the lease of a run that ended");
+                }
+                return;
+            }
+        };
+        let started = match self.store.session(session_id) {
+            Ok(Some(session)) => super::run::spawn_run(
+                self.clone(),
+                super::run::RunStart::New {
+                    session,
+                    run_id: next_run.clone(),
+                },
+                signals,
+            ),
+            Ok(None) => Err(super::RuntimeError::SessionNotFound(session_id.to_string())),
+            Err(e) => Err(e.into()),
+        };
+        if let Err(e) = started {
+            self.give_back(session_id, &next_run);
+            tracing::error!(error = %e, "cannot start the run for promoted input");
+        }
+    }
+
+    /// The writes of [`Inner::hand_over_deferred`], under the session's lock: the claim of
+    /// the run that answers the promoted turn, if any.
+    fn promote_deferred(
+        &self,
+        session_id: &str,
+        run_id: &str,
+    ) -> super::RuntimeResult<Option<(String, super::registry::RunSignals)>> {
+        let rows = self.store.open_pending(session_id)?;
+        let Some(message) = super::promotion::promoted_turn(session_id, rows) else {
+            self.store.release_lease(session_id, run_id, false)?;
+            return Ok(None);
+        };
+        let pending_ids = message
+            .settles
+            .as_ref()
+            .map(|s| s.pending_ids.clone())
+            .unwrap_or_default();
+        let entry = self.commit(message)?;
+        self.events.emit(
+            &self.store,
+            session_id,
+            None,
+            Event::InterjectionPromoted {
+                pending_ids,
+                message_id: entry.id,
+            },
+        );
+        let next = new_id("run");
+        if !self.store.transfer_lease(session_id, run_id, &next)? {
+            tracing::warn!(
+                run_id,
+                "the run's lease is gone; the promoted turn waits for chat/resume"
+            );
+            return Ok(None);
+        }
+        match self.runs.claim(session_id, &next) {
+            Ok(signals) => Ok(Some((next, signals))),
+            Err(_) => {
+                self.store.release_lease(session_id, &next, false)?;
+                Ok(None)
             }
         }
     }

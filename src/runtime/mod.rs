@@ -69,6 +69,8 @@ struct Inner {
     /// Notices that the database is locked, published but not stored yet, stored by the
     /// heartbeat once the database takes them.
     deferred_notices: Mutex<Vec<crate::store::NewMessage>>,
+    /// Sessions told that the database is locked whose notice is not stored yet: told once.
+    locked_notices: Mutex<std::collections::HashSet<String>>,
     /// Usage lines the database refused, by session, stored by the heartbeat once it takes
     /// them (before the ends it records, so a run's cost is whole when its end is read).
     deferred_usage: Mutex<Vec<(String, crate::store::UsageRow)>>,
@@ -97,6 +99,7 @@ impl Runtime {
             announced: Mutex::default(),
             deferred_ends: Mutex::default(),
             deferred_notices: Mutex::default(),
+            locked_notices: Mutex::default(),
             deferred_usage: Mutex::default(),
         });
         recovery::recover(&inner)?;

@@ -33,16 +33,55 @@ pub type Runs<'a> = std::sync::MutexGuard<'a, HashMap<String, ActiveRun>>;
 
 #[derive(Default)]
 pub struct Registry {
+    /// Held only to look or change, never across a store write: reads (`session/get`), stops
+    /// and other sessions' runs take it too, and must not wait for a database another program
+    /// holds.
     runs: Mutex<HashMap<String, ActiveRun>>,
+    /// One lock per session for [`Registry::deciding`].
+    gates: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// One queue per session for [`Registry::send_turn`].
+    turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Registry {
-    /// The table itself, for decisions that must not interleave with a run starting or ending
-    /// (queueing an interjection versus promoting the queue when a run ends). Its holder may
-    /// write to the store meanwhile (a lease, the queue), so the wait for it is off the async
-    /// worker.
+    /// The table itself, to look at or change at once. Never held across a store write (see
+    /// [`Registry::deciding`] for decisions that write).
     pub fn lock(&self) -> Runs<'_> {
-        crate::util::lock_off_worker(&self.runs)
+        crate::util::lock(&self.runs)
+    }
+
+    /// Runs `decide` under the session's own lock, for decisions that must not interleave with
+    /// the session's run starting or ending, and that write to the store (queueing input for
+    /// the run versus the run's end promoting the queue; taking the lease for a new run). Only
+    /// the same session's decisions wait for it, off the async worker, so a write that waits
+    /// for a locked database holds up nothing else.
+    pub fn deciding<R>(&self, session_id: &str, decide: impl FnOnce() -> R) -> R {
+        let gate = crate::util::lock(&self.gates)
+            .entry(session_id.to_string())
+            .or_default()
+            .clone();
+        let _decision = crate::util::lock_off_worker(&gate);
+        decide()
+    }
+
+    /// The session's turn for input: held by a send while it is written, so sends of one
+    /// session are written in the order they came (a fair lock), even while a locked
+    /// database keeps one waiting.
+    pub fn send_turn(&self, session_id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        crate::util::lock(&self.turns)
+            .entry(session_id.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Hands the session from the run `old` to a new run `run_id` in one step, so no other
+    /// claim comes between; `Err(run_id)` of a run that is not `old`.
+    pub fn replace(&self, session_id: &str, old: &str, run_id: &str) -> Result<RunSignals, String> {
+        let mut runs = self.lock();
+        if runs.get(session_id).is_some_and(|a| a.run_id == old) {
+            runs.remove(session_id);
+        }
+        claim_locked(&mut runs, session_id, run_id)
     }
 
     /// Claims the session for a new run; `Err(run_id)` of the run already there.

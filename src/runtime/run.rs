@@ -367,7 +367,12 @@ impl RunContext {
             started,
         } = streamed;
         if let Some(usage) = reply.usage.take() {
-            self.record_usage(session, usage, started)?;
+            match status {
+                MessageStatus::Stopped => {
+                    crate::store::without_waiting(|| self.record_usage(session, usage, started))?
+                }
+                _ => self.record_usage(session, usage, started)?,
+            }
             let actuals = Actuals {
                 input_tokens: usage.input + usage.cache_read + usage.cache_write,
                 output_tokens: usage.output,
@@ -396,7 +401,15 @@ impl RunContext {
             &message.blocks,
             precounted,
         ));
-        match self.inner.commit(message.clone()) {
+        // A stopped answer is stored without waiting for a lock, so the run ends at once; the
+        // database's refusal keeps it for later, as below.
+        let committed = match status {
+            MessageStatus::Stopped => {
+                crate::store::without_waiting(|| self.inner.commit(message.clone()))
+            }
+            _ => self.inner.commit(message.clone()),
+        };
+        match committed {
             Ok(_) => {}
             Err(RuntimeError::Store(e)) if e.is_unavailable() => {
                 // Kept, and stored with the run's end when the database takes it again. Its

@@ -4,7 +4,7 @@
 use super::RuntimeError;
 use super::locked::DeferredEnd;
 use super::promotion::promoted_turn;
-use super::registry::{RunSignals, claim_locked};
+use super::registry::RunSignals;
 use super::run::{RunContext, RunStart, spawn_run};
 use crate::protocol::*;
 use crate::util::new_id;
@@ -87,8 +87,14 @@ impl RunContext {
     /// registry, then says so.
     pub(super) fn finish(mut self, end: RunEnd) {
         let parent = super::delegation::claim_waiting_parent(&self.inner, &self.session_id);
-        // An answer the database refused is stored before the end, so both wait together.
-        let recorded = self.unsaved.is_empty() && self.record_end(&end);
+        // An answer the database refused is stored before the end, so both wait together. A
+        // stopped run tells its client at once: its end waits for no lock (it is recorded by
+        // the heartbeat once the database is free).
+        let recorded = self.unsaved.is_empty()
+            && match end {
+                RunEnd::Stopped => crate::store::without_waiting(|| self.record_end(&end)),
+                _ => self.record_end(&end),
+            };
         if !recorded {
             self.inner.defer_end(DeferredEnd {
                 session_id: self.session_id.clone(),
@@ -143,27 +149,34 @@ impl RunContext {
         true
     }
 
-    /// Promotes the queue into the next user turn and leaves the registry, under the registry
+    /// Promotes the queue into the next user turn and leaves the registry, under the session's
     /// lock so no send can queue between the two; the claim for the run that answers the
     /// promoted turn, if any, which keeps the session's lease. Otherwise the lease is given
     /// back, but only with the queue empty: input another daemon queued since is promoted too.
     fn hand_over(&self, recorded: bool) -> Option<(String, RunSignals)> {
+        // An end not yet recorded keeps the lease and the queue until the heartbeat records it:
+        // the run only leaves the table, without waiting for a send that waits for the store.
+        if !recorded {
+            self.inner.runs.release(&self.session_id, &self.run_id);
+            return None;
+        }
+        self.inner.runs.deciding(&self.session_id, || {
+            let next = self.promote_or_release();
+            if next.is_none() {
+                self.inner.runs.release(&self.session_id, &self.run_id);
+            }
+            next
+        })
+    }
+
+    /// The writes of [`RunContext::hand_over`]; the run stays in the table meanwhile, so no
+    /// other claim comes between, and is replaced by the next run in one step.
+    fn promote_or_release(&self) -> Option<(String, RunSignals)> {
         // A shutdown leaves the queue for the next daemon, which promotes it on start.
         let shutting_down = self
             .signals
             .suspend
             .load(std::sync::atomic::Ordering::SeqCst);
-        let mut runs = self.inner.runs.lock();
-        if runs
-            .get(&self.session_id)
-            .is_some_and(|a| a.run_id == self.run_id)
-        {
-            runs.remove(&self.session_id);
-        }
-        // An end not yet recorded keeps the lease and the queue until the heartbeat records it.
-        if !recorded {
-            return None;
-        }
         let store = &self.inner.store;
         // A run another daemon took over leaves the session to that daemon.
         if let Ok(Some(lease)) = store.lease(&self.session_id)
@@ -184,7 +197,11 @@ impl RunContext {
                     tracing::warn!(run_id = %self.run_id, "the run's lease is gone; the promoted turn waits for chat/resume");
                     return None;
                 }
-                return match claim_locked(&mut runs, &self.session_id, &run_id) {
+                return match self
+                    .inner
+                    .runs
+                    .replace(&self.session_id, &self.run_id, &run_id)
+                {
                     Ok(signals) => Some((run_id, signals)),
                     Err(_) => {
                         let _ = store.release_lease(&self.session_id, &run_id, false);

@@ -9,6 +9,10 @@
 //! it, never another session's stream. Writes go through one connection, because SQLite
 //! serialises writers anyway; reads use connections of their own, which in WAL mode read the
 //! last commit while a write is in progress, so a read never queues behind a write.
+//!
+//! A write waits for a database another program holds ([`LOCK_WAIT`]); two kinds of work
+//! choose otherwise: what must not wait at all writes [`without_waiting`], and input the client
+//! was told is kept writes [`until_free`].
 
 mod command_processes;
 mod delegations;
@@ -159,6 +163,39 @@ struct Shared {
     lock_wait: Duration,
     /// Writes waiting right now for a database another program holds.
     lock_waits: AtomicUsize,
+}
+
+thread_local! {
+    /// Set by [`without_waiting`] for the writes made inside it on this thread.
+    static AT_ONCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+tokio::task_local! {
+    /// Set by [`until_free`] for the writes of the task it wraps.
+    static UNTIL_FREE: ();
+}
+
+/// Runs `work` with writes that do not wait for a database another program holds, nor for a
+/// write of this daemon that waits for it: each fails with [`StoreError::Locked`] instead, so
+/// the caller can keep what it wanted to write for later. What must not wait for the store (a
+/// stopped run telling its client that it ended, numbering a notice that the store is locked)
+/// writes this way; a write that finds the database free is made as usual.
+pub fn without_waiting<R>(work: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            AT_ONCE.with(|at_once| at_once.set(self.0));
+        }
+    }
+    let _restore = Restore(AT_ONCE.with(|at_once| at_once.replace(true)));
+    work()
+}
+
+/// Runs `task` with writes that wait for a database another program holds however long it
+/// stays locked, instead of giving up after the lock wait: input the client was told is kept
+/// is stored once the database is free, never dropped.
+pub async fn until_free<F: std::future::Future>(task: F) -> F::Output {
+    UNTIL_FREE.scope((), task).await
 }
 
 /// Counts a write among those waiting for the lock while it lives.
@@ -348,12 +385,29 @@ impl Store {
     /// again until the lock clears, for up to the lock wait: input waits instead of being
     /// refused. Each attempt is a transaction of its own, so a failed one left nothing.
     fn write<R>(&self, mut work: impl FnMut(&mut Connection) -> StoreResult<R>) -> StoreResult<R> {
+        if AT_ONCE.with(|at_once| at_once.get()) {
+            return off_worker(|| self.write_at_once(work));
+        }
+        let until_free = UNTIL_FREE.try_with(|_| ()).is_ok();
         off_worker(|| {
             let mut conn = lock(&self.shared.writer);
-            let started = std::time::Instant::now();
+            let mut started = std::time::Instant::now();
             let mut waiting = None;
             loop {
                 match work(&mut conn) {
+                    Err(e)
+                        if is_busy(&e)
+                            && until_free
+                            && started.elapsed() >= self.shared.lock_wait =>
+                    {
+                        // Kept input waits on, but lets every other write have its turn
+                        // between waits (each gives up after its own), so none of them waits
+                        // behind it for as long as the lock lasts.
+                        drop(conn);
+                        std::thread::sleep(Duration::from_millis(20));
+                        conn = lock(&self.shared.writer);
+                        started = std::time::Instant::now();
+                    }
                     Err(e) if is_busy(&e) => {
                         let waited = started.elapsed();
                         if waited >= self.shared.lock_wait {
@@ -375,6 +429,28 @@ impl Store {
                 }
             }
         })
+    }
+
+    /// [`Store::write`] inside [`without_waiting`]: the writer is waited for only while no
+    /// write waits for the lock, and the lock for one attempt (SQLite's busy timeout).
+    fn write_at_once<R>(
+        &self,
+        work: impl FnOnce(&mut Connection) -> StoreResult<R>,
+    ) -> StoreResult<R> {
+        let mut conn = loop {
+            match self.shared.writer.try_lock() {
+                Ok(conn) => break conn,
+                Err(TryLockError::Poisoned(poison)) => break poison.into_inner(),
+                Err(TryLockError::WouldBlock) if self.lock_waits() > 0 => {
+                    return Err(StoreError::Locked(Duration::ZERO));
+                }
+                Err(TryLockError::WouldBlock) => std::thread::sleep(Duration::from_millis(1)),
+            }
+        };
+        match work(&mut conn) {
+            Err(e) if is_busy(&e) => Err(StoreError::Locked(LOCK_ATTEMPT)),
+            done => done,
+        }
     }
 
     /// How many writes are waiting right now for a database another program holds: a caller
@@ -542,6 +618,58 @@ mod tests {
             assert!(!commit.is_finished(), "the ticks waited for the commit");
             commit.await.unwrap();
         });
+    }
+
+    /// Another program's connection holding the database's write lock until dropped.
+    fn hold_write_lock(path: &Path) -> Connection {
+        let conn = Connection::open(path).unwrap();
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        conn
+    }
+
+    #[test]
+    fn a_write_without_waiting_is_refused_while_another_program_holds_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let store = Store::open(&path).unwrap();
+        let id = new_session(&store);
+        let lock = hold_write_lock(&path);
+        let refused = without_waiting(|| store.append_message(&user_message(&id, 1)));
+        assert!(matches!(refused, Err(StoreError::Locked(_))), "{refused:?}");
+        drop(lock);
+        let written = without_waiting(|| store.append_message(&user_message(&id, 1)));
+        assert_eq!(written.unwrap().seq, 1);
+    }
+
+    #[test]
+    fn a_write_until_free_outlasts_the_lock_wait_and_lets_other_writes_give_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let mut store = Store::open(&path).unwrap();
+        Arc::get_mut(&mut store.shared).unwrap().lock_wait = Duration::from_millis(600);
+        let kept = new_session(&store);
+        let other = new_session(&store);
+        let lock = hold_write_lock(&path);
+        let patient = std::thread::spawn({
+            let store = store.clone();
+            move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                runtime.block_on(until_free(async {
+                    store.append_message(&user_message(&kept, 1))
+                }))
+            }
+        });
+        while store.lock_waits() == 0 {
+            std::thread::yield_now();
+        }
+        // Another write has its turn, and gives up after its own wait.
+        let refused = store.append_message(&user_message(&other, 1));
+        assert!(matches!(refused, Err(StoreError::Locked(_))), "{refused:?}");
+        assert!(!patient.is_finished(), "the kept write gave up");
+        drop(lock);
+        assert_eq!(patient.join().unwrap().unwrap().seq, 1);
     }
 
     #[test]

@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use sidechat::protocol::{ChatSendParams, Event, FinishReason, SessionIdParams};
+use sidechat::protocol::{
+    ChatSendParams, Event, FinishReason, SessionEventParams, SessionIdParams,
+};
 
-use crate::harness::{Daemon, Options, Scratch, env, gated, held_run, session, text};
+use crate::harness::{Daemon, Options, Scratch, env, gated, held_run, say, session, text};
 use crate::two_daemons::{finish_reason, roles};
-use crate::upstream::{Reply, openai, start};
+use crate::upstream::{Reply, Upstream, openai, start};
 
 /// A guard against a hung daemon, not a performance assertion.
 const HANG_GUARD: Duration = Duration::from_secs(60);
@@ -36,21 +38,7 @@ async fn answered_after_a_notice(
 ) -> (Value, Value) {
     let request = daemon.conn.request(method, params);
     tokio::pin!(request);
-    let notice = tokio::time::timeout(HANG_GUARD, async {
-        loop {
-            tokio::select! {
-                answer = &mut request => panic!("{method} was answered while the database was locked: {answer:?}"),
-                note = daemon.notes.recv() => {
-                    let note = note.expect("the daemon closed its output");
-                    if note["method"] == "session/event" && note["params"]["event"]["kind"] == "notice" {
-                        return note["params"].clone();
-                    }
-                }
-            }
-        }
-    })
-    .await
-    .expect("no notice while the database was locked");
+    let notice = notice_first(&mut daemon.notes, &mut request).await;
     release();
     let answer = tokio::time::timeout(HANG_GUARD, request)
         .await
@@ -58,6 +46,56 @@ async fn answered_after_a_notice(
         .expect("connection")
         .expect("the request succeeded");
     (notice, answer)
+}
+
+/// Polls `request` (sent by the first poll) while reading the daemon's notifications until a
+/// `notice` event arrives, which must come before the request's answer: the `session/event`
+/// params of the notice. The answer stays to be awaited.
+async fn notice_first<F: std::future::Future + Unpin>(notes: &mut Notes, request: &mut F) -> Value
+where
+    F::Output: std::fmt::Debug,
+{
+    tokio::time::timeout(HANG_GUARD, async {
+        loop {
+            // Notifications first: those sent before the answer are all read before it.
+            tokio::select! {
+                biased;
+                note = notes.recv() => {
+                    let note = note.expect("the daemon closed its output");
+                    if note["method"] == "session/event" && note["params"]["event"]["kind"] == "notice" {
+                        return note["params"].clone();
+                    }
+                }
+                answer = &mut *request => panic!("answered before the notice that the database is locked: {answer:?}"),
+            }
+        }
+    })
+    .await
+    .expect("no notice while the database was locked")
+}
+
+/// The daemon's notifications, as the harness receives them.
+type Notes = tokio::sync::mpsc::UnboundedReceiver<Value>;
+
+/// Session events from `notes` up to and including the first `stop` accepts (read while a
+/// request still borrows the daemon).
+async fn events_in(notes: &mut Notes, stop: impl Fn(&Event) -> bool) -> Vec<SessionEventParams> {
+    let mut events = Vec::new();
+    loop {
+        let note = tokio::time::timeout(HANG_GUARD, notes.recv())
+            .await
+            .expect("no event arrived")
+            .expect("the daemon closed its output");
+        if note["method"] != "session/event" {
+            continue;
+        }
+        let event: SessionEventParams = serde_json::from_value(note["params"].clone()).unwrap();
+        let done = stop(&event.event);
+        events.push(event);
+        if done {
+            return events;
+        }
+    }
 }
 
 /// Checks that the transcript entry `stored` is the warning `notice` (a `session/event`'s
@@ -107,7 +145,10 @@ async fn input_waits_for_a_locked_database_and_a_stop_answers_at_once() {
     .await;
     let text = notice["event"]["message"].as_str().unwrap();
     assert!(text.contains("locked by another program"), "{text}");
-    assert_eq!(queued["queued"], json!(true));
+    // Answered as kept while the lock lasted; queued for the run once it cleared.
+    assert_eq!(queued["kept"], json!(true));
+    a.events_until(|e| matches!(e, Event::InterjectionQueued { .. }))
+        .await;
 
     // A stop answers while the lock is still held; the run's end follows once it clears.
     let lock = hold_write_lock(&scratch.db());
@@ -351,34 +392,20 @@ async fn a_locked_notice_is_stored_once_the_database_is_free_after_every_try_fai
         client_message_id: None,
         attachments: Vec::new(),
     };
-    let (notice, refused) = {
+    let (notice, kept) = {
         let request = a
             .conn
             .request("chat/send", serde_json::to_value(params).unwrap());
         tokio::pin!(request);
-        let notice = tokio::time::timeout(HANG_GUARD, async {
-            loop {
-                tokio::select! {
-                    answer = &mut request => panic!("answered before the notice: {answer:?}"),
-                    note = a.notes.recv() => {
-                        let note = note.expect("the daemon closed its output");
-                        if note["params"]["event"]["kind"] == "notice" {
-                            return note["params"].clone();
-                        }
-                    }
-                }
-            }
-        })
-        .await
-        .expect("no notice while the database was locked");
-        let refused = tokio::time::timeout(HANG_GUARD, request)
+        let notice = notice_first(&mut a.notes, &mut request).await;
+        let kept = tokio::time::timeout(HANG_GUARD, request)
             .await
             .expect("no answer while the database stayed locked")
             .expect("connection")
-            .expect_err("the send cannot be stored while the database is locked");
-        (notice, refused)
+            .expect("the send is kept while the database is locked");
+        (notice, kept)
     };
-    assert!(refused.message.contains("locked"), "{}", refused.message);
+    assert_eq!(kept["kept"], json!(true));
 
     // The lock outlasts every try to store the notice at once; the daemon says so.
     let given_up = "the notice that the database is locked is stored once the database is free";
@@ -413,5 +440,249 @@ async fn a_locked_notice_is_stored_once_the_database_is_free_after_every_try_fai
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_stored_as_sent(&stored, &notice);
+    // The kept input is stored after it, and answered.
+    let events = a.until_finished().await;
+    assert_eq!(finish_reason(&events), Some(FinishReason::EndTurn));
+    assert_eq!(
+        roles(&a.transcript(&session).await),
+        ["user", "assistant", "notice", "user", "assistant"]
+    );
+    a.close().await;
+}
+
+/// Writes no longer give up on the lock in these tests (ten minutes), so whatever waits for
+/// the send would wait past every hang guard.
+const PATIENT: (&str, &str) = ("SIDECHAT_LOCK_WAIT_MS", "600000");
+
+/// An answer that streams a short delta every few milliseconds until the daemon hangs up (or
+/// a minute has passed): a run that is always mid-stream.
+fn endless() -> Reply {
+    use std::io::Write;
+    Reply::writer(|stream| {
+        for i in 0..12_000 {
+            stream.write_all(openai::event(&text(&format!("{i} "))).as_bytes())?;
+            stream.flush()?;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        stream.write_all(openai::DONE.as_bytes())?;
+        stream.flush()
+    })
+}
+
+/// A daemon that never gives up on the lock, with `first` a session that has had one turn
+/// (its event numbers are reserved) and a second session, idle and unrelated. Each reply
+/// answers, in order, the first session's turn, then the requests the test makes.
+async fn two_sessions(later: Vec<Reply>) -> (Upstream, Scratch, Daemon, String, String) {
+    let mut replies = vec![Reply::sse(&openai::text(&["Hello."], 30, 3))];
+    replies.extend(later);
+    let upstream = start(replies);
+    let scratch = Scratch::new();
+    let mut settings = env(&upstream.url);
+    settings.push((PATIENT.0, PATIENT.1.into()));
+    let mut a = Daemon::start(&scratch.db(), Options::with_env(settings)).await;
+    let first = session(&a, &scratch).await;
+    let other = session(&a, &scratch).await;
+    a.send(&first, "hello").await;
+    a.until_finished().await;
+    (upstream, scratch, a, first, other)
+}
+
+#[tokio::test]
+async fn reads_of_another_session_answer_while_a_send_waits_for_the_lock() {
+    let (_upstream, scratch, mut a, waiting, other) =
+        two_sessions(vec![Reply::sse(&openai::text(&["Got it."], 30, 3))]).await;
+    let lock = hold_write_lock(&scratch.db());
+    {
+        let send = a.conn.request(
+            "chat/send",
+            serde_json::to_value(say(&waiting, "are you there")).unwrap(),
+        );
+        tokio::pin!(send);
+        // The notice says the send waits for the lock.
+        notice_first(&mut a.notes, &mut send).await;
+
+        // Reads of another session answer while the send still waits: before the lock is
+        // released, and before the send's input is stored.
+        let got = tokio::time::timeout(
+            HANG_GUARD,
+            a.call(
+                "session/get",
+                SessionIdParams {
+                    session_id: other.clone(),
+                },
+            ),
+        )
+        .await
+        .expect("session/get waited for the write held by the lock");
+        assert_eq!(
+            (got["id"].clone(), got["state"].clone()),
+            (json!(other), json!("idle"))
+        );
+        let transcript = tokio::time::timeout(HANG_GUARD, a.transcript(&other))
+            .await
+            .expect("session/transcript waited for the write held by the lock");
+        assert_eq!(transcript["entries"], json!([]));
+        assert_eq!(roles(&a.transcript(&waiting).await), ["user", "assistant"]);
+        drop(lock);
+
+        tokio::time::timeout(HANG_GUARD, send)
+            .await
+            .expect("no answer once the database was free")
+            .expect("connection")
+            .expect("the send succeeded");
+    }
+    let events = a.until_finished().await;
+    assert_eq!(finish_reason(&events), Some(FinishReason::EndTurn));
+    assert_eq!(
+        roles(&a.transcript(&waiting).await),
+        ["user", "assistant", "notice", "user", "assistant"]
+    );
+    a.close().await;
+}
+
+#[tokio::test]
+async fn a_stop_ends_the_stream_at_once_while_a_send_waits_for_the_lock() {
+    let (_upstream, scratch, mut a, waiting, streaming) = two_sessions(vec![
+        endless(),
+        Reply::sse(&openai::text(&["Got it."], 30, 3)),
+    ])
+    .await;
+    a.send(&streaming, "go on and on").await;
+    a.events_until(|e| matches!(e, Event::TextDelta { .. }))
+        .await;
+
+    let lock = hold_write_lock(&scratch.db());
+    {
+        let send = a.conn.request(
+            "chat/send",
+            serde_json::to_value(say(&waiting, "are you there")).unwrap(),
+        );
+        tokio::pin!(send);
+        notice_first(&mut a.notes, &mut send).await;
+
+        // The stop answers while the lock is held ...
+        let stopped = tokio::time::timeout(
+            HANG_GUARD,
+            a.call(
+                "chat/stop",
+                SessionIdParams {
+                    session_id: streaming.clone(),
+                },
+            ),
+        )
+        .await
+        .expect("chat/stop waited for the write held by the lock");
+        assert_eq!(stopped["stopped"], json!(true));
+        // ... and the stream ends with it: what came before the answer is read already; at
+        // most the delta in flight as it was stopped follows, then the run's end, with the
+        // lock still held.
+        let mut before = Vec::new();
+        while let Ok(note) = a.notes.try_recv() {
+            if note["method"] == "session/event" {
+                before.push(
+                    serde_json::from_value::<SessionEventParams>(note["params"].clone()).unwrap(),
+                );
+            }
+        }
+        let ended = |e: &SessionEventParams| matches!(e.event, Event::RunFinished { .. });
+        let events = match before.iter().position(ended) {
+            // The run ended as the stop was answered.
+            Some(end) => before.drain(end..=end).collect(),
+            None => events_in(&mut a.notes, |e| matches!(e, Event::RunFinished { .. })).await,
+        };
+        let late_deltas = events
+            .iter()
+            .filter(|e| e.session_id == streaming && matches!(e.event, Event::TextDelta { .. }))
+            .count();
+        assert!(
+            late_deltas <= 2,
+            "{late_deltas} deltas after the stop's answer"
+        );
+        assert_eq!(
+            events
+                .last()
+                .map(|e| (e.session_id.clone(), finish_reason(&events))),
+            Some((streaming.clone(), Some(FinishReason::Stopped)))
+        );
+        drop(lock);
+
+        // Once the database is free the send goes through.
+        tokio::time::timeout(HANG_GUARD, send)
+            .await
+            .expect("no answer once the database was free")
+            .expect("connection")
+            .expect("the send succeeded");
+    }
+    let events = a.until_finished().await;
+    assert_eq!(finish_reason(&events), Some(FinishReason::EndTurn));
+    // The stopped answer is stored too, once the database is free.
+    let guard = std::time::Instant::now() + HANG_GUARD;
+    let stored = loop {
+        let transcript = a.transcript(&streaming).await;
+        if roles(&transcript) == ["user", "assistant"] {
+            break transcript["entries"][1]["status"].clone();
+        }
+        assert!(
+            std::time::Instant::now() < guard,
+            "the stopped answer was never stored: {transcript}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(stored, json!("stopped"));
+    a.close().await;
+}
+
+#[tokio::test]
+async fn the_locked_notice_goes_out_live_agrees_with_the_answer_and_both_are_stored_once() {
+    let upstream = start(vec![Reply::sse(&openai::text(&["Got it."], 30, 3))]);
+    let scratch = Scratch::new();
+    let mut settings = env(&upstream.url);
+    settings.push((PATIENT.0, PATIENT.1.into()));
+    let mut a = Daemon::start(&scratch.db(), Options::with_env(settings)).await;
+    // A new session: none of its event numbers are reserved yet.
+    let session = session(&a, &scratch).await;
+
+    let lock = hold_write_lock(&scratch.db());
+    let params = ChatSendParams {
+        session_id: session.clone(),
+        text: "are you there".into(),
+        client_message_id: Some("c-1".into()),
+        attachments: Vec::new(),
+    };
+    let notice = {
+        let send = a
+            .conn
+            .request("chat/send", serde_json::to_value(&params).unwrap());
+        tokio::pin!(send);
+        // The notice goes out while the lock is held, and the answer says what it says: kept.
+        let notice = notice_first(&mut a.notes, &mut send).await;
+        let answer = tokio::time::timeout(HANG_GUARD, send)
+            .await
+            .expect("the send was not answered while the database was locked")
+            .expect("connection")
+            .expect("the send is kept, not refused");
+        let text = notice["event"]["message"].as_str().unwrap();
+        assert!(text.contains("your input is kept"), "{text}");
+        assert_eq!(answer, json!({"queued": false, "kept": true}));
+        notice
+    };
+    // A retry of the same send while the lock lasts is kept as well, and stores nothing twice.
+    let retried = tokio::time::timeout(HANG_GUARD, a.call("chat/send", &params))
+        .await
+        .expect("the retry was not answered while the database was locked");
+    assert_eq!(retried, json!({"queued": false, "kept": true}));
+    drop(lock);
+
+    // Once the database is free the input is stored and answered; the notice is stored where
+    // the live client saw it; each once.
+    let events = a.until_finished().await;
+    assert_eq!(finish_reason(&events), Some(FinishReason::EndTurn));
+    let transcript = a.transcript(&session).await;
+    assert_eq!(roles(&transcript), ["notice", "user", "assistant"]);
+    assert_stored_as_sent(&transcript["entries"][0], &notice);
+    assert_eq!(
+        transcript["entries"][1]["blocks"],
+        json!([{"type": "text", "text": "are you there"}])
+    );
     a.close().await;
 }

@@ -602,6 +602,12 @@ export interface ChatSendResult {
    */
   queued: boolean;
   pendingId?: string | null;
+  /**
+   * True when the database is locked by another program: the input is kept (in memory) and
+   * stored as soon as the database is free, as a new turn or an interjection, which the
+   * session's events then announce; a `notice` says so. No other field is set then.
+   */
+  kept?: boolean;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
