@@ -147,9 +147,6 @@ fn write_long_session(db: &Path) -> String {
             messages: folded_to,
         }],
     );
-    store
-        .advance_context_start(&session.id, folded_to)
-        .expect("cannot fold");
     session.id
 }
 

@@ -137,12 +137,18 @@ pub struct BudgetDefaults {
     /// How long a summary request (or a carry-over note's) may take before the oldest turns
     /// are dropped (or the note is copied) instead.
     pub summary_timeout: Duration,
-    /// New sessions start a new context after this many idle seconds; `None`: off.
+    /// New sessions start a new context after this many idle seconds; `None`: off. Three
+    /// hours unless configured ([`DEFAULT_ROLLOVER_SECS`]).
     pub rollover_secs: Option<u64>,
     /// How long a delegated task's approval waits before it expires (denied as expired);
     /// `None`: never.
     pub delegated_approval_expiry: Option<Duration>,
 }
+
+/// How long a conversation may idle before its next turn starts a new context with a
+/// carry-over note, unless configured: three hours. A conversation picked up after a break that
+/// long is seldom helped by its whole old context, which costs on every request.
+pub const DEFAULT_ROLLOVER_SECS: u64 = 3 * 3600;
 
 /// How long a delegated task's approval waits unless configured: an hour.
 pub const DEFAULT_DELEGATED_APPROVAL_EXPIRY: Duration = Duration::from_secs(3600);
@@ -171,7 +177,7 @@ impl Default for BudgetDefaults {
             thresholds: Thresholds::DEFAULT,
             history_share: DEFAULT_HISTORY_SHARE,
             summary_timeout: Duration::from_secs(20),
-            rollover_secs: None,
+            rollover_secs: Some(DEFAULT_ROLLOVER_SECS),
             delegated_approval_expiry: Some(DEFAULT_DELEGATED_APPROVAL_EXPIRY),
         }
     }

@@ -455,7 +455,7 @@ impl Agent {
                 ),
             );
         }
-        if let Some(update) = self.usage_update(&session.id, None).await {
+        if let Some(update) = self.usage_update(&session.id).await {
             self.update(&session.id, update);
         }
         Ok(())
@@ -791,24 +791,14 @@ impl Agent {
         );
     }
 
-    /// Context usage and the session's cost. `used` is the provider's count after a request,
-    /// else the estimate of the next request's input.
-    async fn usage_update(
-        &self,
-        session_id: &str,
-        snapshot: Option<(&BudgetSnapshot, Option<u64>)>,
-    ) -> Option<acp::SessionUpdate> {
+    /// Context usage and the session's cost. `used` is what the session's next request holds,
+    /// the figure `session/budget` gives at the same moment: always the same measure, so an
+    /// editor's meter moves with the conversation (never between the provider's count of the
+    /// last request, which may leave out cached input, and the estimate of the next).
+    async fn usage_update(&self, session_id: &str) -> Option<acp::SessionUpdate> {
         let runtime = self.runtime().await.ok()?;
-        let (window, used) = match snapshot {
-            Some((snapshot, actual)) => (
-                snapshot.context_window,
-                actual.unwrap_or(snapshot.input_tokens),
-            ),
-            None => {
-                let budget = runtime.budget(session_id).ok()?;
-                (budget.snapshot.context_window, budget.snapshot.input_tokens)
-            }
-        };
+        let snapshot = runtime.budget(session_id).ok()?.snapshot;
+        let (window, used) = (snapshot.context_window, snapshot.input_tokens);
         let cost = runtime.cost(session_id).ok()?.cost;
         let priced = cost.total_usd.map(|usd| acp::Cost::new(usd, "USD"));
         Some(acp::SessionUpdate::UsageUpdate(
@@ -897,12 +887,8 @@ impl Agent {
                 self.ask(session_id, root, approval).await;
             }
             Event::ApprovalResolved { approval_id, .. } => self.withdraw(&approval_id).await,
-            Event::Budget { snapshot, actual } => {
-                let actual = actual.map(|a| a.actual_input_tokens);
-                if let Some(update) = self
-                    .usage_update(session_id, Some((&snapshot, actual)))
-                    .await
-                {
+            Event::Budget { .. } => {
+                if let Some(update) = self.usage_update(session_id).await {
                     self.update(session_id, update);
                 }
             }
@@ -943,6 +929,11 @@ impl Agent {
             }
             Event::RunFinished { reason, error } => {
                 let Some(run_id) = params.run_id else { return };
+                // What the next request holds now takes in the run's last answer; told before
+                // the prompt answers.
+                if let Some(update) = self.usage_update(session_id).await {
+                    self.update(session_id, update);
+                }
                 let waiters = self.state.lock().await.by_run.remove(&run_id);
                 let outcome = translate::stop_reason(reason, error.as_deref())
                     .map_err(|message| AcpError::new(INTERNAL_ERROR, message));

@@ -358,13 +358,16 @@ pub fn prompt_text(prompt: &[acp::ContentBlock]) -> Result<(String, Vec<Attachme
     Ok((text, attachments))
 }
 
-/// A session title from the first prompt: its first line, at most 60 characters.
+/// A session title from the first prompt: its first line, redacted (before the cut, so that
+/// no part of a key is left at its edge), at most 60 characters.
 pub fn title_from(text: &str) -> String {
     let line = text
         .lines()
         .map(str::trim)
         .find(|l| !l.is_empty())
         .unwrap_or("");
+    let line = crate::context::redact::redact(line);
+    let line = line.as_str();
     let mut title: String = line.chars().take(60).collect();
     if line.chars().count() > 60 {
         title.push('…');
@@ -716,5 +719,10 @@ mod tests {
     fn titles_come_from_the_first_line() {
         assert_eq!(title_from("\n  Fix the build  \nplease"), "Fix the build");
         assert_eq!(title_from(&"x".repeat(70)), format!("{}…", "x".repeat(60)));
+        // Redacted before the cut: a key across it is not left as a prefix.
+        assert_eq!(
+            title_from(&format!("{} AKIAIOSFODNN7EXAMPLE", "x".repeat(45))),
+            format!("{} [redacted]", "x".repeat(45))
+        );
     }
 }

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use regex::Regex;
 
 use super::projection::Stored;
-use super::redact::redact;
+use super::redact::{REDACTED, redact};
 use crate::protocol::{Block, Role};
 
 /// How much of the old context the note's writer is shown: its newest characters of user and
@@ -89,19 +89,19 @@ pub fn format_rollover(secs: u64) -> String {
 }
 
 /// What the note's writer is shown of the old context: its newest [`SOURCE_CHARS`] of user and
-/// assistant text, one line per message, then the names of the tools that were called. Tool
-/// results, attachments and earlier notes are left out.
+/// assistant text, redacted, one line per message, then the names of the tools that were
+/// called. Tool results, attachments and earlier notes are left out.
 pub fn note_source(entries: &[Stored]) -> String {
-    let mut lines: Vec<String> = Vec::new();
+    let mut lines: Vec<(&str, &String)> = Vec::new();
     let mut tools: Vec<&str> = Vec::new();
     for stored in entries {
         let entry = &stored.entry;
         for block in &entry.blocks {
             match (entry.role, block) {
                 (Role::User, Block::Text { text } | Block::Interjection { text, .. }) => {
-                    lines.push(format!("User: {text}"))
+                    lines.push(("User", text))
                 }
-                (Role::Assistant, Block::Text { text }) => lines.push(format!("Assistant: {text}")),
+                (Role::Assistant, Block::Text { text }) => lines.push(("Assistant", text)),
                 (Role::Assistant, Block::ToolCall { name, .. })
                     if !tools.contains(&name.as_str()) =>
                 {
@@ -113,7 +113,9 @@ pub fn note_source(entries: &[Stored]) -> String {
     }
     let mut kept: Vec<String> = Vec::new();
     let mut room = SOURCE_CHARS;
-    for line in lines.iter().rev() {
+    for (who, text) in lines.iter().rev() {
+        // Redacted before the cut below, so that no part of a key is left at its edge.
+        let line = format!("{who}: {}", redact(text));
         let separator = if kept.is_empty() { 0 } else { 2 };
         let chars = line.chars().count();
         if chars + separator > room {
@@ -127,7 +129,7 @@ pub fn note_source(entries: &[Stored]) -> String {
             break;
         }
         room -= chars + separator;
-        kept.push(line.clone());
+        kept.push(line);
     }
     kept.reverse();
     let mut text = kept.join("\n\n");
@@ -138,7 +140,8 @@ pub fn note_source(entries: &[Stored]) -> String {
 }
 
 /// The note used when the model cannot write one: the task (the context's first request), the
-/// last request and the last answer, each without URLs and cut to [`COPIED_PART_CHARS`].
+/// last request and the last answer, each redacted, without URLs and cut to
+/// [`COPIED_PART_CHARS`].
 pub fn copied_note(entries: &[Stored]) -> String {
     let texts = |role: Role| -> Vec<String> {
         entries
@@ -163,7 +166,12 @@ pub fn copied_note(entries: &[Stored]) -> String {
     let asked = texts(Role::User);
     let answered = texts(Role::Assistant);
     let part = |label: &str, text: Option<&String>| {
-        text.map(|t| format!("{label}: {}", clip(&strip_urls(t), COPIED_PART_CHARS)))
+        text.map(|t| {
+            // Redacted before the cut, so that a key across the cut is still whole when it is
+            // matched (a cut key no longer looks like one).
+            let clean = strip_urls(&redact(t));
+            format!("{label}: {}", clip(&clean, COPIED_PART_CHARS))
+        })
     };
     let mut parts = vec![part("Task", asked.first())];
     if asked.len() > 1 {
@@ -177,6 +185,64 @@ pub fn copied_note(entries: &[Stored]) -> String {
 /// (in that order, so a cut never leaves part of a key that no longer looks like one).
 pub fn finish_note(text: &str) -> String {
     clip(redact(text.trim()).trim(), NOTE_MAX_CHARS)
+}
+
+/// Most uncommitted files a note names; the rest are counted.
+pub const STATE_MAX_FILES: usize = 20;
+
+/// Most characters of each name in the workspace state (a branch, a commit subject, a path).
+pub const STATE_NAME_CHARS: usize = 120;
+
+/// Where the work stands in a git work tree when a note is written, read by the daemon (the
+/// model is not asked, so it cannot get it wrong).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspaceState {
+    /// `None` when HEAD is detached.
+    pub branch: Option<String>,
+    /// The short hash and subject of the last commit; `None` before the first.
+    pub last_commit: Option<String>,
+    /// Files with changes not committed (untracked ones included), as `git status` lists them.
+    pub uncommitted: Vec<String>,
+}
+
+/// The lines a note ends with: the branch, the last commit and the uncommitted files, at most
+/// [`STATE_MAX_FILES`] named, then how many more. Each name is redacted, then cut.
+pub fn describe_state(state: &WorkspaceState) -> String {
+    let name = |text: &str| clip(&redact(text), STATE_NAME_CHARS);
+    let mut lines = vec!["Where the work stands (git):".to_string()];
+    lines.push(match &state.branch {
+        Some(branch) => format!("- branch: {}", name(branch)),
+        None => "- branch: none (detached HEAD)".to_string(),
+    });
+    lines.push(match &state.last_commit {
+        Some(commit) => format!("- last commit: {}", name(commit)),
+        None => "- last commit: none yet".to_string(),
+    });
+    let files = &state.uncommitted;
+    lines.push(match files.len() {
+        0 => "- uncommitted files: none".to_string(),
+        n => {
+            let named: Vec<String> = files
+                .iter()
+                .take(STATE_MAX_FILES)
+                .map(|f| name(f))
+                .collect();
+            let more = match n.saturating_sub(STATE_MAX_FILES) {
+                0 => String::new(),
+                more => format!(" and {more} more"),
+            };
+            format!("- uncommitted files ({n}): {}{more}", named.join(", "))
+        }
+    });
+    lines.join("\n")
+}
+
+/// A finished note with the workspace's state after it, when there is one.
+pub fn with_state(note: String, state: Option<&WorkspaceState>) -> String {
+    match state {
+        Some(state) => format!("{note}\n\n{}", describe_state(state)),
+        None => note,
+    }
 }
 
 /// `text` without URLs (and the space they leave).
@@ -201,6 +267,14 @@ pub fn clip(text: &str, max: usize) -> String {
         return text.to_string();
     }
     let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    // A cut inside a redaction marker leaves none of it (rather than `[red…`).
+    if let Some(open) = out.rfind('[')
+        && REDACTED.starts_with(&out[open..])
+        && text[open..].starts_with(REDACTED)
+        && out.len() - open < REDACTED.len()
+    {
+        out.truncate(open);
+    }
     out.truncate(out.trim_end().len());
     out.push('…');
     out
@@ -327,6 +401,81 @@ mod tests {
         // A key at the cut is removed whole, not cut into a fragment that no longer matches.
         let at_cut = format!("{} {key}", "y".repeat(NOTE_MAX_CHARS - 20));
         assert!(!finish_note(&at_cut).contains("sk-ant"));
+    }
+
+    /// A copied note cuts each part at [`COPIED_PART_CHARS`]: a private key and an access key
+    /// across that cut are removed whole, no prefix of them left before the ellipsis.
+    #[test]
+    fn a_copied_note_keeps_nothing_of_a_key_across_its_cut() {
+        use crate::context::redact::fixtures::{AWS, PEM, leaks};
+        // The key block starts early, so the cut falls inside it; the access key starts four
+        // characters before the cut.
+        let task = format!("Deploy with this key:\n{PEM}\nthen restart.");
+        let answer = format!(
+            "{} {AWS} is the access key.",
+            "y".repeat(COPIED_PART_CHARS - 6)
+        );
+        let entries = vec![
+            text(1, Role::User, &task),
+            text(2, Role::Assistant, &answer),
+        ];
+        let note = finish_note(&copied_note(&entries));
+        assert_eq!(leaks(&note), Vec::<String>::new(), "{note}");
+        assert_eq!(
+            note,
+            format!(
+                "Task: Deploy with this key:\n[redacted]\nthen restart.\nLast answer: {}…",
+                "y".repeat(COPIED_PART_CHARS - 6)
+            )
+        );
+    }
+
+    /// The note's writer is shown the newest characters only: a key across that cut is removed
+    /// before it, so no tail of it is left after the ellipsis.
+    #[test]
+    fn the_writers_source_keeps_nothing_of_a_key_across_its_cut() {
+        use crate::context::redact::fixtures::{AWS, PEM, leaks};
+        // Unredacted, the newest SOURCE_CHARS - 1 characters would hold the second half of
+        // the key, then a space and the filler.
+        let key_and_filler = |secret: &str| {
+            let filler = SOURCE_CHARS - 2 - secret.len() / 2;
+            format!("{secret} {}", "z".repeat(filler))
+        };
+        for secret in [PEM, AWS] {
+            let entries = vec![text(1, Role::User, &key_and_filler(secret))];
+            let source = note_source(&entries);
+            assert_eq!(leaks(&source), Vec::<String>::new(), "{source}");
+        }
+    }
+
+    #[test]
+    fn a_note_ends_with_where_the_work_stands() {
+        let files: Vec<String> = (1..=23).map(|i| format!("src/f{i:02}.rs")).collect();
+        let state = WorkspaceState {
+            branch: Some("feature/notes".into()),
+            last_commit: Some("a1b2c3d Keep the note AKIAIOSFODNN7EXAMPLE".into()),
+            uncommitted: files.clone(),
+        };
+        assert_eq!(
+            with_state("The note.".into(), Some(&state)),
+            format!(
+                "The note.\n\nWhere the work stands (git):\n- branch: feature/notes\n\
+                 - last commit: a1b2c3d Keep the note [redacted]\n\
+                 - uncommitted files (23): {} and 3 more",
+                files[..20].join(", ")
+            )
+        );
+        let bare = WorkspaceState {
+            branch: None,
+            last_commit: None,
+            uncommitted: Vec::new(),
+        };
+        assert_eq!(
+            describe_state(&bare),
+            "Where the work stands (git):\n- branch: none (detached HEAD)\n\
+             - last commit: none yet\n- uncommitted files: none"
+        );
+        assert_eq!(with_state("The note.".into(), None), "The note.");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! Pure and deterministic; the runtime makes the summary request and stores the result.
 
 use super::projection::{Projection, Stored, brief_line};
+use super::redact::redact;
 use super::tokens::{Counted, Part, TokenCounter};
 use crate::protocol::{Block, CompactionMethod, CompactionReason, Role};
 
@@ -121,6 +122,7 @@ pub fn instructions(focus: Option<&str>, max_words: u64) -> String {
 
 /// The folded range as plain text for the summariser: the summary in force, then each message
 /// of the range, tool results as one line each (they are the bulk and the least worth keeping).
+/// Redacted, since [`fit_text`] may cut it anywhere and the summary is sent again and again.
 pub fn source_text(entries: &[Stored], plan: &Plan) -> String {
     let mut lines = Vec::new();
     let calls: std::collections::HashMap<&str, (&str, &serde_json::Value)> = entries
@@ -177,7 +179,13 @@ pub fn source_text(entries: &[Stored], plan: &Plan) -> String {
             lines.push(line);
         }
     }
-    lines.join("\n\n")
+    redact(&lines.join("\n\n"))
+}
+
+/// A summary as stored: the summariser's text redacted of anything credential-shaped, since it
+/// is sent with every later request.
+pub fn finish_summary(text: &str) -> String {
+    redact(text.trim()).trim().to_string()
 }
 
 /// `text` cut to at most `max_tokens`: its beginning (where the task was stated) and, mostly,
@@ -205,4 +213,63 @@ pub fn fit_text(counter: TokenCounter, text: &str, max_tokens: u64) -> String {
 /// The count of a user message holding `text`.
 pub fn count_user(counter: TokenCounter, text: &str) -> Counted {
     counter.count_message("user", &[Part::Text(text)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::redact::fixtures::{AWS, PEM, leaks};
+    use crate::protocol::{MessageStatus, TranscriptEntry};
+    use pretty_assertions::assert_eq;
+
+    fn text(seq: u64, role: Role, text: &str) -> Stored {
+        Stored {
+            entry: TranscriptEntry {
+                id: format!("m{seq}"),
+                seq,
+                role,
+                blocks: vec![Block::Text { text: text.into() }],
+                status: MessageStatus::Complete,
+                run_id: None,
+                created_at: String::new(),
+            },
+            tokens: Counted::ZERO,
+        }
+    }
+
+    /// The summariser's source is cut in the middle to fit its window; wherever that cut falls,
+    /// no part of a key is left on either side of it, nor in the summary that comes back.
+    #[test]
+    fn the_summarisers_source_and_the_summary_keep_nothing_of_a_key() {
+        let entries = vec![
+            text(1, Role::User, &format!("Deploy with\n{PEM}\nand {AWS}.")),
+            text(2, Role::Assistant, &format!("Deployed with {AWS}; {PEM}")),
+        ];
+        let plan = Plan {
+            from_seq: 1,
+            to_seq: 2,
+            messages: 2,
+            new_from_seq: 1,
+            summary_seq: None,
+            kept_tokens: 0,
+            target: 1_000,
+        };
+        let source = source_text(&entries, &plan);
+        assert_eq!(
+            source,
+            "User: Deploy with\n[redacted]\nand [redacted].\n\nAssistant: Deployed with [redacted]; [redacted]"
+        );
+        let counter = TokenCounter::for_model("gpt-4o");
+        for max_tokens in 8..40 {
+            let fitted = fit_text(counter, &source, max_tokens);
+            assert_eq!(leaks(&fitted), Vec::<String>::new(), "{fitted}");
+        }
+        assert_eq!(
+            finish_summary(&format!(
+                " The user deploys with {AWS} and {}…",
+                &PEM[..200]
+            )),
+            "The user deploys with [redacted] and [redacted]"
+        );
+    }
 }

@@ -1,8 +1,10 @@
 //! What a model is sent: a projection of the stored transcript, never the transcript itself.
 //!
 //! The transcript keeps everything whole and readable; the projection
+//! - sends the context's carry-over note first, as its own block, until it is deleted: what
+//!   compactions fold or drop starts after it;
 //! - leaves out notes and notices, and every entry folded into the newest `summary` entry, which is sent
-//!   in their place, first;
+//!   in their place, after the note;
 //! - reduces tool results older than the newest two tool turns to one line each (tool, key
 //!   argument, ok or failed, original size), except those of the run being answered, which
 //!   stay whole as long as the request fits;
@@ -16,6 +18,7 @@
 use serde_json::Value;
 
 use super::budget::HistoryTally;
+use super::redact::redact;
 use super::tokens::{Counted, Part, TokenCounter};
 use crate::protocol::{Block, CompactionMethod, Role, TranscriptEntry};
 use crate::provider::{ModelContent, ModelMessage, ModelRole};
@@ -59,9 +62,11 @@ pub struct Projection {
     pub messages: Vec<ModelMessage>,
     /// Everything sent before the current turn, the summary included.
     pub history: HistoryTally,
-    /// The part of `history` that is the summary (or a dropped-range marker, or a carry-over
-    /// note).
+    /// The part of `history` that is the carry-over note and the summary (or dropped-range
+    /// marker) in force.
     pub summary: Counted,
+    /// The part of `summary` that is the carry-over note, which no compaction folds.
+    pub note: Counted,
     /// The current turn: the user message being answered, the run's own steps so far and the
     /// leased interjections. Zero when the model answered last.
     pub latest: Counted,
@@ -130,10 +135,13 @@ pub fn count_summary(counter: TokenCounter, block: &Block) -> Counted {
 
 /// Projects `entries` (everything after the session's context start, oldest first).
 pub fn project(entries: &[Stored], request: Request<'_>) -> Projection {
-    let summary_at = entries
+    let note = entries
         .iter()
-        .rposition(|s| s.entry.role == Role::Summary && !is_deleted(&s.entry));
-    let summary = summary_at.map(|i| &entries[i]);
+        .rfind(|s| is_carry_over(&s.entry))
+        .filter(|s| !is_deleted(&s.entry));
+    let summary = entries
+        .iter()
+        .rfind(|s| s.entry.role == Role::Summary && !is_carry_over(&s.entry));
     let folded_to = summary
         .and_then(|s| folded(&s.entry))
         .and_then(|r| r.to_seq);
@@ -192,7 +200,8 @@ pub fn project(entries: &[Stored], request: Request<'_>) -> Projection {
         .iter()
         .map(|t| counter.count_message("user", &[Part::Text(t)]))
         .fold(Counted::ZERO, |a, b| a + b);
-    let summary_count = summary.map_or(Counted::ZERO, |s| s.tokens);
+    let note_count = note.map_or(Counted::ZERO, |s| s.tokens);
+    let summary_count = summary.map_or(Counted::ZERO, |s| s.tokens) + note_count;
     let total = |counts: &[Counted]| -> u64 {
         summary_count.tokens + counts.iter().map(|c| c.tokens).sum::<u64>() + leased.tokens
     };
@@ -208,8 +217,8 @@ pub fn project(entries: &[Stored], request: Request<'_>) -> Projection {
     }
 
     let mut history = HistoryTally::new();
-    if summary.is_some() {
-        history.add(summary_count);
+    for stood_for in [note, summary].into_iter().flatten() {
+        history.add(stood_for.tokens);
     }
     counts[..current_from].iter().for_each(|c| history.add(*c));
     let latest = counts[current_from..].iter().fold(leased, |a, b| a + *b);
@@ -231,20 +240,22 @@ pub fn project(entries: &[Stored], request: Request<'_>) -> Projection {
         .collect();
 
     let mut messages = Vec::new();
-    if let Some(Block::Summary {
-        method,
-        text,
-        messages: folded,
-        ..
-    }) = summary.and_then(|s| s.entry.blocks.first())
-    {
-        push(
-            &mut messages,
-            ModelRole::User,
-            vec![ModelContent::Text {
-                text: summary_text(*method, text, *folded),
-            }],
-        );
+    for stood_for in [note, summary].into_iter().flatten() {
+        if let Some(Block::Summary {
+            method,
+            text,
+            messages: folded,
+            ..
+        }) = stood_for.entry.blocks.first()
+        {
+            push(
+                &mut messages,
+                ModelRole::User,
+                vec![ModelContent::Text {
+                    text: summary_text(*method, text, *folded),
+                }],
+            );
+        }
     }
     for (i, stored) in body.iter().enumerate() {
         let entry = &stored.entry;
@@ -285,6 +296,7 @@ pub fn project(entries: &[Stored], request: Request<'_>) -> Projection {
         messages,
         history,
         summary: summary_count,
+        note: note_count,
         latest,
         latest_message,
         summary_range: summary.and_then(|s| folded(&s.entry)),
@@ -318,6 +330,18 @@ fn opens_turn(entry: &TranscriptEntry) -> bool {
                 }
             )
         })
+}
+
+/// Whether an entry is a carry-over note (deleted or not).
+fn is_carry_over(entry: &TranscriptEntry) -> bool {
+    entry.role == Role::Summary
+        && matches!(
+            entry.blocks.first(),
+            Some(Block::Summary {
+                method: CompactionMethod::CarryOver,
+                ..
+            })
+        )
 }
 
 /// A carry-over note the user deleted: never sent again.
@@ -386,7 +410,8 @@ pub fn brief_line(call: Option<&(&str, &Value)>, output: &str, is_error: bool) -
         .iter()
         .find_map(|k| input.get(*k).and_then(Value::as_str))
         .map(|v| {
-            let one_line = v.replace(['\n', '\r'], " ");
+            // Redacted before the cut, so that the cut leaves no part of a key.
+            let one_line = redact(&v.replace(['\n', '\r'], " "));
             match one_line.chars().count() > KEY_ARGUMENT_CHARS {
                 true => format!(
                     " {}…",
@@ -694,6 +719,100 @@ mod tests {
         assert_eq!(projection.summary, t.entries[22].tokens);
     }
 
+    /// A carry-over note opens its context and is sent first, as a block of its own, after
+    /// any compaction of what followed it, by summary or by drop; deleted, it is not sent.
+    #[test]
+    fn a_carry_over_note_is_sent_first_whatever_is_folded_after_it() {
+        let note = |t: &mut Transcript, text: &str| {
+            t.push(
+                Role::Summary,
+                None,
+                vec![Block::Summary {
+                    method: CompactionMethod::CarryOver,
+                    text: text.into(),
+                    from_seq: None,
+                    to_seq: None,
+                    messages: 4,
+                }],
+            );
+        };
+        let folded = |t: &mut Transcript, method: CompactionMethod, text: &str| {
+            t.push(
+                Role::Summary,
+                None,
+                vec![Block::Summary {
+                    method,
+                    text: text.into(),
+                    from_seq: Some(2),
+                    to_seq: Some(5),
+                    messages: 4,
+                }],
+            );
+        };
+        let sent = |t: &Transcript| -> (Vec<String>, Projection) {
+            let projection = project(&t.entries, request(None, &[]));
+            let first = projection.messages[0]
+                .content
+                .iter()
+                .filter_map(|c| match c {
+                    ModelContent::Text { text } => Some(text.clone()),
+                    _ => None,
+                })
+                .collect();
+            (first, projection)
+        };
+        for (method, marker) in [
+            (
+                CompactionMethod::Summary,
+                "Summary of the earlier conversation (4 messages):\nThey counted.",
+            ),
+            (
+                CompactionMethod::Drop,
+                "[4 earlier messages were left out here to fit the context window.]",
+            ),
+        ] {
+            let mut t = Transcript::new();
+            note(&mut t, "Counting from one.");
+            t.user("two")
+                .answer("r1", "2")
+                .user("three")
+                .answer("r2", "3");
+            folded(&mut t, method, "They counted.");
+            t.user("four");
+            let (first, projection) = sent(&t);
+            assert_eq!(
+                first,
+                vec![
+                    "Notes carried over from an earlier conversation:\nCounting from one."
+                        .to_string(),
+                    marker.to_string(),
+                    "four".to_string()
+                ],
+                "{method:?}"
+            );
+            assert_eq!(projection.messages.len(), 1);
+            assert_eq!(projection.note, t.entries[0].tokens);
+            assert_eq!(
+                projection.summary,
+                t.entries[0].tokens + t.entries[5].tokens
+            );
+            assert_eq!(projection.history.tokens(), projection.summary.tokens);
+            // The range to fold further is the summary's, never the note.
+            assert_eq!(
+                projection.summary_range.map(|r| (r.method, r.seq)),
+                Some((method, 6))
+            );
+
+            // Deleted: only the summary (or marker) stands for what came before.
+            if let Block::Summary { text, .. } = &mut t.entries[0].entry.blocks[0] {
+                text.clear();
+            }
+            let (first, projection) = sent(&t);
+            assert_eq!(first, vec![marker.to_string(), "four".to_string()]);
+            assert_eq!(projection.note, Counted::ZERO);
+        }
+    }
+
     #[test]
     fn a_dropped_range_is_marked_and_a_deleted_note_never_sent() {
         let mut t = Transcript::new();
@@ -720,6 +839,17 @@ mod tests {
             }]
         );
         assert_eq!(projection.summary, Counted::ZERO);
+    }
+
+    /// A key argument is cut at KEY_ARGUMENT_CHARS: a key across that cut is removed whole.
+    #[test]
+    fn a_brief_line_keeps_nothing_of_a_key_across_its_cut() {
+        use crate::context::redact::fixtures::{AWS, leaks};
+        let command = format!("{} {AWS} deploy", "x".repeat(KEY_ARGUMENT_CHARS - 20));
+        let input = json!({ "command": command });
+        let line = brief_line(Some(&("run_command", &input)), "ok", false);
+        assert_eq!(leaks(&line), Vec::<String>::new(), "{line}");
+        assert!(line.contains(" [redacted] deploy: ok"), "{line}");
     }
 
     #[test]

@@ -73,21 +73,88 @@ const VALUES: &[&str] = &[
     r"(?i)[?&](access_token|token|api_key|apikey|key|sig|signature|secret|password)=(?P<value>[^&\s#]+)",
 ];
 
-fn patterns() -> &'static (Vec<Regex>, Vec<Regex>) {
-    static PATTERNS: OnceLock<(Vec<Regex>, Vec<Regex>)> = OnceLock::new();
+/// A private key block whose end is missing (cut off, or pasted in part): everything from its
+/// header to the next blank line or the end of the text. Applied after [`WHOLE`], which takes
+/// the complete blocks.
+const UNTERMINATED: &str =
+    r"-----BEGIN[A-Z ]*PRIVATE KEY(?: BLOCK)?-----(?:[^\n]|\n[ \t]*[^\n \t])*";
+
+/// What is left of a credential cut off at the end of a text: the start of one of the shapes
+/// above, too short to match it, right before an ellipsis or the end. A cut key is still a
+/// key (`AKIA…` is the start of an AWS access key id whatever follows), so its prefix goes
+/// too. Each has a group `value`, or is one as a whole.
+const CUT_OFF: &[&str] = &[
+    r"-----BEGIN[A-Z ]*-{0,5}",
+    r"\bsk-[A-Za-z0-9_\-]*",
+    r"\bgh[pousr]_[A-Za-z0-9]*",
+    r"\bgithub_pat_[A-Za-z0-9_]*",
+    r"\bglpat-[A-Za-z0-9_\-]*",
+    r"\bnpm_[A-Za-z0-9]*",
+    r"\bpypi-[A-Za-z0-9_\-]*",
+    r"\bhf_[A-Za-z0-9]*",
+    r"\bgsk_[A-Za-z0-9]*",
+    r"\bxai-[A-Za-z0-9]*",
+    r"\br8_[A-Za-z0-9]*",
+    r"\bpplx-[A-Za-z0-9]*",
+    r"\bdapi[0-9a-f]+",
+    r"\bxox[abposr]-[A-Za-z0-9\-]*",
+    r"\b[sr]k_(?:live|test)_[A-Za-z0-9]*",
+    r"\bwhsec_[A-Za-z0-9]*",
+    r"\bAIza[0-9A-Za-z_\-]*",
+    r"\bya29\.[0-9A-Za-z_\-]*",
+    r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[A-Z0-9]*",
+    r"\bSG\.[A-Za-z0-9_\-]+[A-Za-z0-9_\-.]*",
+    r"\bSK[0-9a-f]{8,}",
+    r"\bkey-[0-9a-f]{8,}",
+    r"\bshp(?:at|ss|ca|pa)_[0-9a-fA-F]*",
+    r"\bdo[opr]_v1_[0-9a-f]*",
+    r"\bdp\.(?:st|ct|pt|sa)\.[A-Za-z0-9_\-]*",
+    r"\blin_api_[A-Za-z0-9]*",
+    r"\bsecret_[A-Za-z0-9]{8,}",
+    r"\beyJ[A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]*){0,2}",
+    r"(?i)\b(?:bearer|basic)\s+(?P<value>[A-Za-z0-9._~+/\-]+=*)",
+    r#"(?i)\b(?:[a-z0-9]+_)*(?:token|api_key|apikey|api-key|access_token|auth_token|accountkey|x-api-key)\s*[=:]\s*["']?(?P<value>[A-Za-z0-9._~+/\-]+=*)"#,
+    r"(?i)\b[a-z][a-z0-9+.\-]*://(?P<value>[^\s/@:]+:[^\s/@]*)",
+];
+
+/// What follows a cut: the ellipsis that marks it, or the end of the text.
+const AT_CUT: &str = r"(?:…|\s*\z)";
+
+struct Patterns {
+    whole: Vec<Regex>,
+    unterminated: Regex,
+    values: Vec<Regex>,
+}
+
+fn patterns() -> &'static Patterns {
+    static PATTERNS: OnceLock<Patterns> = OnceLock::new();
     PATTERNS.get_or_init(|| {
-        let compile = |list: &[&str]| -> Vec<Regex> {
-            list.iter().filter_map(|p| Regex::new(p).ok()).collect()
+        let compile = |list: &mut dyn Iterator<Item = String>| -> Vec<Regex> {
+            list.filter_map(|p| Regex::new(&p).ok()).collect()
         };
-        (compile(WHOLE), compile(VALUES))
+        let cut_off = CUT_OFF
+            .iter()
+            .map(|body| match body.contains("(?P<value>") {
+                true => format!("{body}{AT_CUT}"),
+                false => format!("(?P<value>{body}){AT_CUT}"),
+            });
+        Patterns {
+            whole: compile(&mut WHOLE.iter().map(|p| p.to_string())),
+            unterminated: Regex::new(UNTERMINATED).expect("a valid pattern"),
+            values: compile(&mut VALUES.iter().map(|p| p.to_string()).chain(cut_off)),
+        }
     })
 }
 
 /// `text` with every credential-shaped span replaced by [`REDACTED`].
 pub fn redact(text: &str) -> String {
-    let (whole, values) = patterns();
+    let Patterns {
+        whole,
+        unterminated,
+        values,
+    } = patterns();
     let mut out = text.to_string();
-    for pattern in whole {
+    for pattern in whole.iter().chain([unterminated]) {
         if pattern.is_match(&out) {
             out = pattern.replace_all(&out, REDACTED).into_owned();
         }
@@ -116,8 +183,48 @@ pub fn redact(text: &str) -> String {
     out
 }
 
+/// Made-up credentials for tests that check no part of one survives, wherever a text is cut.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    /// A private key block as a user might paste it.
+    pub const PEM: &str = "-----BEGIN RSA PRIVATE KEY-----
+Rl0MR48pQ8np3bWRgj5NNdXrQ0nmSgmF/krFuA8a4Qrb7KkwvWxtHNTdVLntlpqj
+pvPS3/oIUjYMiA4khArd8HbHkYONqJweZVwEd+H2h5Cd8dHF6nPaDgpCdwwPUS9O
+HTy/jtOE19eg3o8ju0rkcvDIdQnrr/ewkSRjJg0aFGLcYHQZxJ93kMJw88LZyqee
+PPo4ehfXhNOzs1JIuYc2a6DOXMzhabvIt2Pmzo8PBC3qdjNHbHF5jjs+wlyWKrcM
+Ex6cRpi0YdtA3ItKKPKriObgfgueK6/Rg8sKQmtrcABspCXxqDNhJvBjtVf1OFcZ
+xhqrJOKme4fZTKjOLe56fy9ZZ/yUV11f+nW7VOXUMTSRj0MozYwEBVGlwZ99ERqw
+-----END RSA PRIVATE KEY-----";
+
+    /// An AWS access key id.
+    pub const AWS: &str = "AKIAIOSFODNN7EXAMPLE";
+
+    /// The parts of [`PEM`] and [`AWS`] found in `text`: the key block's header or footer, any
+    /// eight characters of its body, the access key's prefix or any six of its other characters.
+    pub fn leaks(text: &str) -> Vec<String> {
+        let mut found: Vec<String> = ["BEGIN RSA", "PRIVATE KEY", "AKIA"]
+            .iter()
+            .filter(|f| text.contains(*f))
+            .map(|f| f.to_string())
+            .collect();
+        let windows = |secret: &str, width: usize| -> Vec<String> {
+            let chars: Vec<char> = secret.chars().collect();
+            chars.windows(width).map(|w| w.iter().collect()).collect()
+        };
+        let body: String = PEM.lines().filter(|l| !l.starts_with("-----")).collect();
+        for fragment in windows(&body, 8).into_iter().chain(windows(&AWS[4..], 6)) {
+            if text.contains(&fragment) {
+                found.push(fragment);
+                break;
+            }
+        }
+        found
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::fixtures::{AWS, PEM, leaks};
     use super::*;
     use pretty_assertions::assert_eq;
 
@@ -318,6 +425,47 @@ mod tests {
         for text in LOOK_ALIKES {
             assert_eq!(redact(text), *text);
         }
+    }
+
+    /// What a cut leaves of a credential, at the end of a text or before the ellipsis marking
+    /// the cut: still a credential.
+    #[test]
+    fn a_credential_cut_off_at_the_end_is_still_one() {
+        let pem_cut: String = PEM.chars().take(31 + 330).collect();
+        let cases = [
+            format!("Task: deploy with {}…", &AWS[..4]),
+            format!("the key {}…", &AWS[..11]),
+            format!("the key {}", &AWS[..9]),
+            format!("the key {}  \n", &AWS[..9]),
+            format!("Task: {pem_cut}…"),
+            format!("Task: {pem_cut}"),
+            "Task: -----BEGIN RSA PRIV…".to_string(),
+            "Task: -----BEGIN RSA PRIVATE KEY-…".to_string(),
+            "use sk-proj-Ab3dEf6h…".to_string(),
+            "Authorization: Bearer eyJhbGciOi…".to_string(),
+            "api_key=9f8e7d…".to_string(),
+            "clone https://alice:p4ss…".to_string(),
+        ];
+        for text in &cases {
+            let redacted = redact(text);
+            assert!(redacted.contains(REDACTED), "{text:?}: {redacted:?}");
+            assert_eq!(leaks(&redacted), Vec::<String>::new(), "{text:?}");
+        }
+        assert!(!redact(&cases[7]).contains("PRIV"));
+        assert!(!redact(&cases[8]).contains("sk-"));
+        assert!(!redact(&cases[11]).contains("p4ss"));
+        // The cut stays marked, and the text before it stays.
+        assert_eq!(redact(&cases[0]), "Task: deploy with [redacted]…");
+        // A private key without its end: from its header to the next blank line.
+        assert_eq!(
+            redact(&format!("{pem_cut}\nmore key\n\nThen deploy.")),
+            "[redacted]\n\nThen deploy."
+        );
+        // A complete block is taken whole, the text after it kept.
+        assert_eq!(
+            redact(&format!("key:\n{PEM}\nThen deploy.")),
+            "key:\n[redacted]\nThen deploy."
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use super::{Inner, Runtime, RuntimeError, RuntimeResult};
 use crate::context::TokenCounter;
 use crate::context::carry_over::{
     NOTE_MAX_CHARS, NOTE_MAX_OUTPUT, NOTE_SYSTEM, copied_note, finish_note, note_prompt,
-    note_source,
+    note_source, with_state,
 };
 use crate::context::projection::count_summary;
 use crate::protocol::*;
@@ -95,7 +95,12 @@ impl Inner {
             Ok(text) => (text, None),
             Err(why) => (copied_note(&entries), Some(why)),
         };
-        let note = finish_note(&written);
+        // The workspace's state is added by the daemon, after the cut: it is read, not written.
+        let state = match &session.workspace_root {
+            Some(root) => super::workspace_state::read(std::path::Path::new(root)).await,
+            None => None,
+        };
+        let note = with_state(finish_note(&written), state.as_ref());
         let block = Block::Summary {
             method: CompactionMethod::CarryOver,
             text: note.clone(),
@@ -125,6 +130,7 @@ impl Inner {
             source_chars = source.chars().count(),
             written_chars = written.chars().count(),
             note_chars = note.chars().count(),
+            git_state = state.is_some(),
             note_limit_chars = NOTE_MAX_CHARS,
             note = if fallback.is_some() { "copied" } else { "model" },
             fallback = ?fallback,

@@ -146,10 +146,14 @@ impl Inner {
     ) -> RuntimeResult<Option<Compacted>> {
         let projection = &prepared.projection;
         let room = prepared.input.message_room();
+        // The carry-over note stays whatever is folded: the summary and the kept turns share
+        // what it leaves.
+        let note = projection.note.tokens;
         let target = prepared
             .input
             .history_limit()
-            .min(room.saturating_sub(projection.latest.tokens));
+            .min(room.saturating_sub(projection.latest.tokens))
+            .saturating_sub(note);
         let tokens_before = projection.history.tokens();
         let summarised =
             match compaction::plan(projection, target, CompactionMethod::Summary, reason) {
@@ -181,9 +185,10 @@ impl Inner {
             &block,
         ));
         let summary_tokens = message.tokens.map_or(0, |c| c.tokens);
+        // The folded range stays in the context (a carry-over note before it must be read
+        // still); the projection leaves out what the newest summary folded.
         let entry = self.commit(message)?;
-        self.store.advance_context_start(&session.id, plan.to_seq)?;
-        let tokens_after = summary_tokens + plan.kept_tokens;
+        let tokens_after = note + summary_tokens + plan.kept_tokens;
         tracing::info!(
             session_id = %session.id,
             method = ?method,
@@ -279,7 +284,7 @@ impl Inner {
             tools: Vec::new(),
             max_output_tokens: max_output.min(window.max_output) as u32,
         };
-        let text = self.ask_summariser(session, request).await?;
+        let text = compaction::finish_summary(&self.ask_summariser(session, request).await?);
         let block = Block::Summary {
             method: CompactionMethod::Summary,
             text: text.clone(),

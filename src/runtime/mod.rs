@@ -24,6 +24,7 @@ mod run;
 mod run_end;
 mod sessions;
 mod tool_phase;
+mod workspace_state;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

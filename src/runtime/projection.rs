@@ -50,12 +50,12 @@ impl Inner {
         input
     }
 
-    /// The entries after the session's context start with their stored counts (counting the
-    /// few stored without one).
+    /// The entries of the session's context with their stored counts (counting the few stored
+    /// without one): its carry-over note, if any, and what follows the newest summary's range.
     pub(super) fn stored_entries(&self, session: &SessionRow) -> RuntimeResult<Vec<Stored>> {
         Ok(self
             .store
-            .messages_with_counts(&session.id, session.context_start_seq)?
+            .context_entries(&session.id, session.context_start_seq)?
             .into_iter()
             .map(|(entry, tokens)| Stored {
                 tokens: tokens

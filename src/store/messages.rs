@@ -153,6 +153,19 @@ fn raw(row: &Row<'_>) -> rusqlite::Result<RawMessage> {
     })
 }
 
+/// A row of `raw`'s columns followed by `tokens, tokens_exact`.
+fn counted_raw(row: &Row<'_>) -> rusqlite::Result<(RawMessage, Option<Counted>)> {
+    let tokens: Option<i64> = row.get(7)?;
+    let exact: bool = row.get(8)?;
+    Ok((
+        raw(row)?,
+        tokens.map(|t| Counted {
+            tokens: t as u64,
+            exact,
+        }),
+    ))
+}
+
 impl RawMessage {
     fn into_entry(self) -> StoreResult<TranscriptEntry> {
         Ok(TranscriptEntry {
@@ -375,23 +388,78 @@ impl Store {
                  FROM messages WHERE session_id = ?1 AND seq > ?2 ORDER BY seq",
             )?;
             let rows = stmt
-                .query_map(params![session_id, after_seq as i64], |r| {
-                    let tokens: Option<i64> = r.get(7)?;
-                    let exact: bool = r.get(8)?;
-                    Ok((
-                        raw(r)?,
-                        tokens.map(|t| Counted {
-                            tokens: t as u64,
-                            exact,
-                        }),
-                    ))
-                })?
+                .query_map(params![session_id, after_seq as i64], counted_raw)?
                 .collect::<Result<Vec<_>, _>>()?;
             drop(stmt);
             rows.into_iter()
                 .map(|(raw, count)| Ok((raw.into_entry()?, count)))
                 .collect()
         })
+    }
+
+    /// What a projection of the model's context starting after `context_start` is made from,
+    /// oldest first, with stored counts: its carry-over note, when it opens with one, then
+    /// everything after the range the newest summary folded (that summary included).
+    ///
+    /// A carry-over note is the first message of its context (a new context starts right
+    /// before it), and stays there while compactions fold what follows it; reading only past
+    /// the folded range keeps each request's read to what it can send.
+    pub fn context_entries(
+        &self,
+        session_id: &str,
+        context_start: u64,
+    ) -> StoreResult<Vec<(TranscriptEntry, Option<Counted>)>> {
+        let note = self.read(|conn| {
+            let first = conn
+                .query_row(
+                    "SELECT id, seq, run_id, role, blocks, status, created_at, tokens, tokens_exact
+                     FROM messages WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT 1",
+                    params![session_id, context_start as i64],
+                    counted_raw,
+                )
+                .optional()?;
+            let Some((raw, count)) = first else {
+                return Ok(None);
+            };
+            let entry = raw.into_entry()?;
+            Ok(matches!(
+                entry.blocks.first(),
+                Some(Block::Summary {
+                    method: CompactionMethod::CarryOver,
+                    ..
+                })
+            )
+            .then_some((entry, count)))
+        })?;
+        let folded_through = self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT blocks FROM messages WHERE session_id = ?1 AND seq > ?2 AND role = 'summary'
+                 ORDER BY seq DESC",
+            )?;
+            let mut rows = stmt.query(params![session_id, context_start as i64])?;
+            while let Some(row) = rows.next()? {
+                let blocks: String = row.get(0)?;
+                let blocks: Vec<Block> = serde_json::from_str(&blocks)
+                    .map_err(|e| StoreError::Corrupt(format!("a summary's blocks: {e}")))?;
+                match blocks.first() {
+                    Some(Block::Summary {
+                        method: CompactionMethod::CarryOver,
+                        ..
+                    }) => continue,
+                    Some(Block::Summary { to_seq, .. }) => return Ok(*to_seq),
+                    _ => continue,
+                }
+            }
+            Ok(None)
+        })?;
+        let after = folded_through.unwrap_or(0).max(context_start);
+        let mut entries = self.messages_with_counts(session_id, after)?;
+        if let Some((note, count)) = note
+            && note.seq <= after
+        {
+            entries.insert(0, (note, count));
+        }
+        Ok(entries)
     }
 
     /// Entries with `seq` greater than `after_seq`, oldest first, at most `limit`.

@@ -23,7 +23,8 @@ pub struct SessionRow {
     pub cap_usd: Option<f64>,
     /// Longest a run may take.
     pub max_seconds: Option<u64>,
-    /// Messages with this `seq` or lower are not sent to the model (`/clear`).
+    /// Messages with this `seq` or lower are not sent to the model (`/clear`, or a new context
+    /// opening with a carry-over note).
     pub context_start_seq: u64,
     /// The highest event `seq` reserved; events may have used any number up to it.
     pub seq_reserved: u64,
@@ -289,18 +290,6 @@ impl Store {
                 params![id, now_ms()],
                 |r| r.get::<_, i64>(0),
             )? as u64)
-        })
-    }
-
-    /// Moves the start of the model's context forward to `seq` (never back): the entries up
-    /// to it are folded into a summary, which the projection sends in their place.
-    pub fn advance_context_start(&self, id: &str, seq: u64) -> StoreResult<()> {
-        self.write(|conn| {
-            conn.execute(
-                "UPDATE sessions SET context_start_seq = MAX(context_start_seq, ?2) WHERE id = ?1",
-                params![id, seq as i64],
-            )?;
-            Ok(())
         })
     }
 }

@@ -718,6 +718,47 @@ test('a permission open when the agent is killed is asked again after a restart 
   assert.equal(readFileSync(join(workspace, 'kill.md'), 'utf8'), 'written by the model\n');
 });
 
+/** `session/budget` of a session, asked of `sidechat serve` on the same database. */
+async function nativeBudget(id) {
+  const child = spawn(bin, ['serve', '--db', db], { env, stdio: ['pipe', 'pipe', 'ignore'] });
+  child.stdout.setEncoding('utf8');
+  let buffered = '';
+  const answered = new Promise((resolve, reject) => {
+    child.stdout.on('data', (data) => {
+      buffered += data;
+      for (const line of buffered.split('\n').slice(0, -1)) {
+        const message = JSON.parse(line);
+        if (message.id === 2) resolve(message);
+      }
+      buffered = buffered.slice(buffered.lastIndexOf('\n') + 1);
+    });
+    child.on('exit', () => reject(new Error('sidechat serve exited before answering')));
+  });
+  const write = (message) => child.stdin.write(`${JSON.stringify({ jsonrpc: '2.0', ...message })}\n`);
+  write({ id: 1, method: 'initialize', params: { protocolVersion: 1 } });
+  write({ method: 'initialized', params: {} });
+  write({ id: 2, method: 'session/budget', params: { sessionId: id } });
+  const answer = await answered;
+  child.stdin.end();
+  assert.ok(answer.result, JSON.stringify(answer));
+  return answer.result.snapshot;
+}
+
+test('usage_update reports what the next request holds, as session/budget does, growing with the conversation', async () => {
+  const { sessionId: growing } = await agent.request('session/new', { cwd: workspace, mcpServers: [] });
+  for (const said of ['hello', 'tell me more', 'and more again']) {
+    assert.deepEqual(await agent.request('session/prompt', { sessionId: growing, prompt: [{ type: 'text', text: said }] }), { stopReason: 'end_turn' });
+  }
+  const used = agent.of(growing).filter((u) => u.sessionUpdate === 'usage_update').map((u) => u.used);
+  assert.ok(used.length >= 6, JSON.stringify(used));
+  // Never down (nothing was compacted), not up and down between two measures.
+  assert.deepEqual(used, [...used].sort((a, b) => a - b), JSON.stringify(used));
+  // The last one, sent before the last prompt answered, is the figure of the next request.
+  const budget = await nativeBudget(growing);
+  assert.equal(used.at(-1), budget.inputTokens, JSON.stringify({ used, budget }));
+  assert.ok(used.at(-1) > used[0], JSON.stringify(used));
+});
+
 test('every message the agents wrote is valid ACP', () => {
   const agents = [...retired, agent];
   assert.ok(agents.every((a) => a.messages.length > 10));

@@ -6,6 +6,7 @@ mod budget;
 #[path = "../support/byte_edits.rs"]
 mod byte_edits;
 mod bytes;
+mod carry_over;
 mod commands;
 mod delegation;
 mod doctor;

@@ -117,7 +117,9 @@ impl DelegateInput {
     }
 
     fn title(&self) -> String {
-        let first = self.task.lines().next().unwrap_or_default().trim();
+        // Redacted before the cut, so that no part of a key is left at its edge.
+        let first = crate::context::redact::redact(self.task.lines().next().unwrap_or_default());
+        let first = first.trim();
         let mut title: String = first.chars().take(60).collect();
         if title.len() < first.len() {
             title.push('…');
