@@ -201,11 +201,13 @@ pub fn describe_cost(cost: &CostSummary, cap_usd: Option<f64>) -> String {
             model.total_usd
         ));
     }
-    let kinds = &cost.by_kind;
-    lines.push(format!(
-        "  input ${:.4} · output ${:.4} · cache read ${:.4} · cache write ${:.4}",
-        kinds.input, kinds.output, kinds.cache_read, kinds.cache_write
-    ));
+    // Amounts only where something was priced: unpriced usage is never $0.
+    if let Some(kinds) = &cost.by_kind {
+        lines.push(format!(
+            "  input ${:.4} · output ${:.4} · cache read ${:.4} · cache write ${:.4}",
+            kinds.input, kinds.output, kinds.cache_read, kinds.cache_write
+        ));
+    }
     if cost.unpriced.lines > 0 {
         let tokens = &cost.unpriced.tokens;
         lines.push(format!(
