@@ -22,6 +22,7 @@
 
 mod answer;
 mod expiry;
+mod files;
 mod forward;
 
 use std::sync::Arc;
