@@ -486,6 +486,26 @@ async fn a_spend_cap_stops_before_the_request_and_refuses_sends_until_raised() {
     )
     .await;
 
+    // A cap of nothing on a model without a price: refused, with no amount for what was spent.
+    let unpriced = daemon
+        .create_session(SessionCreateParams {
+            model: Some("mystery-model".into()),
+            cap_usd: Some(0.0),
+            ..Default::default()
+        })
+        .await;
+    let refused = daemon
+        .try_call("chat/send", say(&unpriced, "hi"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (refused.code, refused.message.as_str()),
+        (
+            -32006,
+            "the session's spend cap of $0.00 is used up (nothing spent yet); raise capUsd with session/update to continue"
+        )
+    );
+
     // A cap below one request's input: the run ends before anything is sent.
     let tiny = daemon
         .create_session(SessionCreateParams {
