@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use crate::context::DEFAULT_RESPONSE_RESERVE;
 use crate::context::carry_over::parse_rollover;
-use crate::cost::ModelPrice;
+use crate::cost::PriceOverride;
 use crate::protocol::Thresholds;
 use crate::protocol::{AccountInfo, ProviderKind, UnavailableAccount};
 use crate::provider::HttpSettings;
@@ -114,8 +114,9 @@ pub struct Config {
     pub default_account: String,
     pub http: HttpSettings,
     pub budget: BudgetDefaults,
-    /// Prices that beat the built-in table for the same model, USD per million tokens.
-    pub prices: HashMap<String, ModelPrice>,
+    /// Prices that beat the built-in table for the same model, USD per million tokens, each
+    /// from its `since` date on.
+    pub prices: HashMap<String, PriceOverride>,
     /// Accounts the configuration names that cannot be used (left out of `accounts`), and why.
     pub unavailable: Vec<UnavailableAccount>,
     /// MCP servers every session uses (`[mcp_servers.NAME]`), by name.
@@ -215,9 +216,9 @@ struct FileConfig {
     accounts: BTreeMap<String, FileAccount>,
     #[serde(default)]
     defaults: FileDefaults,
-    /// Price overrides by model name.
+    /// Price overrides by model name: one price, or a list of prices dated `since`.
     #[serde(default)]
-    prices: HashMap<String, ModelPrice>,
+    prices: HashMap<String, PriceOverride>,
     #[serde(default)]
     mcp_servers: BTreeMap<String, FileMcpServer>,
 }
@@ -299,9 +300,9 @@ struct FileAccount {
     history_share: Option<f64>,
     /// The model that summarises older turns (default: the session's model).
     summary_model: Option<String>,
-    /// Price overrides for the models this account serves.
+    /// Price overrides for the models this account serves (as the top-level `prices`).
     #[serde(default)]
-    prices: HashMap<String, ModelPrice>,
+    prices: HashMap<String, PriceOverride>,
 }
 
 fn var(name: &str) -> Option<String> {

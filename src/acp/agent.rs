@@ -536,7 +536,7 @@ impl Agent {
         let (text, attachments) = translate::prompt_text(&params.prompt)
             .map_err(|e| AcpError::new(INVALID_PARAMS, e.0))?;
         let runtime = self.runtime().await?;
-        let command = text.trim_start().starts_with('/') && !text.trim_start().starts_with("//");
+        let command = crate::runtime::is_command(&text);
         if session.title == "New chat" && !command {
             self.retitle(runtime, &session_id, &text)?;
         }

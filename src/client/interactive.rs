@@ -244,7 +244,7 @@ impl Chat {
                 .styled(&[Paint::Red], &format!("✗ not sent: {e}"));
             return Ok(());
         }
-        if self.session.title == UNTITLED && !text.starts_with('/') {
+        if self.session.title == UNTITLED && !crate::runtime::is_command(text) {
             let first = text.lines().next().unwrap_or(text);
             let title = crate::tools::truncate(first, 60);
             if let Ok(session) = self

@@ -1,9 +1,12 @@
 //! The price book: USD per million tokens by model name prefix, with long-context tiers.
 //!
 //! Prices are applied when usage is read, never stored with it, so a corrected price fixes old
-//! sessions' costs too. The built-in table (`data/prices.json`) carries the date it is as of;
-//! a user's configured prices (overrides) beat it for any model they match, because the user
-//! may have a negotiated rate, a proxy's markup, or a local model they want to price at zero.
+//! sessions' costs too. A price may say `since` when it applies: each usage line is priced by
+//! the entry in force at the line's time, so a price change (a new dated entry) leaves usage
+//! from before it at the old price. An entry without `since` applies from the beginning of
+//! time. The built-in table (`data/prices.json`) carries the date it is as of; a user's
+//! configured prices (overrides) beat it for any model they match, because the user may have a
+//! negotiated rate, a proxy's markup, or a local model they want to price at zero.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -100,11 +103,50 @@ pub struct PriceEntry {
     /// Lower-case model name prefix.
     pub prefix: String,
     pub provider: String,
+    /// When the price starts to apply (see [`DatedPrice::since`]); absent: always.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
     #[serde(flatten)]
     pub price: ModelPrice,
     /// Where the figure comes from when it is not models.json, or why it differs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+/// A configured price and the time it applies from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DatedPrice {
+    /// A date (`YYYY-MM-DD`, from midnight UTC) or an RFC 3339 time in UTC from which the price
+    /// applies to usage; absent: from the beginning of time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    #[serde(flatten)]
+    pub price: ModelPrice,
+}
+
+/// A configured price override of one model: one price, or a list of dated ones (a price
+/// change adds an entry, so usage from before it keeps the price it had).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum PriceOverride {
+    One(DatedPrice),
+    Dated(Vec<DatedPrice>),
+}
+
+impl PriceOverride {
+    pub fn entries(&self) -> &[DatedPrice] {
+        match self {
+            PriceOverride::One(one) => std::slice::from_ref(one),
+            PriceOverride::Dated(all) => all,
+        }
+    }
+}
+
+impl From<ModelPrice> for PriceOverride {
+    fn from(price: ModelPrice) -> Self {
+        PriceOverride::One(DatedPrice { since: None, price })
+    }
 }
 
 #[derive(Deserialize)]
@@ -118,6 +160,8 @@ struct PriceFile {
 struct Row {
     prefix: String,
     provider: Option<String>,
+    /// Milliseconds since the Unix epoch from which the row applies (`i64::MIN`: always).
+    since: i64,
     price: ModelPrice,
     compiled: Compiled,
 }
@@ -170,12 +214,17 @@ impl PriceBook {
     }
 
     /// The built-in prices with configured overrides, keyed by model name or prefix. An override
-    /// wins over every built-in entry for a model it matches; among overrides the longest
-    /// prefix wins.
-    pub fn with_overrides(overrides: &HashMap<String, ModelPrice>) -> Result<Self, PriceError> {
+    /// in force wins over every built-in entry for a model it matches; among overrides the
+    /// longest prefix wins.
+    pub fn with_overrides(overrides: &HashMap<String, PriceOverride>) -> Result<Self, PriceError> {
         let mut rows = overrides
             .iter()
-            .map(|(model, price)| row(model, None, price.clone()))
+            .flat_map(|(model, prices)| {
+                prices
+                    .entries()
+                    .iter()
+                    .map(move |dated| row(model, None, dated.price.clone(), dated.since.as_deref()))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         rows.sort_by(|a, b| a.prefix.cmp(&b.prefix));
         Ok(PriceBook {
@@ -189,11 +238,17 @@ impl PriceBook {
         &self.builtin.as_of
     }
 
-    /// The price of `model`, or `None` if it is unpriced.
+    /// The price of `model` now, or `None` if it is unpriced.
     pub fn lookup(&self, model: &str) -> Option<PriceMatch<'_>> {
+        self.lookup_at(model, crate::util::now_ms())
+    }
+
+    /// The price of `model` in force at `at` (milliseconds since the Unix epoch), or `None` if
+    /// it was unpriced then: usage is priced at the time it happened.
+    pub fn lookup_at(&self, model: &str, at: i64) -> Option<PriceMatch<'_>> {
         let candidates = crate::context::name_candidates(model, false);
-        find(&self.overrides, &candidates, PriceSource::Override)
-            .or_else(|| find(&self.builtin.rows, &candidates, PriceSource::Builtin))
+        find(&self.overrides, &candidates, at, PriceSource::Override)
+            .or_else(|| find(&self.builtin.rows, &candidates, at, PriceSource::Builtin))
     }
 
     /// Every built-in entry, for listing.
@@ -205,8 +260,17 @@ impl PriceBook {
     }
 }
 
-fn find<'a>(rows: &'a [Row], candidates: &[String], source: PriceSource) -> Option<PriceMatch<'a>> {
-    crate::context::longest_prefix(rows, |r| r.prefix.as_str(), candidates)
+/// Among the rows in force at `at`, the longest prefix that a candidate name starts with; of
+/// several entries of that prefix, the one that took effect last.
+fn find<'a>(
+    rows: &'a [Row],
+    candidates: &[String],
+    at: i64,
+    source: PriceSource,
+) -> Option<PriceMatch<'a>> {
+    rows.iter()
+        .filter(|r| r.since <= at && candidates.iter().any(|c| c.starts_with(&r.prefix)))
+        .max_by_key(|r| (r.prefix.len(), r.since))
         .map(|row| row.as_match(source))
 }
 
@@ -247,12 +311,17 @@ fn load_builtin(json: &str) -> Result<BuiltinPrices, PriceError> {
     let (as_of, entries) = parse_price_table(json)?;
     let rows = entries
         .into_iter()
-        .map(|e| row(&e.prefix, Some(e.provider), e.price))
+        .map(|e| row(&e.prefix, Some(e.provider), e.price, e.since.as_deref()))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(BuiltinPrices { as_of, rows })
 }
 
-fn row(prefix: &str, provider: Option<String>, price: ModelPrice) -> Result<Row, PriceError> {
+fn row(
+    prefix: &str,
+    provider: Option<String>,
+    price: ModelPrice,
+    since: Option<&str>,
+) -> Result<Row, PriceError> {
     let prefix = prefix.trim().to_ascii_lowercase();
     let invalid = |problem: String| PriceError::Invalid {
         model: prefix.clone(),
@@ -262,12 +331,31 @@ fn row(prefix: &str, provider: Option<String>, price: ModelPrice) -> Result<Row,
         return Err(invalid("empty model name".to_owned()));
     }
     let compiled = compile(&price).map_err(invalid)?;
+    let since = since.map_or(Ok(i64::MIN), parse_since).map_err(invalid)?;
     Ok(Row {
         prefix,
         provider,
+        since,
         price,
         compiled,
     })
+}
+
+/// `YYYY-MM-DD` (midnight UTC) or an RFC 3339 time in UTC → milliseconds since the epoch.
+fn parse_since(since: &str) -> Result<i64, String> {
+    let since = since.trim();
+    let full = match since.len() {
+        10 => format!("{since}T00:00:00Z"),
+        _ => since.to_owned(),
+    };
+    let time = humantime::parse_rfc3339(&full).map_err(|_| {
+        format!("since {since:?} is not a date (YYYY-MM-DD) or an RFC 3339 time in UTC")
+    })?;
+    let ms = time
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| format!("since {since:?} is before 1970"))?
+        .as_millis();
+    i64::try_from(ms).map_err(|_| format!("since {since:?} is too far ahead"))
 }
 
 fn compile(price: &ModelPrice) -> Result<Compiled, String> {
@@ -444,9 +532,9 @@ mod tests {
     #[test]
     fn overrides_beat_the_builtin_table() {
         let overrides = HashMap::from([
-            ("claude".to_owned(), price(1.0, 2.0)),
-            ("llama3.1".to_owned(), price(0.0, 0.0)),
-            ("GPT-4o".to_owned(), price(2.0, 8.0)),
+            ("claude".to_owned(), price(1.0, 2.0).into()),
+            ("llama3.1".to_owned(), price(0.0, 0.0).into()),
+            ("GPT-4o".to_owned(), price(2.0, 8.0).into()),
         ]);
         let book = PriceBook::with_overrides(&overrides).map_err(|e| e.to_string());
         let Ok(book) = book else {
@@ -472,13 +560,98 @@ mod tests {
 
     #[test]
     fn invalid_overrides_are_rejected() {
-        let overrides = HashMap::from([("x".to_owned(), price(-1.0, 2.0))]);
+        let overrides = HashMap::from([("x".to_owned(), price(-1.0, 2.0).into())]);
         assert_eq!(
             PriceBook::with_overrides(&overrides).map_err(|e| e.to_string()),
             Err("price for \"x\": -1 is not a price".to_owned())
         );
-        let nan = HashMap::from([("y".to_owned(), price(1.0, f64::NAN))]);
+        let nan = HashMap::from([("y".to_owned(), price(1.0, f64::NAN).into())]);
         assert!(PriceBook::with_overrides(&nan).is_err());
+        let undated = HashMap::from([(
+            "z".to_owned(),
+            PriceOverride::One(DatedPrice {
+                since: Some("next tuesday".to_owned()),
+                price: price(1.0, 2.0),
+            }),
+        )]);
+        assert_eq!(
+            PriceBook::with_overrides(&undated).map_err(|e| e.to_string()),
+            Err("price for \"z\": since \"next tuesday\" is not a date (YYYY-MM-DD) or an RFC 3339 time in UTC".to_owned())
+        );
+    }
+
+    /// 2026-06-01T00:00:00Z in milliseconds.
+    const JUNE: i64 = 1_780_272_000_000;
+
+    #[test]
+    fn each_time_gets_the_price_in_force_then() {
+        let dated = |since: Option<&str>, input| DatedPrice {
+            since: since.map(str::to_owned),
+            price: price(input, 10.0),
+        };
+        let overrides = HashMap::from([
+            (
+                "my-model".to_owned(),
+                PriceOverride::Dated(vec![
+                    dated(Some("2026-06-01"), 2.0),
+                    dated(None, 1.0),
+                    dated(Some("2026-09-01T12:00:00Z"), 3.0),
+                ]),
+            ),
+            // Only from June on: before, the built-in price of gpt-4o applies.
+            (
+                "gpt-4o".to_owned(),
+                PriceOverride::One(dated(Some("2026-06-01"), 9.0)),
+            ),
+        ]);
+        let Ok(book) = PriceBook::with_overrides(&overrides) else {
+            panic!("valid overrides");
+        };
+        let input_at =
+            |model: &str, at: i64| book.lookup_at(model, at).map(|m| (m.source, m.price.input));
+        let september = 1_788_264_000_000; // 2026-09-01T12:00:00Z
+        assert_eq!(
+            [
+                input_at("my-model", 0),
+                input_at("my-model", JUNE - 1),
+                input_at("my-model", JUNE),
+                input_at("my-model", september - 1),
+                input_at("my-model", september),
+                input_at("gpt-4o", JUNE - 1),
+                input_at("gpt-4o", JUNE),
+            ],
+            [
+                Some((PriceSource::Override, 1.0)),
+                Some((PriceSource::Override, 1.0)),
+                Some((PriceSource::Override, 2.0)),
+                Some((PriceSource::Override, 2.0)),
+                Some((PriceSource::Override, 3.0)),
+                Some((PriceSource::Builtin, 2.5)),
+                Some((PriceSource::Override, 9.0)),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_dated_entry_is_unpriced_before_its_date_and_the_table_reads_since() {
+        let table = r#"{"asOf": "2026-11-29", "models": [
+            {"prefix": "new-model", "provider": "acme", "since": "2026-06-01", "input": 1, "output": 2}
+        ]}"#;
+        let loaded = load_builtin(table).map_err(|e| e.to_string());
+        let Ok(builtin) = loaded else {
+            panic!("{loaded:?}");
+        };
+        let book = PriceBook {
+            builtin: Box::leak(Box::new(builtin)),
+            overrides: Vec::new(),
+        };
+        assert_eq!(
+            [
+                book.lookup_at("new-model", JUNE - 1).map(|m| m.price.input),
+                book.lookup_at("new-model", JUNE).map(|m| m.price.input),
+            ],
+            [None, Some(1.0)]
+        );
     }
 
     #[test]

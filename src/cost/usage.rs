@@ -4,7 +4,7 @@
 //! has no price is counted as unpriced and the summary says it is partial: reporting such usage
 //! as $0 would tell the user something false.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::AddAssign;
 
 use schemars::JsonSchema;
@@ -76,11 +76,11 @@ impl AddAssign for PicoCosts {
     }
 }
 
-/// The cost of one request, or `None` if its model is unpriced.
+/// The cost of one request, or `None` if its model was unpriced at the request's time.
 ///
 /// The tier is chosen by the request's own prompt tokens, as providers bill it.
 pub fn line_cost(line: &UsageLine, book: &PriceBook) -> Option<KindCosts> {
-    book.lookup(&line.model)
+    book.lookup_at(&line.model, line.at)
         .map(|found| price_line(&line.tokens, &found).in_usd())
 }
 
@@ -101,31 +101,34 @@ pub fn cost_summary<'a>(
     lines: impl IntoIterator<Item = &'a UsageLine>,
     book: &PriceBook,
 ) -> CostSummary {
-    let mut prices: HashMap<&str, Option<PriceMatch<'_>>> = HashMap::new();
     let mut models: BTreeMap<ModelKey<'_>, ModelAcc> = BTreeMap::new();
     let mut unpriced = UnpricedUsage::default();
     let mut unpriced_models = BTreeSet::new();
-    let mut by_request: BTreeMap<UsageKind, (RequestKindCost, PicoCosts)> = BTreeMap::new();
+    // Per kind: what it sums, its priced lines' cost, and how many lines were priced.
+    let mut by_request: BTreeMap<UsageKind, (RequestKindCost, PicoCosts, u64)> = BTreeMap::new();
     for line in lines {
-        let found = *prices
-            .entry(line.model.as_str())
-            .or_insert_with(|| book.lookup(&line.model));
-        let (kind, kind_costs) = by_request.entry(line.kind).or_insert_with(|| {
+        // The price in force when the request was made: a later price change leaves it alone.
+        let found = book.lookup_at(&line.model, line.at);
+        let (kind, kind_costs, priced) = by_request.entry(line.kind).or_insert_with(|| {
             (
                 RequestKindCost {
                     kind: line.kind,
                     lines: 0,
                     tokens: TokenUsage::default(),
-                    total_usd: 0.0,
+                    total_usd: None,
                     partial: false,
                 },
                 PicoCosts::default(),
+                0,
             )
         });
         kind.lines += 1;
         kind.tokens += line.tokens;
         match &found {
-            Some(found) => *kind_costs += price_line(&line.tokens, found),
+            Some(found) => {
+                *kind_costs += price_line(&line.tokens, found);
+                *priced += 1;
+            }
             None => kind.partial = true,
         }
         let Some(found) = found else {
@@ -150,8 +153,9 @@ pub fn cost_summary<'a>(
     let mut summary = summarise(models, unpriced, book);
     summary.by_request = by_request
         .into_values()
-        .map(|(mut kind, costs)| {
-            kind.total_usd = usd(costs.total());
+        .map(|(mut kind, costs, priced)| {
+            // Nothing priced is unpriced, not $0.
+            kind.total_usd = (priced > 0).then(|| usd(costs.total()));
             kind
         })
         .collect();
@@ -187,7 +191,7 @@ fn summarise(
         .collect();
     CostSummary {
         total_usd: (priced_lines > 0).then(|| usd(all.total())),
-        by_kind: all.in_usd(),
+        by_kind: (priced_lines > 0).then(|| all.in_usd()),
         by_model,
         priced_lines,
         partial: unpriced.lines > 0,
@@ -200,8 +204,9 @@ fn summarise(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cost::prices::ModelPrice;
+    use crate::cost::prices::{DatedPrice, ModelPrice, PriceOverride};
     use pretty_assertions::assert_eq;
+    use std::collections::HashMap;
 
     fn line(provider: &str, model: &str, tokens: TokenUsage) -> UsageLine {
         UsageLine {
@@ -290,12 +295,12 @@ mod tests {
             summary,
             CostSummary {
                 total_usd: Some(2.749),
-                by_kind: KindCosts {
+                by_kind: Some(KindCosts {
                     input: 1.975,
                     output: 0.495,
                     cache_read: 0.054,
                     cache_write: 0.225,
-                },
+                }),
                 by_model: vec![
                     ModelCost {
                         provider: "anthropic".to_owned(),
@@ -359,14 +364,14 @@ mod tests {
                         kind: UsageKind::Turn,
                         lines: 4,
                         tokens: turn_tokens,
-                        total_usd: 2.524,
+                        total_usd: Some(2.524),
                         partial: true,
                     },
                     RequestKindCost {
                         kind: UsageKind::Summary,
                         lines: 1,
                         tokens: tokens(1_000_000, 200_000, 0, 100_000),
-                        total_usd: 0.225,
+                        total_usd: Some(0.225),
                         partial: false,
                     },
                 ],
@@ -428,23 +433,23 @@ mod tests {
         let overrides = HashMap::from([
             (
                 "llama3.1".to_owned(),
-                ModelPrice {
+                PriceOverride::from(ModelPrice {
                     input: 0.0,
                     cached_input: None,
                     cache_write: None,
                     output: 0.0,
                     tiers: Vec::new(),
-                },
+                }),
             ),
             (
                 "gpt-4o-mini".to_owned(),
-                ModelPrice {
+                PriceOverride::from(ModelPrice {
                     input: 1.0,
                     cached_input: Some(0.5),
                     cache_write: None,
                     output: 2.0,
                     tiers: Vec::new(),
-                },
+                }),
             ),
         ]);
         let Ok(book) = PriceBook::with_overrides(&overrides) else {
@@ -487,7 +492,7 @@ mod tests {
             summary,
             CostSummary {
                 total_usd: None,
-                by_kind: KindCosts::default(),
+                by_kind: None,
                 by_model: Vec::new(),
                 priced_lines: 0,
                 unpriced: UnpricedUsage {
@@ -501,12 +506,49 @@ mod tests {
                     kind: UsageKind::Turn,
                     lines: 3,
                     tokens: tokens(6_000, 0, 0, 600),
-                    total_usd: 0.0,
+                    total_usd: None,
                     partial: true,
                 }],
             }
         );
         assert_eq!(line_cost(&lines[0], &PriceBook::builtin()), None);
+    }
+
+    #[test]
+    fn a_price_change_does_not_reprice_usage_from_before_it() {
+        let dated = |since: Option<&str>, input| DatedPrice {
+            since: since.map(str::to_owned),
+            price: ModelPrice {
+                input,
+                cached_input: None,
+                cache_write: None,
+                output: 0.0,
+                tiers: Vec::new(),
+            },
+        };
+        // $1 / M until 2025-12-01, $4 / M from then on.
+        let overrides = HashMap::from([(
+            "my-model".to_owned(),
+            PriceOverride::Dated(vec![dated(None, 1.0), dated(Some("2025-12-01"), 4.0)]),
+        )]);
+        let Ok(book) = PriceBook::with_overrides(&overrides) else {
+            panic!("valid overrides");
+        };
+        // 1,000,000 tokens before the change (2025-11-29) → $1; after (2025-12-02) → $4.
+        let before = line("local", "my-model", tokens(1_000_000, 0, 0, 0));
+        let after = UsageLine {
+            at: 1_764_633_600_000,
+            ..before.clone()
+        };
+        let summary = cost_summary([&before, &after], &book);
+        assert_eq!(
+            (
+                line_cost(&before, &book).map(|c| c.input),
+                line_cost(&after, &book).map(|c| c.input),
+                summary.total_usd,
+            ),
+            (Some(1.0), Some(4.0), Some(5.0))
+        );
     }
 
     #[test]

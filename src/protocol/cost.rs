@@ -102,7 +102,9 @@ pub struct CostSummary {
     /// usage without a price is unpriced, never $0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total_usd: Option<f64>,
-    pub by_kind: KindCosts,
+    /// USD of the priced lines by token kind; absent when no line is priced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by_kind: Option<KindCosts>,
     /// One entry per provider and model, sorted.
     pub by_model: Vec<ModelCost>,
     pub priced_lines: u64,
@@ -153,8 +155,10 @@ pub struct RequestKindCost {
     pub kind: UsageKind,
     pub lines: u64,
     pub tokens: TokenUsage,
-    /// USD of the priced lines of this kind.
-    pub total_usd: f64,
+    /// USD of the priced lines of this kind; absent when none of them is priced (unpriced
+    /// usage is never $0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_usd: Option<f64>,
     /// Some lines of this kind have no price.
     pub partial: bool,
 }

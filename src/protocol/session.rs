@@ -80,7 +80,8 @@ where
     Ok(Some(Option::deserialize(deserializer)?))
 }
 
-/// A file that a successful write or edit changed in this session.
+/// A file that a successful write or edit changed in this session, or in one of its delegated
+/// tasks: what a sub-agent wrote is the asker's change too.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ChangedFile {
@@ -88,6 +89,10 @@ pub struct ChangedFile {
     pub path: String,
     pub added: u64,
     pub removed: u64,
+    /// The child session (a delegated task) that changed the file; absent for the session's
+    /// own changes. A file both changed is listed once for each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_session_id: Option<String>,
 }
 
 /// Params of `session/fileDiff`: one file the session changed.
@@ -97,6 +102,10 @@ pub struct SessionFileDiffParams {
     pub session_id: String,
     /// A `path` of the session's `changedFiles`.
     pub path: String,
+    /// The `childSessionId` of that `changedFiles` entry, for a file a delegated task changed.
+    /// Without it, the session's own change, else the newest child's change to the path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_session_id: Option<String>,
 }
 
 /// What the session did to one file: its text before the session's first change to it and
@@ -106,6 +115,9 @@ pub struct SessionFileDiffParams {
 pub struct SessionFileDiffResult {
     pub session_id: String,
     pub path: String,
+    /// The child session whose change this is, for a file a delegated task changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_session_id: Option<String>,
     /// The text before the first change; absent when the file did not exist (or `omitted`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before: Option<String>,

@@ -52,6 +52,17 @@ pub struct Precounted {
 }
 
 /// Counts one message as the model will see it.
+/// What a session has spent, in words for a message: the priced total, never an amount for
+/// usage nothing priced (unpriced is not $0).
+pub(super) fn spent_words(cost: &CostSummary) -> String {
+    match (cost.total_usd, cost.unpriced.lines > 0) {
+        (Some(usd), false) => format!("${usd:.4} spent"),
+        (Some(usd), true) => format!("${usd:.4} spent, plus unpriced usage"),
+        (None, true) => "only unpriced usage so far".to_string(),
+        (None, false) => "nothing spent yet".to_string(),
+    }
+}
+
 pub fn count_blocks(model: &str, role: Role, blocks: &[Block]) -> Counted {
     count_blocks_with(model, role, blocks, Precounted::default())
 }

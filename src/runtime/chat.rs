@@ -346,14 +346,12 @@ impl Runtime {
             return Ok(());
         };
         // Usage without a price cannot count against the cap.
-        let spent = self
-            .inner
-            .cost_summary(&session.id)?
-            .total_usd
-            .unwrap_or(0.0);
+        let cost = self.inner.cost_summary(&session.id)?;
+        let spent = cost.total_usd.unwrap_or(0.0);
         if spent >= cap {
+            let spent = super::accounting::spent_words(&cost);
             return Err(RuntimeError::BudgetExhausted(format!(
-                "the session's spend cap of ${cap:.2} is used up (${spent:.4} spent); raise capUsd with session/update to continue"
+                "the session's spend cap of ${cap:.2} is used up ({spent}); raise capUsd with session/update to continue"
             )));
         }
         Ok(())

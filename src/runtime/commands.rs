@@ -25,18 +25,28 @@ pub struct Command<'a> {
 }
 
 /// A slash command, or `None` for text meant for the model (`//` escapes a slash).
+///
+/// Only a first word shaped like a command name (`/` then letters, digits and `-`) is a command
+/// attempt: a path such as `/usr/bin/python3 crashes` is text for the model, not an unknown
+/// command.
 pub fn parse(text: &str) -> Option<Command<'_>> {
     let command = text.trim_start().strip_prefix('/')?;
-    if command.starts_with('/') {
-        return None;
-    }
     let (name, argument) = command
         .split_once(char::is_whitespace)
         .unwrap_or((command, ""));
+    let shaped = !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '-');
+    if !shaped {
+        return None;
+    }
     Some(Command {
         name: name.to_lowercase(),
         argument: argument.trim(),
     })
+}
+
+/// Whether `text` is a slash command attempt (known or not) rather than text for the model.
+pub fn is_command(text: &str) -> bool {
+    parse(text).is_some()
 }
 
 /// `/model`'s argument: the name and whether `--force` lets an unknown name through.
@@ -193,11 +203,13 @@ pub fn describe_cost(cost: &CostSummary, cap_usd: Option<f64>) -> String {
             model.total_usd
         ));
     }
-    let kinds = &cost.by_kind;
-    lines.push(format!(
-        "  input ${:.4} · output ${:.4} · cache read ${:.4} · cache write ${:.4}",
-        kinds.input, kinds.output, kinds.cache_read, kinds.cache_write
-    ));
+    // Amounts only where something was priced: unpriced usage is never $0.
+    if let Some(kinds) = &cost.by_kind {
+        lines.push(format!(
+            "  input ${:.4} · output ${:.4} · cache read ${:.4} · cache write ${:.4}",
+            kinds.input, kinds.output, kinds.cache_read, kinds.cache_write
+        ));
+    }
     if cost.unpriced.lines > 0 {
         let tokens = &cost.unpriced.tokens;
         lines.push(format!(
@@ -232,6 +244,22 @@ mod tests {
         assert_eq!(parse("  /Model GPT-4o "), command("model", "GPT-4o"));
         assert_eq!(parse("//not a command"), None);
         assert_eq!(parse("hello /cost"), None);
+        assert_eq!(parse("/new-context"), command("new-context", ""));
+        assert_eq!(parse("/nosuch thing"), command("nosuch", "thing"));
+    }
+
+    #[test]
+    fn a_first_word_not_shaped_like_a_command_is_text() {
+        let texts = [
+            "/usr/bin/python3 crashes when I run it",
+            "/a/b",
+            "/",
+            "/ cost",
+            "/cost.",
+            "/tmp/x.log is empty",
+        ];
+        let parsed: Vec<_> = texts.iter().map(|t| parse(t)).collect();
+        assert_eq!(parsed, vec![None; texts.len()]);
     }
 
     #[test]

@@ -520,14 +520,12 @@ impl RunContext {
         let Some(cap) = session.cap_usd else {
             return Ok(None);
         };
-        let spent = self
-            .inner
-            .cost_summary(&self.session_id)?
-            .total_usd
-            .unwrap_or(0.0);
+        let cost = self.inner.cost_summary(&self.session_id)?;
+        let spent = cost.total_usd.unwrap_or(0.0);
         match self.inner.input_cost(&session.model, snapshot.input_tokens) {
             Some(next) if spent + next > cap => Ok(Some(format!(
-                "capUsd: the next request (about ${next:.4} of input) would pass the spend cap of ${cap:.2}; ${spent:.4} spent so far"
+                "capUsd: the next request (about ${next:.4} of input) would pass the spend cap of ${cap:.2}; {} so far",
+                super::accounting::spent_words(&cost)
             ))),
             Some(_) => Ok(None),
             None if self.warned_unpriced => Ok(None),

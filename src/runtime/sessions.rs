@@ -205,20 +205,19 @@ impl Runtime {
         self.session_view(row)
     }
 
-    /// The session's change to one file, from its first before to its latest after.
+    /// The session's (or one of its delegated tasks') change to one file, from its first
+    /// before to its latest after.
     pub fn file_diff(&self, params: SessionFileDiffParams) -> RuntimeResult<SessionFileDiffResult> {
         self.session_row(&params.session_id)?;
-        let diff = self
-            .inner
-            .store
-            .file_diff(&params.session_id, &params.path)?
-            .ok_or_else(|| RuntimeError::NotFound {
-                what: "changed file",
-                id: params.path.clone(),
-            })?;
+        let (child_session_id, diff) = self.inner.file_diff_with_children(
+            &params.session_id,
+            &params.path,
+            params.child_session_id.as_deref(),
+        )?;
         Ok(SessionFileDiffResult {
             session_id: params.session_id,
             path: params.path,
+            child_session_id,
             before: diff.before,
             after: diff.after,
             omitted: diff.omitted,
@@ -427,7 +426,7 @@ impl Runtime {
             parent_call_id: lineage.parent_call_id,
             children: lineage.children,
             state: self.state(&row)?,
-            changed_files: self.inner.store.changed_files(&row.id)?,
+            changed_files: self.inner.changed_files_with_children(&row.id)?,
             mcp_servers: self.inner.mcp.statuses(&row.id),
             spend: self.spend(&row.id)?,
             id: row.id,

@@ -411,6 +411,7 @@ impl Store {
                         path: r.get(0)?,
                         added: r.get::<_, i64>(1)? as u64,
                         removed: r.get::<_, i64>(2)? as u64,
+                        child_session_id: None,
                     })
                 })?
                 .collect::<Result<Vec<_>, _>>()?;

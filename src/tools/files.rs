@@ -217,6 +217,7 @@ pub async fn write(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String>
             path: shown_path,
             added,
             removed,
+            child_session_id: None,
         }),
         snapshot: Some(FileSnapshot {
             before: old,
@@ -272,6 +273,7 @@ pub async fn edit(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> 
             path: shown_path,
             added,
             removed,
+            child_session_id: None,
         }),
         snapshot: Some(FileSnapshot {
             before: Some(text),
@@ -328,7 +330,8 @@ mod tests {
             Some(ChangedFile {
                 path: "d/n.md".into(),
                 added: 2,
-                removed: 1
+                removed: 1,
+                child_session_id: None,
             })
         );
         let read_back = read(&ws, &json!({"path": "d/n.md"})).await.unwrap();

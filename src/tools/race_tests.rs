@@ -9,6 +9,7 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use super::{Workspace, execute};
+use crate::lifetime::NoLedger;
 
 /// How many tool calls race the swapping folder.
 const TRIES: usize = 900;
@@ -121,7 +122,7 @@ async fn writes_race(walk: bool) {
     let mut refused = 0;
     for i in 0..TRIES {
         let input = json!({"path": format!("sub/f{i}.txt"), "content": "inside\n"});
-        let outcome = execute(Some(&ws), "write_file", &input).await;
+        let outcome = execute(Some(&ws), "write_file", &input, &NoLedger).await;
         if outcome.is_error {
             assert!(
                 outcome.output.contains("symbolic link"),
@@ -157,12 +158,25 @@ async fn reads_race(walk: bool) {
     let ws = race.workspace(walk);
     let mut outputs = std::collections::BTreeSet::new();
     for _ in 0..TRIES {
-        let read = execute(Some(&ws), "read_file", &json!({"path": "sub/note.txt"})).await;
-        let listed = execute(Some(&ws), "list_directory", &json!({"path": "sub"})).await;
+        let read = execute(
+            Some(&ws),
+            "read_file",
+            &json!({"path": "sub/note.txt"}),
+            &NoLedger,
+        )
+        .await;
+        let listed = execute(
+            Some(&ws),
+            "list_directory",
+            &json!({"path": "sub"}),
+            &NoLedger,
+        )
+        .await;
         let searched = execute(
             Some(&ws),
             "search_text",
             &json!({"pattern": "side", "path": "sub"}),
+            &NoLedger,
         )
         .await;
         for outcome in [read, listed, searched] {

@@ -406,6 +406,14 @@ async fn configured_prices_beat_the_table_and_unpriced_models_say_so() {
             json!({"lines": 1, "tokens": {"input": 1000, "output": 500, "cacheRead": 0, "cacheWrite": 0, "reasoning": 0}, "models": ["mystery-model"]})
         )
     );
+    // Nothing priced: no amount anywhere, not $0.
+    assert_eq!(
+        (cost.get("byKind").cloned(), cost["byRequest"].clone()),
+        (
+            None,
+            json!([{"kind": "turn", "lines": 1, "tokens": {"input": 1000, "output": 500, "cacheRead": 0, "cacheWrite": 0, "reasoning": 0}, "partial": true}])
+        )
+    );
     let view = daemon.call("session/get", sid(&unpriced)).await;
     assert_eq!(
         (
@@ -431,6 +439,37 @@ async fn configured_prices_beat_the_table_and_unpriced_models_say_so() {
         text.contains("unpriced: 1 requests of mystery-model (1500 tokens), not included"),
         "{text}"
     );
+    assert!(
+        !text.contains('$'),
+        "no amount for what nothing priced: {text}"
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn a_price_change_dated_after_a_usage_line_leaves_its_cost_alone() {
+    let upstream = start(vec![openai_text("a", 1_000, 0, 500)]);
+    let scratch = Scratch::new();
+    let config = scratch.dir.path().join("config.toml");
+    // $1 / $2 per M from the beginning of time; a change to $10 / $20 from far ahead.
+    let prices = "[[prices.\"my-local-model\"]]\ninput = 1.0\noutput = 2.0\n\
+                  [[prices.\"my-local-model\"]]\nsince = \"2999-01-01\"\ninput = 10.0\noutput = 20.0\n";
+    std::fs::write(&config, prices).unwrap();
+    let mut env = openai_env(&upstream.url, "my-local-model");
+    env.push(("SIDECHAT_CONFIG", config.display().to_string()));
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
+    daemon.send(&session, "hi").await;
+    daemon.until_finished().await;
+    let cost = daemon.call("session/cost", sid(&session)).await["cost"].clone();
+    // 1,000 × $1/M + 500 × $2/M = $0.002, at the price in force when the request was made.
+    assert_eq!(
+        (
+            cost["totalUsd"].clone(),
+            cost["byRequest"][0]["totalUsd"].clone()
+        ),
+        (json!(0.002), json!(0.002))
+    );
     daemon.close().await;
 }
 
@@ -446,6 +485,26 @@ async fn a_spend_cap_stops_before_the_request_and_refuses_sends_until_raised() {
         Options::with_env(openai_env(&upstream.url, "gpt-4o")),
     )
     .await;
+
+    // A cap of nothing on a model without a price: refused, with no amount for what was spent.
+    let unpriced = daemon
+        .create_session(SessionCreateParams {
+            model: Some("mystery-model".into()),
+            cap_usd: Some(0.0),
+            ..Default::default()
+        })
+        .await;
+    let refused = daemon
+        .try_call("chat/send", say(&unpriced, "hi"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (refused.code, refused.message.as_str()),
+        (
+            -32006,
+            "the session's spend cap of $0.00 is used up (nothing spent yet); raise capUsd with session/update to continue"
+        )
+    );
 
     // A cap below one request's input: the run ends before anything is sent.
     let tiny = daemon

@@ -61,6 +61,44 @@ async fn commands_match_whatever_the_case_and_an_unknown_one_keeps_what_was_type
     daemon.close().await;
 }
 
+/// The role of the transcript's newest entry and its text.
+async fn last_entry(daemon: &Daemon, session: &str) -> (Value, String) {
+    let transcript = daemon.transcript(session).await;
+    let last = transcript["entries"].as_array().unwrap().last().unwrap();
+    let text = last["blocks"][0]["text"].as_str().unwrap_or_default();
+    (last["role"].clone(), text.to_string())
+}
+
+#[tokio::test]
+async fn only_a_first_word_shaped_like_a_command_name_is_a_command() {
+    let scratch = Scratch::new();
+    let script = json!({"turns": [], "fallback": {"text": "Seen."}});
+    let (mut daemon, session) = replay(&scratch, script).await;
+    let path = "/usr/bin/python3 crashes when I run it";
+    for text in [path, "/a/b"] {
+        let sent = daemon.call("chat/send", say(&session, text)).await;
+        assert!(sent["runId"].is_string(), "{text}: {sent}");
+        daemon.until_finished().await;
+    }
+    let said: Vec<Value> = scratch
+        .requests()
+        .iter()
+        .map(|r| r["messages"][0]["content"][0]["text"].clone())
+        .collect();
+    assert_eq!(said, [json!(path), json!(path)]);
+    let last_request = scratch.requests().last().unwrap()["messages"].clone();
+    assert_eq!(last_request[2]["content"][0]["text"], json!("/a/b"));
+
+    let cost = note_of(&mut daemon, &session, "/cost").await;
+    assert!(cost.starts_with("Cost of this session"), "{cost}");
+    daemon.call("chat/send", say(&session, "/nosuch")).await;
+    let (role, text) = last_entry(&daemon, &session).await;
+    assert_eq!(role, json!("notice"));
+    assert!(text.starts_with("Unknown command /nosuch"), "{text}");
+    assert_eq!(scratch.requests().len(), 2, "commands reach no model");
+    daemon.close().await;
+}
+
 #[tokio::test]
 async fn clear_is_refused_while_a_run_waits_on_an_approval_after_a_restart() {
     let scratch = Scratch::new();

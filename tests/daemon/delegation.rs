@@ -513,7 +513,7 @@ async fn allow_and_finish(
         tool_results(daemon, parent).await,
         vec![(
             "call_d".into(),
-            "Wrote done.txt.".into(),
+            "Wrote done.txt.\n\nfiles changed: done.txt (+1 -0)".into(),
             false,
             "done".into()
         )]
@@ -556,6 +556,48 @@ async fn a_childs_approval_is_answered_at_the_root_and_both_runs_finish() {
     let root = daemon.transcript(&parent).await;
     assert_eq!(root["state"], "idle");
     assert!(root.get("delegatedApprovals").is_none(), "{root}");
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn the_files_a_child_changed_are_its_parents_changes_too() {
+    let scratch = Scratch::new();
+    let upstream = start(writing_child_script());
+    let mut daemon = start_daemon(&scratch, &upstream).await;
+    let (parent, approval) = delegated_approval_waits(&mut daemon, &scratch).await;
+    let child = only_child(&daemon, &parent).await;
+    allow_and_finish(&mut daemon, &scratch, &parent, &approval).await;
+
+    let view = daemon.call("session/get", sid(&parent)).await;
+    assert_eq!(
+        view["changedFiles"],
+        json!([{"path": "done.txt", "added": 1, "removed": 0, "childSessionId": child}])
+    );
+    let own = daemon.call("session/get", sid(&child)).await;
+    assert_eq!(
+        own["changedFiles"],
+        json!([{"path": "done.txt", "added": 1, "removed": 0}])
+    );
+    let want = json!({"sessionId": parent, "path": "done.txt", "childSessionId": child,
+                      "after": "done\n", "omitted": false, "changes": 1});
+    for asked in [
+        json!({"sessionId": parent, "path": "done.txt", "childSessionId": child}),
+        json!({"sessionId": parent, "path": "done.txt"}),
+    ] {
+        assert_eq!(
+            daemon.call("session/fileDiff", &asked).await,
+            want,
+            "{asked}"
+        );
+    }
+    let stranger = daemon
+        .try_call(
+            "session/fileDiff",
+            json!({"sessionId": parent, "path": "done.txt", "childSessionId": parent}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(stranger.code, -32004, "{}", stranger.message);
     daemon.close().await;
 }
 

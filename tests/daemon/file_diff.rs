@@ -63,6 +63,7 @@ async fn spans_the_sessions_changes_and_skips_failed_ones() {
             SessionFileDiffParams {
                 session_id: session.clone(),
                 path: "a.txt".into(),
+                child_session_id: None,
             },
         )
         .await;
@@ -91,6 +92,7 @@ async fn keeps_the_text_an_overwrite_replaced() {
             SessionFileDiffParams {
                 session_id: session.clone(),
                 path: "b.txt".into(),
+                child_session_id: None,
             },
         )
         .await;
@@ -119,6 +121,7 @@ async fn a_file_over_the_cap_is_listed_but_its_text_omitted() {
             SessionFileDiffParams {
                 session_id: session.clone(),
                 path: "big.txt".into(),
+                child_session_id: None,
             },
         )
         .await;
@@ -145,6 +148,7 @@ async fn bad_requests_get_clear_errors() {
             SessionFileDiffParams {
                 session_id: session.clone(),
                 path: "nope.txt".into(),
+                child_session_id: None,
             },
         )
         .await
@@ -159,6 +163,7 @@ async fn bad_requests_get_clear_errors() {
             SessionFileDiffParams {
                 session_id: "ses_nope".into(),
                 path: "a.txt".into(),
+                child_session_id: None,
             },
         )
         .await

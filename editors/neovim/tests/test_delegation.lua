@@ -30,6 +30,7 @@ H.setup({ env = { SIDECHAT_REPLAY_SCRIPT = script, SIDECHAT_ACCOUNT = "replay" }
 
 local sidechat = require("sidechat")
 local approval = require("sidechat.approval")
+local view = require("sidechat.view")
 
 --- The transcript's first lines: the question and the start of the answer.
 local ASKED = {
@@ -51,10 +52,14 @@ local WAITING = vim.list_extend(vim.deepcopy(ASKED), {
 local ANSWERED = vim.list_extend(vim.deepcopy(ASKED), {
   '⚙ delegate "Write hello.txt saying hi" · done',
   "    Wrote hello.txt.",
+  "    ",
+  "    files changed: hello.txt (+1 -0)",
   "",
   "## Assistant",
   "The sub-agent wrote hello.txt.",
 })
+--- What the sub-agent wrote is the session's change too, marked as the sub-agent's.
+local CHANGED = { "", "## Changed files", "hello.txt  +1 −0  (by sub-agent)" }
 local WINDOW = {
   "asked by the sub-agent working on: Write hello.txt saying hi",
   "write hello.txt (1 line)",
@@ -106,9 +111,25 @@ H.run({
       H.focus(approval.state.buf)
       H.press("a")
       H.idle_with(4)
-      H.wait_lines(ANSWERED, "transcript after the answer")
+      H.wait_lines(vim.list_extend(vim.deepcopy(ANSWERED), CHANGED), "transcript after the answer")
       H.eq(false, approval.is_open(), "the approval window is closed")
       H.eq({ "hi" }, vim.fn.readfile(vim.fn.getcwd() .. "/hello.txt"), "the file the sub-agent wrote")
+      -- Its diff comes from the sub-agent's change: nothing before, the file after.
+      local child = sidechat.current().info.children[1]
+      local at = vim.fn.index(H.lines(), CHANGED[3]) + 1
+      H.eq({ kind = "file", path = "hello.txt", childSessionId = child }, view.span(at), "the file's line")
+      local diffed
+      sidechat.diff("hello.txt", function(err)
+        diffed = err or true
+      end, child)
+      H.wait("the diff", function()
+        return diffed
+      end)
+      H.eq(true, diffed, "the diff opened")
+      local before = vim.fn.bufnr("sidechat://before/hello.txt")
+      H.eq({ "" }, vim.api.nvim_buf_get_lines(before, 0, -1, false), "the text before the sub-agent wrote it")
+      H.eq({ "hi" }, vim.api.nvim_buf_get_lines(0, 0, -1, false), "the file as it is")
+      vim.cmd("tabclose")
     end,
   },
   {
@@ -135,6 +156,7 @@ H.run({
         "",
         "## Assistant",
         "It was not allowed.",
+        unpack(CHANGED),
       })
       H.wait_lines(denied, "transcript after the denial")
       H.stop_daemons()

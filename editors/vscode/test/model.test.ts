@@ -174,6 +174,23 @@ test('changed files are listed only when a write succeeds', { timeout: 120_000 }
   assert.deepEqual([...model.changedFiles.values()], [{ path: 'ok.md', added: 1, removed: 0 }]);
 });
 
+test("a sub-agent's changed files are listed beside the session's own, marked with the child", { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  model.setChangedFiles([
+    { path: 'a.md', added: 1, removed: 0, childSessionId: 'ses_child' },
+    { path: 'ok.md', added: 2, removed: 1 },
+    { path: 'ok.md', added: 3, removed: 0, childSessionId: 'ses_child' },
+  ]);
+  assert.deepEqual(
+    [...model.changedFiles.values()],
+    [
+      { path: 'a.md', added: 1, removed: 0, childSessionId: 'ses_child' },
+      { path: 'ok.md', added: 2, removed: 1 },
+      { path: 'ok.md', added: 3, removed: 0, childSessionId: 'ses_child' },
+    ],
+  );
+});
+
 test('an interjection waits, then is delivered with the tool results in the users words', { timeout: 120_000 }, () => {
   const model = new SessionModel(SID);
   feed(model, [

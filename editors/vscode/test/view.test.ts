@@ -4,7 +4,34 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { summaryDetail, summaryHeading } from '../src/webview/view';
+import { fileDiffParams } from '../src/host/controller';
+import type { CostSummary } from '../src/model/wire';
+import { costLabel, summaryDetail, summaryHeading } from '../src/webview/view';
+
+function costOf(totalUsd: number | undefined, pricedLines: number, unpricedLines: number): CostSummary {
+  const tokens = { input: 10, output: 1, cacheRead: 0, cacheWrite: 0, reasoning: 0 };
+  return {
+    ...(totalUsd === undefined ? {} : { totalUsd }),
+    byModel: [],
+    pricedLines,
+    unpriced: { lines: unpricedLines, tokens, models: unpricedLines ? ['qwen3:8b'] : [] },
+    partial: unpricedLines > 0,
+    pricesAsOf: '2026-11-29',
+    byRequest: [{ kind: 'turn', lines: pricedLines + unpricedLines, tokens, partial: unpricedLines > 0 }],
+  };
+}
+
+test('the cost shows no amount where nothing was priced', { timeout: 120_000 }, () => {
+  assert.deepEqual(
+    [costOf(undefined, 0, 2), costOf(undefined, 0, 0), costOf(0.5, 1, 1), costOf(0.0012, 3, 0), costOf(undefined, 1, 0)].map(costLabel),
+    ['unpriced', 'no cost yet', '$0.50 + unpriced', '$0.0012', 'no cost yet'],
+  );
+});
+
+test("a sub-agent's file is asked for by its child session", { timeout: 120_000 }, () => {
+  assert.deepEqual(fileDiffParams('ses_1', { path: 'a.md', childSessionId: 'ses_c' }), { sessionId: 'ses_1', path: 'a.md', childSessionId: 'ses_c' });
+  assert.deepEqual(fileDiffParams('ses_1', { path: 'a.md' }), { sessionId: 'ses_1', path: 'a.md' });
+});
 
 test('a summary entry is headed by how the older messages were folded', { timeout: 120_000 }, () => {
   assert.equal(summaryHeading({ method: 'summary', messages: 4 }), 'Summary of 4 earlier messages');

@@ -1,11 +1,12 @@
 //! What a child's run returns to the parent's `delegate` call: always an answer.
 //!
-//! A child that ended its turn with words returns them, whole. Any other end (stopped, out of
+//! A child that ended its turn with words returns them, whole, followed by the files it changed
+//! (if any). Any other end (stopped, out of
 //! steps or budget, cut off, refused, failed, or an end without words) returns a short report
 //! the parent's model can act on: a status, a note saying why, the child's last words, the
 //! files it changed and the calls that failed.
 
-use crate::protocol::{Block, FinishReason, Role, ToolCallStatus};
+use crate::protocol::{Block, ChangedFile, FinishReason, Role, ToolCallStatus};
 use crate::store::Store;
 use crate::tools::{ToolOutcome, truncate};
 
@@ -85,7 +86,13 @@ pub(super) fn answer(
         && final_words
         && let Some(text) = &last
     {
-        return Ok((ToolCallStatus::Done, ToolOutcome::ok(text.clone())));
+        // The asker learns what changed under it from the result, not only from the words.
+        let files = store.changed_files(child_id)?;
+        let text = match files.is_empty() {
+            true => text.clone(),
+            false => format!("{text}\n\n{}", files_line(&files)),
+        };
+        return Ok((ToolCallStatus::Done, ToolOutcome::ok(text)));
     }
     Ok((
         match reason {
@@ -94,6 +101,21 @@ pub(super) fn answer(
         },
         ToolOutcome::error(report(store, child_id, reason, error, last.as_deref())?),
     ))
+}
+
+/// `files changed: a.md (+1 -0), b.rs (+3 -2)`, or `files changed: none`.
+fn files_line(files: &[ChangedFile]) -> String {
+    match files.is_empty() {
+        true => "files changed: none".into(),
+        false => format!(
+            "files changed: {}",
+            files
+                .iter()
+                .map(|f| format!("{} (+{} -{})", f.path, f.added, f.removed))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 fn report(
@@ -111,18 +133,7 @@ fn report(
             last.map_or("(none)".to_string(), |t| truncate(t.trim(), QUOTED_MESSAGE))
         ),
     ];
-    let files = store.changed_files(child_id)?;
-    lines.push(match files.is_empty() {
-        true => "files changed: none".into(),
-        false => format!(
-            "files changed: {}",
-            files
-                .iter()
-                .map(|f| format!("{} (+{} -{})", f.path, f.added, f.removed))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    });
+    lines.push(files_line(&store.changed_files(child_id)?));
     let failed = store.failed_calls(child_id)?;
     if failed.is_empty() {
         lines.push("failed calls: none".into());

@@ -22,6 +22,7 @@
 
 mod answer;
 mod expiry;
+mod files;
 mod forward;
 
 use std::sync::Arc;
@@ -515,14 +516,12 @@ impl RunContext {
         let usd_left = match parent.cap_usd {
             None => None,
             Some(cap) => {
-                let spent = self
-                    .inner
-                    .cost_summary(&parent.id)?
-                    .total_usd
-                    .unwrap_or(0.0);
+                let cost = self.inner.cost_summary(&parent.id)?;
+                let spent = cost.total_usd.unwrap_or(0.0);
                 if spent >= cap {
+                    let spent = super::accounting::spent_words(&cost);
                     return Ok(Err(format!(
-                        "budget_spent: usd: the session's spend cap of ${cap:.2} is used up (${spent:.4} spent), so nothing is left for a delegated task"
+                        "budget_spent: usd: the session's spend cap of ${cap:.2} is used up ({spent}), so nothing is left for a delegated task"
                     )));
                 }
                 Some(cap - spent)

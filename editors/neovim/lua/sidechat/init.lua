@@ -482,7 +482,8 @@ end
 --- beside the file as it is now, in diff mode, in a new tab (needs `session/fileDiff`).
 ---@param path string relative to the session's workspace root
 ---@param done fun(err: table?)?
-function M.diff(path, done)
+---@param child_session_id string? the sub-agent whose change it is (its `changedFiles` entry's)
+function M.diff(path, done, child_session_id)
   local s = st.current
   if not s then
     return
@@ -496,7 +497,8 @@ function M.diff(path, done)
     notify("this sidechat keeps no before/after of changed files (no session/fileDiff); <CR> opens the file")
     return finish({ message = "session/fileDiff unsupported" })
   end
-  M.client():request("session/fileDiff", { sessionId = s.id, path = path }, function(err, result)
+  local params = { sessionId = s.id, path = path, childSessionId = child_session_id }
+  M.client():request("session/fileDiff", params, function(err, result)
     if err then
       notify("no diff of " .. path .. ": " .. err_text(err), vim.log.levels.ERROR)
       return finish(err)
@@ -528,7 +530,7 @@ end
 
 --- The changed file under the cursor's diff; elsewhere in the transcript, nothing.
 M.diff_under_cursor = under_cursor("file", function(span)
-  M.diff(span.path)
+  M.diff(span.path, nil, span.childSessionId)
 end)
 
 --- Whole-dollar amounts with cents, smaller ones with four decimals.
@@ -552,12 +554,13 @@ function M.statusline()
   end
   local info = s.info or {}
   local unpriced = (info.unpricedRequests or 0) > 0
+  -- An amount only for priced usage: unpriced usage is never $0.
   if info.costUsd then
     table.insert(parts, usd(info.costUsd) .. (unpriced and " + unpriced" or ""))
   elseif unpriced then
     table.insert(parts, "unpriced")
   else
-    table.insert(parts, usd(0))
+    table.insert(parts, "no cost yet")
   end
   return table.concat(parts, " · ")
 end

@@ -427,7 +427,10 @@ function M.session(session)
   if #changed > 0 then
     b:heading("Changed files")
     for _, f in ipairs(changed) do
-      b:add(("%s  +%d −%d"):format(f.path, f.added, f.removed), 0, { kind = "file", path = f.path })
+      -- A sub-agent's change is the session's too; it says whose it is.
+      local by = f.childSessionId and "  (by sub-agent)" or ""
+      local span = { kind = "file", path = f.path, childSessionId = f.childSessionId }
+      b:add(("%s  +%d −%d%s"):format(f.path, f.added, f.removed, by), 0, span)
     end
   end
   if STATE_LINE[session.state] then

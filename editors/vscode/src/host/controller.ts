@@ -14,7 +14,7 @@
 
 import { SessionModel } from '../model/session';
 import type { DaemonStatus, HostToPage, PageToHost } from '../model/messages';
-import type { Attachment, Requests, Session, SessionEventParams, SessionTranscriptResult } from '../model/wire';
+import type { Attachment, Requests, Session, SessionEventParams, SessionFileDiffParams, SessionTranscriptResult } from '../model/wire';
 
 /** What the controller needs of the daemon (`Daemon` provides it). */
 export interface DaemonLike {
@@ -164,7 +164,7 @@ export class ChatController {
       }
       case 'openDiff': {
         if (!this.active) return;
-        const diff = await this.daemon.request('session/fileDiff', { sessionId: this.active.sessionId, path: message.path });
+        const diff = await this.daemon.request('session/fileDiff', fileDiffParams(this.active.sessionId, message));
         if (diff.omitted) {
           this.ui.post({ type: 'error', message: `${message.path} is too large to keep a copy of; open the file to see it.` });
           return;
@@ -432,4 +432,9 @@ function errorText(error: unknown): string {
   if (error instanceof Error) return error.message;
   if (typeof error === 'object' && error !== null && 'message' in error) return String((error as { message: unknown }).message);
   return String(error);
+}
+
+/** `session/fileDiff`'s params for a file of the list: a sub-agent's change names its child. */
+export function fileDiffParams(sessionId: string, file: { path: string; childSessionId?: string }): SessionFileDiffParams {
+  return file.childSessionId ? { sessionId, path: file.path, childSessionId: file.childSessionId } : { sessionId, path: file.path };
 }

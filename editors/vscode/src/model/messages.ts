@@ -54,7 +54,7 @@ export type PageToHost =
   | { type: 'switchSession'; sessionId: string }
   | { type: 'renameSession'; sessionId: string; title: string }
   | { type: 'deleteSession'; sessionId: string }
-  | { type: 'openDiff'; path: string }
+  | { type: 'openDiff'; path: string; childSessionId?: string }
   | { type: 'copy'; text: string }
   | { type: 'openLink'; href: string }
   | { type: 'openSettings' }

@@ -139,6 +139,13 @@ export interface ChangedFileView {
   path: string;
   added?: number;
   removed?: number;
+  /** The sub-agent (child session) that changed the file; absent for the session's own. */
+  childSessionId?: string;
+}
+
+/** The key of a changed file: its path, or for a sub-agent's change, the child and the path. */
+export function changedFileKey(file: { path: string; childSessionId?: string | null }): string {
+  return file.childSessionId ? `${file.childSessionId}:${file.path}` : file.path;
 }
 
 /** What applying one event did, for the owner to react. */
@@ -476,9 +483,15 @@ export class SessionModel {
     if (this.state === 'awaitingApproval' && this.approvals.size === 0 && this.delegatedApprovals.size === 0) this.setState('running');
   }
 
-  /** The authoritative list from `session/get`. */
+  /** The authoritative list from `session/get`, sub-agents' changes included. */
   setChangedFiles(files: ChangedFile[]): void {
-    this.changedFiles = new Map(files.map((f) => [f.path, { path: f.path, added: f.added, removed: f.removed }]));
+    this.changedFiles = new Map(
+      files.map((f) => {
+        const view: ChangedFileView = { path: f.path, added: f.added, removed: f.removed };
+        if (f.childSessionId) view.childSessionId = f.childSessionId;
+        return [changedFileKey(f), view];
+      }),
+    );
     this.chromeRev++;
   }
 

@@ -542,7 +542,8 @@ export interface Thresholds {
   critical: number;
 }
 /**
- * A file that a successful write or edit changed in this session.
+ * A file that a successful write or edit changed in this session, or in one of its delegated
+ * tasks: what a sub-agent wrote is the asker's change too.
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "ChangedFile".
@@ -554,6 +555,11 @@ export interface ChangedFile {
   path: string;
   added: number;
   removed: number;
+  /**
+   * The child session (a delegated task) that changed the file; absent for the session's
+   * own changes. A file both changed is listed once for each.
+   */
+  childSessionId?: string | null;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -642,7 +648,10 @@ export interface CostSummary {
    * usage without a price is unpriced, never $0.
    */
   totalUsd?: number | null;
-  byKind: KindCosts;
+  /**
+   * USD of the priced lines by token kind; absent when no line is priced.
+   */
+  byKind?: KindCosts | null;
   /**
    * One entry per provider and model, sorted.
    */
@@ -740,9 +749,10 @@ export interface RequestKindCost {
   lines: number;
   tokens: TokenUsage;
   /**
-   * USD of the priced lines of this kind.
+   * USD of the priced lines of this kind; absent when none of them is priced (unpriced
+   * usage is never $0).
    */
-  totalUsd: number;
+  totalUsd?: number | null;
   /**
    * Some lines of this kind have no price.
    */
@@ -1208,6 +1218,11 @@ export interface SessionFileDiffParams {
    * A `path` of the session's `changedFiles`.
    */
   path: string;
+  /**
+   * The `childSessionId` of that `changedFiles` entry, for a file a delegated task changed.
+   * Without it, the session's own change, else the newest child's change to the path.
+   */
+  childSessionId?: string | null;
 }
 /**
  * What the session did to one file: its text before the session's first change to it and
@@ -1219,6 +1234,10 @@ export interface SessionFileDiffParams {
 export interface SessionFileDiffResult {
   sessionId: string;
   path: string;
+  /**
+   * The child session whose change this is, for a file a delegated task changed.
+   */
+  childSessionId?: string | null;
   /**
    * The text before the first change; absent when the file did not exist (or `omitted`).
    */

@@ -46,14 +46,12 @@ function formatTokens(n: number): string {
   return n.toLocaleString('en-US');
 }
 
-/** `$0.0123`, `$0.01 + unpriced`, `unpriced`, or nothing yet. */
+/** `$0.0123`, `$0.01 + unpriced`, `unpriced`, or nothing yet: never an amount for usage nothing priced. */
 export function costLabel(cost: CostSummary | undefined): string {
   if (!cost) return '';
-  const priced = cost.pricedLines > 0;
   const unpriced = cost.unpriced.lines > 0;
-  if (!priced && !unpriced) return 'no cost yet';
-  if (!priced) return 'unpriced';
-  const total = cost.totalUsd ?? 0;
+  const total = cost.pricedLines > 0 ? cost.totalUsd : undefined;
+  if (total === undefined || total === null) return unpriced ? 'unpriced' : 'no cost yet';
   const usd = total < 0.01 ? total.toFixed(4) : total.toFixed(2);
   return unpriced || cost.partial ? `$${usd} + unpriced` : `$${usd}`;
 }
@@ -692,9 +690,15 @@ export class ChatView {
     for (const file of files) {
       const item = el('li');
       item.dataset.path = file.path;
-      item.append(button(file.path, 'file', () => this.post({ type: 'openDiff', path: file.path }), 'Show the diff'));
+      const child = file.childSessionId;
+      const open = () => this.post(child ? { type: 'openDiff', path: file.path, childSessionId: child } : { type: 'openDiff', path: file.path });
+      item.append(button(file.path, 'file', open, 'Show the diff'));
       if (file.added !== undefined) {
         item.append(el('span', 'added', `+${file.added}`), el('span', 'removed', `−${file.removed ?? 0}`));
+      }
+      if (child) {
+        item.dataset.childSessionId = child;
+        item.append(el('span', 'by', 'by sub-agent'));
       }
       list.append(item);
     }
