@@ -50,7 +50,23 @@ pub trait EventSink: Send + Sync + 'static {
     fn emit_delta(&self, delta: &Delta<'_>) {
         self.emit(&delta.to_event());
     }
+
+    /// Whether the client has taken enough of what was sent to it. A run checks this before
+    /// it reads more of its provider's stream, and waits in [`EventSink::room`] when not: a
+    /// client that stops reading slows its runs (the provider's socket holds the rest), never
+    /// grows the daemon (DESIGN.md, invariant 10). Nothing is ever dropped.
+    fn has_room(&self) -> bool {
+        true
+    }
+
+    /// Resolves once [`EventSink::has_room`] may hold again.
+    fn room(&self) -> RoomFuture<'_> {
+        Box::pin(std::future::ready(()))
+    }
 }
+
+/// What [`EventSink::room`] returns: a sink is used as a trait object.
+pub type RoomFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
 
 /// A sink that drops everything, for tools and tests that need no client.
 pub struct NoClient;
@@ -453,6 +469,16 @@ impl Events {
             counter.release_held(&*self.sink, &mut state);
             return entry;
         }
+    }
+
+    /// Whether the client has room for more events ([`EventSink::has_room`]).
+    pub fn has_room(&self) -> bool {
+        self.sink.has_room()
+    }
+
+    /// Resolves once the client may have room again ([`EventSink::room`]).
+    pub async fn room(&self) {
+        self.sink.room().await;
     }
 
     /// Forgets a deleted session's counter.
