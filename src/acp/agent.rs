@@ -13,9 +13,9 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use super::sink::{AcpSink, Item};
+use super::sink::{AcpSink, Item, Items};
 use super::translate;
 use crate::config::Config;
 use crate::protocol::*;
@@ -808,9 +808,15 @@ impl Agent {
 
     /// Turns the runtime's events into updates, permission requests and prompt answers, in
     /// the order the runtime published them.
-    pub async fn route(self: Arc<Self>, mut items: mpsc::UnboundedReceiver<Item>) {
+    pub async fn route(self: Arc<Self>, mut items: Items) {
         let mut router = Router::default();
-        while let Some(item) = items.recv().await {
+        loop {
+            // A client that stops reading leaves the events queued in the sink, where they
+            // hold the runs back, rather than translated into an output nobody drains.
+            self.peer.outbox().room().await;
+            let Some(item) = items.recv().await else {
+                break;
+            };
             match item {
                 Item::Barrier(done) => {
                     let _ = done.send(());

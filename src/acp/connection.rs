@@ -6,12 +6,11 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::Opening;
 use super::agent::Agent;
-use super::sink::{AcpSink, Item};
+use super::sink::{AcpSink, Items};
 use crate::config::Config;
 use crate::rpc::Peer;
 use crate::rpc::error::{INVALID_REQUEST, PARSE_ERROR, error_frame, error_response};
@@ -27,7 +26,7 @@ pub async fn serve<R, W>(
     output: W,
     config: Config,
     sink: Arc<AcpSink>,
-    items: mpsc::UnboundedReceiver<Item>,
+    items: Items,
     opening: Opening,
 ) -> i32
 where

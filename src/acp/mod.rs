@@ -29,7 +29,7 @@ mod translate;
 
 pub use agent::{AcpError, STEERING};
 pub use connection::serve;
-pub use sink::AcpSink;
+pub use sink::{AcpSink, Items};
 
 /// The store being opened and repaired on a blocking thread while `initialize` is answered.
 pub type Opening = tokio::task::JoinHandle<Result<crate::runtime::Runtime, String>>;

@@ -121,6 +121,11 @@ enum State {
     Body {
         len: usize,
     },
+    /// Reading the first bytes of an oversized frame's body (up to [`HEAD_BYTES`]), where its
+    /// id may be found; the rest is then skipped.
+    Refuse {
+        len: usize,
+    },
     /// Discarding the body of an oversized frame, up to `remaining` bytes or the next header
     /// block, whichever comes first.
     Skip {
@@ -202,7 +207,9 @@ impl FrameDecoder {
     pub fn finish(&mut self, out: &mut Vec<Decoded>) {
         let rest = &self.buf[self.pos..];
         let unfinished = match self.state {
-            State::Body { .. } | State::Skip { .. } | State::SkipLine => true,
+            State::Body { .. } | State::Refuse { .. } | State::Skip { .. } | State::SkipLine => {
+                true
+            }
             State::Headers | State::Line | State::Detect => {
                 rest.iter().any(|b| !b.is_ascii_whitespace())
             }
@@ -235,6 +242,7 @@ impl FrameDecoder {
                 self.state = State::Headers;
                 true
             }
+            State::Refuse { len } => self.refuse(len, out),
             State::Skip { remaining } => self.skip_body(remaining),
             State::Line => self.line(out),
             State::SkipLine => match memchr::memchr(b'\n', self.rest()) {
@@ -354,11 +362,7 @@ impl FrameDecoder {
                 self.pos += body_start;
                 self.in_garbage = false;
                 self.state = if len > self.max_frame {
-                    out.push(Decoded::TooLarge {
-                        size: len,
-                        head: Vec::new(),
-                    });
-                    State::Skip { remaining: len }
+                    State::Refuse { len }
                 } else {
                     State::Body { len }
                 };
@@ -367,6 +371,27 @@ impl FrameDecoder {
             HeaderBlock::Invalid => self.skip_garbage(out),
             HeaderBlock::Incomplete => false,
         }
+    }
+
+    /// Refuses an oversized frame once its body's first bytes are in, so the refusal names the
+    /// id they show, as a refused line's does; its body is then skipped. The head ends where a
+    /// header block may start ([`FrameDecoder::skip_body`]): the announced length was false,
+    /// and waiting for more would hold the refusal until the client's next frame.
+    fn refuse(&mut self, len: usize, out: &mut Vec<Decoded>) -> bool {
+        let rest = self.rest();
+        let want = len.min(HEAD_BYTES);
+        let window = &rest[..rest.len().min(want)];
+        let head = match find_ignore_case(window, CONTENT_LENGTH) {
+            Some(at) => &window[..at],
+            None if window.len() == want => window,
+            None => return false,
+        };
+        out.push(Decoded::TooLarge {
+            size: len,
+            head: head.to_vec(),
+        });
+        self.state = State::Skip { remaining: len };
+        true
     }
 
     /// Discards an oversized frame's body. A valid header block inside it starts the next
@@ -601,7 +626,16 @@ mod tests {
         let mut input = b"Content-Length: 2000\r\n\r\n".to_vec();
         input.extend(std::iter::repeat_n(b'x', 2000));
         input.extend_from_slice(b"Content-Length: 2\r\n\r\n{}");
-        assert_eq!(decode(&[&input]), vec![too_large(2000), frame("{}")]);
+        assert_eq!(
+            decode(&[&input]),
+            vec![
+                Decoded::TooLarge {
+                    size: 2000,
+                    head: vec![b'x'; 2000]
+                },
+                frame("{}")
+            ]
+        );
         let mut line = vec![b'{'; 3000];
         line.extend_from_slice(b"\n{}\n");
         assert_eq!(
@@ -644,7 +678,41 @@ mod tests {
         // A body cut into pieces that each end inside a possible header still resyncs.
         let input = b"Content-Length: 5000\r\n\r\nxxContent-Length: 2\r\n\r\n{}";
         let pieces: Vec<&[u8]> = input.chunks(3).collect();
-        assert_eq!(decode(&pieces), vec![too_large(5000), frame("{}")]);
+        assert_eq!(
+            decode(&pieces),
+            vec![
+                Decoded::TooLarge {
+                    size: 5000,
+                    head: b"xx".to_vec()
+                },
+                frame("{}")
+            ]
+        );
+    }
+
+    #[test]
+    fn an_oversized_frame_shows_its_first_bytes_in_both_framings() {
+        let body = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":7,\"params\":\"{}\"}}",
+            "x".repeat(6000)
+        );
+        let head = body.as_bytes()[..HEAD_BYTES].to_vec();
+        for framing in [Framing::ContentLength, Framing::Line] {
+            let mut wire = Vec::new();
+            framing.encode(&body, &mut wire);
+            framing.encode("{}", &mut wire);
+            let mut decoder = FrameDecoder::new(1024);
+            let mut out = Vec::new();
+            for chunk in wire.chunks(700) {
+                decoder.push(chunk, &mut out);
+            }
+            let Some(Decoded::TooLarge { head: seen, .. }) = out.first() else {
+                panic!("{framing:?}: {out:?}");
+            };
+            assert!(head.starts_with(seen), "{framing:?}");
+            assert!(seen.len() >= 1024, "{framing:?}: {} bytes", seen.len());
+            assert_eq!(out.get(1), Some(&frame("{}")), "{framing:?}");
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! JSON-RPC 2.0 over stdio: framing, transport, the dispatcher and the method table.
 
+pub mod backlog;
 mod delta_frame;
 pub mod error;
 pub mod framing;

@@ -181,6 +181,18 @@ impl crate::runtime::EventSink for ClientSink {
             peer.outbox.send_with(|out| write_delta_frame(delta, out));
         }
     }
+
+    fn has_room(&self) -> bool {
+        self.peer.get().is_none_or(|peer| peer.outbox.has_room())
+    }
+
+    fn room(&self) -> crate::runtime::RoomFuture<'_> {
+        Box::pin(async move {
+            if let Some(peer) = self.peer.get() {
+                peer.outbox.room().await;
+            }
+        })
+    }
 }
 
 #[cfg(test)]

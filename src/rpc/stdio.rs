@@ -60,8 +60,8 @@ impl StdioConnection {
 }
 
 /// Answers what could not be decoded. Skipped bytes are a parse error, with a null id since no
-/// id could be read; an oversized frame is an invalid request, answered with the id a line's
-/// first bytes show. Input that ended inside a frame is only logged, as nobody is left to read
+/// id could be read; an oversized frame is an invalid request, answered with the id its first
+/// bytes show. Input that ended inside a frame is only logged, as nobody is left to read
 /// an answer.
 fn answer_not_a_frame(outbox: &Outbox, decoded: Decoded) {
     match decoded {
@@ -77,20 +77,13 @@ fn answer_not_a_frame(outbox: &Outbox, decoded: Decoded) {
         }
         Decoded::TooLarge { size, head } => {
             tracing::warn!(size, "refused an oversized message");
-            // A line's first bytes usually show its id; a refused `Content-Length` body is
-            // never read, so its answer has none.
+            // The frame's first bytes usually show its id, in either framing; the answer is
+            // the same in both.
             let id = recover_id(&head).unwrap_or_else(RequestId::null);
-            let message = if head.is_empty() {
-                format!(
-                    "Message of {size} bytes exceeds the limit of {MAX_FRAME_BYTES} bytes; it \
-                     was refused and its bytes skipped"
-                )
-            } else {
-                format!(
-                    "Message exceeds the limit of {MAX_FRAME_BYTES} bytes; it was refused once \
-                     {size} bytes had been read, and the rest of its line skipped"
-                )
-            };
+            let message = format!(
+                "Message exceeds the limit of {MAX_FRAME_BYTES} bytes; it was refused and the \
+                 rest of it skipped"
+            );
             outbox.send(error_frame(id.json(), INVALID_REQUEST, &message, None));
         }
         Decoded::Truncated { buffered } => {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use super::backlog::Backlog;
 use super::framing::{Decoded, FrameDecoder, Framing};
 use super::readable::make_readable;
 use crate::util::{lock, wait_while};
@@ -101,8 +102,17 @@ const LINGER: Duration = Duration::from_micros(50);
 /// Queued bytes that are written at once, without lingering first.
 const FULL_BATCH: usize = 64 * 1024;
 
+/// Bytes of frames waiting for a client (queued, or taken by the writer and not yet written)
+/// at which runs stop reading their providers' streams until the client has read some: a
+/// client that stops reading slows its runs, never grows the daemon (DESIGN.md, invariant
+/// 10). Far above what a reading client leaves queued (the writer takes what is queued at
+/// least every `LINGER`), so a client that keeps up never waits.
+pub const OUTPUT_CAP: usize = 4 * 1024 * 1024;
+
 struct Shared {
     framing: Arc<OnceLock<Framing>>,
+    /// The bytes of frames not yet written: queued or being written.
+    backlog: Backlog,
     queue: Mutex<Queue>,
     /// Signalled when the writer sleeps and there is something for it.
     wake: Condvar,
@@ -133,7 +143,9 @@ impl Shared {
             if queue.closed {
                 return false;
             }
+            let before = queue.wire.len();
             change(&mut queue);
+            self.backlog.add(queue.wire.len().saturating_sub(before));
             std::mem::take(&mut queue.asleep)
         };
         if wake {
@@ -189,6 +201,22 @@ impl Outbox {
         &self.senders.0
     }
 
+    /// Whether the client has read enough of what was sent: false once [`OUTPUT_CAP`] bytes
+    /// wait for it. Nothing is refused either way; whoever sends in volume checks this first.
+    pub fn has_room(&self) -> bool {
+        self.shared().backlog.has_room()
+    }
+
+    /// Resolves once [`Outbox::has_room`] holds (or the client is gone).
+    pub async fn room(&self) {
+        self.shared().backlog.room().await;
+    }
+
+    /// Bytes of frames not yet written to the client.
+    pub fn unwritten(&self) -> usize {
+        self.shared().backlog.queued()
+    }
+
     /// The client's framing; lines until its first frame has shown which.
     fn framing(&self) -> Framing {
         self.shared()
@@ -214,6 +242,7 @@ pub fn spawn_writer<W: Write + Send + 'static>(
 ) -> Outbox {
     let shared = Arc::new(Shared {
         framing,
+        backlog: Backlog::new(OUTPUT_CAP),
         queue: Mutex::default(),
         wake: Condvar::new(),
     });
@@ -260,6 +289,7 @@ fn write_queued<W: Write>(shared: &Shared, mut output: W) {
         }
         let written = output.write_all(&wire).and_then(|_| output.flush());
         just_wrote = true;
+        shared.backlog.remove(wire.len());
         wire.clear();
         if wire.capacity() > 4 * 1024 * 1024 {
             wire = Vec::with_capacity(64 * 1024);
@@ -273,6 +303,7 @@ fn write_queued<W: Write>(shared: &Shared, mut output: W) {
             queue.closed = true;
             queue.wire = Vec::new();
             queue.waiters.clear();
+            shared.backlog.close();
             return;
         }
     }
@@ -374,6 +405,55 @@ mod tests {
         assert_eq!(
             *sink.writes.lock().unwrap(),
             vec![frames(0..=0), frames(1..=100)]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_client_that_does_not_read_leaves_no_room_until_it_reads() {
+        let (entered, entering) = std::sync::mpsc::channel();
+        let sink = GatedSink {
+            writes: Arc::default(),
+            entered,
+            gate: Arc::default(),
+        };
+        let outbox = spawn_writer(sink.clone(), Arc::new(OnceLock::from(Framing::Line)));
+        let frame = format!("{{\"t\":\"{}\"}}", "x".repeat(1000));
+        let mut sent = 0;
+        while outbox.has_room() {
+            outbox.send(frame.clone());
+            sent += frame.len() + 1;
+        }
+        entering
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the writer starts writing");
+        // Every byte is counted until it is written, whether queued or being written.
+        assert_eq!(outbox.unwritten(), sent);
+        assert!(sent >= OUTPUT_CAP && sent < OUTPUT_CAP + frame.len() + 1);
+        let waiting = tokio::spawn({
+            let outbox = outbox.clone();
+            async move { outbox.room().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(
+            !waiting.is_finished(),
+            "no room while the client reads nothing"
+        );
+        // The client reads: the wait ends, and everything sent is written, in order.
+        let (open, opened) = &*sink.gate;
+        *open.lock().unwrap() = true;
+        opened.notify_all();
+        tokio::time::timeout(std::time::Duration::from_secs(30), waiting)
+            .await
+            .expect("room once the client read")
+            .unwrap();
+        outbox.flush().await;
+        assert_eq!(outbox.unwritten(), 0);
+        let written: Vec<u8> = sink.writes.lock().unwrap().concat();
+        assert_eq!(
+            written,
+            format!("{frame}\n")
+                .repeat(sent / (frame.len() + 1))
+                .into_bytes()
         );
     }
 

@@ -14,7 +14,7 @@
 //! stream of deltas), the next block is reserved ahead on a thread of its own, so numbering a
 //! delta does not wait for the store's writer (which a slow commit of another session may
 //! hold). Only if that reservation has not landed when the block runs out does the event wait
-//! for one. Numbers reserved and not used before a stop are skipped.
+//! for it (claiming another block instead would skip the one on its way: a gap of a block). Numbers reserved and not used before a stop are skipped.
 //!
 //! **Two daemons on one database** each claim blocks of their own (a block starts above the
 //! mark and moves it, in one statement), so they never hand out the same number. A message is
@@ -33,13 +33,13 @@
 //! never wait behind it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::protocol::{Block, Delta, DeltaKind, Event, Role, SessionEventParams, TranscriptEntry};
 use crate::store::{NewMessage, SeqClaim, SessionRow, Store, StoreError};
 
 use super::RuntimeResult;
-use crate::util::{lock, lock_off_worker};
+use crate::util::{lock, lock_off_worker, off_worker, wait_while};
 
 /// Where session events go: the connected client, or nowhere during recovery.
 pub trait EventSink: Send + Sync + 'static {
@@ -50,7 +50,23 @@ pub trait EventSink: Send + Sync + 'static {
     fn emit_delta(&self, delta: &Delta<'_>) {
         self.emit(&delta.to_event());
     }
+
+    /// Whether the client has taken enough of what was sent to it. A run checks this before
+    /// it reads more of its provider's stream, and waits in [`EventSink::room`] when not: a
+    /// client that stops reading slows its runs (the provider's socket holds the rest), never
+    /// grows the daemon (DESIGN.md, invariant 10). Nothing is ever dropped.
+    fn has_room(&self) -> bool {
+        true
+    }
+
+    /// Resolves once [`EventSink::has_room`] may hold again.
+    fn room(&self) -> RoomFuture<'_> {
+        Box::pin(std::future::ready(()))
+    }
 }
+
+/// What [`EventSink::room`] returns: a sink is used as a trait object.
+pub type RoomFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
 
 /// A sink that drops everything, for tools and tests that need no client.
 pub struct NoClient;
@@ -91,6 +107,8 @@ pub struct SessionSeq {
     /// For reservations made while numbering a delta.
     store: Store,
     state: Mutex<SeqState>,
+    /// Signalled when a reservation made ahead has landed (or failed).
+    landed: Condvar,
 }
 
 struct SeqState {
@@ -126,24 +144,41 @@ impl SessionSeq {
                 writing: BTreeSet::new(),
                 held: BTreeMap::new(),
             }),
+            landed: Condvar::new(),
         }
     }
 
-    /// The next number for an event published now. Past half of the owned block, the next
-    /// block is claimed ahead; only when the block is used up before that lands does this
-    /// wait for a claim.
-    fn next(self: &Arc<Self>, state: &mut SeqState) -> u64 {
+    /// The counter's state, once a reservation made ahead has landed if the owned numbers are
+    /// used up: claiming another block meanwhile would skip the one on its way, and the client
+    /// would see `seq` jump by a block (and fetch a transcript for events that never existed).
+    /// Waited for off the async worker, like the lock.
+    fn after_ahead<'a>(&'a self, state: MutexGuard<'a, SeqState>) -> MutexGuard<'a, SeqState> {
+        if state.last < state.reserved || !state.reserving_ahead {
+            return state;
+        }
+        off_worker(|| wait_while(&self.landed, state, |state| state.reserving_ahead))
+    }
+
+    /// The next number for an event published now, with the state to publish it under. Past
+    /// half of the owned block, the next block is claimed ahead; only when the block is used up
+    /// before that lands does this wait for it (or for a claim).
+    fn next<'a>(
+        self: &'a Arc<Self>,
+        state: MutexGuard<'a, SeqState>,
+    ) -> (MutexGuard<'a, SeqState>, u64) {
+        let mut state = self.after_ahead(state);
         let seq = state.last + 1;
         if seq > state.reserved {
-            self.take_next_block(state);
+            self.take_next_block(&mut state);
         } else if !state.reserving_ahead
             && state.ahead.is_none()
             && state.reserved - seq < RESERVE_BLOCK / 2
         {
-            self.claim_ahead(state);
+            self.claim_ahead(&mut state);
         }
         state.last += 1;
-        state.last
+        let seq = state.last;
+        (state, seq)
     }
 
     /// Moves on to the block claimed ahead, or claims one now when there is none.
@@ -196,6 +231,8 @@ impl SessionSeq {
                         "cannot reserve event numbers ahead"
                     ),
                 }
+                drop(state);
+                counter.landed.notify_all();
             });
         // Without a thread a block is claimed in place when this one runs out, as before.
         state.reserving_ahead = spawned.is_ok();
@@ -358,8 +395,7 @@ impl Events {
                 return None;
             }
         };
-        let mut state = lock_off_worker(&counter.state);
-        let seq = counter.next(&mut state);
+        let (mut state, seq) = counter.next(lock_off_worker(&counter.state));
         let event = SessionEventParams {
             session_id: session_id.to_string(),
             seq,
@@ -381,10 +417,10 @@ impl Events {
         message_id: &str,
         text: &str,
     ) {
-        let mut state = lock_off_worker(&counter.state);
+        let (mut state, seq) = counter.next(lock_off_worker(&counter.state));
         let delta = Delta {
             session_id,
-            seq: counter.next(&mut state),
+            seq,
             run_id,
             kind,
             message_id,
@@ -404,7 +440,10 @@ impl Events {
     /// are published after this one.
     pub fn commit(&self, store: &Store, mut message: NewMessage) -> RuntimeResult<TranscriptEntry> {
         let counter = self.counter(store, &message.session_id)?;
-        counter.number_commit(&mut lock_off_worker(&counter.state), &mut message);
+        counter.number_commit(
+            &mut counter.after_ahead(lock_off_worker(&counter.state)),
+            &mut message,
+        );
         let mut renumbered = 0;
         loop {
             let written = store.append_message_claimed(&message);
@@ -435,6 +474,16 @@ impl Events {
             counter.release_held(&*self.sink, &mut state);
             return entry;
         }
+    }
+
+    /// Whether the client has room for more events ([`EventSink::has_room`]).
+    pub fn has_room(&self) -> bool {
+        self.sink.has_room()
+    }
+
+    /// Resolves once the client may have room again ([`EventSink::room`]).
+    pub async fn room(&self) {
+        self.sink.room().await;
     }
 
     /// Forgets a deleted session's counter.
@@ -568,6 +617,47 @@ mod tests {
         );
         let stored = store.session(&id).unwrap().unwrap();
         assert_eq!(stored.seq_reserved, 3 * RESERVE_BLOCK);
+    }
+
+    #[test]
+    fn a_block_reserved_ahead_that_lands_late_is_used_rather_than_skipped() {
+        let store = Store::open_in_memory().unwrap();
+        let id = session(&store);
+        let recorder = Arc::new(Recorder::default());
+        let events = Events::new(recorder.clone());
+        let counter = events.counter(&store, &id).unwrap();
+        deltas(&events, &counter, &id, 1);
+        // The reservation of the second block is asked for while a slow commit holds the
+        // writer, and the first block is used up meanwhile.
+        let writer = store.hold_writer();
+        deltas(&events, &counter, &id, RESERVE_BLOCK - 1);
+        assert!(lock(&counter.state).reserving_ahead);
+        // The reservation is written, but has not reached the counter when the next number is
+        // asked for (the counter is busy numbering).
+        let state = lock(&counter.state);
+        drop(writer);
+        let guard = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while store.session(&id).unwrap().unwrap().seq_reserved < 2 * RESERVE_BLOCK {
+            assert!(
+                std::time::Instant::now() < guard,
+                "the reservation never landed"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let (state, seq) = counter.next(state);
+        drop(state);
+        assert_eq!(seq, RESERVE_BLOCK + 1);
+        deltas(&events, &counter, &id, 1);
+        let seen = lock(&recorder.0).clone();
+        assert_eq!(
+            seen,
+            (1..=RESERVE_BLOCK)
+                .chain([RESERVE_BLOCK + 2])
+                .collect::<Vec<_>>()
+        );
+        // Nothing was reserved beyond the block that was used.
+        let stored = store.session(&id).unwrap().unwrap();
+        assert_eq!(stored.seq_reserved, 2 * RESERVE_BLOCK);
     }
 
     #[test]

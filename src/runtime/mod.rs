@@ -36,7 +36,7 @@ pub use commands::is_command;
 pub(crate) use delegation::CHILD_PROMPT;
 pub(crate) use delegation::is_child_prompt;
 pub use error::{RuntimeError, RuntimeResult};
-pub use events::{EventSink, NoClient};
+pub use events::{EventSink, NoClient, RoomFuture};
 
 use crate::config::{AccountKind, Config};
 use crate::protocol::*;

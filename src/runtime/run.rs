@@ -320,6 +320,15 @@ impl RunContext {
         // Made once: a fresh wait per delta would register and unregister a waiter each time.
         let mut stopped = std::pin::pin!(stop.wait_for(|s| *s));
         let end = loop {
+            if !self.inner.events.has_room() {
+                // The client has stopped reading: read no more of the answer until it has
+                // caught up, and let the provider's socket hold the rest.
+                tokio::select! {
+                    biased;
+                    _ = &mut stopped => break Err(RunEnd::Stopped),
+                    _ = self.inner.events.room() => continue,
+                }
+            }
             let next = tokio::select! {
                 biased;
                 _ = &mut stopped => break Err(RunEnd::Stopped),

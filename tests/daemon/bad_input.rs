@@ -240,3 +240,58 @@ async fn session_create_refuses_a_missing_root_and_a_file_as_root() {
     assert_eq!(listed["sessions"], json!([]));
     assert_eq!(daemon.close().await, 0);
 }
+
+#[tokio::test]
+async fn an_oversized_frame_is_refused_with_its_id_alike_in_both_framings() {
+    let limit = 64 * 1024 * 1024;
+    let request =
+        br#"{"jsonrpc":"2.0","id":40,"method":"chat/send","params":{"sessionId":"ses_x","text":""#;
+    let mut refusals = Vec::new();
+    for framing in [Framing::Line, Framing::ContentLength] {
+        let scratch = Scratch::new();
+        let mut daemon = Daemon::spawn(
+            &scratch.db(),
+            Options {
+                framing,
+                ..Options::default()
+            },
+        );
+        daemon.call("initialize", InitializeParams::default()).await;
+        let mut body = request.to_vec();
+        body.resize(limit + 1024, b'x');
+        body.extend_from_slice(b"\"}}");
+        let mut wire = Vec::new();
+        match framing {
+            Framing::Line => {
+                wire.extend_from_slice(&body);
+                wire.push(b'\n');
+            }
+            Framing::ContentLength => {
+                wire.extend_from_slice(
+                    format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes(),
+                );
+                wire.extend_from_slice(&body);
+            }
+        }
+        framing.encode(
+            r#"{"jsonrpc":"2.0","id":41,"method":"session/list"}"#,
+            &mut wire,
+        );
+        daemon.conn.write_raw(&wire).await.unwrap();
+        let refusal = daemon.next_note().await;
+        let next = daemon.next_note().await;
+        assert_eq!(next["id"], json!(41), "{framing:?}");
+        assert!(next["result"]["sessions"].is_array(), "{framing:?}: {next}");
+        assert!(daemon.notes.try_recv().is_err(), "nothing else was sent");
+        assert_eq!(daemon.close().await, 0);
+        refusals.push(refusal);
+    }
+    assert_eq!(
+        (
+            refusals[0]["id"].clone(),
+            refusals[0]["error"]["code"].clone()
+        ),
+        (json!(40), json!(-32600))
+    );
+    assert_eq!(refusals[1], refusals[0]);
+}

@@ -1,6 +1,7 @@
 //! End-to-end tests: the real `sidechat serve` binary, spawned and driven over stdio.
 
 mod acp_ids;
+mod backpressure;
 mod bad_input;
 mod budget;
 #[path = "../support/byte_edits.rs"]

@@ -67,3 +67,47 @@ async fn seq_keeps_increasing_after_a_daemon_killed_mid_stream() {
     );
     daemon.close().await;
 }
+
+#[tokio::test]
+async fn seq_rises_by_one_across_reservation_blocks_and_never_repeats_after_a_restart() {
+    let scratch = Scratch::new();
+    // Over two blocks of reserved numbers (1,024 each) in each answer; the turn answered is
+    // chosen by how many answers the transcript holds.
+    let answer = json!({"text": "word ".repeat(2_500)});
+    let script = json!({"turns": [answer, answer]});
+    let run = async |daemon: &mut Daemon, session: &str| -> Vec<u64> {
+        daemon.send(session, "talk").await;
+        let events = daemon.until_finished().await;
+        assert!(matches!(
+            events.last().map(|e| &e.event),
+            Some(Event::RunFinished {
+                reason: FinishReason::EndTurn,
+                ..
+            })
+        ));
+        events.iter().map(|e| e.seq).collect()
+    };
+    let mut daemon = Daemon::start(
+        &scratch.db(),
+        Options::with_env(scratch.replay(script.clone())),
+    )
+    .await;
+    let session = daemon.create_session(scratch.replay_session()).await;
+    let before = run(&mut daemon, &session).await;
+    assert!(before.len() > 2 * 1_024, "{} events", before.len());
+    let rising: Vec<u64> = (before[0]..).take(before.len()).collect();
+    assert!(before == rising, "seq must rise by one within a run");
+    assert_eq!(daemon.close().await, 0);
+
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
+    let after = run(&mut daemon, &session).await;
+    assert!(
+        after[0] > before[before.len() - 1],
+        "after a restart seq went on from {} at {}",
+        before[before.len() - 1],
+        after[0]
+    );
+    let rising: Vec<u64> = (after[0]..).take(after.len()).collect();
+    assert!(after == rising, "seq must rise by one within a run");
+    daemon.close().await;
+}

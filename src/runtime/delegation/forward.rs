@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::protocol::{Delta, Event, SessionEventParams};
-use crate::runtime::{EventSink, Inner};
+use crate::runtime::{EventSink, Inner, RoomFuture};
 use crate::util::lock;
 
 /// Where a child's events go besides the child's own stream.
@@ -91,5 +91,13 @@ impl EventSink for Forward {
     fn emit_delta(&self, delta: &Delta<'_>) {
         self.sink.emit_delta(delta);
         self.forward(delta.session_id, delta.seq, || delta.to_event().event);
+    }
+
+    fn has_room(&self) -> bool {
+        self.sink.has_room()
+    }
+
+    fn room(&self) -> RoomFuture<'_> {
+        self.sink.room()
     }
 }
