@@ -128,9 +128,7 @@ impl Runtime {
                 .ok_or_else(|| RuntimeError::SessionNotFound(row.id.clone()))?,
         };
         if !mcp_servers.is_empty() {
-            self.inner
-                .store
-                .set_session_mcp_servers(&row.id, &mcp_servers)?;
+            self.store_mcp_servers(&row.id, &mcp_servers)?;
             self.inner.mcp.remember(&row.id, mcp_servers);
         }
         if params.delegation == Some(false) {
