@@ -302,6 +302,7 @@ mod tests {
             }],
             tools: vec![],
             max_output_tokens: 1000,
+            delegated: false,
         }
     }
 

@@ -278,6 +278,7 @@ impl Inner {
             }],
             tools: Vec::new(),
             max_output_tokens: max_output.min(window.max_output) as u32,
+            delegated: false,
         };
         let text = self.ask_summariser(session, request).await?;
         let block = Block::Summary {

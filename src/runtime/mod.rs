@@ -30,9 +30,6 @@ use std::sync::{Arc, Mutex};
 
 pub use crate::protocol::MAX_MESSAGE_BYTES;
 pub use accounting::count_blocks;
-#[cfg(test)]
-pub(crate) use delegation::CHILD_PROMPT;
-pub(crate) use delegation::is_child_prompt;
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::{EventSink, NoClient};
 
