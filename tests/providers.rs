@@ -230,6 +230,7 @@ fn hello_request() -> ModelRequest {
         messages: vec![user_text("Say hello")],
         tools: vec![],
         max_output_tokens: 256,
+        delegated: false,
     }
 }
 
@@ -1047,6 +1048,7 @@ fn full_request() -> ModelRequest {
             },
         ],
         max_output_tokens: 1024,
+        delegated: false,
     }
 }
 

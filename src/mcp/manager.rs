@@ -156,12 +156,20 @@ impl Manager {
     pub fn servers_of(&self, session_id: &str) -> Vec<ServerSpec> {
         let given = lock(&self.given).get(session_id).cloned();
         let own = given.unwrap_or_else(|| {
-            self.store
-                .session_mcp_servers(session_id)
-                .unwrap_or_else(|e| {
+            let stored = self.store.session_mcp_servers(session_id).map(|json| {
+                json.map_or(Ok(Vec::new()), |json| super::spec::decode_stored(&json))
+            });
+            match stored {
+                Ok(Ok(servers)) => servers,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, session_id, "the session's stored MCP servers do not read");
+                    Vec::new()
+                }
+                Err(e) => {
                     tracing::warn!(error = %e, session_id, "cannot read the session's MCP servers");
                     Vec::new()
-                })
+                }
+            }
         });
         let mut servers: Vec<ServerSpec> = self
             .configured

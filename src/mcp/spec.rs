@@ -266,6 +266,21 @@ impl ServerSpec {
     }
 }
 
+/// A session's own servers as the store keeps them: JSON of each server
+/// [without its secret values](ServerSpec::without_secret_values).
+pub fn encode_stored(servers: &[ServerSpec]) -> Result<String, serde_json::Error> {
+    let stored: Vec<ServerSpec> = servers
+        .iter()
+        .map(ServerSpec::without_secret_values)
+        .collect();
+    serde_json::to_string(&stored)
+}
+
+/// The servers [`encode_stored`] wrote.
+pub fn decode_stored(json: &str) -> Result<Vec<ServerSpec>, serde_json::Error> {
+    serde_json::from_str(json)
+}
+
 /// SHA-256 over the environment and header values with their names, in hex; empty when there
 /// are none. A cryptographic hash, as it is stored: it must not give the values away.
 fn secrets_digest(transport: &Transport) -> String {
@@ -559,9 +574,9 @@ mod tests {
         assert_eq!(stored.cache_key(), given.cache_key());
         // A server started without the values is not the one given them.
         assert_ne!(stored.key(), given.key());
-        let json = serde_json::to_string(&stored).unwrap();
+        let json = encode_stored(std::slice::from_ref(&given)).unwrap();
         assert!(!json.contains("s3cret"), "{json}");
-        assert_eq!(serde_json::from_str::<ServerSpec>(&json).unwrap(), stored);
+        assert_eq!(decode_stored(&json).unwrap(), vec![stored]);
         // Nothing secret: the stored form is the given one.
         let plain = ServerSpec::check("fs", stdio("npx")).unwrap();
         assert_eq!(plain.without_secret_values(), plain);

@@ -1,3 +1,9 @@
+//! The composer's methods on the wire: `chat/send` (a new turn, or an interjection while a run
+//! works), `chat/stop`, `chat/resume`, `interjection/cancel` and `approval/respond`.
+//!
+//! The message size limit lives here, beside the params it limits, so the daemon and every
+//! client read the same figure.
+
 use super::InterjectionStatus;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

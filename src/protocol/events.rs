@@ -1,3 +1,10 @@
+//! `session/event`: everything a session publishes while it works, numbered by the session's
+//! `seq`, and how a run finished.
+//!
+//! A streamed delta also has a borrowed form ([`Delta`]), written by hand into the output
+//! (`rpc::delta_frame`) because deltas are nearly all of what a run sends; both forms describe
+//! the same JSON.
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

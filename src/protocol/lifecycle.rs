@@ -1,3 +1,6 @@
+//! `initialize`: who the client and the server are, the server's capabilities, and the model
+//! accounts a client may offer (with those configured but unusable, and why).
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

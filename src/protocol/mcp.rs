@@ -1,3 +1,6 @@
+//! MCP servers on the wire: a session's own servers as `session/create` and `session/update`
+//! take them, and each server's state as `session/get` reports it.
+
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;

@@ -1,3 +1,7 @@
+//! Session methods on the wire: create, list, get, update, delete, the budget and cost
+//! summaries, the changed files and their diffs, and the state a client draws for a session it
+//! attaches to.
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

@@ -1,3 +1,7 @@
+//! The transcript on the wire: roles, the blocks of a message, statuses of messages, tool calls
+//! and interjections, and `session/transcript`, which a client that missed events (or attached
+//! late) reads from its last `seq`.
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

@@ -528,6 +528,7 @@ mod tests {
             messages,
             tools: vec![],
             max_output_tokens: 100,
+            delegated: false,
         }
     }
 

@@ -82,6 +82,9 @@ pub struct ModelRequest {
     pub messages: Vec<ModelMessage>,
     pub tools: Vec<ToolSpec>,
     pub max_output_tokens: u32,
+    /// The request is a delegated task's (a child session's). Real providers ignore it; the
+    /// replay model answers such a request from its `delegated` script.
+    pub delegated: bool,
 }
 
 /// Why the model stopped.

@@ -753,6 +753,7 @@ mod tests {
             ],
             tools: vec![],
             max_output_tokens: 64,
+            delegated: false,
         };
         assert_eq!(
             request_body(&request, LimitField::for_model("llama", true)),

@@ -56,12 +56,8 @@ pub struct ReplayScript {
 impl ReplayScript {
     /// The script that answers `request`: the delegated one for a child session's.
     fn for_request(&self, request: &ModelRequest) -> &ReplayScript {
-        let child = request
-            .system
-            .as_deref()
-            .is_some_and(crate::runtime::is_child_prompt);
         match &self.delegated {
-            Some(delegated) if child => delegated,
+            Some(delegated) if request.delegated => delegated,
             _ => self,
         }
     }
@@ -201,7 +197,7 @@ mod tests {
         }
     }
 
-    fn request(system: Option<String>, assistant_messages: usize) -> ModelRequest {
+    fn request(delegated: bool, assistant_messages: usize) -> ModelRequest {
         let messages = (0..assistant_messages)
             .map(|_| ModelMessage {
                 role: ModelRole::Assistant,
@@ -212,10 +208,11 @@ mod tests {
             .collect();
         ModelRequest {
             model: "replay".into(),
-            system,
+            system: Some("You are helpful.".into()),
             messages,
             tools: Vec::new(),
             max_output_tokens: 100,
+            delegated,
         }
     }
 
@@ -233,15 +230,11 @@ mod tests {
     #[tokio::test]
     async fn a_child_session_follows_the_delegated_script_counted_in_its_own_context() {
         let driver = script();
-        let child = format!(
-            "{}\n\nInstructions from the agent that delegated the task:\nbe brief",
-            crate::runtime::CHILD_PROMPT
-        );
         let answers = vec![
-            text_of(&driver, request(None, 0)).await,
-            text_of(&driver, request(Some(child.clone()), 0)).await,
-            text_of(&driver, request(Some(child), 1)).await,
-            text_of(&driver, request(Some("You are helpful.".into()), 1)).await,
+            text_of(&driver, request(false, 0)).await,
+            text_of(&driver, request(true, 0)).await,
+            text_of(&driver, request(true, 1)).await,
+            text_of(&driver, request(false, 1)).await,
         ];
         assert_eq!(
             answers,

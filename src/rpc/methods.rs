@@ -183,12 +183,12 @@ mod tests {
             .collect()
     }
 
-    /// The first column of the README's method table (in "Protocol in brief"): every method
-    /// named in backticks.
-    fn readme_methods() -> BTreeSet<String> {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
-        let readme = std::fs::read_to_string(path).unwrap();
-        let section = readme
+    /// The first column of the method table in `docs/protocol.md` (in "Protocol in brief"):
+    /// every method named in backticks.
+    fn documented_methods() -> BTreeSet<String> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/protocol.md");
+        let doc = std::fs::read_to_string(path).unwrap();
+        let section = doc
             .split("## Protocol in brief")
             .nth(1)
             .expect("a \"Protocol in brief\" section")
@@ -201,7 +201,7 @@ mod tests {
             .skip(2)
             .take_while(|l| l.starts_with('|'))
             .collect();
-        assert!(!table.is_empty(), "no method table in the README");
+        assert!(!table.is_empty(), "no method table in docs/protocol.md");
         table
             .iter()
             .flat_map(|row| {
@@ -241,7 +241,7 @@ mod tests {
     }
 
     #[test]
-    fn declarations_schema_readme_and_method_table_agree() {
+    fn declarations_schema_docs_and_method_table_agree() {
         let store = crate::store::Store::open_in_memory().unwrap();
         let config = crate::config::Config::from_env();
         let runtime = Runtime::new(store, config, Arc::new(NoClient)).unwrap();
@@ -252,7 +252,7 @@ mod tests {
         assert_eq!(table, declared(&[MethodKind::Request]));
 
         let client_requests = declared(&[MethodKind::Lifecycle, MethodKind::Request]);
-        assert_eq!(readme_methods(), client_requests);
+        assert_eq!(documented_methods(), client_requests);
 
         let declarations: BTreeSet<(String, String)> = METHODS
             .iter()

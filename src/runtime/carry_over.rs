@@ -181,6 +181,7 @@ impl Inner {
             }],
             tools: Vec::new(),
             max_output_tokens: NOTE_MAX_OUTPUT,
+            delegated: false,
         };
         self.ask_summariser(session, request).await
     }

@@ -1,3 +1,7 @@
+//! What the runtime answers when a request cannot be done. Each variant says what went wrong in
+//! words a user can act on; the RPC layer maps it to a JSON-RPC error code
+//! (`rpc::error`), and ACP to its own.
+
 use crate::store::StoreError;
 
 /// Why a request to the runtime failed; the RPC layer maps each to a JSON-RPC error code.

@@ -108,11 +108,23 @@ impl Runtime {
         session_id: &str,
         specs: Vec<ServerSpec>,
     ) -> RuntimeResult<()> {
-        self.inner
-            .store
-            .set_session_mcp_servers(session_id, &specs)?;
+        self.store_mcp_servers(session_id, &specs)?;
         self.inner.mcp.remember(session_id, specs);
         self.inner.open_mcp(session_id);
+        Ok(())
+    }
+
+    /// Records a session's own servers, their secret values left out.
+    pub(super) fn store_mcp_servers(
+        &self,
+        session_id: &str,
+        specs: &[ServerSpec],
+    ) -> RuntimeResult<()> {
+        let json = crate::mcp::spec::encode_stored(specs)
+            .map_err(|e| RuntimeError::Internal(format!("MCP servers do not serialise: {e}")))?;
+        self.inner
+            .store
+            .set_session_mcp_servers(session_id, &json)?;
         Ok(())
     }
 

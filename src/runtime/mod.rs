@@ -32,9 +32,6 @@ use std::sync::{Arc, Mutex};
 pub use crate::protocol::MAX_MESSAGE_BYTES;
 pub use accounting::count_blocks;
 pub use commands::is_command;
-#[cfg(test)]
-pub(crate) use delegation::CHILD_PROMPT;
-pub(crate) use delegation::is_child_prompt;
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::{EventSink, NoClient, RoomFuture};
 

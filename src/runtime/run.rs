@@ -274,7 +274,12 @@ impl RunContext {
             Err(e) => return Ok(ControlFlow::Break(RunEnd::Error(e.to_string()))),
         };
         let snapshot = prepared.snapshot;
-        let request = request(session, prepared);
+        let delegated = self
+            .inner
+            .store
+            .delegation_of_child(&self.session_id)?
+            .is_some();
+        let request = request(session, prepared, delegated);
         let (streamed, end) = self
             .stream(driver.as_ref(), request, leased, &session.account)
             .await?;
@@ -600,8 +605,9 @@ impl RunContext {
 }
 
 /// What the model is sent: the projection made for this step, leased interjections in, asking
-/// for no more output than the window leaves after the prompt.
-fn request(session: &SessionRow, prepared: Prepared) -> ModelRequest {
+/// for no more output than the window leaves after the prompt. `delegated` when the session
+/// is a delegated task's.
+fn request(session: &SessionRow, prepared: Prepared, delegated: bool) -> ModelRequest {
     let snapshot = prepared.snapshot;
     ModelRequest {
         model: session.model.clone(),
@@ -612,5 +618,6 @@ fn request(session: &SessionRow, prepared: Prepared) -> ModelRequest {
             .context_window
             .saturating_sub(snapshot.input_tokens)
             .clamp(1, MAX_OUTPUT_TOKENS as u64) as u32,
+        delegated,
     }
 }

@@ -147,9 +147,7 @@ impl Runtime {
             row.origin = Some(origin.to_string());
         }
         if !mcp_servers.is_empty() {
-            self.inner
-                .store
-                .set_session_mcp_servers(&row.id, &mcp_servers)?;
+            self.store_mcp_servers(&row.id, &mcp_servers)?;
             self.inner.mcp.remember(&row.id, mcp_servers);
         }
         if params.delegation == Some(false) {

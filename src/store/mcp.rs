@@ -2,24 +2,14 @@
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{Store, StoreError, StoreResult};
-use crate::mcp::ServerSpec;
+use super::{Store, StoreResult};
 use crate::util::now_ms;
 
 impl Store {
-    /// Records the MCP servers a session was created with. Environment and header values are
-    /// not kept (they may be secrets), only their digest.
-    pub fn set_session_mcp_servers(
-        &self,
-        session_id: &str,
-        servers: &[ServerSpec],
-    ) -> StoreResult<()> {
-        let stored: Vec<ServerSpec> = servers
-            .iter()
-            .map(ServerSpec::without_secret_values)
-            .collect();
-        let json = serde_json::to_string(&stored)
-            .map_err(|e| StoreError::Corrupt(format!("MCP servers do not serialise: {e}")))?;
+    /// Records a session's own MCP servers, as the MCP layer encodes them for keeping
+    /// ([`crate::mcp::spec::encode_stored`], which leaves secret values out). The store keeps
+    /// the text as given and knows nothing of its shape.
+    pub fn set_session_mcp_servers(&self, session_id: &str, json: &str) -> StoreResult<()> {
         self.write(|conn| {
             conn.execute(
                 "INSERT INTO session_mcp_servers (session_id, servers) VALUES (?1, ?2)
@@ -30,9 +20,9 @@ impl Store {
         })
     }
 
-    /// The session's own MCP servers (none for most sessions).
-    pub fn session_mcp_servers(&self, session_id: &str) -> StoreResult<Vec<ServerSpec>> {
-        let json: Option<String> = self.read(|conn| {
+    /// The session's own MCP servers as they were recorded; `None` for most sessions.
+    pub fn session_mcp_servers(&self, session_id: &str) -> StoreResult<Option<String>> {
+        self.read(|conn| {
             Ok(conn
                 .query_row(
                     "SELECT servers FROM session_mcp_servers WHERE session_id = ?1",
@@ -40,12 +30,7 @@ impl Store {
                     |row| row.get(0),
                 )
                 .optional()?)
-        })?;
-        match json {
-            None => Ok(Vec::new()),
-            Some(json) => serde_json::from_str(&json)
-                .map_err(|e| StoreError::Corrupt(format!("a session's MCP servers: {e}"))),
-        }
+        })
     }
 
     /// Caches a server's tool list under its configuration key.
@@ -78,12 +63,11 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mcp::spec::RawSpec;
     use crate::store::NewSession;
     use pretty_assertions::assert_eq;
 
     #[test]
-    fn servers_are_kept_without_secret_values_and_tools_by_key() {
+    fn servers_are_kept_as_given_and_tools_by_key() {
         let store = Store::open_in_memory().unwrap();
         let session = store
             .insert_session(&NewSession {
@@ -97,18 +81,12 @@ mod tests {
                 max_seconds: None,
             })
             .unwrap();
-        let raw = RawSpec {
-            command: Some("srv".into()),
-            env: [("TOKEN".to_string(), "secret".to_string())].into(),
-            ..RawSpec::default()
-        };
-        let spec = ServerSpec::check("s", raw).unwrap();
-        store
-            .set_session_mcp_servers(&session.id, std::slice::from_ref(&spec))
-            .unwrap();
+        assert_eq!(store.session_mcp_servers(&session.id).unwrap(), None);
+        store.set_session_mcp_servers(&session.id, "[1]").unwrap();
+        store.set_session_mcp_servers(&session.id, "[2]").unwrap();
         assert_eq!(
-            store.session_mcp_servers(&session.id).unwrap(),
-            vec![spec.without_secret_values()]
+            store.session_mcp_servers(&session.id).unwrap().as_deref(),
+            Some("[2]")
         );
         assert_eq!(store.mcp_tools("k").unwrap(), None);
         store.save_mcp_tools("k", "[1]").unwrap();

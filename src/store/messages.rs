@@ -2,11 +2,10 @@
 
 use rusqlite::{OptionalExtension, Row, params};
 
+use super::pending::Settle;
 use super::{Store, StoreError, StoreResult};
 use crate::context::Counted;
-use crate::protocol::{
-    Block, CompactionMethod, InterjectionStatus, MessageStatus, Role, TranscriptEntry,
-};
+use crate::protocol::{Block, CompactionMethod, MessageStatus, Role, TranscriptEntry};
 use crate::util::{new_id, now_ms, rfc3339};
 
 /// A message to append. The caller numbers it: the runtime owns each session's `seq` counter
@@ -61,32 +60,6 @@ pub enum NoteDeletion {
     Deleted {
         session_id: String,
     },
-}
-
-/// What becomes of the interjections a message carries.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Settle {
-    pub pending_ids: Vec<String>,
-    pub status: Settled,
-}
-
-/// How a message carries interjections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Settled {
-    /// Sent to the model inside a tool-results turn.
-    Delivered,
-    /// Made a user turn of their own.
-    Promoted,
-}
-
-impl Settled {
-    /// The interjections' stored status afterwards.
-    pub fn stored(self) -> InterjectionStatus {
-        match self {
-            Settled::Delivered => InterjectionStatus::Delivered,
-            Settled::Promoted => InterjectionStatus::Promoted,
-        }
-    }
 }
 
 impl NewMessage {

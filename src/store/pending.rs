@@ -8,10 +8,35 @@
 
 use rusqlite::{OptionalExtension, Row, params};
 
-use super::messages::Settle;
 use super::{Store, StoreResult};
 use crate::protocol::InterjectionStatus;
 use crate::util::{new_id, now_ms, rfc3339};
+
+/// What becomes of the interjections a message carries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settle {
+    pub pending_ids: Vec<String>,
+    pub status: Settled,
+}
+
+/// How a message carries interjections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Sent to the model inside a tool-results turn.
+    Delivered,
+    /// Made a user turn of their own.
+    Promoted,
+}
+
+impl Settled {
+    /// The interjections' stored status afterwards.
+    pub fn stored(self) -> InterjectionStatus {
+        match self {
+            Settled::Delivered => InterjectionStatus::Delivered,
+            Settled::Promoted => InterjectionStatus::Promoted,
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PendingRow {

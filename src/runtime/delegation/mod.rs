@@ -53,12 +53,6 @@ const STOPPED: &str = "The user stopped the run before the delegated task starte
 /// What a child session is told about its role, before the parent's instructions.
 pub(crate) const CHILD_PROMPT: &str = "You are a sub-agent. Another agent handed you one task in its workspace. Work on it with the tools you have, then answer with a final message that reports what you found or did: that message is all the other agent sees, so make it complete and concise.";
 
-/// Whether `system` is a child session's system prompt (the replay model answers a child from
-/// a script of its own).
-pub(crate) fn is_child_prompt(system: &str) -> bool {
-    system.starts_with(CHILD_PROMPT)
-}
-
 /// The `delegate` tool's definition.
 pub fn spec() -> ToolSpec {
     ToolSpec {
