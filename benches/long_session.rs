@@ -113,6 +113,7 @@ fn write_long_session(db: &Path) -> String {
             max_steps: 25,
             cap_usd: None,
             max_seconds: None,
+            rollover_secs: None,
         })
         .expect("cannot create the session");
     let append = |seq: u64, role: Role, blocks: Vec<Block>| {

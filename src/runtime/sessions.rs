@@ -125,21 +125,8 @@ impl Runtime {
             max_steps: params.max_steps.unwrap_or(config.budget.max_steps),
             cap_usd: params.cap_usd.or(config.budget.cap_usd),
             max_seconds: params.max_seconds.or(config.budget.max_seconds),
+            rollover_secs: rollover.unwrap_or(config.budget.rollover_secs),
         })?;
-        let row = match rollover.unwrap_or(config.budget.rollover_secs) {
-            None => row,
-            Some(secs) => self
-                .inner
-                .store
-                .update_session(
-                    &row.id,
-                    &SessionUpdate {
-                        rollover_secs: Some(Some(secs)),
-                        ..SessionUpdate::default()
-                    },
-                )?
-                .ok_or_else(|| RuntimeError::SessionNotFound(row.id.clone()))?,
-        };
         let mut row = row;
         if let Some(origin) = params.origin {
             let origin = origin_name(origin);

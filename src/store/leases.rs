@@ -353,6 +353,7 @@ mod tests {
                 max_steps: 25,
                 cap_usd: None,
                 max_seconds: None,
+                rollover_secs: None,
             })
             .unwrap()
             .id

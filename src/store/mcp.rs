@@ -79,6 +79,7 @@ mod tests {
                 max_steps: 5,
                 cap_usd: None,
                 max_seconds: None,
+                rollover_secs: None,
             })
             .unwrap();
         assert_eq!(store.session_mcp_servers(&session.id).unwrap(), None);

@@ -523,6 +523,7 @@ pub(crate) mod test_support {
                 max_steps: 25,
                 cap_usd: None,
                 max_seconds: None,
+                rollover_secs: None,
             })
             .expect("a new session")
             .id

@@ -52,6 +52,8 @@ pub struct NewSession {
     pub max_steps: u32,
     pub cap_usd: Option<f64>,
     pub max_seconds: Option<u64>,
+    /// The idle time after which a new turn starts a new context; `None` for never.
+    pub rollover_secs: Option<u64>,
 }
 
 /// Fields `session/update` may change; `None` leaves a field alone.
@@ -122,13 +124,13 @@ impl Store {
             max_seconds: new.max_seconds,
             context_start_seq: 0,
             seq_reserved: 0,
-            rollover_secs: None,
+            rollover_secs: new.rollover_secs,
             origin: None,
         };
         self.write(|conn| {
             conn.execute(
                 &format!(
-                    "INSERT INTO sessions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, ?11, 0, 0, NULL, NULL)"
+                    "INSERT INTO sessions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 0, ?10, ?11, 0, 0, ?12, NULL)"
                 ),
                 params![
                     row.id,
@@ -141,7 +143,8 @@ impl Store {
                     row.created_at,
                     row.updated_at,
                     row.cap_usd,
-                    row.max_seconds.map(|s| s as i64)
+                    row.max_seconds.map(|s| s as i64),
+                    row.rollover_secs.map(|s| s as i64)
                 ],
             )?;
             Ok(())
@@ -309,6 +312,7 @@ mod tests {
             max_steps: 25,
             cap_usd: None,
             max_seconds: None,
+            rollover_secs: None,
         }
     }
 

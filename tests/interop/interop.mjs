@@ -164,6 +164,7 @@ try {
       model: 'demo',
       workspaceRoot: dir,
       maxSteps: 25,
+      rollover: '3h',
       state: 'idle',
       lastSeq: 0,
       tokens: 0,

@@ -463,6 +463,7 @@ impl RunContext {
             max_steps: limits.max_steps,
             cap_usd: limits.cap_usd,
             max_seconds: limits.max_seconds,
+            rollover_secs: None,
         })?;
         let link = DelegationRow {
             child_id: child.id.clone(),
