@@ -29,7 +29,7 @@ H.run({
       H.truthy(to, "the detail line names the range, the reason and the tokens: " .. detail)
       H.truthy(tonumber((after:gsub(",", ""))) < tonumber((before:gsub(",", ""))), "the history shrank")
       H.eq("▸ summary", lines[at + 2], "the summary's fold line")
-      H.truthy(lines[at + 3]:match("^> %[demo model, offline%] Once upon a time"), "the summary's text: " .. lines[at + 3])
+      H.truthy(lines[at + 3]:match("^> %[demo model, offline%] Summary: the user asked"), "the summary's text: " .. lines[at + 3])
       H.eq({ "", "## Note" }, { lines[at + 4], lines[at + 5] }, "the /compact note follows")
 
       local win = H.focus(view.state.transcript)

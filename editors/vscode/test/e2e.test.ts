@@ -356,7 +356,7 @@ test('/compact: the summary entry, the compaction, folded entries and the summar
     // Folded, the summary opens to its text, formatted like a reply.
     assert.equal(await page.getAttribute('.entry.summary details.summary-block', 'open'), null);
     await page.click('.entry.summary details.summary-block summary');
-    assert.match((await page.textContent('.entry.summary .markdown')) ?? '', /Once upon a time/);
+    assert.match((await page.textContent('.entry.summary .markdown')) ?? '', /Summary: the user asked/);
     // The messages it stands for stay readable, dimmed; what came after is not.
     assert.deepEqual(
       await page.locator('.transcript .entry').evaluateAll((nodes) => nodes.map((n) => `${n.classList[1]}${n.classList.contains('folded') ? ' folded' : ''}`)),
@@ -546,7 +546,9 @@ test('a delegation: the sub-agent works inside its call, its approval is answere
     await page.waitForSelector(`${call}[data-status="done"] .answer`, STEP);
     await untilReplies(page, 2);
     await untilIdle(page);
-    assert.equal(await page.textContent(`${call} .answer`), 'Wrote hello.txt.');
+    // The sub-agent's words, then the files it changed (which are the parent's changes too).
+    const WROTE = 'Wrote hello.txt.\n\nfiles changed: hello.txt (+1 -0)';
+    assert.equal(await page.textContent(`${call} .answer`), WROTE);
     assert.equal(await page.locator(`${call} .agent`).count(), 0, 'the answer stands for the sub-agent once it ended');
     assert.equal(readFileSync(join(scratch.workspace, 'hello.txt'), 'utf8'), 'hi\n');
     await screenshot(page, '15-delegation-answered');
@@ -574,7 +576,7 @@ test('a delegation: the sub-agent works inside its call, its approval is answere
     await page.reload();
     await untilReplies(page, 4);
     assert.deepEqual(await page.locator(`${call} .answer`).allTextContents(), [
-      'Wrote hello.txt.',
+      WROTE,
       DENIED,
     ]);
     assert.deepEqual(await page.locator(`${call} .task`).allTextContents(), ['Write hello.txt saying hi', 'Write hello.txt again']);
