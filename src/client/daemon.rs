@@ -62,9 +62,12 @@ impl Daemon {
     }
 
     pub async fn session(&self, id: &str) -> anyhow::Result<Session> {
-        self.call("session/get", json!({"sessionId": id}))
-            .await
-            .with_context(|| format!("cannot open session {id}"))
+        self.call(
+            <crate::protocol::SessionGet as crate::protocol::Request>::METHOD,
+            json!({"sessionId": id}),
+        )
+        .await
+        .with_context(|| format!("cannot open session {id}"))
     }
 
     /// Every session (of one folder, when given), newest first.
@@ -74,7 +77,7 @@ impl Daemon {
         loop {
             let page: SessionListResult = self
                 .call(
-                    "session/list",
+                    <crate::protocol::SessionList as crate::protocol::Request>::METHOD,
                     json!({"limit": 200, "cursor": cursor, "workspaceRoot": workspace}),
                 )
                 .await?;
@@ -97,7 +100,7 @@ impl Daemon {
                 .map_or(0, |e| e.seq);
             let page: SessionTranscriptResult = self
                 .call(
-                    "session/transcript",
+                    <crate::protocol::SessionTranscript as crate::protocol::Request>::METHOD,
                     json!({"sessionId": id, "afterSeq": after, "limit": 5000}),
                 )
                 .await?;

@@ -210,7 +210,10 @@ impl Chat {
             "/model" => self.model(rest).await?,
             "/account" => self.account(rest).await?,
             "/resume" => {
-                let said = self.request("chat/resume", json!({"sessionId": self.session.id}));
+                let said = self.request(
+                    <crate::protocol::ChatResume as crate::protocol::Request>::METHOD,
+                    json!({"sessionId": self.session.id}),
+                );
                 if let Err(e) = said.await {
                     self.screen.styled(&[Paint::Red], &format!("✗ {e}"));
                 }
@@ -220,7 +223,7 @@ impl Chat {
                     && let Some(decision) = parse_decision(text)
                 {
                     let answer = self.request(
-                        "approval/respond",
+                        <crate::protocol::ApprovalRespond as crate::protocol::Request>::METHOD,
                         json!({"approvalId": approval_id, "decision": decision}),
                     );
                     if let Err(e) = answer.await {
@@ -236,7 +239,7 @@ impl Chat {
 
     async fn send(&mut self, text: &str) -> anyhow::Result<()> {
         let sent = self.request(
-            "chat/send",
+            <crate::protocol::ChatSend as crate::protocol::Request>::METHOD,
             json!({"sessionId": self.session.id, "text": text}),
         );
         if let Err(e) = sent.await {
@@ -250,7 +253,7 @@ impl Chat {
             if let Ok(session) = self
                 .daemon
                 .call::<Session>(
-                    "session/update",
+                    <crate::protocol::SessionUpdate as crate::protocol::Request>::METHOD,
                     json!({"sessionId": self.session.id, "title": title}),
                 )
                 .await
@@ -267,7 +270,10 @@ impl Chat {
 
     async fn stop(&mut self) -> anyhow::Result<()> {
         if let Err(e) = self
-            .request("chat/stop", json!({"sessionId": self.session.id}))
+            .request(
+                <crate::protocol::ChatStop as crate::protocol::Request>::METHOD,
+                json!({"sessionId": self.session.id}),
+            )
             .await
         {
             self.screen.styled(&[Paint::Red], &format!("✗ {e}"));
@@ -288,7 +294,7 @@ impl Chat {
         match self
             .daemon
             .call::<Session>(
-                "session/update",
+                <crate::protocol::SessionUpdate as crate::protocol::Request>::METHOD,
                 json!({"sessionId": self.session.id, "title": title}),
             )
             .await
@@ -374,7 +380,14 @@ impl Chat {
 
     /// `session/update`, then says which account and model the session now uses.
     async fn update(&mut self, params: Value) -> anyhow::Result<()> {
-        match self.daemon.call::<Session>("session/update", params).await {
+        match self
+            .daemon
+            .call::<Session>(
+                <crate::protocol::SessionUpdate as crate::protocol::Request>::METHOD,
+                params,
+            )
+            .await
+        {
             Ok(session) => {
                 self.session = session;
                 let line = format!(
@@ -506,7 +519,9 @@ impl CtrlC {
 }
 
 pub(crate) fn as_event(note: &Value) -> Option<SessionEventParams> {
-    if note.get("method")?.as_str()? != "session/event" {
+    if note.get("method")?.as_str()?
+        != <crate::protocol::SessionEvent as crate::protocol::Notification>::METHOD
+    {
         return None;
     }
     serde_json::from_value(note.get("params")?.clone()).ok()

@@ -85,7 +85,7 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
     screen.set_workspace(session.workspace_root.as_deref());
     daemon
         .call::<serde_json::Value>(
-            "chat/send",
+            <crate::protocol::ChatSend as crate::protocol::Request>::METHOD,
             json!({"sessionId": session.id, "text": text.trim_end()}),
         )
         .await
@@ -95,7 +95,7 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
         let title = crate::tools::truncate(first, 60);
         let _ = daemon
             .call::<serde_json::Value>(
-                "session/update",
+                <crate::protocol::SessionUpdate as crate::protocol::Request>::METHOD,
                 json!({"sessionId": session.id, "title": title}),
             )
             .await;
@@ -109,7 +109,7 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
             note = notes.recv() => note,
             _ = tokio::signal::ctrl_c(), if !stopping => {
                 stopping = true;
-                let _ = daemon.call::<serde_json::Value>("chat/stop", json!({"sessionId": session.id})).await;
+                let _ = daemon.call::<serde_json::Value>(<crate::protocol::ChatStop as crate::protocol::Request>::METHOD, json!({"sessionId": session.id})).await;
                 continue;
             }
         };
@@ -141,7 +141,7 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
             }
             daemon
                 .call::<serde_json::Value>(
-                    "approval/respond",
+                    <crate::protocol::ApprovalRespond as crate::protocol::Request>::METHOD,
                     json!({"approvalId": approval.approval_id, "decision": decision}),
                 )
                 .await?;

@@ -55,7 +55,7 @@ pub async fn choose(daemon: &Daemon, args: &ChatArgs, ask: Ask) -> anyhow::Resul
     }
     let session = daemon
         .call(
-            "session/create",
+            <crate::protocol::SessionCreate as crate::protocol::Request>::METHOD,
             json!({
                 "title": UNTITLED,
                 "workspaceRoot": folder,

@@ -122,7 +122,10 @@ async fn command(daemon: &Daemon, command: SessionsCommand) -> anyhow::Result<i3
         }
         SessionsCommand::Delete { id } => {
             let deleted: SessionDeleteResult = daemon
-                .call("session/delete", json!({"sessionId": id}))
+                .call(
+                    <crate::protocol::SessionDelete as crate::protocol::Request>::METHOD,
+                    json!({"sessionId": id}),
+                )
                 .await?;
             match deleted.deleted {
                 true => eprintln!("deleted session {id}"),

@@ -173,7 +173,10 @@ impl ClientSink {
 impl crate::runtime::EventSink for ClientSink {
     fn emit(&self, event: &SessionEventParams) {
         let Some(peer) = self.peer.get() else { return };
-        peer.notify("session/event", event);
+        peer.notify(
+            <crate::protocol::SessionEvent as crate::protocol::Notification>::METHOD,
+            event,
+        );
     }
 
     fn emit_delta(&self, delta: &Delta<'_>) {
@@ -253,14 +256,26 @@ mod tests {
                 Arc::new(OnceLock::from(framing)),
             ));
             let params = json!({"sessionId": "s", "seq": 7, "event": {"kind": "x", "t": "é\"\n"}});
-            peer.notify("session/event", &params);
+            peer.notify(
+                <crate::protocol::SessionEvent as crate::protocol::Notification>::METHOD,
+                &params,
+            );
             // A map with keys that are not strings cannot be written as JSON.
             let unwritable: HashMap<(u8, u8), u8> = HashMap::from([((1, 2), 3)]);
-            peer.notify("session/event", &unwritable);
+            peer.notify(
+                <crate::protocol::SessionEvent as crate::protocol::Notification>::METHOD,
+                &unwritable,
+            );
             peer.notify("x", &1.5);
             peer.outbox().flush().await;
             let mut expected = Vec::new();
-            for (method, params) in [("session/event", params), ("x", json!(1.5))] {
+            for (method, params) in [
+                (
+                    <crate::protocol::SessionEvent as crate::protocol::Notification>::METHOD,
+                    params,
+                ),
+                ("x", json!(1.5)),
+            ] {
                 let message = json!({"jsonrpc": "2.0", "method": method, "params": params});
                 framing.encode(&message.to_string(), &mut expected);
             }
