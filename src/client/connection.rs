@@ -68,6 +68,10 @@ impl Connection {
         mut command: tokio::process::Command,
         framing: Framing,
     ) -> anyhow::Result<(Self, mpsc::UnboundedReceiver<Value>)> {
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "a client is no subreaper: nothing reaps its children but tokio"
+        )]
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -52,6 +52,10 @@ pub fn is_subreaper() -> bool {
 /// left to tokio.
 pub fn spawn(command: &mut tokio::process::Command) -> std::io::Result<tokio::process::Child> {
     let mut spawned = lock(&SPAWNED);
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "the one place children are spawned"
+    )]
     let child = command.spawn()?;
     if let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) {
         spawned.push((pid, proc::stat(pid).map(|s| s.start)));

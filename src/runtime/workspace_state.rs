@@ -11,6 +11,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use crate::context::carry_over::WorkspaceState;
+use crate::lifetime::reaper;
 
 /// How long reading the state may take, all commands together.
 const TIME_LIMIT: Duration = Duration::from_secs(3);
@@ -69,8 +70,11 @@ pub fn porcelain_paths(status: &str) -> Vec<String> {
 }
 
 /// One read-only `git` command's output in `root`; `None` when it fails.
+/// Spawned through [`reaper::spawn`]: the daemon reaps every child it did not record, and a
+/// `git` it reaped first would read as a failure.
 async fn git(root: &Path, args: &[&str]) -> Option<String> {
-    let output = tokio::process::Command::new("git")
+    let mut command = tokio::process::Command::new("git");
+    command
         .arg("--no-optional-locks")
         .args(["-c", "core.fsmonitor=false", "-c", "core.quotepath=false"])
         .arg("-C")
@@ -84,8 +88,10 @@ async fn git(root: &Path, args: &[&str]) -> Option<String> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .output()
+        .kill_on_drop(true);
+    let output = reaper::spawn(&mut command)
+        .ok()?
+        .wait_with_output()
         .await
         .ok()?;
     output

@@ -1,5 +1,8 @@
 //! End-to-end tests: the real `sidechat serve` binary, spawned and driven over stdio.
 
+// The rule against spawning around the reaper is the daemon's: a test process reaps nothing.
+#![allow(clippy::disallowed_methods)]
+
 mod acp_ids;
 mod backpressure;
 mod bad_input;
