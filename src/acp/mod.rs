@@ -19,16 +19,28 @@
 //! - `usage_update` ↔ the budget snapshot and the priced usage lines.
 //! - A delegated task ↔ the `delegate` tool call, its content following the sub-agent; the
 //!   sub-agent's permission requests are asked in the parent's session (`delegation`).
+//!
+//! A frame's way in: `connection` reads it, `dispatch` decodes it by the schema's method table,
+//! `agent` hands the call to `handshake`, `sessions` or `prompt_turn`; `events` turns what the
+//! runtime publishes into updates, `permissions` requests and prompt answers.
 
 mod agent;
 mod connection;
 mod delegation;
+mod dispatch;
+mod error;
+mod events;
+mod handshake;
 mod mcp;
+mod permissions;
+mod prompt_turn;
+mod sessions;
 mod sink;
 mod translate;
 
-pub use agent::{AcpError, STEERING};
 pub use connection::serve;
+pub use dispatch::STEERING;
+pub use error::AcpError;
 pub use sink::{AcpSink, Items};
 
 /// The store being opened and repaired on a blocking thread while `initialize` is answered.

@@ -134,19 +134,6 @@ pub fn permission_subject(approval: &PendingApproval, root: Option<&Path>) -> ac
     acp::ToolCallUpdate::new(approval.call_id.clone(), fields)
 }
 
-/// The choices of a permission request; the option ids are the native decisions' names.
-pub fn permission_options() -> Vec<acp::PermissionOption> {
-    vec![
-        acp::PermissionOption::new("allow", "Allow", acp::PermissionOptionKind::AllowOnce),
-        acp::PermissionOption::new(
-            "allowAlways",
-            "Allow always (this session)",
-            acp::PermissionOptionKind::AllowAlways,
-        ),
-        acp::PermissionOption::new("deny", "Deny", acp::PermissionOptionKind::RejectOnce),
-    ]
-}
-
 fn chunk(message_id: &str, text: &str) -> acp::ContentChunk {
     acp::ContentChunk::new(acp::ContentBlock::from(text.to_string()))
         .message_id(acp::MessageId::new(message_id))
