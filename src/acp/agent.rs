@@ -216,3 +216,123 @@ impl Agent {
         self.state.lock().await.turns.clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Mutex, OnceLock};
+
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    use super::*;
+    use crate::rpc::error::METHOD_NOT_FOUND;
+    use crate::rpc::framing::Framing;
+    use crate::rpc::transport::spawn_writer;
+
+    /// What the agent wrote.
+    #[derive(Clone, Default)]
+    struct Written(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Written {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// An agent whose store never opens: what it answers without a runtime.
+    fn agent() -> (Arc<Agent>, Written) {
+        let written = Written::default();
+        let outbox = spawn_writer(written.clone(), Arc::new(OnceLock::from(Framing::Line)));
+        let (sink, _items) = AcpSink::new();
+        let opening = tokio::spawn(async { Err("no store in this test".to_string()) });
+        let agent = Agent::new(
+            Peer::new(outbox),
+            Arc::new(sink),
+            Config::from_env(),
+            opening,
+        );
+        (Arc::new(agent), written)
+    }
+
+    /// Sends one request and returns the frame answering it: its result, or its error's code
+    /// and message.
+    async fn ask(
+        agent: &Arc<Agent>,
+        written: &Written,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, (i64, String)> {
+        written.0.lock().unwrap().clear();
+        let id = RequestId::new(serde_json::value::to_raw_value(&json!(7)).unwrap());
+        agent.take(id, method.to_string(), Some(params)).await.await;
+        agent.peer.outbox().flush().await;
+        let frame: Value = serde_json::from_slice(&written.0.lock().unwrap()).unwrap();
+        assert_eq!(frame["id"], json!(7));
+        match frame.get("error") {
+            Some(error) => Err((
+                error["code"].as_i64().unwrap(),
+                error["message"].as_str().unwrap().to_string(),
+            )),
+            None => Ok(frame["result"].clone()),
+        }
+    }
+
+    /// Until `initialize`, every other method is an invalid request, even one sidechat does
+    /// not serve; after it, a second `initialize` is refused, unknown methods are not found,
+    /// and a method that needs the store says it could not open.
+    #[tokio::test]
+    async fn requests_wait_for_initialize_and_go_to_their_handlers() {
+        let (agent, written) = agent();
+        let names = acp::AGENT_METHOD_NAMES;
+        let early_new = ask(&agent, &written, names.session_new, json!({})).await;
+        let early_unknown = ask(&agent, &written, "no/such", json!({})).await;
+        let init = ask(
+            &agent,
+            &written,
+            names.initialize,
+            json!({"protocolVersion": 1}),
+        )
+        .await;
+        let again = ask(
+            &agent,
+            &written,
+            names.initialize,
+            json!({"protocolVersion": 1}),
+        )
+        .await;
+        let unknown = ask(&agent, &written, "no/such", json!({})).await;
+        let auth = ask(
+            &agent,
+            &written,
+            names.authenticate,
+            json!({"methodId": "m"}),
+        )
+        .await;
+        let list = ask(&agent, &written, names.session_list, json!({})).await;
+        let code = |answer: &Result<Value, (i64, String)>| answer.as_ref().err().map(|e| e.0);
+        assert_eq!(
+            [&early_new, &early_unknown, &again, &unknown, &list].map(code),
+            [
+                Some(i64::from(INVALID_REQUEST)),
+                Some(i64::from(INVALID_REQUEST)),
+                Some(i64::from(INVALID_REQUEST)),
+                Some(i64::from(METHOD_NOT_FOUND)),
+                Some(i64::from(INTERNAL_ERROR)),
+            ]
+        );
+        assert_eq!(
+            early_new.unwrap_err().1,
+            format!("send initialize before {}", names.session_new)
+        );
+        assert_eq!(list.unwrap_err().1, "no store in this test");
+        assert_eq!(
+            init.map(|result| result["protocolVersion"].clone()),
+            Ok(json!(1))
+        );
+        assert_eq!(auth, Ok(json!({})));
+    }
+}
