@@ -1,5 +1,6 @@
 //! `initialize`: who the client and the server are, the server's capabilities, and the model
-//! accounts a client may offer (with those configured but unusable, and why).
+//! accounts a client may offer (with those configured but unusable, and why); and the params of
+//! the lifecycle notifications a client sends (`initialized`, `$/cancelRequest`).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -106,4 +107,27 @@ pub struct InitializeResult {
     /// Configured accounts left out of `accounts`, with the reason.
     #[serde(default)]
     pub unavailable_accounts: Vec<UnavailableAccount>,
+}
+
+/// `initialized`'s params: none yet (the client sends `{}`), kept as an object so fields can
+/// be added.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct InitializedParams {}
+
+/// `$/cancelRequest`'s params: the id of the request to cancel.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct CancelRequestParams {
+    // The request's id, kept as the JSON text it was sent as, so the cancellation finds the
+    // request however its number was written (`1e2` is not `100`).
+    #[schemars(with = "RequestIdSchema")]
+    pub id: Box<serde_json::value::RawValue>,
+}
+
+/// A request id: a string or a number.
+#[derive(JsonSchema)]
+#[schemars(untagged, rename = "RequestId")]
+#[allow(dead_code, reason = "only its schema is used")]
+enum RequestIdSchema {
+    Text(String),
+    Number(serde_json::Number),
 }
