@@ -131,3 +131,24 @@ enum RequestIdSchema {
     Text(String),
     Number(serde_json::Number),
 }
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+
+    /// A cancellation names its request by the id's text as sent, which a number type would
+    /// rewrite (`1e2` as `100.0`) so that it no longer matched the request in flight.
+    #[test]
+    fn a_cancelled_id_is_kept_as_written() {
+        let ids: Vec<String> = [r#"{"id":1e2}"#, r#"{"id":-0.50}"#, r#"{"id":"x\u0079"}"#]
+            .into_iter()
+            .map(|text| {
+                let params: CancelRequestParams = serde_json::from_str(text).unwrap();
+                params.id.get().to_string()
+            })
+            .collect();
+        assert_eq!(ids, ["1e2", "-0.50", r#""x\u0079""#]);
+    }
+}
