@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sidechat::client::Connection;
-use sidechat::protocol::{Block, CompactionMethod, Role};
+use sidechat::protocol::{Block, CompactionMethod, Initialized, InitializedParams, Role};
 use sidechat::rpc::framing::Framing;
 use sidechat::runtime::count_blocks;
 use sidechat::store::{NewMessage, NewSession, Store};
@@ -187,7 +187,7 @@ impl Daemon {
             .await;
         daemon
             .conn
-            .notify("initialized", json!({}))
+            .notify::<Initialized>(InitializedParams {})
             .await
             .expect("initialized");
         daemon

@@ -11,6 +11,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::protocol::{Exit, Notification, Request, Shutdown};
 use crate::rpc::framing::{Decoded, FrameDecoder, Framing};
 use crate::util::lock;
 
@@ -147,7 +148,8 @@ impl Connection {
             .map_err(|_| anyhow!("the daemon closed the connection before answering {method}"))
     }
 
-    /// Sends a request; its `result`, or its error.
+    /// Sends a request by name, with any params; its `result`, or its error. [`Connection::call`]
+    /// is the typed form; this one is for protocol tests.
     pub async fn request(
         &self,
         method: &str,
@@ -164,15 +166,39 @@ impl Connection {
         })
     }
 
-    pub async fn notify(&self, method: &str, params: Value) -> anyhow::Result<()> {
+    /// Sends request `M`; its result read as `M::Result`, or its error answer. A result that
+    /// is not `M::Result` is an error of the connection, like a broken frame.
+    pub async fn call<M: Request>(
+        &self,
+        params: M::Params,
+    ) -> anyhow::Result<Result<M::Result, RpcError>> {
+        let params = serde_json::to_value(params)
+            .with_context(|| format!("cannot write {}'s params", M::METHOD))?;
+        match self.request(M::METHOD, params).await? {
+            Ok(result) => serde_json::from_value(result)
+                .map(Ok)
+                .with_context(|| format!("cannot read {}'s answer", M::METHOD)),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
+    /// Sends notification `N`.
+    pub async fn notify<N: Notification>(&self, params: N::Params) -> anyhow::Result<()> {
+        let params = serde_json::to_value(params)
+            .with_context(|| format!("cannot write {}'s params", N::METHOD))?;
+        self.notify_raw(N::METHOD, params).await
+    }
+
+    /// Sends a notification by name, with any params (for protocol tests).
+    pub async fn notify_raw(&self, method: &str, params: Value) -> anyhow::Result<()> {
         self.send_value(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
             .await
     }
 
     /// `shutdown`, `exit`, and the daemon's exit code.
     pub async fn close(mut self) -> anyhow::Result<i32> {
-        let _ = self.request("shutdown", Value::Null).await?;
-        self.notify("exit", Value::Null).await?;
+        let _ = self.call::<Shutdown>(None).await?;
+        self.notify::<Exit>(None).await?;
         let status = self.child.wait().await?;
         Ok(status.code().unwrap_or(-1))
     }

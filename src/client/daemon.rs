@@ -3,14 +3,14 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow, bail};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::Connection;
 use crate::protocol::{
-    InitializeResult, Session, SessionListResult, SessionSummary, SessionTranscriptResult,
+    ClientInfo, Initialize, InitializeParams, InitializeResult, Initialized, InitializedParams,
+    Request, Session, SessionGet, SessionIdParams, SessionList, SessionListParams, SessionSummary,
+    SessionTranscript, SessionTranscriptParams, SessionTranscriptResult,
 };
 use crate::rpc::framing::Framing;
 
@@ -32,40 +32,38 @@ impl Daemon {
     /// connection closed".
     pub async fn start(db: Option<&Path>) -> anyhow::Result<(Self, Notes)> {
         let (connection, notes) = Connection::spawn(command(db)?, Framing::ContentLength)?;
-        let params = json!({
-            "clientInfo": {"name": "sidechat-chat", "version": env!("CARGO_PKG_VERSION")},
-            "protocolVersion": 1,
-        });
-        let answer = match connection.request("initialize", params).await {
+        let params = serde_json::to_value(InitializeParams {
+            client_info: Some(ClientInfo {
+                name: "sidechat-chat".into(),
+                version: Some(env!("CARGO_PKG_VERSION").into()),
+            }),
+            protocol_version: Some(1),
+            capabilities: None,
+        })?;
+        let answer = match connection.request(Initialize::METHOD, params).await {
             Ok(answer) => answer,
             Err(_) => return Err(start_failure(connection).await),
         };
         let init = serde_json::from_value(answer.map_err(|e| anyhow!("{}", e.message))?)
             .context("the daemon's initialize answer is not understood")?;
-        connection.notify("initialized", json!({})).await?;
+        connection
+            .notify::<Initialized>(InitializedParams {})
+            .await?;
         Ok((Self { connection, init }, notes))
     }
 
-    /// Sends a request and reads its result; an error answer becomes the error.
-    pub async fn call<R: DeserializeOwned>(
-        &self,
-        method: &str,
-        params: impl Serialize,
-    ) -> anyhow::Result<R> {
-        let params = serde_json::to_value(params)?;
-        let result = self
-            .connection
-            .request(method, params)
+    /// Sends request `M` and reads its result; an error answer becomes the error.
+    pub async fn call<M: Request>(&self, params: M::Params) -> anyhow::Result<M::Result> {
+        self.connection
+            .call::<M>(params)
             .await?
-            .map_err(|e| anyhow!("{}", e.message))?;
-        serde_json::from_value(result).with_context(|| format!("cannot read {method}'s answer"))
+            .map_err(|e| anyhow!("{}", e.message))
     }
 
     pub async fn session(&self, id: &str) -> anyhow::Result<Session> {
-        self.call(
-            <crate::protocol::SessionGet as crate::protocol::Request>::METHOD,
-            json!({"sessionId": id}),
-        )
+        self.call::<SessionGet>(SessionIdParams {
+            session_id: id.into(),
+        })
         .await
         .with_context(|| format!("cannot open session {id}"))
     }
@@ -75,11 +73,13 @@ impl Daemon {
         let mut all = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
-            let page: SessionListResult = self
-                .call(
-                    <crate::protocol::SessionList as crate::protocol::Request>::METHOD,
-                    json!({"limit": 200, "cursor": cursor, "workspaceRoot": workspace}),
-                )
+            let page = self
+                .call::<SessionList>(SessionListParams {
+                    limit: Some(200),
+                    cursor: cursor.take(),
+                    workspace_root: workspace.map(str::to_string),
+                    ..SessionListParams::default()
+                })
                 .await?;
             all.extend(page.sessions);
             match page.next_cursor {
@@ -98,11 +98,12 @@ impl Daemon {
                 .as_ref()
                 .and_then(|w| w.entries.last())
                 .map_or(0, |e| e.seq);
-            let page: SessionTranscriptResult = self
-                .call(
-                    <crate::protocol::SessionTranscript as crate::protocol::Request>::METHOD,
-                    json!({"sessionId": id, "afterSeq": after, "limit": 5000}),
-                )
+            let page = self
+                .call::<SessionTranscript>(SessionTranscriptParams {
+                    session_id: id.into(),
+                    after_seq: Some(after),
+                    limit: Some(5000),
+                })
                 .await?;
             let more = page.has_more && !page.entries.is_empty();
             whole = Some(match whole {

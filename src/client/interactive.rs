@@ -1,6 +1,6 @@
 //! The interactive chat: a prompt below the streamed transcript.
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::daemon::{Daemon, Notes, check_account, check_model};
 use super::input::{Input, Prompt};
@@ -10,7 +10,9 @@ use super::sessions::list_line;
 use super::style::{Paint, Style, terminal_height};
 use super::{ChatArgs, plural};
 use crate::protocol::{
-    ApprovalDecision, Event, InitializeResult, Session, SessionEventParams, SessionState,
+    ApprovalDecision, ApprovalRespond, ApprovalRespondParams, ChatResume, ChatSend, ChatSendParams,
+    ChatStop, Event, InitializeResult, Session, SessionEventParams, SessionIdParams, SessionState,
+    SessionUpdate, SessionUpdateParams,
 };
 
 const HELP: &str = "\
@@ -210,10 +212,7 @@ impl Chat {
             "/model" => self.model(rest).await?,
             "/account" => self.account(rest).await?,
             "/resume" => {
-                let said = self.request(
-                    <crate::protocol::ChatResume as crate::protocol::Request>::METHOD,
-                    json!({"sessionId": self.session.id}),
-                );
+                let said = self.daemon.call::<ChatResume>(self.session_id());
                 if let Err(e) = said.await {
                     self.screen.styled(&[Paint::Red], &format!("✗ {e}"));
                 }
@@ -222,10 +221,10 @@ impl Chat {
                 if let Some(approval_id) = self.pending_approval.clone()
                     && let Some(decision) = parse_decision(text)
                 {
-                    let answer = self.request(
-                        <crate::protocol::ApprovalRespond as crate::protocol::Request>::METHOD,
-                        json!({"approvalId": approval_id, "decision": decision}),
-                    );
+                    let answer = self.daemon.call::<ApprovalRespond>(ApprovalRespondParams {
+                        approval_id,
+                        decision,
+                    });
                     if let Err(e) = answer.await {
                         self.screen.styled(&[Paint::Red], &format!("✗ {e}"));
                     }
@@ -238,10 +237,12 @@ impl Chat {
     }
 
     async fn send(&mut self, text: &str) -> anyhow::Result<()> {
-        let sent = self.request(
-            <crate::protocol::ChatSend as crate::protocol::Request>::METHOD,
-            json!({"sessionId": self.session.id, "text": text}),
-        );
+        let sent = self.daemon.call::<ChatSend>(ChatSendParams {
+            session_id: self.session.id.clone(),
+            text: text.to_string(),
+            client_message_id: None,
+            attachments: Vec::new(),
+        });
         if let Err(e) = sent.await {
             self.screen
                 .styled(&[Paint::Red], &format!("✗ not sent: {e}"));
@@ -252,10 +253,11 @@ impl Chat {
             let title = crate::tools::truncate(first, 60);
             if let Ok(session) = self
                 .daemon
-                .call::<Session>(
-                    <crate::protocol::SessionUpdate as crate::protocol::Request>::METHOD,
-                    json!({"sessionId": self.session.id, "title": title}),
-                )
+                .call::<SessionUpdate>(SessionUpdateParams {
+                    session_id: self.session.id.clone(),
+                    title: Some(title),
+                    ..SessionUpdateParams::default()
+                })
                 .await
             {
                 self.session = session;
@@ -264,18 +266,15 @@ impl Chat {
         Ok(())
     }
 
-    async fn request(&self, method: &str, params: Value) -> anyhow::Result<Value> {
-        self.daemon.call(method, params).await
+    /// The params of the requests that name this session and nothing else.
+    fn session_id(&self) -> SessionIdParams {
+        SessionIdParams {
+            session_id: self.session.id.clone(),
+        }
     }
 
     async fn stop(&mut self) -> anyhow::Result<()> {
-        if let Err(e) = self
-            .request(
-                <crate::protocol::ChatStop as crate::protocol::Request>::METHOD,
-                json!({"sessionId": self.session.id}),
-            )
-            .await
-        {
+        if let Err(e) = self.daemon.call::<ChatStop>(self.session_id()).await {
             self.screen.styled(&[Paint::Red], &format!("✗ {e}"));
         }
         Ok(())
@@ -293,10 +292,11 @@ impl Chat {
         }
         match self
             .daemon
-            .call::<Session>(
-                <crate::protocol::SessionUpdate as crate::protocol::Request>::METHOD,
-                json!({"sessionId": self.session.id, "title": title}),
-            )
+            .call::<SessionUpdate>(SessionUpdateParams {
+                session_id: self.session.id.clone(),
+                title: Some(title.to_string()),
+                ..SessionUpdateParams::default()
+            })
             .await
         {
             Ok(session) => {
@@ -340,8 +340,12 @@ impl Chat {
             self.screen.styled(&[Paint::Red], &format!("✗ {e}"));
             return Ok(());
         }
-        self.update(json!({"sessionId": self.session.id, "model": name}))
-            .await
+        self.update(SessionUpdateParams {
+            session_id: self.session.id.clone(),
+            model: Some(name.to_string()),
+            ..SessionUpdateParams::default()
+        })
+        .await
     }
 
     /// `/account`: the accounts; `/account NAME` switches to it (and its default model).
@@ -374,20 +378,17 @@ impl Chat {
             self.screen.styled(&[Paint::Red], &format!("✗ {e}"));
             return Ok(());
         }
-        self.update(json!({"sessionId": self.session.id, "account": name}))
-            .await
+        self.update(SessionUpdateParams {
+            session_id: self.session.id.clone(),
+            account: Some(name.to_string()),
+            ..SessionUpdateParams::default()
+        })
+        .await
     }
 
     /// `session/update`, then says which account and model the session now uses.
-    async fn update(&mut self, params: Value) -> anyhow::Result<()> {
-        match self
-            .daemon
-            .call::<Session>(
-                <crate::protocol::SessionUpdate as crate::protocol::Request>::METHOD,
-                params,
-            )
-            .await
-        {
+    async fn update(&mut self, params: SessionUpdateParams) -> anyhow::Result<()> {
+        match self.daemon.call::<SessionUpdate>(params).await {
             Ok(session) => {
                 self.session = session;
                 let line = format!(

@@ -7,7 +7,6 @@
 use std::io::{IsTerminal, Read, Write};
 
 use anyhow::{Context, bail};
-use serde_json::json;
 
 use super::ChatArgs;
 use super::daemon::Daemon;
@@ -15,7 +14,10 @@ use super::interactive::as_event;
 use super::open::{self, Ask};
 use super::render::{Plain, Screen, describe_call};
 use super::style::{Paint, Style};
-use crate::protocol::{ApprovalDecision, Event, FinishReason};
+use crate::protocol::{
+    ApprovalDecision, ApprovalRespond, ApprovalRespondParams, ChatSend, ChatSendParams, ChatStop,
+    Event, FinishReason, SessionIdParams, SessionUpdate, SessionUpdateParams,
+};
 
 /// The exit status for how a run ended.
 pub fn exit_code(reason: FinishReason) -> i32 {
@@ -84,20 +86,23 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
     };
     screen.set_workspace(session.workspace_root.as_deref());
     daemon
-        .call::<serde_json::Value>(
-            <crate::protocol::ChatSend as crate::protocol::Request>::METHOD,
-            json!({"sessionId": session.id, "text": text.trim_end()}),
-        )
+        .call::<ChatSend>(ChatSendParams {
+            session_id: session.id.clone(),
+            text: text.trim_end().to_string(),
+            client_message_id: None,
+            attachments: Vec::new(),
+        })
         .await
         .context("not sent")?;
     if session.title == open::UNTITLED {
         let first = text.trim().lines().next().unwrap_or_default();
         let title = crate::tools::truncate(first, 60);
         let _ = daemon
-            .call::<serde_json::Value>(
-                <crate::protocol::SessionUpdate as crate::protocol::Request>::METHOD,
-                json!({"sessionId": session.id, "title": title}),
-            )
+            .call::<SessionUpdate>(SessionUpdateParams {
+                session_id: session.id.clone(),
+                title: Some(title),
+                ..SessionUpdateParams::default()
+            })
             .await;
     }
     let mut stdout = std::io::stdout();
@@ -109,7 +114,7 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
             note = notes.recv() => note,
             _ = tokio::signal::ctrl_c(), if !stopping => {
                 stopping = true;
-                let _ = daemon.call::<serde_json::Value>(<crate::protocol::ChatStop as crate::protocol::Request>::METHOD, json!({"sessionId": session.id})).await;
+                let _ = daemon.call::<ChatStop>(SessionIdParams { session_id: session.id.clone() }).await;
                 continue;
             }
         };
@@ -140,10 +145,10 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
                 screen.styled(&[Paint::Red], &line);
             }
             daemon
-                .call::<serde_json::Value>(
-                    <crate::protocol::ApprovalRespond as crate::protocol::Request>::METHOD,
-                    json!({"approvalId": approval.approval_id, "decision": decision}),
-                )
+                .call::<ApprovalRespond>(ApprovalRespondParams {
+                    approval_id: approval.approval_id.clone(),
+                    decision,
+                })
                 .await?;
             continue;
         }

@@ -1,10 +1,8 @@
 //! Which session a chat works in: the one named, this folder's newest, or a new one.
 
-use serde_json::json;
-
 use super::daemon::{Daemon, check_account, check_model};
 use super::{ChatArgs, workspace_root};
-use crate::protocol::{Session, SessionOrigin, SessionSummary};
+use crate::protocol::{Session, SessionCreate, SessionCreateParams, SessionOrigin, SessionSummary};
 
 /// The title of a session the terminal started, until its first message names it.
 pub const UNTITLED: &str = "Terminal chat";
@@ -54,19 +52,17 @@ pub async fn choose(daemon: &Daemon, args: &ChatArgs, ask: Ask) -> anyhow::Resul
         }
     }
     let session = daemon
-        .call(
-            <crate::protocol::SessionCreate as crate::protocol::Request>::METHOD,
-            json!({
-                "title": UNTITLED,
-                "workspaceRoot": folder,
-                "account": args.account,
-                "model": args.model,
-                "origin": match ask {
-                    Ask::User => SessionOrigin::Interactive,
-                    Ask::New => SessionOrigin::Oneshot,
-                },
+        .call::<SessionCreate>(SessionCreateParams {
+            title: Some(UNTITLED.to_string()),
+            workspace_root: Some(folder),
+            account: args.account.clone(),
+            model: args.model.clone(),
+            origin: Some(match ask {
+                Ask::User => SessionOrigin::Interactive,
+                Ask::New => SessionOrigin::Oneshot,
             }),
-        )
+            ..SessionCreateParams::default()
+        })
         .await
         .map_err(|e| e.context("cannot create a session"))?;
     Ok((session, false))

@@ -4,13 +4,14 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use serde_json::json;
 
 use super::daemon::Daemon;
 use super::render::{Plain, Screen};
 use super::style::Style;
 use super::{export, plural, workspace_root};
-use crate::protocol::{SessionDeleteResult, SessionOrigin, SessionState, SessionSummary};
+use crate::protocol::{
+    SessionDelete, SessionIdParams, SessionOrigin, SessionState, SessionSummary,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct SessionsArgs {
@@ -121,11 +122,10 @@ async fn command(daemon: &Daemon, command: SessionsCommand) -> anyhow::Result<i3
             }
         }
         SessionsCommand::Delete { id } => {
-            let deleted: SessionDeleteResult = daemon
-                .call(
-                    <crate::protocol::SessionDelete as crate::protocol::Request>::METHOD,
-                    json!({"sessionId": id}),
-                )
+            let deleted = daemon
+                .call::<SessionDelete>(SessionIdParams {
+                    session_id: id.clone(),
+                })
                 .await?;
             match deleted.deleted {
                 true => eprintln!("deleted session {id}"),

@@ -1,5 +1,6 @@
 //! `initialize`: who the client and the server are, the server's capabilities, and the model
-//! accounts a client may offer (with those configured but unusable, and why).
+//! accounts a client may offer (with those configured but unusable, and why); and the params of
+//! the lifecycle notifications a client sends (`initialized`, `$/cancelRequest`).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -106,4 +107,48 @@ pub struct InitializeResult {
     /// Configured accounts left out of `accounts`, with the reason.
     #[serde(default)]
     pub unavailable_accounts: Vec<UnavailableAccount>,
+}
+
+/// `initialized`'s params: none yet (the client sends `{}`), kept as an object so fields can
+/// be added.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct InitializedParams {}
+
+/// `$/cancelRequest`'s params: the id of the request to cancel.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct CancelRequestParams {
+    // The request's id, kept as the JSON text it was sent as, so the cancellation finds the
+    // request however its number was written (`1e2` is not `100`).
+    #[schemars(with = "RequestIdSchema")]
+    pub id: Box<serde_json::value::RawValue>,
+}
+
+/// A request id: a string or a number.
+#[derive(JsonSchema)]
+#[schemars(untagged, rename = "RequestId")]
+#[allow(dead_code, reason = "only its schema is used")]
+enum RequestIdSchema {
+    Text(String),
+    Number(serde_json::Number),
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+
+    /// A cancellation names its request by the id's text as sent, which a number type would
+    /// rewrite (`1e2` as `100.0`) so that it no longer matched the request in flight.
+    #[test]
+    fn a_cancelled_id_is_kept_as_written() {
+        let ids: Vec<String> = [r#"{"id":1e2}"#, r#"{"id":-0.50}"#, r#"{"id":"x\u0079"}"#]
+            .into_iter()
+            .map(|text| {
+                let params: CancelRequestParams = serde_json::from_str(text).unwrap();
+                params.id.get().to_string()
+            })
+            .collect();
+        assert_eq!(ids, ["1e2", "-0.50", r#""x\u0079""#]);
+    }
 }

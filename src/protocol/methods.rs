@@ -134,7 +134,7 @@ macro_rules! protocol_methods {
             $( $(#[doc = $doc:literal])* $marker:ident $name:literal ($params:ty) -> $result:ty => $handler:ident; )*
         }
         notifications {
-            $( $(#[doc = $ndoc:literal])* $nmarker:ident $nname:literal ($nparams:ty); )*
+            $( $(#[doc = $ndoc:literal])* $nmarker:ident $nname:literal ($nparams:ty) $ndirection:ident; )*
         }
     ) => {
         $(
@@ -162,7 +162,7 @@ macro_rules! protocol_methods {
             pub enum $nmarker {}
             impl Notification for $nmarker {
                 const METHOD: &'static str = $nname;
-                const DIRECTION: Direction = Direction::ServerToClient;
+                const DIRECTION: Direction = Direction::$ndirection;
                 type Params = $nparams;
             }
         )*
@@ -171,7 +171,7 @@ macro_rules! protocol_methods {
         pub const METHODS: &[MethodInfo] = &[
             $( MethodInfo { name: $lname, direction: Direction::ClientToServer, kind: MethodKind::Lifecycle }, )*
             $( MethodInfo { name: $name, direction: Direction::ClientToServer, kind: MethodKind::Request }, )*
-            $( MethodInfo { name: $nname, direction: Direction::ServerToClient, kind: MethodKind::Notification }, )*
+            $( MethodInfo { name: $nname, direction: Direction::$ndirection, kind: MethodKind::Notification }, )*
         ];
 
         /// Shows `visitor` every method with its types, in declaration order.
@@ -245,8 +245,14 @@ protocol_methods! {
         NoteDelete "note/delete" (NoteDeleteParams) -> NoteDeleteResult => note_delete;
     }
     notifications {
+        /// The client has read `initialize`'s answer.
+        Initialized "initialized" (InitializedParams) ClientToServer;
+        /// Ends the process: exit code 0 after `shutdown`, 1 without.
+        Exit "exit" (Option<()>) ClientToServer;
+        /// Cancels a request in flight, which is answered -32800.
+        CancelRequest "$/cancelRequest" (CancelRequestParams) ClientToServer;
         /// One event of one session, numbered.
-        SessionEvent "session/event" (SessionEventParams);
+        SessionEvent "session/event" (SessionEventParams) ServerToClient;
     }
 }
 

@@ -8,7 +8,56 @@
 //! client cannot tell the two paths apart.
 
 use crate::json_text::next_special;
-use crate::protocol::{Delta, DeltaKind};
+use crate::protocol::{Delta, DeltaKind, Notification, SessionEvent};
+
+/// The frame's fixed start, up to the session id, with the method name from its declaration:
+/// joined at compile time, so writing it is one copy of constant bytes.
+const HEAD: &[u8] = &{
+    const METHOD: &str = <SessionEvent as Notification>::METHOD;
+    const PARTS: [&str; 3] = [
+        r#"{"jsonrpc":"2.0","method":""#,
+        METHOD,
+        r#"","params":{"sessionId":"#,
+    ];
+    const LEN: usize = PARTS[0].len() + PARTS[1].len() + PARTS[2].len();
+    assert!(
+        needs_no_escape(METHOD),
+        "the method name needs a JSON escape"
+    );
+    concat::<LEN>(&PARTS)
+};
+
+/// Whether `text` stands in a JSON string as it is.
+const fn needs_no_escape(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] < 0x20 || bytes[i] == b'"' || bytes[i] == b'\\' {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// `parts` joined into one array of `N` bytes; a wrong `N` fails the build.
+const fn concat<const N: usize>(parts: &[&str]) -> [u8; N] {
+    let mut out = [0u8; N];
+    let mut at = 0;
+    let mut part = 0;
+    while part < parts.len() {
+        let bytes = parts[part].as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            out[at] = bytes[i];
+            at += 1;
+            i += 1;
+        }
+        part += 1;
+    }
+    assert!(at == N, "the parts are not N bytes long");
+    out
+}
 
 /// The `session/event` frame of a text or thinking delta.
 #[cfg(test)]
@@ -37,7 +86,7 @@ pub fn write_delta_frame(delta: &Delta<'_>, out: &mut Vec<u8>) {
     let dynamic = message_id.len() + text.len() + session_id.len();
     // The fixed part, with the longest kind and seq, is under 192 bytes; escapes are rare.
     out.reserve(192 + dynamic + dynamic / 8 + run_id.map_or(0, str::len));
-    out.extend_from_slice(br#"{"jsonrpc":"2.0","method":"session/event","params":{"sessionId":"#);
+    out.extend_from_slice(HEAD);
     write_json_string(out, session_id);
     out.extend_from_slice(br#","seq":"#);
     out.extend_from_slice(itoa::Buffer::new().format(seq).as_bytes());
@@ -132,7 +181,7 @@ mod tests {
                             message_id,
                             text,
                         };
-                        let general = json!({"jsonrpc": "2.0", "method": "session/event", "params": delta.to_event()});
+                        let general = json!({"jsonrpc": "2.0", "method": SessionEvent::METHOD, "params": delta.to_event()});
                         assert_eq!(delta_frame(&delta), general.to_string());
                     }
                 }

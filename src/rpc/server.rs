@@ -17,9 +17,19 @@ use super::methods::MethodTable;
 use super::peer::Peer;
 use super::request_id::{RequestId, recover_id};
 use super::stdio::StdioConnection;
-use crate::protocol::{InitializeParams, InitializeResult, read_params};
+use crate::protocol::{
+    CancelRequest, CancelRequestParams, Exit, Initialize, InitializeParams, InitializeResult,
+    Initialized, Notification, Request, Shutdown, read_params,
+};
 use crate::runtime::Runtime;
 use crate::util::lock;
+
+/// The methods the dispatcher answers itself, as constants a `match` can name.
+const INITIALIZE: &str = <Initialize as Request>::METHOD;
+const SHUTDOWN: &str = <Shutdown as Request>::METHOD;
+const INITIALIZED: &str = <Initialized as Notification>::METHOD;
+const EXIT: &str = <Exit as Notification>::METHOD;
+const CANCEL_REQUEST: &str = <CancelRequest as Notification>::METHOD;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Lifecycle {
@@ -420,7 +430,7 @@ impl Dispatcher {
     ) -> Outcome<'a> {
         let state = self.lifecycle();
         match (method.as_str(), state) {
-            ("initialize", Lifecycle::Uninitialized) => {
+            (INITIALIZE, Lifecycle::Uninitialized) => {
                 let params = match read_params::<InitializeParams>(params.map(RawValue::get)) {
                     Ok(params) => params,
                     Err(e) => {
@@ -434,12 +444,12 @@ impl Dispatcher {
                     }
                 };
                 if let Some(client) = &params.client_info {
-                    tracing::info!(client = %client.name, version = ?client.version, "initialize");
+                    tracing::info!(client = %client.name, version = ?client.version, "{INITIALIZE}");
                 }
                 self.set_lifecycle(Lifecycle::Running);
                 Outcome::Reply(result_response(&id, &self.init))
             }
-            ("initialize", _) => Outcome::Reply(error_frame(
+            (INITIALIZE, _) => Outcome::Reply(error_frame(
                 id.json(),
                 INVALID_REQUEST,
                 "Invalid Request: initialize was already received",
@@ -457,7 +467,7 @@ impl Dispatcher {
                 &format!("Invalid Request: the server is shutting down and refuses {method}"),
                 None,
             )),
-            ("shutdown", Lifecycle::Running) => {
+            (SHUTDOWN, Lifecycle::Running) => {
                 self.set_lifecycle(Lifecycle::ShuttingDown);
                 self.requests_drained().await;
                 if let Ok(ready) = self.ready().await {
@@ -470,18 +480,15 @@ impl Dispatcher {
     }
 
     async fn notification(&self, method: &str, params: Option<&RawValue>) -> Outcome<'static> {
-        /// `$/cancelRequest`'s params.
-        #[derive(Deserialize)]
-        struct Cancel {
-            id: Box<RawValue>,
-        }
         match method {
-            "exit" => return Outcome::Exit,
-            "initialized" => tracing::debug!("client initialized"),
-            "$/cancelRequest" => match params.map(|p| serde_json::from_str::<Cancel>(p.get())) {
-                Some(Ok(Cancel { id })) => self.cancel(&RequestId::new(id)),
-                _ => tracing::warn!("$/cancelRequest without an id"),
-            },
+            EXIT => return Outcome::Exit,
+            INITIALIZED => tracing::debug!("client initialized"),
+            CANCEL_REQUEST => {
+                match params.map(|p| serde_json::from_str::<CancelRequestParams>(p.get())) {
+                    Some(Ok(CancelRequestParams { id })) => self.cancel(&RequestId::new(id)),
+                    _ => tracing::warn!("{CANCEL_REQUEST} without an id"),
+                }
+            }
             other => tracing::debug!(method = other, "ignored notification"),
         }
         Outcome::Silent
@@ -684,6 +691,19 @@ mod tests {
         gated_dispatcher(sink).0
     }
 
+    /// `session/list`: a method of the table that answers at once.
+    const LIST: &str = <crate::protocol::SessionList as Request>::METHOD;
+
+    /// A request frame without params.
+    fn call(id: Value, method: &str) -> String {
+        json!({"jsonrpc": "2.0", "id": id, "method": method}).to_string()
+    }
+
+    /// The `$/cancelRequest` frame of request `id`.
+    fn cancel(id: Value) -> String {
+        json!({"jsonrpc": "2.0", "method": CANCEL_REQUEST, "params": {"id": id}}).to_string()
+    }
+
     fn frames(sink: &Sink) -> Vec<Value> {
         String::from_utf8(sink.0.lock().unwrap().clone())
             .unwrap()
@@ -698,12 +718,11 @@ mod tests {
         let dispatcher = dispatcher(sink.clone());
         let slow = r#"{"jsonrpc":"2.0","id":7,"method":"test/sleep"}"#;
         assert!(!dispatcher.clone().handle_frame(slow.into()).await);
-        let cancel = r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":7}}"#;
-        dispatcher.clone().handle_frame(cancel.into()).await;
+        let cancel = cancel(json!(7));
+        dispatcher.clone().handle_frame(cancel.clone()).await;
         // Cancelling again, or an unknown id, is a no-op.
-        dispatcher.clone().handle_frame(cancel.into()).await;
-        let quick = r#"{"jsonrpc":"2.0","id":8,"method":"session/list"}"#;
-        dispatcher.clone().handle_frame(quick.into()).await;
+        dispatcher.clone().handle_frame(cancel).await;
+        dispatcher.clone().handle_frame(call(json!(8), LIST)).await;
         dispatcher.requests_drained().await;
         dispatcher.peer.outbox().flush().await;
         let answers: Vec<(Value, Value)> = frames(&sink)
@@ -756,12 +775,14 @@ mod tests {
         let (dispatcher, gate) = gated_dispatcher(sink.clone());
         let first = r#"{"jsonrpc":"2.0","id":7,"method":"test/gate"}"#;
         dispatcher.clone().handle_frame(first.into()).await;
-        let again = r#"{"jsonrpc":"2.0","id":7,"method":"session/list"}"#;
-        dispatcher.clone().handle_frame(again.into()).await;
+        let again = call(json!(7), LIST);
+        dispatcher.clone().handle_frame(again.clone()).await;
         answered(&dispatcher, &sink, json!(7)).await;
         // The same id as a string is another id.
-        let text_id = r#"{"jsonrpc":"2.0","id":"7","method":"session/list"}"#;
-        dispatcher.clone().handle_frame(text_id.into()).await;
+        dispatcher
+            .clone()
+            .handle_frame(call(json!("7"), LIST))
+            .await;
         answered(&dispatcher, &sink, json!("7")).await;
         gate.add_permits(1);
         // Shutdown's wait still sees the first request.
@@ -784,7 +805,7 @@ mod tests {
             sent[0]
         );
         // Once answered, the id may be used again.
-        dispatcher.clone().handle_frame(again.into()).await;
+        dispatcher.clone().handle_frame(again).await;
         dispatcher.requests_drained().await;
         dispatcher.peer.outbox().flush().await;
         assert_eq!(answers(&frames(&sink)[3..]), vec![json!([7, false])]);
@@ -794,29 +815,29 @@ mod tests {
     async fn batch_members_run_like_single_calls() {
         let sink = Sink::default();
         let (dispatcher, gate) = gated_dispatcher(sink.clone());
-        let batch = r#"[
-            {"jsonrpc":"2.0","id":1,"method":"test/gate"},
-            {"jsonrpc":"2.0","id":2,"method":"session/list"},
-            {"jsonrpc":"2.0","method":"x/y"},
-            {"jsonrpc":"2.0","id":3,"method":"no/such"},
-            {"jsonrpc":"2.0","id":4,"method":"test/sleep"},
-            {"jsonrpc":"2.0","id":5,"method":"test/gate"},
+        let batch = json!([
+            {"jsonrpc": "2.0", "id": 1, "method": "test/gate"},
+            {"jsonrpc": "2.0", "id": 2, "method": LIST},
+            {"jsonrpc": "2.0", "method": "x/y"},
+            {"jsonrpc": "2.0", "id": 3, "method": "no/such"},
+            {"jsonrpc": "2.0", "id": 4, "method": "test/sleep"},
+            {"jsonrpc": "2.0", "id": 5, "method": "test/gate"},
             7
-        ]"#;
+        ]);
         // The reading loop goes on at once, whatever the members do.
-        let exit = tokio::time::timeout(HANG_GUARD, dispatcher.clone().handle_frame(batch.into()))
-            .await
-            .expect("the batch was awaited on the reading loop");
+        let exit = tokio::time::timeout(
+            HANG_GUARD,
+            dispatcher.clone().handle_frame(batch.to_string()),
+        )
+        .await
+        .expect("the batch was awaited on the reading loop");
         assert!(!exit);
         // A later frame is answered while the batch works.
-        let later = r#"{"jsonrpc":"2.0","id":6,"method":"session/list"}"#;
-        dispatcher.clone().handle_frame(later.into()).await;
+        dispatcher.clone().handle_frame(call(json!(6), LIST)).await;
         answered(&dispatcher, &sink, json!(6)).await;
         // Members are cancelled like single calls; a member reusing an id in flight is refused.
-        let cancel = r#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":4}}"#;
-        dispatcher.clone().handle_frame(cancel.into()).await;
-        let reused = r#"{"jsonrpc":"2.0","id":5,"method":"session/list"}"#;
-        dispatcher.clone().handle_frame(reused.into()).await;
+        dispatcher.clone().handle_frame(cancel(json!(4))).await;
+        dispatcher.clone().handle_frame(call(json!(5), LIST)).await;
         answered(&dispatcher, &sink, json!(5)).await;
         gate.add_permits(2);
         tokio::time::timeout(HANG_GUARD, dispatcher.requests_drained())

@@ -2,6 +2,7 @@
 //! does: a number is echoed as its JSON text (`1e2` stays `1e2`, not `100.0`), a string as
 //! written, escapes and all.
 
+use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use pretty_assertions::assert_eq;
 use serde::Deserialize;
 use serde_json::Value;
@@ -39,13 +40,17 @@ async fn acp_answers_numeric_ids_as_sent() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     // Each request written raw, so nothing on the way re-encodes its id; the answers read
     // with their ids kept as text.
+    let (initialize, list) = (
+        AGENT_METHOD_NAMES.initialize,
+        AGENT_METHOD_NAMES.session_list,
+    );
     let requests = [
-        ("-1", "initialize", r#"{"protocolVersion":1}"#),
-        ("1.5", "session/list", "{}"),
-        ("1e2", "session/list", "{}"),
-        ("-0.25E-3", "session/list", "{}"),
-        ("18446744073709551616", "session/list", "{}"),
-        (r#""x\u0079""#, "session/list", "{}"),
+        ("-1", initialize, r#"{"protocolVersion":1}"#),
+        ("1.5", list, "{}"),
+        ("1e2", list, "{}"),
+        ("-0.25E-3", list, "{}"),
+        ("18446744073709551616", list, "{}"),
+        (r#""x\u0079""#, list, "{}"),
         ("2.50", "no/such", "{}"),
     ];
     let mut answered = Vec::new();

@@ -10,6 +10,10 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
+use sidechat::protocol::{
+    ChatSend, Exit, Initialize, Initialized, Notification, Request, SessionCreate, SessionEvent,
+    Shutdown,
+};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::ChildStdout;
 
@@ -76,9 +80,9 @@ async fn a_client_that_stops_reading_holds_the_provider_stream_and_loses_nothing
     let mut stdin = daemon.stdin.take().unwrap();
     let mut stdout = BufReader::new(daemon.stdout.take().unwrap());
     for request in [
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}),
-        json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}),
-        json!({"jsonrpc": "2.0", "id": 2, "method": "session/create", "params": {"workspaceRoot": scratch.workspace()}}),
+        json!({"jsonrpc": "2.0", "id": 1, "method": Initialize::METHOD, "params": {}}),
+        json!({"jsonrpc": "2.0", "method": Initialized::METHOD, "params": {}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": SessionCreate::METHOD, "params": {"workspaceRoot": scratch.workspace()}}),
     ] {
         stdin
             .write_all(format!("{request}\n").as_bytes())
@@ -93,18 +97,19 @@ async fn a_client_that_stops_reading_holds_the_provider_stream_and_loses_nothing
             break message["result"]["id"].as_str().unwrap().to_string();
         }
     };
-    let send = json!({"jsonrpc": "2.0", "id": 3, "method": "chat/send", "params": {"sessionId": session, "text": "go"}});
+    let send = json!({"jsonrpc": "2.0", "id": 3, "method": ChatSend::METHOD, "params": {"sessionId": session, "text": "go"}});
     stdin
         .write_all(format!("{send}\n").as_bytes())
         .await
         .unwrap();
 
+    let event = format!(r#""method":"{}""#, SessionEvent::METHOD);
     let mut seqs = Vec::new();
     let mut next_delta = 0u64;
     let mut paused = false;
     loop {
         next_line(&mut stdout, &mut line).await;
-        if !line.contains(r#""method":"session/event""#) {
+        if !line.contains(&event) {
             continue;
         }
         seqs.push(number_after(&line, r#""seq":"#).expect("an event has a seq"));
@@ -143,8 +148,8 @@ async fn a_client_that_stops_reading_holds_the_provider_stream_and_loses_nothing
     );
 
     for request in [
-        json!({"jsonrpc": "2.0", "id": 4, "method": "shutdown"}),
-        json!({"jsonrpc": "2.0", "method": "exit"}),
+        json!({"jsonrpc": "2.0", "id": 4, "method": Shutdown::METHOD}),
+        json!({"jsonrpc": "2.0", "method": Exit::METHOD}),
     ] {
         stdin
             .write_all(format!("{request}\n").as_bytes())

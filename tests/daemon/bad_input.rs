@@ -3,10 +3,13 @@
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use sidechat::protocol::{InitializeParams, SessionCreateParams, SessionListParams};
+use sidechat::protocol::{
+    Initialize, InitializeParams, Request, SessionCreate, SessionCreateParams, SessionDelete,
+    SessionList, SessionListParams,
+};
 use sidechat::rpc::framing::Framing;
 
-use crate::harness::{Daemon, Options, Scratch, sid};
+use crate::harness::{Daemon, Options, Scratch, json_of, sid};
 
 /// The code and id of the next unsolicited frame (an error answer to a raw write).
 async fn next_error(daemon: &mut Daemon) -> (Value, i64) {
@@ -20,15 +23,14 @@ async fn next_error(daemon: &mut Daemon) -> (Value, i64) {
 }
 
 async fn still_answers(daemon: &Daemon) {
-    let listed = daemon
-        .call(
-            "session/list",
-            SessionListParams {
+    let listed = json_of(
+        daemon
+            .call::<SessionList>(SessionListParams {
                 limit: Some(1),
                 ..SessionListParams::default()
-            },
-        )
-        .await;
+            })
+            .await,
+    );
     assert!(listed["sessions"].is_array());
 }
 
@@ -44,7 +46,7 @@ async fn line_framing_bad_input() {
         .await
         .unwrap();
     assert_eq!(next_error(&mut daemon).await, (json!(1), -32002));
-    daemon.call("initialize", InitializeParams::default()).await;
+    daemon.call::<Initialize>(InitializeParams::default()).await;
 
     let cases: &[(&[u8], Value, i64)] = &[
         // Random bytes.
@@ -79,7 +81,7 @@ async fn line_framing_bad_input() {
 
     // The unknown session's id is named in the error.
     let error = daemon
-        .try_call("session/delete", sid("ses_gone"))
+        .try_call::<SessionDelete>(sid("ses_gone"))
         .await
         .unwrap_err();
     assert_eq!(
@@ -141,7 +143,7 @@ async fn content_length_framing_bad_input() {
             ..Options::default()
         },
     );
-    daemon.call("initialize", InitializeParams::default()).await;
+    daemon.call::<Initialize>(InitializeParams::default()).await;
 
     // A truncated header.
     daemon.conn.write_raw(b"Content-Len\r\n\r\n").await.unwrap();
@@ -184,7 +186,7 @@ async fn content_length_framing_bad_input() {
 async fn a_line_past_the_frame_limit_is_refused_with_its_id_and_the_next_line_answered() {
     let scratch = Scratch::new();
     let mut daemon = Daemon::spawn(&scratch.db(), Options::default());
-    daemon.call("initialize", InitializeParams::default()).await;
+    daemon.call::<Initialize>(InitializeParams::default()).await;
 
     // The line is refused once it passes the limit and the rest of it is skipped as it
     // arrives; its first bytes show its id, so the client hears which request it was.
@@ -193,7 +195,9 @@ async fn a_line_past_the_frame_limit_is_refused_with_its_id_and_the_next_line_an
         br#"{"jsonrpc":"2.0","id":40,"method":"chat/send","params":{"sessionId":"ses_x","text":""#
             .to_vec();
     wire.resize(limit + 1024, b'x');
-    wire.extend_from_slice(b"\"}}\n{\"jsonrpc\":\"2.0\",\"id\":41,\"method\":\"session/list\"}\n");
+    wire.extend_from_slice(b"\"}}\n");
+    let next = json!({"jsonrpc": "2.0", "id": 41, "method": SessionList::METHOD});
+    wire.extend_from_slice(format!("{next}\n").as_bytes());
     daemon.conn.write_raw(&wire).await.unwrap();
     let refusal = daemon.next_note().await;
     assert_eq!(
@@ -225,7 +229,7 @@ async fn session_create_refuses_a_missing_root_and_a_file_as_root() {
             workspace_root: Some(root.clone()),
             ..SessionCreateParams::default()
         };
-        let refused = daemon.try_call("session/create", params).await.unwrap_err();
+        let refused = daemon.try_call::<SessionCreate>(params).await.unwrap_err();
         assert_eq!(
             (refused.code, refused.message),
             (
@@ -234,9 +238,11 @@ async fn session_create_refuses_a_missing_root_and_a_file_as_root() {
             )
         );
     }
-    let listed = daemon
-        .call("session/list", SessionListParams::default())
-        .await;
+    let listed = json_of(
+        daemon
+            .call::<SessionList>(SessionListParams::default())
+            .await,
+    );
     assert_eq!(listed["sessions"], json!([]));
     assert_eq!(daemon.close().await, 0);
 }
@@ -256,7 +262,7 @@ async fn an_oversized_frame_is_refused_with_its_id_alike_in_both_framings() {
                 ..Options::default()
             },
         );
-        daemon.call("initialize", InitializeParams::default()).await;
+        daemon.call::<Initialize>(InitializeParams::default()).await;
         let mut body = request.to_vec();
         body.resize(limit + 1024, b'x');
         body.extend_from_slice(b"\"}}");
@@ -273,10 +279,8 @@ async fn an_oversized_frame_is_refused_with_its_id_alike_in_both_framings() {
                 wire.extend_from_slice(&body);
             }
         }
-        framing.encode(
-            r#"{"jsonrpc":"2.0","id":41,"method":"session/list"}"#,
-            &mut wire,
-        );
+        let next = json!({"jsonrpc": "2.0", "id": 41, "method": SessionList::METHOD});
+        framing.encode(&next.to_string(), &mut wire);
         daemon.conn.write_raw(&wire).await.unwrap();
         let refusal = daemon.next_note().await;
         let next = daemon.next_note().await;

@@ -3,11 +3,12 @@
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::protocol::{
-    Event, FinishReason, SessionCreateParams, SessionEventParams, SessionListParams,
+    ChatSend, Event, FinishReason, SessionBudget, SessionCost, SessionCreateParams,
+    SessionEventParams, SessionGet, SessionList, SessionListParams, SessionUpdate,
     SessionUpdateParams,
 };
 
-use crate::harness::{Daemon, Options, Scratch, say, sid};
+use crate::harness::{Daemon, Options, Scratch, json_of, say, sid};
 use crate::upstream::{Reply, start};
 
 fn openai_text(text: &str, prompt: u64, cached: u64, completion: u64) -> Reply {
@@ -66,7 +67,7 @@ async fn counts_are_tiktokens_and_the_stored_counts_add_up_to_a_recount() {
         })
         .await;
     let question = "What files are in this folder, and which one is the largest?";
-    daemon.call("chat/send", say(&session, question)).await;
+    daemon.call::<ChatSend>(say(&session, question)).await;
     let events = daemon.until_finished().await;
     let first = &budgets(&events)[0]["snapshot"];
     assert_eq!(
@@ -77,7 +78,7 @@ async fn counts_are_tiktokens_and_the_stored_counts_add_up_to_a_recount() {
     assert_eq!(first["countedByEstimate"], json!(false));
 
     // The incremental tally equals a recount of every message the model is sent.
-    let snapshot = daemon.call("session/budget", sid(&session)).await["snapshot"].clone();
+    let snapshot = json_of(daemon.call::<SessionBudget>(sid(&session)).await)["snapshot"].clone();
     let transcript = daemon.transcript(&session).await;
     let entries: Vec<sidechat::protocol::TranscriptEntry> =
         serde_json::from_value(transcript["entries"].clone()).unwrap();
@@ -107,7 +108,7 @@ async fn counts_are_tiktokens_and_the_stored_counts_add_up_to_a_recount() {
         },
     )
     .await;
-    let again = daemon.call("session/budget", sid(&session)).await["snapshot"].clone();
+    let again = json_of(daemon.call::<SessionBudget>(sid(&session)).await)["snapshot"].clone();
     assert_eq!(again, snapshot);
     daemon.close().await;
 }
@@ -143,7 +144,7 @@ async fn a_long_streamed_answer_counts_as_a_recount_of_it() {
     )
     .await;
     let session = daemon.create_session(SessionCreateParams::default()).await;
-    daemon.call("chat/send", say(&session, "Explain.")).await;
+    daemon.call::<ChatSend>(say(&session, "Explain.")).await;
     assert_eq!(
         finish(&daemon.until_finished().await).0,
         FinishReason::EndTurn
@@ -165,7 +166,7 @@ async fn a_long_streamed_answer_counts_as_a_recount_of_it() {
         .iter()
         .map(|e| sidechat::runtime::count_blocks("gpt-4o", e.role, &e.blocks).tokens)
         .sum();
-    let snapshot = daemon.call("session/budget", sid(&session)).await["snapshot"].clone();
+    let snapshot = json_of(daemon.call::<SessionBudget>(sid(&session)).await)["snapshot"].clone();
     assert_eq!(snapshot["historyTokens"].as_u64().unwrap(), recount);
     daemon.close().await;
 }
@@ -184,7 +185,8 @@ async fn context_windows_come_from_the_table_unless_the_account_overrides() {
     let window = |session: String| {
         let daemon = &daemon;
         async move {
-            daemon.call("session/budget", sid(&session)).await["snapshot"]["contextWindow"].clone()
+            json_of(daemon.call::<SessionBudget>(sid(&session)).await)["snapshot"]["contextWindow"]
+                .clone()
         }
     };
     let local = daemon
@@ -225,9 +227,10 @@ async fn pressure_follows_the_configured_thresholds_exactly() {
             ..SessionCreateParams::default()
         })
         .await;
-    let utilisation = daemon.call("session/budget", sid(&session)).await["snapshot"]["utilisation"]
-        .as_f64()
-        .unwrap();
+    let utilisation =
+        json_of(daemon.call::<SessionBudget>(sid(&session)).await)["snapshot"]["utilisation"]
+            .as_f64()
+            .unwrap();
     daemon.close().await;
     let cases = [
         (utilisation + 0.01, utilisation + 0.02, "normal"),
@@ -240,7 +243,8 @@ async fn pressure_follows_the_configured_thresholds_exactly() {
             ("SIDECHAT_PRESSURE_CRITICAL", critical.to_string()),
         ];
         let daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
-        let snapshot = daemon.call("session/budget", sid(&session)).await["snapshot"].clone();
+        let snapshot =
+            json_of(daemon.call::<SessionBudget>(sid(&session)).await)["snapshot"].clone();
         assert_eq!(
             (
                 snapshot["pressure"].clone(),
@@ -290,7 +294,7 @@ async fn actual_usage_is_reported_and_priced_when_read() {
         (json!(false), json!(1.0))
     );
 
-    let cost = daemon.call("session/cost", sid(&session)).await["cost"].clone();
+    let cost = json_of(daemon.call::<SessionCost>(sid(&session)).await)["cost"].clone();
     // 100,000 × 2.50 + 20,000 × 1.25 + 5,000 × 10 = 250,000 + 25,000 + 50,000 µ$ = $0.325
     assert_eq!(
         cost["byKind"],
@@ -301,9 +305,11 @@ async fn actual_usage_is_reported_and_priced_when_read() {
         (json!(0.325), json!(false))
     );
     assert_eq!(cost["unpriced"]["lines"], json!(0));
-    let listed = daemon
-        .call("session/list", SessionListParams::default())
-        .await["sessions"][0]
+    let listed = json_of(
+        daemon
+            .call::<SessionList>(SessionListParams::default())
+            .await,
+    )["sessions"][0]
         .clone();
     let spend = |v: &Value| {
         (
@@ -313,7 +319,7 @@ async fn actual_usage_is_reported_and_priced_when_read() {
         )
     };
     assert_eq!(spend(&listed), (json!(125_000), json!(0.325), json!(0)));
-    let view = daemon.call("session/get", sid(&session)).await;
+    let view = json_of(daemon.call::<SessionGet>(sid(&session)).await);
     assert_eq!(spend(&view), spend(&listed));
     daemon.close().await;
 }
@@ -375,7 +381,7 @@ async fn configured_prices_beat_the_table_and_unpriced_models_say_so() {
     let priced = daemon.create_session(SessionCreateParams::default()).await;
     daemon.send(&priced, "hi").await;
     daemon.until_finished().await;
-    let cost = daemon.call("session/cost", sid(&priced)).await["cost"].clone();
+    let cost = json_of(daemon.call::<SessionCost>(sid(&priced)).await)["cost"].clone();
     // 1,000 × $1/M + 500 × $2/M = $0.001 + $0.001
     assert_eq!(
         (
@@ -393,7 +399,7 @@ async fn configured_prices_beat_the_table_and_unpriced_models_say_so() {
         .await;
     daemon.send(&unpriced, "hi").await;
     daemon.until_finished().await;
-    let cost = daemon.call("session/cost", sid(&unpriced)).await["cost"].clone();
+    let cost = json_of(daemon.call::<SessionCost>(sid(&unpriced)).await)["cost"].clone();
     assert_eq!(
         (
             cost.get("totalUsd").cloned(),
@@ -414,7 +420,7 @@ async fn configured_prices_beat_the_table_and_unpriced_models_say_so() {
             json!([{"kind": "turn", "lines": 1, "tokens": {"input": 1000, "output": 500, "cacheRead": 0, "cacheWrite": 0, "reasoning": 0}, "partial": true}])
         )
     );
-    let view = daemon.call("session/get", sid(&unpriced)).await;
+    let view = json_of(daemon.call::<SessionGet>(sid(&unpriced)).await);
     assert_eq!(
         (
             view["tokens"].clone(),
@@ -461,7 +467,7 @@ async fn a_price_change_dated_after_a_usage_line_leaves_its_cost_alone() {
     let session = daemon.create_session(SessionCreateParams::default()).await;
     daemon.send(&session, "hi").await;
     daemon.until_finished().await;
-    let cost = daemon.call("session/cost", sid(&session)).await["cost"].clone();
+    let cost = json_of(daemon.call::<SessionCost>(sid(&session)).await)["cost"].clone();
     // 1,000 × $1/M + 500 × $2/M = $0.002, at the price in force when the request was made.
     assert_eq!(
         (
@@ -495,7 +501,7 @@ async fn a_spend_cap_stops_before_the_request_and_refuses_sends_until_raised() {
         })
         .await;
     let refused = daemon
-        .try_call("chat/send", say(&unpriced, "hi"))
+        .try_call::<ChatSend>(say(&unpriced, "hi"))
         .await
         .unwrap_err();
     assert_eq!(
@@ -532,7 +538,7 @@ async fn a_spend_cap_stops_before_the_request_and_refuses_sends_until_raised() {
         FinishReason::EndTurn
     );
     let refused = daemon
-        .try_call("chat/send", say(&session, "more"))
+        .try_call::<ChatSend>(say(&session, "more"))
         .await
         .unwrap_err();
     assert_eq!(refused.code, -32006);
@@ -544,30 +550,26 @@ async fn a_spend_cap_stops_before_the_request_and_refuses_sends_until_raised() {
         refused.message
     );
     daemon
-        .call(
-            "session/update",
-            SessionUpdateParams {
-                session_id: session.clone(),
-                cap_usd: Some(Some(1.0)),
-                ..SessionUpdateParams::default()
-            },
-        )
+        .call::<SessionUpdate>(SessionUpdateParams {
+            session_id: session.clone(),
+            cap_usd: Some(Some(1.0)),
+            ..SessionUpdateParams::default()
+        })
         .await;
     daemon.send(&session, "more").await;
     assert_eq!(
         finish(&daemon.until_finished().await).0,
         FinishReason::EndTurn
     );
-    let removed = daemon
-        .call(
-            "session/update",
-            SessionUpdateParams {
+    let removed = json_of(
+        daemon
+            .call::<SessionUpdate>(SessionUpdateParams {
                 session_id: session.clone(),
                 cap_usd: Some(None),
                 ..SessionUpdateParams::default()
-            },
-        )
-        .await;
+            })
+            .await,
+    );
     assert_eq!(removed.get("capUsd"), None);
     daemon.close().await;
 }
@@ -615,7 +617,7 @@ async fn slash_commands_run_locally_and_notes_never_reach_the_model() {
         })
         .await;
     daemon
-        .call("chat/send", say(&session, "remember the word apple"))
+        .call::<ChatSend>(say(&session, "remember the word apple"))
         .await;
     daemon.until_finished().await;
 
@@ -628,7 +630,7 @@ async fn slash_commands_run_locally_and_notes_never_reach_the_model() {
             "System prompt set: Answer in French.",
         ),
     ] {
-        let sent = daemon.call("chat/send", say(&session, command)).await;
+        let sent = json_of(daemon.call::<ChatSend>(say(&session, command)).await);
         assert_eq!(
             (sent["runId"].clone(), sent["queued"].clone()),
             (Value::Null, json!(false)),
@@ -647,25 +649,23 @@ async fn slash_commands_run_locally_and_notes_never_reach_the_model() {
             .to_string();
         assert!(text.starts_with(starts), "{command}: {text}");
     }
-    let view = daemon.call("session/get", sid(&session)).await;
+    let view = json_of(daemon.call::<SessionGet>(sid(&session)).await);
     assert_eq!(
         (view["model"].clone(), view["systemPrompt"].clone()),
         (json!("replay-2"), json!("Answer in French."))
     );
 
-    daemon.call("chat/send", say(&session, "/frobnicate")).await;
+    daemon.call::<ChatSend>(say(&session, "/frobnicate")).await;
     let notice = daemon.next_event().await;
     assert!(
         matches!(&notice.event, Event::Notice { message, .. } if message.starts_with("Unknown command /frobnicate"))
     );
 
-    daemon.call("chat/send", say(&session, "what word?")).await;
+    daemon.call::<ChatSend>(say(&session, "what word?")).await;
     daemon.until_finished().await;
     daemon.send(&session, "/clear").await;
     daemon.next_event().await;
-    daemon
-        .call("chat/send", say(&session, "//start over"))
-        .await;
+    daemon.call::<ChatSend>(say(&session, "//start over")).await;
     daemon.until_finished().await;
 
     let requests = scratch.requests();

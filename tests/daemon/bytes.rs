@@ -7,12 +7,17 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use sidechat::client::read_frames;
+use sidechat::protocol::{
+    Attachment, ChatSend, ChatSendParams, Exit, Initialize, InitializeParams, Notification,
+    Request, SessionCreate, SessionCreateParams, SessionList, SessionListParams, SessionTranscript,
+    SessionTranscriptParams, SessionUpdate, Shutdown,
+};
 use sidechat::rpc::framing::Framing;
 use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 
-use crate::harness::{Scratch, command};
+use crate::harness::{Scratch, command, say};
 
 /// A guard against a hung daemon, not a performance assertion.
 const HANG_GUARD: std::time::Duration = std::time::Duration::from_secs(60);
@@ -109,9 +114,16 @@ impl Raw {
         (id, error["code"].clone())
     }
 
-    /// Writes `request` framed as `framing` and returns its answer's result, checking that
-    /// the answer carries `id` exactly as written.
-    pub async fn call(&mut self, framing: Framing, id: &str, method: &str, params: Value) -> Value {
+    /// Writes request `M` with `id` framed as `framing` and returns its answer's result,
+    /// checking that the answer carries `id` exactly as written.
+    pub async fn call<M: Request>(
+        &mut self,
+        framing: Framing,
+        id: &str,
+        params: M::Params,
+    ) -> Value {
+        let method = M::METHOD;
+        let params = serde_json::to_value(params).unwrap();
         let request =
             format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
         let mut wire = Vec::new();
@@ -127,14 +139,17 @@ impl Raw {
     pub async fn exit(mut self, framing: Framing) {
         let mut wire = Vec::new();
         framing.encode(
-            r#"{"jsonrpc":"2.0","id":"bye","method":"shutdown"}"#,
+            &json!({"jsonrpc": "2.0", "id": "bye", "method": Shutdown::METHOD}).to_string(),
             &mut wire,
         );
         self.write(&wire).await;
         let (id, answer) = self.next_answer().await;
         assert_eq!((id.as_str(), answer.error), ("\"bye\"", None));
         wire.clear();
-        framing.encode(r#"{"jsonrpc":"2.0","method":"exit"}"#, &mut wire);
+        framing.encode(
+            &json!({"jsonrpc": "2.0", "method": Exit::METHOD}).to_string(),
+            &mut wire,
+        );
         self.write(&wire).await;
         let status = tokio::time::timeout(HANG_GUARD, self.child.wait())
             .await
@@ -149,7 +164,7 @@ async fn numeric_ids_of_any_json_number_are_answered_as_sent() {
     let scratch = Scratch::new();
     let mut daemon = Raw::spawn(&scratch);
     daemon
-        .call(Framing::Line, "-1", "initialize", json!({}))
+        .call::<Initialize>(Framing::Line, "-1", InitializeParams::default())
         .await;
     for id in [
         "-1",
@@ -161,7 +176,14 @@ async fn numeric_ids_of_any_json_number_are_answered_as_sent() {
         "\"x\\u0079\"",
     ] {
         let listed = daemon
-            .call(Framing::Line, id, "session/list", json!({"limit": 1}))
+            .call::<SessionList>(
+                Framing::Line,
+                id,
+                SessionListParams {
+                    limit: Some(1),
+                    ..SessionListParams::default()
+                },
+            )
             .await;
         assert!(listed["sessions"].is_array(), "{listed}");
     }
@@ -179,27 +201,31 @@ async fn a_lone_surrogate_is_stored_as_a_replacement_character_and_answered_with
     let scratch = Scratch::new();
     let mut daemon = Raw::spawn(&scratch);
     daemon
-        .call(Framing::Line, "1", "initialize", json!({}))
+        .call::<Initialize>(Framing::Line, "1", InitializeParams::default())
         .await;
     let session = daemon
-        .call(Framing::Line, "2", "session/create", json!({}))
+        .call::<SessionCreate>(Framing::Line, "2", SessionCreateParams::default())
         .await;
     let session = session["id"].as_str().unwrap().to_string();
     // What `JSON.stringify` writes for a string cut inside an emoji; raw here so nothing on
     // the way re-encodes it.
+    let method = ChatSend::METHOD;
     let send = format!(
-        r#"{{"jsonrpc":"2.0","id":3,"method":"chat/send","params":{{"sessionId":"{session}","text":"cut \ud83d here \udE00 and \ud83d\ude00 whole"}}}}"#
+        r#"{{"jsonrpc":"2.0","id":3,"method":"{method}","params":{{"sessionId":"{session}","text":"cut \ud83d here \udE00 and \ud83d\ude00 whole"}}}}"#
     );
     daemon.write(format!("{send}\n").as_bytes()).await;
     let (id, answer) = daemon.next_answer().await;
     assert_eq!(id, "3");
     let message_id = answer.result.expect("the send succeeded")["messageId"].clone();
     let transcript = daemon
-        .call(
+        .call::<SessionTranscript>(
             Framing::Line,
             "4",
-            "session/transcript",
-            json!({"sessionId": session}),
+            SessionTranscriptParams {
+                session_id: session.clone(),
+                after_seq: None,
+                limit: None,
+            },
         )
         .await;
     let user = transcript["entries"]
@@ -214,14 +240,15 @@ async fn a_lone_surrogate_is_stored_as_a_replacement_character_and_answered_with
     );
     // A frame whose body does not parse is still answered with its own id.
     let broken = format!(
-        r#"{{"jsonrpc":"2.0","id":"b-5","method":"chat/send","params":{{"sessionId":"{session}","text":tru}}}}"#
+        r#"{{"jsonrpc":"2.0","id":"b-5","method":"{method}","params":{{"sessionId":"{session}","text":tru}}}}"#
     );
     daemon.write(format!("{broken}\n").as_bytes()).await;
     let (id, code) = daemon.next_error_code().await;
     assert_eq!((id.as_str(), code), ("\"b-5\"", json!(-32700)));
     // Bytes that are not UTF-8 are read as replacement characters.
+    let method = SessionUpdate::METHOD;
     let mut latin1 = format!(
-        r#"{{"jsonrpc":"2.0","id":6,"method":"session/update","params":{{"sessionId":"{session}","title":"caf"#
+        r#"{{"jsonrpc":"2.0","id":6,"method":"{method}","params":{{"sessionId":"{session}","title":"caf"#
     )
     .into_bytes();
     latin1.extend_from_slice(b"\xe9\"}}\n");
@@ -237,14 +264,12 @@ async fn headers_ending_in_lf_alone_are_read() {
     let scratch = Scratch::new();
     let mut daemon = Raw::spawn(&scratch);
     let lf = |body: &str| format!("Content-Length: {}\n\n{body}", body.len()).into_bytes();
-    daemon
-        .write(&lf(
-            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#,
-        ))
-        .await;
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": Initialize::METHOD, "params": {}});
+    daemon.write(&lf(&initialize.to_string())).await;
     assert_eq!(daemon.next_answer().await.0, "1");
     // Mixed: one header in LF, one in CRLF, and an LF-only blank line after a CRLF line.
-    let body = r#"{"jsonrpc":"2.0","id":2,"method":"session/list","params":{}}"#;
+    let body =
+        json!({"jsonrpc": "2.0", "id": 2, "method": SessionList::METHOD, "params": {}}).to_string();
     let mixed = format!(
         "Content-Type: application/vscode-jsonrpc; charset=utf-8\nContent-Length: {}\r\n\n{body}",
         body.len()
@@ -261,12 +286,15 @@ async fn a_content_length_past_the_limit_is_refused_at_once_and_the_next_request
     let scratch = Scratch::new();
     let mut daemon = Raw::spawn(&scratch);
     daemon
-        .call(Framing::ContentLength, "1", "initialize", json!({}))
+        .call::<Initialize>(Framing::ContentLength, "1", InitializeParams::default())
         .await;
     for (length, id) in [("18446744073709551615", "2"), ("67108865", "3")] {
         let mut wire = format!("Content-Length: {length}\r\n\r\n").into_bytes();
         Framing::ContentLength.encode(
-            &format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"session/list","params":{{}}}}"#),
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"{}","params":{{}}}}"#,
+                SessionList::METHOD
+            ),
             &mut wire,
         );
         daemon.write(&wire).await;
@@ -297,14 +325,19 @@ async fn a_message_over_the_size_limit_is_refused_naming_the_limit() {
     const LIMIT: usize = sidechat::runtime::MAX_MESSAGE_BYTES;
     let scratch = Scratch::new();
     let mut daemon = Daemon::start(&scratch.db(), Options::default()).await;
-    let session = daemon.create_session(json!({})).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     let over = [
-        json!({"sessionId": session, "text": "x".repeat(LIMIT + 1)}),
-        json!({"sessionId": session, "text": "x".repeat(LIMIT / 2),
-               "attachments": [{"name": "a.txt", "text": "y".repeat(LIMIT / 2)}]}),
+        say(&session, &"x".repeat(LIMIT + 1)),
+        ChatSendParams {
+            attachments: vec![Attachment {
+                name: "a.txt".into(),
+                text: "y".repeat(LIMIT / 2),
+            }],
+            ..say(&session, &"x".repeat(LIMIT / 2))
+        },
     ];
     for params in over {
-        let error = daemon.try_call("chat/send", params).await.unwrap_err();
+        let error = daemon.try_call::<ChatSend>(params).await.unwrap_err();
         assert_eq!(error.code, -32602);
         assert!(
             error.message.contains(&LIMIT.to_string()) && error.message.contains("8 MiB"),

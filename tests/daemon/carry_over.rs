@@ -2,8 +2,11 @@
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
+use sidechat::protocol::{
+    ChatSend, NoteDelete, NoteDeleteParams, SessionBudget, SessionCreateParams, SessionGet,
+};
 
-use crate::harness::{Daemon, Options, Scratch};
+use crate::harness::{Daemon, Options, Scratch, json_of, say, sid};
 use crate::long_context::{WINDOW, carry_over_notes, compactions, env, text_reply, user_texts};
 use crate::upstream::{Reply, start};
 
@@ -57,7 +60,7 @@ async fn a_copied_note_keeps_nothing_of_a_key_across_its_cut() {
     let scratch = Scratch::new();
     let mut daemon =
         Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
-    let session = daemon.create_session(json!({})).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     daemon
         .send(
             &session,
@@ -65,12 +68,7 @@ async fn a_copied_note_keeps_nothing_of_a_key_across_its_cut() {
         )
         .await;
     daemon.until_finished().await;
-    daemon
-        .call(
-            "chat/send",
-            json!({"sessionId": session, "text": "/new-context"}),
-        )
-        .await;
+    daemon.call::<ChatSend>(say(&session, "/new-context")).await;
     let notes = carry_over_notes(&daemon.transcript(&session).await);
     let copied =
         format!("Task: Deploy with this key:\n[redacted]\nthen restart.\nLast answer: {filler}…");
@@ -123,17 +121,17 @@ async fn a_carry_over_note_stays_first_through_compactions_until_deleted() {
     let scratch = Scratch::new();
     let mut daemon =
         Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
-    let session = daemon.create_session(json!({})).await;
-    let command = |text: &str| json!({"sessionId": session, "text": text});
+    let session = daemon.create_session(SessionCreateParams::default()).await;
+    let command = |text: &str| say(&session, text);
     daemon.send(&session, "Count: one").await;
     daemon.until_finished().await;
-    daemon.call("chat/send", command("/new-context")).await;
+    daemon.call::<ChatSend>(command("/new-context")).await;
     daemon.send(&session, "two").await;
     daemon.until_finished().await;
     let carried = format!("Notes carried over from an earlier conversation:\n{note}");
 
     // By summary: the summariser is not shown the note, and the note stays first.
-    daemon.call("chat/send", command("/compact")).await;
+    daemon.call::<ChatSend>(command("/compact")).await;
     daemon.send(&session, "three").await;
     daemon.until_finished().await;
     let requests = upstream.bodies();
@@ -147,7 +145,7 @@ async fn a_carry_over_note_stays_first_through_compactions_until_deleted() {
     );
 
     // By drop (the summariser fails): the note stays first, before the marker.
-    daemon.call("chat/send", command("/compact")).await;
+    daemon.call::<ChatSend>(command("/compact")).await;
     daemon.send(&session, "four").await;
     daemon.until_finished().await;
     let requests = upstream.bodies();
@@ -158,9 +156,7 @@ async fn a_carry_over_note_stays_first_through_compactions_until_deleted() {
         )]
     );
     // The budget counts it as part of what stands for the earlier turns.
-    let budget = daemon
-        .call("session/budget", json!({"sessionId": session}))
-        .await;
+    let budget = json_of(daemon.call::<SessionBudget>(sid(&session)).await);
     assert!(
         budget["snapshot"]["summaryTokens"].as_u64() > Some(20),
         "{budget}"
@@ -169,7 +165,9 @@ async fn a_carry_over_note_stays_first_through_compactions_until_deleted() {
     // Deleted: gone from the next request.
     let (note_id, _) = carry_over_notes(&daemon.transcript(&session).await)[0].clone();
     daemon
-        .call("note/delete", json!({"messageId": note_id}))
+        .call::<NoteDelete>(NoteDeleteParams {
+            message_id: note_id,
+        })
         .await;
     daemon.send(&session, "five").await;
     daemon.until_finished().await;
@@ -212,11 +210,9 @@ async fn rollover_is_three_hours_by_default() {
     let scratch = Scratch::new();
     let mut daemon =
         Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
-    let session = daemon.create_session(json!({})).await;
-    let got = daemon
-        .call("session/get", json!({"sessionId": session}))
-        .await;
-    assert_eq!(got["rollover"], json!("3h"));
+    let session = daemon.create_session(SessionCreateParams::default()).await;
+    let got = daemon.call::<SessionGet>(sid(&session)).await;
+    assert_eq!(got.rollover.as_deref(), Some("3h"));
     daemon.send(&session, "one").await;
     daemon.until_finished().await;
     age_messages(&scratch, &session, 2);
@@ -239,20 +235,23 @@ async fn rollover_is_three_hours_by_default() {
             "Notes carried over from an earlier conversation:\n{note}\n\nthree"
         )]
     );
-    let off = daemon.create_session(json!({"rollover": "off"})).await;
-    let got = daemon.call("session/get", json!({"sessionId": off})).await;
-    assert_eq!(got.get("rollover"), None);
+    let off = daemon
+        .create_session(SessionCreateParams {
+            rollover: Some("off".into()),
+            ..SessionCreateParams::default()
+        })
+        .await;
+    let got = daemon.call::<SessionGet>(sid(&off)).await;
+    assert_eq!(got.rollover, None);
     daemon.close().await;
 
     // Off for every new session, from the environment (or `[defaults] rollover`).
     let mut env = env(&upstream.url, WINDOW);
     env.push(("SIDECHAT_ROLLOVER", "off".into()));
     let daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
-    let session = daemon.create_session(json!({})).await;
-    let got = daemon
-        .call("session/get", json!({"sessionId": session}))
-        .await;
-    assert_eq!(got.get("rollover"), None);
+    let session = daemon.create_session(SessionCreateParams::default()).await;
+    let got = daemon.call::<SessionGet>(sid(&session)).await;
+    assert_eq!(got.rollover, None);
     daemon.close().await;
 }
 
@@ -289,16 +288,14 @@ async fn a_note_made_in_a_git_work_tree_ends_with_where_the_work_stands() {
     let mut daemon =
         Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
     let session = daemon
-        .create_session(json!({"workspaceRoot": root.display().to_string()}))
+        .create_session(SessionCreateParams {
+            workspace_root: Some(root.display().to_string()),
+            ..SessionCreateParams::default()
+        })
         .await;
     daemon.send(&session, "one").await;
     daemon.until_finished().await;
-    daemon
-        .call(
-            "chat/send",
-            json!({"sessionId": session, "text": "/new-context"}),
-        )
-        .await;
+    daemon.call::<ChatSend>(say(&session, "/new-context")).await;
     let hash = git(&root, &["rev-parse", "--short", "HEAD"]);
     let named: Vec<String> = std::iter::once("README.md".to_string())
         .chain((1..=19).map(|i| format!("f{i:02}.txt")))

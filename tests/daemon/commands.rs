@@ -3,9 +3,12 @@
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use sidechat::protocol::{ApprovalDecision, Event, SessionCreateParams, SessionUpdateParams};
+use sidechat::protocol::{
+    ApprovalDecision, ApprovalRespond, ChatResume, ChatSend, Event, SessionCost,
+    SessionCreateParams, SessionGet, SessionUpdate, SessionUpdateParams,
+};
 
-use crate::harness::{Daemon, Options, Scratch, answer, say, sid};
+use crate::harness::{Daemon, Options, Scratch, answer, json_of, say, sid};
 
 fn write_turn() -> Value {
     json!({"toolCalls": [{"name": "write_file", "input": {"path": "a.txt", "content": "a"}}]})
@@ -18,12 +21,12 @@ async fn replay(scratch: &Scratch, script: Value) -> (Daemon, String) {
 }
 
 async fn session_view(daemon: &Daemon, session: &str) -> Value {
-    daemon.call("session/get", sid(session)).await
+    json_of(daemon.call::<SessionGet>(sid(session)).await)
 }
 
 /// The text of the note a command wrote.
 async fn note_of(daemon: &mut Daemon, session: &str, command: &str) -> String {
-    daemon.call("chat/send", say(session, command)).await;
+    daemon.call::<ChatSend>(say(session, command)).await;
     let events = daemon
         .events_until(|e| matches!(e, Event::MessageCompleted { .. }))
         .await;
@@ -46,7 +49,7 @@ async fn commands_match_whatever_the_case_and_an_unknown_one_keeps_what_was_type
     assert!(help.starts_with("Commands:"), "{help}");
 
     let typed = "/frobnicate the widgets, please";
-    let sent = daemon.call("chat/send", say(&session, typed)).await;
+    let sent = json_of(daemon.call::<ChatSend>(say(&session, typed)).await);
     let transcript = daemon.transcript(&session).await;
     let last = transcript["entries"].as_array().unwrap().last().unwrap();
     assert_eq!(
@@ -76,7 +79,7 @@ async fn only_a_first_word_shaped_like_a_command_name_is_a_command() {
     let (mut daemon, session) = replay(&scratch, script).await;
     let path = "/usr/bin/python3 crashes when I run it";
     for text in [path, "/a/b"] {
-        let sent = daemon.call("chat/send", say(&session, text)).await;
+        let sent = json_of(daemon.call::<ChatSend>(say(&session, text)).await);
         assert!(sent["runId"].is_string(), "{text}: {sent}");
         daemon.until_finished().await;
     }
@@ -91,7 +94,7 @@ async fn only_a_first_word_shaped_like_a_command_name_is_a_command() {
 
     let cost = note_of(&mut daemon, &session, "/cost").await;
     assert!(cost.starts_with("Cost of this session"), "{cost}");
-    daemon.call("chat/send", say(&session, "/nosuch")).await;
+    daemon.call::<ChatSend>(say(&session, "/nosuch")).await;
     let (role, text) = last_entry(&daemon, &session).await;
     assert_eq!(role, json!("notice"));
     assert!(text.starts_with("Unknown command /nosuch"), "{text}");
@@ -110,15 +113,12 @@ async fn clear_is_refused_while_a_run_waits_on_an_approval_after_a_restart() {
 
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
     let refused = daemon
-        .try_call("chat/send", say(&session, "/clear"))
+        .try_call::<ChatSend>(say(&session, "/clear"))
         .await
         .unwrap_err();
     assert_eq!(refused.code, -32003, "{}", refused.message);
     daemon
-        .call(
-            "approval/respond",
-            answer(&approval, ApprovalDecision::Allow),
-        )
+        .call::<ApprovalRespond>(answer(&approval, ApprovalDecision::Allow))
         .await;
     daemon.until_finished().await;
     // The continued run's request still holds the call its result answers.
@@ -164,7 +164,7 @@ async fn clear_on_an_unanswered_session_leaves_nothing_to_resume() {
     assert!(cleared.starts_with("Context cleared"), "{cleared}");
     assert_eq!(session_view(&daemon, &session).await["state"], "idle");
     let nothing = daemon
-        .try_call("chat/resume", sid(&session))
+        .try_call::<ChatResume>(sid(&session))
         .await
         .unwrap_err();
     assert_eq!(nothing.code, -32007);
@@ -189,7 +189,7 @@ async fn unknown_models_need_force_and_the_demo_is_never_priced() {
         })
         .await;
     let refused = daemon
-        .try_call("chat/send", say(&session, "/model gtp-4o"))
+        .try_call::<ChatSend>(say(&session, "/model gtp-4o"))
         .await
         .unwrap_err();
     assert_eq!(refused.code, -32602);
@@ -212,7 +212,7 @@ async fn unknown_models_need_force_and_the_demo_is_never_priced() {
     // The demo answers whatever the session's model says; its usage is never priced as it.
     daemon.send(&session, "hello").await;
     daemon.until_finished().await;
-    let cost = daemon.call("session/cost", sid(&session)).await["cost"].clone();
+    let cost = json_of(daemon.call::<SessionCost>(sid(&session)).await)["cost"].clone();
     assert_eq!(
         (
             cost.get("totalUsd").cloned(),
@@ -241,17 +241,16 @@ async fn update_changes_the_account_and_the_workspace_root_or_says_why_not() {
         })
         .await;
     let root = scratch.workspace().display().to_string();
-    let updated = daemon
-        .call(
-            "session/update",
-            SessionUpdateParams {
+    let updated = json_of(
+        daemon
+            .call::<SessionUpdate>(SessionUpdateParams {
                 session_id: session.clone(),
                 account: Some("replay".into()),
                 workspace_root: Some(root.clone()),
                 ..SessionUpdateParams::default()
-            },
-        )
-        .await;
+            })
+            .await,
+    );
     assert_eq!(
         (
             updated["account"].clone(),
@@ -288,7 +287,7 @@ async fn update_changes_the_account_and_the_workspace_root_or_says_why_not() {
         ),
     ] {
         let refused = daemon
-            .try_call("session/update", params.clone())
+            .try_call::<SessionUpdate>(params.clone())
             .await
             .unwrap_err();
         assert_eq!(refused.code, -32602, "{params:?}");
@@ -317,7 +316,7 @@ async fn compact_with_the_demo_model_shrinks_the_history() {
         daemon.send(&session, text).await;
         daemon.until_finished().await;
     }
-    daemon.call("chat/send", say(&session, "/compact")).await;
+    daemon.call::<ChatSend>(say(&session, "/compact")).await;
     let events = daemon
         .events_until(|e| {
             matches!(e, Event::MessageCompleted { entry } if entry.role == sidechat::protocol::Role::Note)

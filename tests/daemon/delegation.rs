@@ -5,11 +5,12 @@
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::protocol::{
-    ApprovalDecision, Event, FinishReason, SessionCreateParams, SessionEventParams,
-    SessionListParams, SessionUpdateParams, ToolCallStatus,
+    ApprovalDecision, ApprovalRespond, ChatStop, Event, FinishReason, SessionCost,
+    SessionCreateParams, SessionDelete, SessionEventParams, SessionFileDiff, SessionFileDiffParams,
+    SessionGet, SessionList, SessionListParams, SessionUpdate, SessionUpdateParams, ToolCallStatus,
 };
 
-use crate::harness::{Daemon, Options, Scratch, answer, gated, sid, text};
+use crate::harness::{Daemon, Options, Scratch, answer, gated, json_of, sid, text};
 use crate::locked_database::hold_write_lock;
 use crate::transcripts::{self, ToolResult};
 use crate::upstream::{Reply, Upstream, start};
@@ -153,15 +154,17 @@ async fn answered_again_changes_nothing(
     approval: &str,
     decision: ApprovalDecision,
 ) {
-    let again = daemon
-        .call("approval/respond", answer(approval, decision))
-        .await;
+    let again = json_of(
+        daemon
+            .call::<ApprovalRespond>(answer(approval, decision))
+            .await,
+    );
     assert_eq!(again["applied"], false, "{again}");
 }
 
 /// The only child of `parent`.
 async fn only_child(daemon: &Daemon, parent: &str) -> String {
-    let view = daemon.call("session/get", sid(parent)).await;
+    let view = json_of(daemon.call::<SessionGet>(sid(parent)).await);
     let children = view["children"].as_array().expect("children").clone();
     assert_eq!(children.len(), 1, "{view}");
     children[0].as_str().unwrap().to_string()
@@ -264,7 +267,7 @@ async fn a_child_reads_files_and_its_answer_is_the_parents_tool_result() {
     );
 
     // The child is listed under its parent, not at the top level unless asked.
-    let child_view = daemon.call("session/get", sid(&child)).await;
+    let child_view = json_of(daemon.call::<SessionGet>(sid(&child)).await);
     assert_eq!(child_view["parentId"], json!(parent));
     assert_eq!(child_view["parentCallId"], "call_d");
     assert_eq!(child_view["delegation"], false);
@@ -280,33 +283,33 @@ async fn a_child_reads_files_and_its_answer_is_the_parents_tool_result() {
             .map(|s| s["id"].as_str().unwrap().to_string())
             .collect()
     };
-    let top = daemon
-        .call("session/list", SessionListParams::default())
-        .await;
+    let top = json_of(
+        daemon
+            .call::<SessionList>(SessionListParams::default())
+            .await,
+    );
     assert_eq!(ids(&top), vec![parent.clone()]);
-    let all = daemon
-        .call(
-            "session/list",
-            SessionListParams {
+    let all = json_of(
+        daemon
+            .call::<SessionList>(SessionListParams {
                 include_children: Some(true),
                 ..SessionListParams::default()
-            },
-        )
-        .await;
+            })
+            .await,
+    );
     let mut all_ids = ids(&all);
     all_ids.sort();
     let mut both = vec![parent.clone(), child.clone()];
     both.sort();
     assert_eq!(all_ids, both);
-    let under = daemon
-        .call(
-            "session/list",
-            SessionListParams {
+    let under = json_of(
+        daemon
+            .call::<SessionList>(SessionListParams {
                 parent_id: Some(parent.clone()),
                 ..SessionListParams::default()
-            },
-        )
-        .await;
+            })
+            .await,
+    );
     assert_eq!(ids(&under), vec![child.clone()]);
     assert_eq!(under["sessions"][0]["parentId"], json!(parent));
 
@@ -321,8 +324,8 @@ async fn a_child_reads_files_and_its_answer_is_the_parents_tool_result() {
     assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
 
     // Deleting the parent deletes its delegated tasks.
-    daemon.call("session/delete", sid(&parent)).await;
-    let gone = daemon.try_call("session/get", sid(&child)).await;
+    daemon.call::<SessionDelete>(sid(&parent)).await;
+    let gone = daemon.try_call::<SessionGet>(sid(&child)).await;
     assert!(gone.is_err(), "{gone:?}");
     daemon.close().await;
 }
@@ -394,7 +397,7 @@ async fn bad_delegations_fail_with_the_reason_and_the_parent_goes_on() {
     );
     assert!(failed.contains("last message: (none)"), "{failed}");
     // Only the last call started a child.
-    let view = daemon.call("session/get", sid(&parent)).await;
+    let view = json_of(daemon.call::<SessionGet>(sid(&parent)).await);
     assert_eq!(view["children"].as_array().unwrap().len(), 1);
     daemon.close().await;
 }
@@ -439,7 +442,7 @@ async fn a_child_cannot_delegate_and_a_session_can_turn_delegation_off() {
         })
         .await;
     assert_eq!(
-        daemon.call("session/get", sid(&off)).await["delegation"],
+        json_of(daemon.call::<SessionGet>(sid(&off)).await)["delegation"],
         false
     );
     daemon.send(&off, "Go.").await;
@@ -451,16 +454,15 @@ async fn a_child_cannot_delegate_and_a_session_can_turn_delegation_off() {
     let requests = upstream.bodies();
     assert!(!tool_names(&requests[4]).contains(&"delegate".to_string()));
     // And back on.
-    let on = daemon
-        .call(
-            "session/update",
-            SessionUpdateParams {
+    let on = json_of(
+        daemon
+            .call::<SessionUpdate>(SessionUpdateParams {
                 session_id: off.clone(),
                 delegation: Some(true),
                 ..SessionUpdateParams::default()
-            },
-        )
-        .await;
+            })
+            .await,
+    );
     assert_eq!(on["delegation"], true);
     daemon.close().await;
 }
@@ -498,10 +500,7 @@ async fn allow_and_finish(
     approval: &str,
 ) -> Vec<SessionEventParams> {
     daemon
-        .call(
-            "approval/respond",
-            answer(approval, ApprovalDecision::Allow),
-        )
+        .call::<ApprovalRespond>(answer(approval, ApprovalDecision::Allow))
         .await;
     let events = until_finished_in(daemon, parent).await;
     assert_eq!(finish(&events, parent), FinishReason::EndTurn);
@@ -568,12 +567,12 @@ async fn the_files_a_child_changed_are_its_parents_changes_too() {
     let child = only_child(&daemon, &parent).await;
     allow_and_finish(&mut daemon, &scratch, &parent, &approval).await;
 
-    let view = daemon.call("session/get", sid(&parent)).await;
+    let view = json_of(daemon.call::<SessionGet>(sid(&parent)).await);
     assert_eq!(
         view["changedFiles"],
         json!([{"path": "done.txt", "added": 1, "removed": 0, "childSessionId": child}])
     );
-    let own = daemon.call("session/get", sid(&child)).await;
+    let own = json_of(daemon.call::<SessionGet>(sid(&child)).await);
     assert_eq!(
         own["changedFiles"],
         json!([{"path": "done.txt", "added": 1, "removed": 0}])
@@ -581,20 +580,29 @@ async fn the_files_a_child_changed_are_its_parents_changes_too() {
     let want = json!({"sessionId": parent, "path": "done.txt", "childSessionId": child,
                       "after": "done\n", "omitted": false, "changes": 1});
     for asked in [
-        json!({"sessionId": parent, "path": "done.txt", "childSessionId": child}),
-        json!({"sessionId": parent, "path": "done.txt"}),
+        SessionFileDiffParams {
+            session_id: parent.clone(),
+            path: "done.txt".into(),
+            child_session_id: Some(child.clone()),
+        },
+        SessionFileDiffParams {
+            session_id: parent.clone(),
+            path: "done.txt".into(),
+            child_session_id: None,
+        },
     ] {
         assert_eq!(
-            daemon.call("session/fileDiff", &asked).await,
+            json_of(daemon.call::<SessionFileDiff>(asked.clone()).await),
             want,
-            "{asked}"
+            "{asked:?}"
         );
     }
     let stranger = daemon
-        .try_call(
-            "session/fileDiff",
-            json!({"sessionId": parent, "path": "done.txt", "childSessionId": parent}),
-        )
+        .try_call::<SessionFileDiff>(SessionFileDiffParams {
+            session_id: parent.clone(),
+            path: "done.txt".into(),
+            child_session_id: Some(parent.clone()),
+        })
         .await
         .unwrap_err();
     assert_eq!(stranger.code, -32004, "{}", stranger.message);
@@ -608,10 +616,7 @@ async fn a_denied_delegated_approval_fails_the_parents_call_with_the_reason() {
     let mut daemon = start_daemon(&scratch, &upstream).await;
     let (parent, approval) = delegated_approval_waits(&mut daemon, &scratch).await;
     daemon
-        .call(
-            "approval/respond",
-            answer(&approval, ApprovalDecision::Deny),
-        )
+        .call::<ApprovalRespond>(answer(&approval, ApprovalDecision::Deny))
         .await;
     until_finished_in(&mut daemon, &parent).await;
     let results = tool_results(&daemon, &parent).await;
@@ -672,7 +677,7 @@ async fn answered_after_a_restart(kill: bool) {
         json!(child)
     );
     // A new turn on the parent waits: its run is still open behind the child's approval.
-    let queued = daemon.send(&parent, "Also, hurry.").await;
+    let queued = json_of(daemon.send(&parent, "Also, hurry.").await);
     assert_eq!(queued["queued"], true);
 
     let events = allow_and_finish(&mut daemon, &scratch, &parent, &approval).await;
@@ -697,11 +702,11 @@ async fn stop_on_the_parent_stops_the_child() {
     let mut daemon = start_daemon(&scratch, &upstream).await;
     let (parent, _) = delegated_approval_waits(&mut daemon, &scratch).await;
     let child = only_child(&daemon, &parent).await;
-    let stopped = daemon.call("chat/stop", sid(&parent)).await;
+    let stopped = json_of(daemon.call::<ChatStop>(sid(&parent)).await);
     assert_eq!(stopped["stopped"], true);
     let events = until_finished_in(&mut daemon, &parent).await;
     assert_eq!(finish(&events, &parent), FinishReason::Stopped);
-    let child_view = daemon.call("session/get", sid(&child)).await;
+    let child_view = json_of(daemon.call::<SessionGet>(sid(&child)).await);
     assert_eq!(child_view["state"], "idle");
     let results = tool_results(&daemon, &parent).await;
     assert_eq!(results[0].3, "cancelled");
@@ -780,7 +785,7 @@ async fn a_spent_budget_refuses_a_delegation_and_names_the_limit() {
         let results = tool_results(&daemon, &parent).await;
         assert_eq!((results.len(), results[0].2), (1, true), "{results:?}");
         refusals.push((finish(&events, &parent), results[0].1.clone()));
-        let view = daemon.call("session/get", sid(&parent)).await;
+        let view = json_of(daemon.call::<SessionGet>(sid(&parent)).await);
         assert!(view.get("children").is_none(), "nothing started: {view}");
     }
     assert_eq!(refusals[0].0, FinishReason::MaxIterations);
@@ -828,10 +833,7 @@ async fn a_parents_time_limit_counts_from_its_turns_start_across_a_restart() {
     tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
     let mut daemon = start_daemon(&scratch, &upstream).await;
     daemon
-        .call(
-            "approval/respond",
-            answer(&approval, ApprovalDecision::Allow),
-        )
+        .call::<ApprovalRespond>(answer(&approval, ApprovalDecision::Allow))
         .await;
     let events = until_finished_in(&mut daemon, &parent).await;
     assert_eq!(finish(&events, &parent), FinishReason::BudgetSpent);
@@ -850,7 +852,7 @@ async fn a_parents_time_limit_counts_from_its_turns_start_across_a_restart() {
             "error".into()
         )
     );
-    let view = daemon.call("session/get", sid(&parent)).await;
+    let view = json_of(daemon.call::<SessionGet>(sid(&parent)).await);
     assert!(view.get("children").is_none(), "nothing started: {view}");
     assert_eq!(upstream.bodies().len(), 1);
     daemon.close().await;
@@ -874,7 +876,10 @@ async fn a_child_gets_only_the_steps_its_parent_has_left() {
     assert_eq!(finish(&events, &parent), FinishReason::EndTurn);
     let child = only_child(&daemon, &parent).await;
     assert_eq!(finish(&events, &child), FinishReason::MaxIterations);
-    assert_eq!(daemon.call("session/get", sid(&child)).await["maxSteps"], 1);
+    assert_eq!(
+        json_of(daemon.call::<SessionGet>(sid(&child)).await)["maxSteps"],
+        1
+    );
     let results = tool_results(&daemon, &parent).await;
     assert_eq!(
         results[0].1,
@@ -911,7 +916,7 @@ async fn a_childs_spend_joins_its_parents_cost_and_cap() {
     assert_eq!(tool_results(&daemon, &parent).await[0].1, "Looked.");
     let child = only_child(&daemon, &parent).await;
     // The child ran under what was left of the cap, at the model asked for.
-    let child_view = daemon.call("session/get", sid(&child)).await;
+    let child_view = json_of(daemon.call::<SessionGet>(sid(&child)).await);
     assert_eq!(child_view["model"], "gpt-4o-mini");
     assert!(
         child_view["capUsd"].as_f64().unwrap() < 0.02,
@@ -919,7 +924,7 @@ async fn a_childs_spend_joins_its_parents_cost_and_cap() {
     );
     assert_eq!(upstream.bodies()[1]["model"], "gpt-4o-mini");
     // Its spend counts in the parent's cost, marked, at its own model's price.
-    let cost = daemon.call("session/cost", sid(&parent)).await;
+    let cost = json_of(daemon.call::<SessionCost>(sid(&parent)).await);
     let by_model: Vec<(String, Option<String>, u64)> = cost["cost"]["byModel"]
         .as_array()
         .unwrap()
@@ -939,7 +944,7 @@ async fn a_childs_spend_joins_its_parents_cost_and_cap() {
             ("gpt-4o-mini".to_string(), Some(child.clone()), 1),
         ]
     );
-    let own = daemon.call("session/cost", sid(&child)).await;
+    let own = json_of(daemon.call::<SessionCost>(sid(&child)).await);
     let child_usd = own["cost"]["totalUsd"].as_f64().unwrap();
     let parent_usd = cost["cost"]["totalUsd"].as_f64().unwrap();
     let parent_own = cost["cost"]["byModel"][0]["totalUsd"].as_f64().unwrap();
@@ -1099,7 +1104,7 @@ async fn a_childs_end_held_back_by_a_locked_database_resumes_its_parent_once_rec
         )]
     );
     let child = only_child(&daemon, &parent).await;
-    let cost = daemon.call("session/cost", sid(&child)).await;
+    let cost = json_of(daemon.call::<SessionCost>(sid(&child)).await);
     // The usage line the database refused with the answer is stored too.
     assert_eq!(
         (

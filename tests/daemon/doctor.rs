@@ -2,10 +2,10 @@
 //! database and each account, never a key, and its exit code.
 
 use pretty_assertions::assert_eq;
-use serde_json::json;
+use sidechat::protocol::{SessionCreateParams, SessionGet};
 use sidechat::store::SCHEMA_VERSION;
 
-use crate::harness::{Daemon, Options, Scratch, clean_command, home_for};
+use crate::harness::{Daemon, Options, Scratch, clean_command, home_for, json_of};
 use crate::harness::{env, gated, session, text};
 use crate::upstream::{Reply, start};
 
@@ -64,7 +64,7 @@ async fn doctor_reports_the_database_and_each_account_without_keys() {
     assert!(text.contains("not created yet"), "{text}");
 
     let daemon = Daemon::start(&scratch.db(), Options::default()).await;
-    let session = daemon.create_session(json!({})).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     daemon.send(&session, "hello").await;
     assert_eq!(daemon.close().await, 0);
 
@@ -171,7 +171,7 @@ async fn doctor_names_the_lease_of_a_run_in_progress_and_none_once_it_ends() {
     let scratch = Scratch::new();
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
     let session = session(&daemon, &scratch).await;
-    let run_id = daemon.send(&session, "think").await["runId"]
+    let run_id = json_of(daemon.send(&session, "think").await)["runId"]
         .as_str()
         .unwrap()
         .to_string();
@@ -244,7 +244,7 @@ async fn doctor_shows_the_lease_of_a_killed_run_as_released() {
     let scratch = Scratch::new();
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
     let session = session(&daemon, &scratch).await;
-    let run_id = daemon.send(&session, "think").await["runId"]
+    let run_id = json_of(daemon.send(&session, "think").await)["runId"]
         .as_str()
         .unwrap()
         .to_string();
@@ -281,7 +281,7 @@ async fn doctor_shows_the_lease_of_a_killed_run_as_released() {
     // The next daemon closes the run and releases the lease in its own name.
     let daemon = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
     daemon
-        .call("session/get", crate::harness::sid(&session))
+        .call::<SessionGet>(crate::harness::sid(&session))
         .await;
     assert_eq!(daemon.close().await, 0);
     let (_, report) = doctor(&scratch).await;

@@ -6,9 +6,9 @@
 use std::process::Command;
 
 use pretty_assertions::assert_eq;
-use serde_json::json;
 use sidechat::protocol::{
-    ClientInfo, InitializeParams, InitializeResult, Session, SessionCreateParams,
+    ClientInfo, Initialize, InitializeParams, InitializeResult, Initialized, InitializedParams,
+    Session, SessionCreate, SessionCreateParams,
 };
 
 use crate::harness::{Daemon, Options, Scratch};
@@ -70,16 +70,13 @@ async fn a_daemon_in_a_developers_shell_uses_the_demo() {
     let scratch = Scratch::new();
     let mut daemon = Daemon::spawn(&scratch.db(), Options::default());
     let init: InitializeResult = daemon
-        .call_as(
-            "initialize",
-            InitializeParams {
-                client_info: Some(ClientInfo {
-                    name: "tests".into(),
-                    version: None,
-                }),
-                ..InitializeParams::default()
-            },
-        )
+        .call::<Initialize>(InitializeParams {
+            client_info: Some(ClientInfo {
+                name: "tests".into(),
+                version: None,
+            }),
+            ..InitializeParams::default()
+        })
         .await;
     let accounts: Vec<_> = init
         .accounts
@@ -90,9 +87,9 @@ async fn a_daemon_in_a_developers_shell_uses_the_demo() {
         (accounts, init.default_account.as_str()),
         (vec![("demo", true)], "demo")
     );
-    daemon.conn.notify("initialized", json!({})).await.unwrap();
+    daemon.notify::<Initialized>(InitializedParams {}).await;
     let session: Session = daemon
-        .call_as("session/create", SessionCreateParams::default())
+        .call::<SessionCreate>(SessionCreateParams::default())
         .await;
     assert_eq!(
         (session.account.as_str(), session.max_steps),
@@ -110,9 +107,7 @@ async fn a_tests_own_config_file_is_read() {
         "default_account = \"local\"\n[accounts.local]\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\ndefault_model = \"qwen\"\n",
     );
     let daemon = Daemon::spawn(&scratch.db(), Options::default());
-    let init: InitializeResult = daemon
-        .call_as("initialize", InitializeParams::default())
-        .await;
+    let init: InitializeResult = daemon.call::<Initialize>(InitializeParams::default()).await;
     let accounts: Vec<_> = init.accounts.iter().map(|a| a.name.as_str()).collect();
     assert_eq!(
         (accounts, init.default_account.as_str()),

@@ -3,9 +3,12 @@
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use sidechat::protocol::{ApprovalDecision, Event, SessionCreateParams, SessionFileDiffParams};
+use sidechat::protocol::{
+    ApprovalDecision, ApprovalRespond, Event, Request, SessionCreateParams, SessionFileDiff,
+    SessionFileDiffParams, SessionGet,
+};
 
-use crate::harness::{Daemon, Options, Scratch, answer, sid};
+use crate::harness::{Daemon, Options, Scratch, answer, json_of, sid};
 
 fn tool_turn(name: &str, input: Value) -> Value {
     json!({"text": format!("Calling {name}."), "toolCalls": [{"name": name, "input": input}]})
@@ -32,10 +35,7 @@ async fn run_script(scratch: &Scratch, turns: Value) -> (Daemon, String) {
         match events.last().map(|e| &e.event) {
             Some(Event::ApprovalRequested { approval }) => {
                 daemon
-                    .call(
-                        "approval/respond",
-                        answer(&approval.approval_id, ApprovalDecision::Allow),
-                    )
+                    .call::<ApprovalRespond>(answer(&approval.approval_id, ApprovalDecision::Allow))
                     .await;
             }
             _ => break,
@@ -57,16 +57,15 @@ async fn spans_the_sessions_changes_and_skips_failed_ones() {
         ]),
     )
     .await;
-    let diff = daemon
-        .call(
-            "session/fileDiff",
-            SessionFileDiffParams {
+    let diff = json_of(
+        daemon
+            .call::<SessionFileDiff>(SessionFileDiffParams {
                 session_id: session.clone(),
                 path: "a.txt".into(),
                 child_session_id: None,
-            },
-        )
-        .await;
+            })
+            .await,
+    );
     assert_eq!(
         diff,
         json!({"sessionId": session, "path": "a.txt", "after": "two\n", "omitted": false, "changes": 2})
@@ -86,16 +85,15 @@ async fn keeps_the_text_an_overwrite_replaced() {
         ]),
     )
     .await;
-    let diff = daemon
-        .call(
-            "session/fileDiff",
-            SessionFileDiffParams {
+    let diff = json_of(
+        daemon
+            .call::<SessionFileDiff>(SessionFileDiffParams {
                 session_id: session.clone(),
                 path: "b.txt".into(),
                 child_session_id: None,
-            },
-        )
-        .await;
+            })
+            .await,
+    );
     assert_eq!(
         diff,
         json!({"sessionId": session, "path": "b.txt", "before": "old\n", "after": "new\n", "omitted": false, "changes": 1})
@@ -115,21 +113,20 @@ async fn a_file_over_the_cap_is_listed_but_its_text_omitted() {
         ]),
     )
     .await;
-    let diff = daemon
-        .call(
-            "session/fileDiff",
-            SessionFileDiffParams {
+    let diff = json_of(
+        daemon
+            .call::<SessionFileDiff>(SessionFileDiffParams {
                 session_id: session.clone(),
                 path: "big.txt".into(),
                 child_session_id: None,
-            },
-        )
-        .await;
+            })
+            .await,
+    );
     assert_eq!(
         diff,
         json!({"sessionId": session, "path": "big.txt", "omitted": true, "changes": 1})
     );
-    let view = daemon.call("session/get", sid(&session)).await;
+    let view = json_of(daemon.call::<SessionGet>(sid(&session)).await);
     assert_eq!(
         view["changedFiles"],
         json!([{"path": "big.txt", "added": 1, "removed": 0}])
@@ -143,14 +140,11 @@ async fn bad_requests_get_clear_errors() {
     let daemon = Daemon::start(&scratch.db(), Options::default()).await;
     let session = daemon.create_session(SessionCreateParams::default()).await;
     let never_changed = daemon
-        .try_call(
-            "session/fileDiff",
-            SessionFileDiffParams {
-                session_id: session.clone(),
-                path: "nope.txt".into(),
-                child_session_id: None,
-            },
-        )
+        .try_call::<SessionFileDiff>(SessionFileDiffParams {
+            session_id: session.clone(),
+            path: "nope.txt".into(),
+            child_session_id: None,
+        })
         .await
         .unwrap_err();
     assert_eq!(
@@ -158,19 +152,16 @@ async fn bad_requests_get_clear_errors() {
         (-32004, "no changed file with id \"nope.txt\"")
     );
     let unknown = daemon
-        .try_call(
-            "session/fileDiff",
-            SessionFileDiffParams {
-                session_id: "ses_nope".into(),
-                path: "a.txt".into(),
-                child_session_id: None,
-            },
-        )
+        .try_call::<SessionFileDiff>(SessionFileDiffParams {
+            session_id: "ses_nope".into(),
+            path: "a.txt".into(),
+            child_session_id: None,
+        })
         .await
         .unwrap_err();
     assert_eq!(unknown.code, -32001);
     let missing = daemon
-        .try_call("session/fileDiff", sid(&session))
+        .try_call_raw(SessionFileDiff::METHOD, sid(&session))
         .await
         .unwrap_err();
     assert_eq!(missing.code, -32602);

@@ -9,12 +9,16 @@
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestRunner};
-use sidechat::protocol::Event;
+use sidechat::protocol::{
+    CancelRequest, ChatStop, Event, Exit, Initialize, InitializeParams, InterjectionCancel,
+    Notification, Request, SessionBudget, SessionCreateParams, SessionGet, SessionList,
+    SessionListParams, SessionTranscript, Shutdown,
+};
 use sidechat::rpc::framing::Framing;
 
 use crate::byte_edits::{apply, cut, edits};
 use crate::bytes::Raw;
-use crate::harness::{Daemon, Options, Scratch};
+use crate::harness::{Daemon, Options, Scratch, json_of, sid};
 use crate::upstream::{Part, Reply, anthropic, openai, start};
 
 /// Cases per framing: 1,500 byte streams of up to five pieces each.
@@ -24,14 +28,14 @@ const CASES: u32 = 1_500;
 /// holds escapes, lone surrogates and characters of every width.
 fn request() -> impl Strategy<Value = String> {
     let method = prop::sample::select(vec![
-        "session/list",
-        "session/get",
-        "session/transcript",
-        "session/budget",
-        "interjection/cancel",
+        SessionList::METHOD,
+        SessionGet::METHOD,
+        SessionTranscript::METHOD,
+        SessionBudget::METHOD,
+        InterjectionCancel::METHOD,
         "no/such",
-        "initialize",
-        "$/cancelRequest",
+        Initialize::METHOD,
+        CancelRequest::METHOD,
         "",
     ]);
     let id = prop::sample::select(vec![
@@ -81,7 +85,8 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
     ]
     // Ending the connection or the lifecycle is not what is being probed.
     .prop_filter("no exit or shutdown", |b| {
-        !b.windows(4).any(|w| w == b"exit") && !b.windows(8).any(|w| w == b"shutdown")
+        let holds = |name: &str| b.windows(name.len()).any(|w| w == name.as_bytes());
+        !holds(Exit::METHOD) && !holds(Shutdown::METHOD)
     })
 }
 
@@ -134,7 +139,7 @@ fn run(framing: Framing, piece: BoxedStrategy<Vec<u8>>) {
     let daemon = tokio.block_on(async {
         let mut daemon = Raw::spawn(&scratch);
         daemon
-            .call(framing, "0", "initialize", serde_json::json!({}))
+            .call::<Initialize>(framing, "0", InitializeParams::default())
             .await;
         daemon
     });
@@ -153,7 +158,8 @@ fn run(framing: Framing, piece: BoxedStrategy<Vec<u8>>) {
         let id = format!("\"probe-{}\"", probe.get());
         let mut daemon = daemon.borrow_mut();
         let request = format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"session/list","params":{{"limit":1}}}}"#
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"{}","params":{{"limit":1}}}}"#,
+            SessionList::METHOD
         );
         let mut wire = pieces.concat();
         framing.encode(&request, &mut wire);
@@ -256,7 +262,11 @@ async fn damaged_provider_streams_end_their_run_and_the_daemon_answers() {
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
     for (case, account) in accounts.iter().enumerate() {
         let session = daemon
-            .create_session(serde_json::json!({"account": account, "maxSteps": 1}))
+            .create_session(SessionCreateParams {
+                account: Some(account.to_string()),
+                max_steps: Some(1),
+                ..SessionCreateParams::default()
+            })
             .await;
         daemon.send(&session, &format!("case {case}")).await;
         let events = daemon
@@ -271,14 +281,17 @@ async fn damaged_provider_streams_end_their_run_and_the_daemon_answers() {
             events.last().map(|e| &e.event),
             Some(Event::ApprovalRequested { .. })
         ) {
-            daemon
-                .call("chat/stop", serde_json::json!({"sessionId": session}))
-                .await;
+            daemon.call::<ChatStop>(sid(&session)).await;
             daemon.until_finished().await;
         }
-        let listed = daemon
-            .call("session/list", serde_json::json!({"limit": 1}))
-            .await;
+        let listed = json_of(
+            daemon
+                .call::<SessionList>(SessionListParams {
+                    limit: Some(1),
+                    ..SessionListParams::default()
+                })
+                .await,
+        );
         assert!(listed["sessions"].is_array(), "case {case}: {listed}");
     }
     assert_eq!(daemon.close().await, 0);

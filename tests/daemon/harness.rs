@@ -4,12 +4,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use sidechat::client::{Connection, RpcError};
 use sidechat::protocol::{
-    ApprovalDecision, ApprovalRespondParams, ChatSendParams, ClientInfo, Event, InitializeParams,
-    SessionCreateParams, SessionEventParams, SessionIdParams, SessionTranscriptParams,
+    ApprovalDecision, ApprovalRespondParams, ChatSend, ChatSendParams, ChatSendResult, ClientInfo,
+    Event, Initialize, InitializeParams, Initialized, InitializedParams, Notification, Request,
+    SessionCreate, SessionCreateParams, SessionEvent, SessionEventParams, SessionIdParams,
+    SessionTranscript, SessionTranscriptParams,
 };
 use sidechat::rpc::framing::Framing;
 use tokio::sync::mpsc;
@@ -102,39 +103,52 @@ impl Daemon {
     pub async fn start(db: &Path, options: Options<'_>) -> Self {
         let daemon = Self::spawn(db, options);
         daemon
-            .call(
-                "initialize",
-                InitializeParams {
-                    client_info: Some(ClientInfo {
-                        name: "tests".into(),
-                        version: None,
-                    }),
-                    protocol_version: Some(1),
-                    capabilities: None,
-                },
-            )
+            .call::<Initialize>(InitializeParams {
+                client_info: Some(ClientInfo {
+                    name: "tests".into(),
+                    version: None,
+                }),
+                protocol_version: Some(1),
+                capabilities: None,
+            })
             .await;
-        daemon.conn.notify("initialized", json!({})).await.unwrap();
+        daemon.notify::<Initialized>(InitializedParams {}).await;
         daemon
     }
 
-    /// A request that must succeed; `params` is a protocol params type (or `json!` for
-    /// deliberately malformed input).
-    pub async fn call(&self, method: &str, params: impl Serialize) -> Value {
-        match self.try_call(method, params).await {
+    /// Request `M`, which must succeed; its result.
+    pub async fn call<M: Request>(&self, params: M::Params) -> M::Result {
+        match self.try_call::<M>(params).await {
             Ok(result) => result,
-            Err(e) => panic!("{method} failed: {e:?}"),
+            Err(e) => panic!("{} failed: {e:?}", M::METHOD),
         }
     }
 
-    /// [`Daemon::call`], its result read as the protocol type `R`.
-    pub async fn call_as<R: DeserializeOwned>(&self, method: &str, params: impl Serialize) -> R {
-        let result = self.call(method, params).await;
-        serde_json::from_value(result.clone())
-            .unwrap_or_else(|e| panic!("{method} answered {result} which is not its type: {e}"))
+    /// Request `M`; its result or its error answer. The result is read as `M::Result` and must
+    /// be the whole of what the daemon answered: written out again, it is the same JSON value,
+    /// so a test comparing it compares everything the daemon sent.
+    pub async fn try_call<M: Request>(&self, params: M::Params) -> Result<M::Result, RpcError> {
+        let answer = self.try_call_raw(M::METHOD, params).await?;
+        let result: M::Result = serde_json::from_value(answer.clone()).unwrap_or_else(|e| {
+            panic!("{} answered {answer} which is not its type: {e}", M::METHOD)
+        });
+        let again = serde_json::to_value(&result).expect("a result serialises");
+        assert_eq!(
+            again,
+            answer,
+            "{}'s result type leaves out part of its answer",
+            M::METHOD
+        );
+        Ok(result)
     }
 
-    pub async fn try_call(&self, method: &str, params: impl Serialize) -> Result<Value, RpcError> {
+    /// A request by name with any params: only for deliberately bad frames (an unknown
+    /// method, malformed params); its result or its error answer.
+    pub async fn try_call_raw(
+        &self,
+        method: &str,
+        params: impl Serialize,
+    ) -> Result<Value, RpcError> {
         let params = serde_json::to_value(params).expect("params serialise");
         tokio::time::timeout(HANG_GUARD, self.conn.request(method, params))
             .await
@@ -142,22 +156,26 @@ impl Daemon {
             .expect("connection")
     }
 
-    /// `chat/send` of plain text; the result.
-    pub async fn send(&self, session: &str, text: &str) -> Value {
-        self.call("chat/send", say(session, text)).await
+    /// Notification `N`.
+    pub async fn notify<N: Notification>(&self, params: N::Params) {
+        self.conn.notify::<N>(params).await.expect("connection");
     }
 
-    /// The whole `session/transcript` of a session.
+    /// `chat/send` of plain text; the result.
+    pub async fn send(&self, session: &str, text: &str) -> ChatSendResult {
+        self.call::<ChatSend>(say(session, text)).await
+    }
+
+    /// The whole `session/transcript` of a session, as JSON.
     pub async fn transcript(&self, session: &str) -> Value {
-        self.call(
-            "session/transcript",
-            SessionTranscriptParams {
+        json_of(
+            self.call::<SessionTranscript>(SessionTranscriptParams {
                 session_id: session.into(),
                 after_seq: None,
                 limit: None,
-            },
+            })
+            .await,
         )
-        .await
     }
 
     /// The next frame that is not a response to one of our requests.
@@ -171,7 +189,7 @@ impl Daemon {
     pub async fn next_event(&mut self) -> SessionEventParams {
         loop {
             let note = self.next_note().await;
-            if note["method"] == "session/event" {
+            if note["method"] == SessionEvent::METHOD {
                 return serde_json::from_value(note["params"].clone())
                     .expect("a well-formed event");
             }
@@ -207,10 +225,9 @@ impl Daemon {
         (events, id)
     }
 
-    /// `session/create` (params: `SessionCreateParams`); the new session's id.
-    pub async fn create_session(&self, params: impl Serialize) -> String {
-        let session = self.call("session/create", params).await;
-        session["id"].as_str().expect("session id").to_string()
+    /// `session/create`; the new session's id.
+    pub async fn create_session(&self, params: SessionCreateParams) -> String {
+        self.call::<SessionCreate>(params).await.id
     }
 
     /// `shutdown` + `exit`; the exit code.
@@ -220,6 +237,12 @@ impl Daemon {
             .expect("the daemon did not exit")
             .expect("close")
     }
+}
+
+/// A typed result as a JSON value, for assertions written as JSON: the same value the daemon
+/// sent, as [`Daemon::try_call`] checks.
+pub fn json_of(result: impl Serialize) -> Value {
+    serde_json::to_value(result).expect("a result serialises")
 }
 
 /// Params of the methods that name one session and nothing else (`session/get`, `chat/stop`…).
@@ -393,7 +416,7 @@ pub async fn held_run(
     settings.extend(extra_env.iter().map(|(k, v)| (*k, v.to_string())));
     let mut a = Daemon::start(&scratch.db(), Options::with_env(settings)).await;
     let session = session(&a, &scratch).await;
-    let run_id = a.send(&session, message).await["runId"].clone();
+    let run_id = json!(a.send(&session, message).await.run_id);
     a.events_until(|e| matches!(e, Event::TextDelta { .. }))
         .await;
     (upstream, scratch, a, session, run_id)

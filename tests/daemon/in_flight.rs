@@ -4,9 +4,9 @@
 //! and a request reusing its id is refused instead of taking its place.
 
 use serde_json::{Value, json, to_value};
-use sidechat::protocol::{SessionCreateParams, SessionListParams};
+use sidechat::protocol::{ChatSend, Request, SessionCreateParams, SessionList, SessionListParams};
 
-use crate::harness::{Daemon, Options, Scratch, say};
+use crate::harness::{Daemon, Options, Scratch, json_of, say};
 
 /// How long the slowed commit takes: far longer than the test runs, which ends by killing the
 /// daemon, so nothing here depends on how fast the machine is.
@@ -27,9 +27,9 @@ async fn daemon_with_a_slow_session(scratch: &Scratch) -> (Daemon, String) {
     (daemon, session)
 }
 
-/// One request frame with a chosen id.
-fn request(id: &str, method: &str, params: impl serde::Serialize) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": to_value(params).unwrap()})
+/// One request frame of `M` with a chosen id.
+fn request<M: Request>(id: &str, params: M::Params) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": M::METHOD, "params": to_value(params).unwrap()})
 }
 
 async fn write_line(daemon: &Daemon, frame: &Value) {
@@ -57,14 +57,16 @@ async fn a_slow_batch_member_does_not_hold_the_frames_after_it() {
     let scratch = Scratch::new();
     let (mut daemon, session) = daemon_with_a_slow_session(&scratch).await;
     let batch = json!([
-        request("slow", "chat/send", say(&session, "hello")),
-        request("listed", "session/list", SessionListParams::default()),
+        request::<ChatSend>("slow", say(&session, "hello")),
+        request::<SessionList>("listed", SessionListParams::default()),
     ]);
     write_line(&daemon, &batch).await;
     // A request after the batch is answered while the batch's slow member still works.
-    let listed = daemon
-        .call("session/list", SessionListParams::default())
-        .await;
+    let listed = json_of(
+        daemon
+            .call::<SessionList>(SessionListParams::default())
+            .await,
+    );
     assert_eq!(listed["sessions"][0]["id"], json!(session));
     assert!(
         daemon.notes.try_recv().is_err(),
@@ -79,12 +81,12 @@ async fn a_request_reusing_the_id_of_one_in_flight_is_refused_and_the_first_keep
     let (mut daemon, session) = daemon_with_a_slow_session(&scratch).await;
     write_line(
         &daemon,
-        &request("same", "chat/send", say(&session, "hello")),
+        &request::<ChatSend>("same", say(&session, "hello")),
     )
     .await;
     write_line(
         &daemon,
-        &request("same", "session/list", SessionListParams::default()),
+        &request::<SessionList>("same", SessionListParams::default()),
     )
     .await;
     let refused = next_answer(&mut daemon).await;
@@ -95,9 +97,11 @@ async fn a_request_reusing_the_id_of_one_in_flight_is_refused_and_the_first_keep
     );
     // The daemon goes on answering, and the first request's answer is still owed: no other
     // frame with its id came back.
-    let listed = daemon
-        .call("session/list", SessionListParams::default())
-        .await;
+    let listed = json_of(
+        daemon
+            .call::<SessionList>(SessionListParams::default())
+            .await,
+    );
     assert!(listed["sessions"].is_array());
     assert!(daemon.notes.try_recv().is_err(), "nothing else was sent");
     kill(daemon).await;

@@ -3,11 +3,12 @@
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::protocol::{
-    ApprovalDecision, Attachment, ChatSendParams, Event, FinishReason, InterjectionCancelParams,
-    SessionCreateParams, SessionTranscriptParams,
+    ApprovalDecision, ApprovalRespond, Attachment, ChatResume, ChatSend, ChatSendParams, ChatStop,
+    Event, FinishReason, InterjectionCancel, InterjectionCancelParams, SessionCreateParams,
+    SessionGet, SessionTranscript, SessionTranscriptParams,
 };
 
-use crate::harness::{Daemon, Options, Scratch, answer, kinds, say, send_with_id, sid};
+use crate::harness::{Daemon, Options, Scratch, answer, json_of, kinds, say, send_with_id, sid};
 
 /// A replay daemon and a session on it, taking at most `max_steps` steps per run when given.
 async fn replay(scratch: &Scratch, script: Value, max_steps: Option<u32>) -> (Daemon, String) {
@@ -63,8 +64,8 @@ async fn delivered_after_the_tool_results_exactly_once_and_in_order() {
         "look around",
     )
     .await;
-    let first = daemon.send(&session, "also check the README").await;
-    let second = daemon.send(&session, "and the licence").await;
+    let first = json_of(daemon.send(&session, "also check the README").await);
+    let second = json_of(daemon.send(&session, "and the licence").await);
     assert_eq!(
         (first["queued"].clone(), second["queued"].clone()),
         (json!(true), json!(true))
@@ -154,7 +155,7 @@ async fn queued_during_the_last_allowed_step_is_promoted_into_the_next_run() {
         "look",
     )
     .await;
-    let queued = daemon.send(&session, "then summarise").await;
+    let queued = json_of(daemon.send(&session, "then summarise").await);
     let first_run = daemon.until_finished().await;
     let tail = kinds(&first_run);
     assert_eq!(
@@ -205,7 +206,7 @@ async fn stop_with_queued_input_ends_the_run_and_the_input_goes_out_next() {
     )
     .await;
     daemon.send(&session, "stop that, do this instead").await;
-    daemon.call("chat/stop", sid(&session)).await;
+    daemon.call::<ChatStop>(sid(&session)).await;
     let stopped = daemon.until_finished().await;
     assert!(matches!(
         stopped.last().map(|e| &e.event),
@@ -244,7 +245,7 @@ async fn an_interjection_never_answers_a_pending_approval() {
     daemon.send(&session, "write a.txt").await;
     let (_, approval) = daemon.until_approval().await;
     // Words that look like an answer are still just words for the model.
-    assert_eq!(daemon.send(&session, "yes").await["queued"], true);
+    assert_eq!(json_of(daemon.send(&session, "yes").await)["queued"], true);
     let transcript = daemon.transcript(&session).await;
     assert_eq!(transcript["state"], "awaitingApproval");
     assert_eq!(
@@ -252,10 +253,7 @@ async fn an_interjection_never_answers_a_pending_approval() {
         json!(approval)
     );
     daemon
-        .call(
-            "approval/respond",
-            answer(&approval, ApprovalDecision::Allow),
-        )
+        .call::<ApprovalRespond>(answer(&approval, ApprovalDecision::Allow))
         .await;
     daemon.until_finished().await;
     assert!(texts(&scratch.requests()[1]).contains(&"The user adds: yes".to_string()));
@@ -272,11 +270,11 @@ async fn cancel_withdraws_a_waiting_interjection() {
         "look",
     )
     .await;
-    let queued = daemon.send(&session, "never mind").await;
+    let queued = json_of(daemon.send(&session, "never mind").await);
     let cancel = InterjectionCancelParams {
         pending_id: queued["pendingId"].as_str().expect("a pending id").into(),
     };
-    let cancelled = daemon.call("interjection/cancel", cancel.clone()).await;
+    let cancelled = json_of(daemon.call::<InterjectionCancel>(cancel.clone()).await);
     assert_eq!(cancelled, json!({"cancelled": true, "status": "cancelled"}));
     daemon.until_finished().await;
     assert!(
@@ -285,15 +283,12 @@ async fn cancel_withdraws_a_waiting_interjection() {
             .iter()
             .any(|r| texts(r).iter().any(|t| t.contains("never mind")))
     );
-    let again = daemon.call("interjection/cancel", cancel.clone()).await;
+    let again = json_of(daemon.call::<InterjectionCancel>(cancel.clone()).await);
     assert_eq!(again, json!({"cancelled": true, "status": "cancelled"}));
     let unknown = daemon
-        .try_call(
-            "interjection/cancel",
-            InterjectionCancelParams {
-                pending_id: "inj_nope".into(),
-            },
-        )
+        .try_call::<InterjectionCancel>(InterjectionCancelParams {
+            pending_id: "inj_nope".into(),
+        })
         .await
         .unwrap_err();
     assert_eq!(unknown.code, -32004);
@@ -318,7 +313,7 @@ async fn attachments_wait_for_the_next_turn() {
         ..say(&session, "see this")
     };
     let refused = daemon
-        .try_call("chat/send", with_attachment.clone())
+        .try_call::<ChatSend>(with_attachment.clone())
         .await
         .unwrap_err();
     assert_eq!(refused.code, -32602);
@@ -330,7 +325,7 @@ async fn attachments_wait_for_the_next_turn() {
         refused.message
     );
     daemon.until_finished().await;
-    daemon.call("chat/send", with_attachment.clone()).await;
+    daemon.call::<ChatSend>(with_attachment.clone()).await;
     daemon.until_finished().await;
     assert!(
         texts(scratch.requests().last().unwrap())
@@ -345,21 +340,21 @@ async fn a_retried_send_stores_nothing_twice_even_across_a_restart() {
     let script = json!({"turns": [slow_tool_step(), {"text": "Done."}]});
     let (mut daemon, session) = replay(&scratch, script.clone(), None).await;
     let params = send_with_id(&session, "look", "c-1");
-    let first = daemon.call("chat/send", params.clone()).await;
-    assert_eq!(daemon.call("chat/send", params.clone()).await, first);
+    let first = daemon.call::<ChatSend>(params.clone()).await;
+    assert_eq!(daemon.call::<ChatSend>(params.clone()).await, first);
     daemon
         .events_until(|e| matches!(e, Event::TextDelta { .. }))
         .await;
     let aside = send_with_id(&session, "aside", "c-2");
-    let queued = daemon.call("chat/send", aside.clone()).await;
-    assert_eq!(daemon.call("chat/send", aside.clone()).await, queued);
-    assert_eq!(daemon.call("chat/send", aside.clone()).await, queued);
+    let queued = daemon.call::<ChatSend>(aside.clone()).await;
+    assert_eq!(daemon.call::<ChatSend>(aside.clone()).await, queued);
+    assert_eq!(daemon.call::<ChatSend>(aside.clone()).await, queued);
     daemon.until_finished().await;
     daemon.close().await;
 
     let daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
-    assert_eq!(daemon.call("chat/send", params).await, first);
-    assert_eq!(daemon.call("chat/send", aside).await, queued);
+    assert_eq!(daemon.call::<ChatSend>(params).await, first);
+    assert_eq!(daemon.call::<ChatSend>(aside).await, queued);
     let transcript = daemon.transcript(&session).await;
     let all = transcript.to_string();
     assert_eq!(
@@ -405,9 +400,9 @@ async fn killed_at_random_moments_no_acknowledged_interjection_is_lost_or_double
     let mut sent_unconfirmed: Vec<String> = Vec::new();
     let rounds = 50;
     for round in 0..rounds {
-        let state = daemon.call("session/get", sid(&session)).await["state"].clone();
+        let state = json_of(daemon.call::<SessionGet>(sid(&session)).await)["state"].clone();
         if state == "unanswered" {
-            daemon.call("chat/resume", sid(&session)).await;
+            daemon.call::<ChatResume>(sid(&session)).await;
         } else {
             let text = format!("turn-{round}");
             daemon.send(&session, &text).await;
@@ -430,16 +425,15 @@ async fn killed_at_random_moments_no_acknowledged_interjection_is_lost_or_double
         tokio::time::sleep(std::time::Duration::from_millis(rng.below(30))).await;
         daemon.conn.child_mut().kill().await.unwrap();
         daemon = start().await;
-        let transcript = daemon
-            .call(
-                "session/transcript",
-                SessionTranscriptParams {
+        let transcript = json_of(
+            daemon
+                .call::<SessionTranscript>(SessionTranscriptParams {
                     session_id: session.clone(),
                     after_seq: None,
                     limit: Some(5000),
-                },
-            )
-            .await;
+                })
+                .await,
+        );
         assert_eq!(
             transcript["pendingInterjections"],
             json!([]),
@@ -465,16 +459,15 @@ async fn killed_at_random_moments_no_acknowledged_interjection_is_lost_or_double
             );
         }
     }
-    let transcript = daemon
-        .call(
-            "session/transcript",
-            SessionTranscriptParams {
+    let transcript = json_of(
+        daemon
+            .call::<SessionTranscript>(SessionTranscriptParams {
                 session_id: session.clone(),
                 after_seq: None,
                 limit: Some(5000),
-            },
-        )
-        .await;
+            })
+            .await,
+    );
     let blocks: Vec<Value> = transcript["entries"]
         .as_array()
         .unwrap()

@@ -9,7 +9,7 @@ use std::time::Duration;
 use pretty_assertions::assert_eq;
 use rustix::process::{Pid, Signal};
 use serde_json::json;
-use sidechat::protocol::{ApprovalDecision, Event};
+use sidechat::protocol::{ApprovalDecision, ApprovalRespond, ChatStop, Event};
 
 use crate::harness::{Daemon, Options, Scratch, answer, sid};
 
@@ -98,10 +98,7 @@ async fn running_command(scratch: &Scratch, markers: &Markers) -> (Daemon, Strin
     daemon.send(&session, "run it").await;
     let (_, approval) = daemon.until_approval().await;
     daemon
-        .call(
-            "approval/respond",
-            answer(&approval, ApprovalDecision::Allow),
-        )
+        .call::<ApprovalRespond>(answer(&approval, ApprovalDecision::Allow))
         .await;
     assert!(
         until(|| markers.running() == 4).await,
@@ -155,7 +152,7 @@ async fn stop_kills_every_process_of_the_command_and_the_daemon_reaps_them() {
     let markers = Markers::new();
     let (mut daemon, session) = running_command(&scratch, &markers).await;
     let pid = daemon_pid(&mut daemon).as_raw_nonzero().get();
-    daemon.call("chat/stop", sid(&session)).await;
+    daemon.call::<ChatStop>(sid(&session)).await;
     daemon
         .events_until(|e| matches!(e, Event::RunFinished { .. }))
         .await;

@@ -9,10 +9,11 @@ use std::time::Duration;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::protocol::{
-    ChatSendParams, Event, FinishReason, SessionEventParams, SessionIdParams,
+    ChatSend, ChatSendParams, ChatStop, Event, FinishReason, Notification, Request, SessionCost,
+    SessionEvent, SessionEventParams, SessionGet, SessionIdParams, SessionState,
 };
 
-use crate::harness::{Daemon, Options, Scratch, env, gated, held_run, say, session, text};
+use crate::harness::{Daemon, Options, Scratch, env, gated, held_run, json_of, say, session, text};
 use crate::two_daemons::{finish_reason, roles};
 use crate::upstream::{Reply, Upstream, openai, start};
 
@@ -62,7 +63,7 @@ where
                 biased;
                 note = notes.recv() => {
                     let note = note.expect("the daemon closed its output");
-                    if note["method"] == "session/event" && note["params"]["event"]["kind"] == "notice" {
+                    if note["method"] == SessionEvent::METHOD && note["params"]["event"]["kind"] == "notice" {
                         return note["params"].clone();
                     }
                 }
@@ -86,7 +87,7 @@ async fn events_in(notes: &mut Notes, stop: impl Fn(&Event) -> bool) -> Vec<Sess
             .await
             .expect("no event arrived")
             .expect("the daemon closed its output");
-        if note["method"] != "session/event" {
+        if note["method"] != SessionEvent::METHOD {
             continue;
         }
         let event: SessionEventParams = serde_json::from_value(note["params"].clone()).unwrap();
@@ -138,7 +139,7 @@ async fn input_waits_for_a_locked_database_and_a_stop_answers_at_once() {
     };
     let (notice, queued) = answered_after_a_notice(
         &mut a,
-        "chat/send",
+        ChatSend::METHOD,
         serde_json::to_value(params).unwrap(),
         || lock.execute_batch("COMMIT").unwrap(),
     )
@@ -154,16 +155,13 @@ async fn input_waits_for_a_locked_database_and_a_stop_answers_at_once() {
     let lock = hold_write_lock(&scratch.db());
     let stopped = tokio::time::timeout(
         HANG_GUARD,
-        a.call(
-            "chat/stop",
-            SessionIdParams {
-                session_id: session.clone(),
-            },
-        ),
+        a.call::<ChatStop>(SessionIdParams {
+            session_id: session.clone(),
+        }),
     )
     .await
     .expect("chat/stop waited for the lock");
-    assert_eq!(stopped["stopped"], json!(true));
+    assert!(stopped.stopped);
     drop(lock);
     let events = a.until_finished().await;
     assert_eq!(finish_reason(&events), Some(FinishReason::Stopped));
@@ -199,14 +197,12 @@ async fn a_run_that_cannot_record_its_end_is_closed_once_the_database_is_free() 
     .await;
 
     let lock = hold_write_lock(&scratch.db());
-    let stopped = a
-        .call(
-            "chat/stop",
-            SessionIdParams {
-                session_id: session.clone(),
-            },
-        )
-        .await;
+    let stopped = json_of(
+        a.call::<ChatStop>(SessionIdParams {
+            session_id: session.clone(),
+        })
+        .await,
+    );
     assert_eq!(stopped["stopped"], json!(true));
     // The run gave up on the database and said so; it is still open in the store.
     let events = a.until_finished().await;
@@ -282,14 +278,12 @@ async fn an_answer_and_its_usage_that_a_locked_database_refused_are_stored_once_
         transcript["entries"][1]["blocks"],
         json!([{"type": "text", "text": "All done."}])
     );
-    let cost = a
-        .call(
-            "session/cost",
-            SessionIdParams {
-                session_id: session.clone(),
-            },
-        )
-        .await;
+    let cost = json_of(
+        a.call::<SessionCost>(SessionIdParams {
+            session_id: session.clone(),
+        })
+        .await,
+    );
     assert_eq!(
         cost["cost"]["byRequest"][0]["tokens"],
         json!({"input": 20, "output": 4, "cacheRead": 0, "cacheWrite": 0, "reasoning": 0}),
@@ -323,7 +317,7 @@ async fn a_full_disk_keeps_the_streamed_answer_and_stores_it_once_there_is_room(
     let mut env = env(&upstream.url);
     env.push(("SIDECHAT_TEST_MAX_PAGES", (pages + 16).to_string()));
     let mut a = Daemon::start(&scratch.db(), Options::with_env(env)).await;
-    let run_id = a.send(&session, "write it all down").await["runId"].clone();
+    let run_id = json_of(a.send(&session, "write it all down").await)["runId"].clone();
     let events = a.until_finished().await;
 
     // The client saw the whole answer as it streamed; the run says it could not be stored.
@@ -395,7 +389,7 @@ async fn a_locked_notice_is_stored_once_the_database_is_free_after_every_try_fai
     let (notice, kept) = {
         let request = a
             .conn
-            .request("chat/send", serde_json::to_value(params).unwrap());
+            .request(ChatSend::METHOD, serde_json::to_value(params).unwrap());
         tokio::pin!(request);
         let notice = notice_first(&mut a.notes, &mut request).await;
         let kept = tokio::time::timeout(HANG_GUARD, request)
@@ -494,7 +488,7 @@ async fn reads_of_another_session_answer_while_a_send_waits_for_the_lock() {
     let lock = hold_write_lock(&scratch.db());
     {
         let send = a.conn.request(
-            "chat/send",
+            ChatSend::METHOD,
             serde_json::to_value(say(&waiting, "are you there")).unwrap(),
         );
         tokio::pin!(send);
@@ -505,19 +499,13 @@ async fn reads_of_another_session_answer_while_a_send_waits_for_the_lock() {
         // released, and before the send's input is stored.
         let got = tokio::time::timeout(
             HANG_GUARD,
-            a.call(
-                "session/get",
-                SessionIdParams {
-                    session_id: other.clone(),
-                },
-            ),
+            a.call::<SessionGet>(SessionIdParams {
+                session_id: other.clone(),
+            }),
         )
         .await
         .expect("session/get waited for the write held by the lock");
-        assert_eq!(
-            (got["id"].clone(), got["state"].clone()),
-            (json!(other), json!("idle"))
-        );
+        assert_eq!((got.id, got.state), (other.clone(), SessionState::Idle));
         let transcript = tokio::time::timeout(HANG_GUARD, a.transcript(&other))
             .await
             .expect("session/transcript waited for the write held by the lock");
@@ -554,7 +542,7 @@ async fn a_stop_ends_the_stream_at_once_while_a_send_waits_for_the_lock() {
     let lock = hold_write_lock(&scratch.db());
     {
         let send = a.conn.request(
-            "chat/send",
+            ChatSend::METHOD,
             serde_json::to_value(say(&waiting, "are you there")).unwrap(),
         );
         tokio::pin!(send);
@@ -563,22 +551,19 @@ async fn a_stop_ends_the_stream_at_once_while_a_send_waits_for_the_lock() {
         // The stop answers while the lock is held ...
         let stopped = tokio::time::timeout(
             HANG_GUARD,
-            a.call(
-                "chat/stop",
-                SessionIdParams {
-                    session_id: streaming.clone(),
-                },
-            ),
+            a.call::<ChatStop>(SessionIdParams {
+                session_id: streaming.clone(),
+            }),
         )
         .await
         .expect("chat/stop waited for the write held by the lock");
-        assert_eq!(stopped["stopped"], json!(true));
+        assert!(stopped.stopped);
         // ... and the stream ends with it: what came before the answer is read already; at
         // most the delta in flight as it was stopped follows, then the run's end, with the
         // lock still held.
         let mut before = Vec::new();
         while let Ok(note) = a.notes.try_recv() {
-            if note["method"] == "session/event" {
+            if note["method"] == SessionEvent::METHOD {
                 before.push(
                     serde_json::from_value::<SessionEventParams>(note["params"].clone()).unwrap(),
                 );
@@ -652,7 +637,7 @@ async fn the_locked_notice_goes_out_live_agrees_with_the_answer_and_both_are_sto
     let notice = {
         let send = a
             .conn
-            .request("chat/send", serde_json::to_value(&params).unwrap());
+            .request(ChatSend::METHOD, serde_json::to_value(&params).unwrap());
         tokio::pin!(send);
         // The notice goes out while the lock is held, and the answer says what it says: kept.
         let notice = notice_first(&mut a.notes, &mut send).await;
@@ -667,10 +652,10 @@ async fn the_locked_notice_goes_out_live_agrees_with_the_answer_and_both_are_sto
         notice
     };
     // A retry of the same send while the lock lasts is kept as well, and stores nothing twice.
-    let retried = tokio::time::timeout(HANG_GUARD, a.call("chat/send", &params))
+    let retried = tokio::time::timeout(HANG_GUARD, a.call::<ChatSend>(params.clone()))
         .await
         .expect("the retry was not answered while the database was locked");
-    assert_eq!(retried, json!({"queued": false, "kept": true}));
+    assert_eq!(json_of(retried), json!({"queued": false, "kept": true}));
     drop(lock);
 
     // Once the database is free the input is stored and answered; the notice is stored where

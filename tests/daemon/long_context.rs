@@ -4,9 +4,14 @@
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::context::TokenCounter;
-use sidechat::protocol::{Event, FinishReason, SessionCreateParams, SessionEventParams};
+use sidechat::protocol::{
+    ChatSend, Event, FinishReason, Initialize, InitializeParams, Initialized, InitializedParams,
+    NoteDelete, NoteDeleteParams, SessionBudget, SessionCost, SessionCreate, SessionCreateParams,
+    SessionEventParams, SessionGet, SessionList, SessionListParams, SessionUpdate,
+    SessionUpdateParams,
+};
 
-use crate::harness::{Daemon, Options, Scratch, say, sid};
+use crate::harness::{Daemon, Options, Scratch, json_of, say, sid};
 use crate::upstream::{Part, Reply, openai, start};
 
 /// The window every test here gives its model, and what is left of it for the prompt: the
@@ -261,7 +266,7 @@ async fn a_long_session_is_summarised_and_goes_on_from_the_summary_and_the_newes
     assert_eq!(summary["blocks"][0]["toSeq"], compaction["toSeq"]);
 
     // The summary request is a usage line of kind summary, counted in the session's cost.
-    let cost = daemon.call("session/cost", sid(&session)).await;
+    let cost = json_of(daemon.call::<SessionCost>(sid(&session)).await);
     let by_request: Vec<(Value, Value, Value)> = cost["cost"]["byRequest"]
         .as_array()
         .unwrap()
@@ -282,7 +287,7 @@ async fn a_long_session_is_summarised_and_goes_on_from_the_summary_and_the_newes
         ]
     );
     // The budget describes the projection: part of the history is the summary.
-    let snapshot = daemon.call("session/budget", sid(&session)).await["snapshot"].clone();
+    let snapshot = json_of(daemon.call::<SessionBudget>(sid(&session)).await)["snapshot"].clone();
     assert!(snapshot["summaryTokens"].as_u64().unwrap() > 0);
     assert!(snapshot["historyTokens"].as_u64() <= snapshot["historyLimitTokens"].as_u64());
     daemon.close().await;
@@ -401,11 +406,13 @@ async fn compact_works_on_a_session_already_over_its_window() {
     daemon.close().await;
     // The same session under a model with a far smaller window: over it before anything.
     let daemon = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
-    let before = daemon.call("session/budget", sid(&session)).await["snapshot"].clone();
+    let before = json_of(daemon.call::<SessionBudget>(sid(&session)).await)["snapshot"].clone();
     assert!(before["utilisation"].as_f64().unwrap() > 2.0, "{before}");
-    let answer = daemon
-        .call("chat/send", say(&session, "/compact keep the part numbers"))
-        .await;
+    let answer = json_of(
+        daemon
+            .call::<ChatSend>(say(&session, "/compact keep the part numbers"))
+            .await,
+    );
     let requests = upstream.requests.lock().unwrap().clone();
     assert_eq!(requests.len(), 4);
     assert_within_window(&requests[3..]);
@@ -422,13 +429,11 @@ async fn compact_works_on_a_session_already_over_its_window() {
         said.starts_with("Compacted 6 messages") && said.contains("summarised"),
         "{said}"
     );
-    let after = daemon.call("session/budget", sid(&session)).await["snapshot"].clone();
+    let after = json_of(daemon.call::<SessionBudget>(sid(&session)).await)["snapshot"].clone();
     assert!(after["utilisation"].as_f64().unwrap() < 1.0, "{after}");
     assert_eq!(after["historyMessages"], json!(1));
     // Nothing is left to fold.
-    let again = daemon
-        .try_call("chat/send", say(&session, "/compact"))
-        .await;
+    let again = daemon.try_call::<ChatSend>(say(&session, "/compact")).await;
     assert!(again.is_err(), "{again:?}");
     daemon.close().await;
 }
@@ -507,7 +512,7 @@ async fn an_interjection_leased_into_a_request_is_in_its_budget() {
         .events_until(|e| matches!(e, Event::TextDelta { .. }))
         .await;
     let long = "word ".repeat(20_000);
-    assert_eq!(daemon.send(&session, &long).await["queued"], json!(true));
+    assert!(daemon.send(&session, &long).await.queued);
     let events = daemon.until_finished().await;
     let budgets: Vec<_> = events
         .iter()
@@ -579,7 +584,7 @@ async fn compact_on_an_empty_session_is_refused_and_changes_nothing() {
     let daemon = Daemon::start(&scratch.db(), Options::default()).await;
     let session = daemon.create_session(SessionCreateParams::default()).await;
     let error = daemon
-        .try_call("chat/send", say(&session, "/compact"))
+        .try_call::<ChatSend>(say(&session, "/compact"))
         .await
         .unwrap_err();
     assert_eq!(
@@ -697,9 +702,12 @@ async fn daemon_logging_to(
             .expect("spawn sidechat");
     let daemon = Daemon { conn, notes };
     daemon
-        .call("initialize", json!({"protocolVersion": 1}))
+        .call::<Initialize>(InitializeParams {
+            protocol_version: Some(1),
+            ..InitializeParams::default()
+        })
         .await;
-    daemon.conn.notify("initialized", json!({})).await.unwrap();
+    daemon.notify::<Initialized>(InitializedParams {}).await;
     daemon
 }
 
@@ -719,13 +727,14 @@ async fn an_idle_session_rolls_over_into_a_new_context_that_opens_with_a_redacte
     let log = scratch.dir.path().join("sidechat.log");
     let mut daemon = daemon_logging_to(&scratch.db(), &env(&upstream.url, WINDOW), &log).await;
     let session = daemon
-        .call(
-            "session/create",
-            json!({"workspaceRoot": scratch.workspace().display().to_string(), "rollover": "1s"}),
-        )
+        .call::<SessionCreate>(SessionCreateParams {
+            workspace_root: Some(scratch.workspace().display().to_string()),
+            rollover: Some("1s".into()),
+            ..SessionCreateParams::default()
+        })
         .await;
-    assert_eq!(session["rollover"], json!("1s"));
-    let session = session["id"].as_str().unwrap().to_string();
+    assert_eq!(session.rollover.as_deref(), Some("1s"));
+    let session = session.id;
     let first = format!("Deploy it, the key is {PASTED_KEY}. List the workspace first.");
     daemon.send(&session, &first).await;
     assert_eq!(
@@ -785,9 +794,7 @@ async fn an_idle_session_rolls_over_into_a_new_context_that_opens_with_a_redacte
     );
     assert_eq!(transcript["entries"][0]["blocks"][0]["text"], json!(first));
     // The note's request is a summary usage line (the tool call's reply reported no usage).
-    let cost = daemon
-        .call("session/cost", json!({"sessionId": session}))
-        .await;
+    let cost = json_of(daemon.call::<SessionCost>(sid(&session)).await);
     let kinds: Vec<(Value, Value)> = cost["cost"]["byRequest"]
         .as_array()
         .unwrap()
@@ -839,7 +846,7 @@ async fn new_context_copies_a_note_when_the_model_fails_and_a_deleted_note_is_no
     let scratch = Scratch::new();
     let mut daemon =
         Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
-    let session = daemon.create_session(json!({})).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     daemon
         .send(
             &session,
@@ -847,12 +854,7 @@ async fn new_context_copies_a_note_when_the_model_fails_and_a_deleted_note_is_no
         )
         .await;
     daemon.until_finished().await;
-    let answer = daemon
-        .call(
-            "chat/send",
-            json!({"sessionId": session, "text": "/new-context"}),
-        )
-        .await;
+    let answer = json_of(daemon.call::<ChatSend>(say(&session, "/new-context")).await);
     // The copied note: the task and the last answer, without URLs, redacted.
     let copied = "Task: Fix the login bug (); the test user has password=[redacted]\n\
                   Last answer: Sure: the guide at says to reset the token.";
@@ -894,9 +896,11 @@ async fn new_context_copies_a_note_when_the_model_fails_and_a_deleted_note_is_no
 
     // Deleted: gone from the next request, its entry kept with no text.
     let deleted = daemon
-        .call("note/delete", json!({"messageId": note_id}))
+        .call::<NoteDelete>(NoteDeleteParams {
+            message_id: note_id.clone(),
+        })
         .await;
-    assert_eq!(deleted, json!({"deleted": true}));
+    assert_eq!(json_of(deleted), json!({"deleted": true}));
     let event = daemon
         .events_until(|e| matches!(e, Event::NoteDeleted { .. }))
         .await;
@@ -921,11 +925,15 @@ async fn new_context_copies_a_note_when_the_model_fails_and_a_deleted_note_is_no
 
     // Deleting again changes nothing; an unknown id or a message that is not a note is refused.
     let again = daemon
-        .call("note/delete", json!({"messageId": note_id}))
+        .call::<NoteDelete>(NoteDeleteParams {
+            message_id: note_id.clone(),
+        })
         .await;
-    assert_eq!(again, json!({"deleted": false}));
+    assert_eq!(json_of(again), json!({"deleted": false}));
     let unknown = daemon
-        .try_call("note/delete", json!({"messageId": "msg_nope"}))
+        .try_call::<NoteDelete>(NoteDeleteParams {
+            message_id: "msg_nope".into(),
+        })
         .await
         .unwrap_err();
     assert_eq!(
@@ -934,7 +942,9 @@ async fn new_context_copies_a_note_when_the_model_fails_and_a_deleted_note_is_no
     );
     let user = &daemon.transcript(&session).await["entries"][0];
     let not_a_note = daemon
-        .try_call("note/delete", json!({"messageId": user["id"]}))
+        .try_call::<NoteDelete>(NoteDeleteParams {
+            message_id: user["id"].as_str().unwrap().into(),
+        })
         .await
         .unwrap_err();
     assert_eq!(not_a_note.code, -32602);
@@ -952,7 +962,10 @@ async fn rollover_values_and_new_context_on_an_empty_session_are_checked() {
     let scratch = Scratch::new();
     let daemon = Daemon::start(&scratch.db(), Options::default()).await;
     let refused = daemon
-        .try_call("session/create", json!({"rollover": "soon"}))
+        .try_call::<SessionCreate>(SessionCreateParams {
+            rollover: Some("soon".into()),
+            ..SessionCreateParams::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(
@@ -962,33 +975,37 @@ async fn rollover_values_and_new_context_on_an_empty_session_are_checked() {
             "invalid params: rollover must be off or a whole number of s, m, h or d (such as 3h, 1d or 7d); got \"soon\""
         )
     );
-    let listed = daemon.call("session/list", json!({})).await;
-    assert_eq!(listed["sessions"], json!([]));
-    let session = daemon.create_session(json!({"rollover": "7d"})).await;
+    let listed = daemon
+        .call::<SessionList>(SessionListParams::default())
+        .await;
+    assert_eq!(listed.sessions, vec![]);
+    let session = daemon
+        .create_session(SessionCreateParams {
+            rollover: Some("7d".into()),
+            ..SessionCreateParams::default()
+        })
+        .await;
     let refused = daemon
-        .try_call(
-            "session/update",
-            json!({"sessionId": session, "rollover": "1w"}),
-        )
+        .try_call::<SessionUpdate>(SessionUpdateParams {
+            session_id: session.clone(),
+            rollover: Some("1w".into()),
+            ..SessionUpdateParams::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(refused.code, -32602);
-    let got = daemon
-        .call("session/get", json!({"sessionId": session}))
-        .await;
-    assert_eq!(got["rollover"], json!("7d"));
+    let got = daemon.call::<SessionGet>(sid(&session)).await;
+    assert_eq!(got.rollover.as_deref(), Some("7d"));
     let off = daemon
-        .call(
-            "session/update",
-            json!({"sessionId": session, "rollover": "off"}),
-        )
+        .call::<SessionUpdate>(SessionUpdateParams {
+            session_id: session.clone(),
+            rollover: Some("off".into()),
+            ..SessionUpdateParams::default()
+        })
         .await;
-    assert_eq!(off.get("rollover"), None);
+    assert_eq!(off.rollover, None);
     let error = daemon
-        .try_call(
-            "chat/send",
-            json!({"sessionId": session, "text": "/new-context"}),
-        )
+        .try_call::<ChatSend>(say(&session, "/new-context"))
         .await
         .unwrap_err();
     assert_eq!(

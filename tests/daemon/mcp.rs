@@ -8,11 +8,13 @@ use std::time::Duration;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::protocol::{
-    ApprovalDecision, ApprovalRespondParams, Event, McpServerParams, McpServerState,
-    McpServerStatus, Session, SessionCreateParams, SessionIdParams, ToolCallStatus,
+    ApprovalDecision, ApprovalRespond, ApprovalRespondParams, ChatStop, Event, McpServerParams,
+    McpServerState, McpServerStatus, Session, SessionBudget, SessionCreate, SessionCreateParams,
+    SessionGet, SessionIdParams, SessionList, SessionListParams, SessionUpdate,
+    SessionUpdateParams, ToolCallStatus,
 };
 
-use crate::harness::{Daemon, Options, Scratch};
+use crate::harness::{Daemon, Options, Scratch, json_of};
 use crate::mcp_fixture::mcp_fixture;
 
 /// The fixture server, built once if missing or older than its source.
@@ -107,12 +109,9 @@ fn session_params(workspace: &Path) -> SessionCreateParams {
 
 async fn session(daemon: &Daemon, id: &str) -> Session {
     daemon
-        .call_as(
-            "session/get",
-            SessionIdParams {
-                session_id: id.into(),
-            },
-        )
+        .call::<SessionGet>(SessionIdParams {
+            session_id: id.into(),
+        })
         .await
 }
 
@@ -140,13 +139,10 @@ async fn wait_for_state(
 
 async fn respond(daemon: &Daemon, approval: String, decision: ApprovalDecision) {
     daemon
-        .call(
-            "approval/respond",
-            ApprovalRespondParams {
-                approval_id: approval,
-                decision,
-            },
-        )
+        .call::<ApprovalRespond>(ApprovalRespondParams {
+            approval_id: approval,
+            decision,
+        })
         .await;
 }
 
@@ -410,12 +406,9 @@ async fn stop_during_a_long_call_cancels_it_on_the_server() {
         .await;
     server.wait_for_log("call slow").await;
     daemon
-        .call(
-            "chat/stop",
-            SessionIdParams {
-                session_id: id.clone(),
-            },
-        )
+        .call::<ChatStop>(SessionIdParams {
+            session_id: id.clone(),
+        })
         .await;
     daemon.until_finished().await;
     server.wait_for_log("cancelled slow").await;
@@ -641,32 +634,30 @@ async fn invalid_session_servers_and_headers_are_refused_and_nothing_is_created(
     ];
     for (server, message) in cases {
         let error = daemon
-            .try_call(
-                "session/create",
-                SessionCreateParams {
-                    mcp_servers: Some(vec![server]),
-                    ..session_params(&scratch.workspace())
-                },
-            )
+            .try_call::<SessionCreate>(SessionCreateParams {
+                mcp_servers: Some(vec![server]),
+                ..session_params(&scratch.workspace())
+            })
             .await
             .unwrap_err();
         assert_eq!(error.code, -32602);
         assert!(error.message.contains(message), "{}", error.message);
     }
-    let listed = daemon.call("session/list", json!({})).await;
-    assert_eq!(listed["sessions"], json!([]));
+    let listed = daemon
+        .call::<SessionList>(SessionListParams::default())
+        .await;
+    assert_eq!(listed.sessions, vec![]);
     daemon.close().await;
 }
 
 async fn tool_tokens(daemon: &Daemon, id: &str) -> u64 {
-    let budget = daemon
-        .call(
-            "session/budget",
-            SessionIdParams {
+    let budget = json_of(
+        daemon
+            .call::<SessionBudget>(SessionIdParams {
                 session_id: id.into(),
-            },
-        )
-        .await;
+            })
+            .await,
+    );
     budget["snapshot"]["toolTokens"].as_u64().unwrap()
 }
 
@@ -962,12 +953,13 @@ async fn after_a_restart_session_update_gives_an_http_server_its_headers_again()
     );
 
     let updated = daemon
-        .call(
-            "session/update",
-            json!({"sessionId": id, "mcpServers": [web]}),
-        )
+        .call::<SessionUpdate>(SessionUpdateParams {
+            session_id: id.clone(),
+            mcp_servers: Some(vec![web]),
+            ..SessionUpdateParams::default()
+        })
         .await;
-    assert_eq!(updated["id"], json!(id));
+    assert_eq!(updated.id, id);
     wait_for_state(&daemon, &id, "web", McpServerState::Ready).await;
     daemon.send(&id, "call it").await;
     daemon.until_finished().await;
@@ -978,16 +970,24 @@ async fn after_a_restart_session_update_gives_an_http_server_its_headers_again()
 
     // An invalid list is refused and changes nothing; an empty one removes the servers.
     let error = daemon
-        .try_call(
-            "session/update",
-            json!({"sessionId": id, "mcpServers": [{"name": "web"}]}),
-        )
+        .try_call::<SessionUpdate>(SessionUpdateParams {
+            session_id: id.clone(),
+            mcp_servers: Some(vec![McpServerParams {
+                name: "web".into(),
+                ..McpServerParams::default()
+            }]),
+            ..SessionUpdateParams::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(error.code, -32602);
     assert_eq!(session(&daemon, &id).await.mcp_servers.len(), 1);
     daemon
-        .call("session/update", json!({"sessionId": id, "mcpServers": []}))
+        .call::<SessionUpdate>(SessionUpdateParams {
+            session_id: id.clone(),
+            mcp_servers: Some(Vec::new()),
+            ..SessionUpdateParams::default()
+        })
         .await;
     assert_eq!(session(&daemon, &id).await.mcp_servers, vec![]);
     daemon.close().await;

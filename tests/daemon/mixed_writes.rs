@@ -4,10 +4,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use futures::future::join_all;
+use futures::future::{BoxFuture, join_all};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use sidechat::protocol::{ChatSendParams, SessionCreateParams, SessionIdParams};
+use sidechat::client::RpcError;
+use sidechat::protocol::{
+    ChatSend, ChatSendParams, Request, SessionCreate, SessionCreateParams, SessionGet,
+    SessionIdParams, SessionState, SessionUpdate, SessionUpdateParams,
+};
 
 use crate::harness::{Daemon, Options, Scratch};
 
@@ -29,19 +33,32 @@ async fn hammer(daemon: &Daemon, name: &str, shared: &[String]) -> Vec<(String, 
     for batch in (0..REQUESTS).collect::<Vec<_>>().chunks(IN_FLIGHT) {
         let calls = batch.iter().map(|&i| {
             let session = shared[i % shared.len()].clone();
-            let (method, params, text) = match i % 3 {
+            let (method, answer, text): (_, BoxFuture<'_, Result<(), RpcError>>, _) = match i % 3 {
                 0 => (
-                    "session/create",
-                    serde_json::to_value(SessionCreateParams {
-                        title: Some(format!("{name} {i}")),
-                        ..SessionCreateParams::default()
-                    })
-                    .unwrap(),
+                    SessionCreate::METHOD,
+                    Box::pin(async move {
+                        daemon
+                            .try_call::<SessionCreate>(SessionCreateParams {
+                                title: Some(format!("{name} {i}")),
+                                ..SessionCreateParams::default()
+                            })
+                            .await
+                            .map(drop)
+                    }),
                     None,
                 ),
                 1 => (
-                    "session/update",
-                    json!({"sessionId": session, "title": format!("renamed by {name} {i}")}),
+                    SessionUpdate::METHOD,
+                    Box::pin(async move {
+                        daemon
+                            .try_call::<SessionUpdate>(SessionUpdateParams {
+                                session_id: session,
+                                title: Some(format!("renamed by {name} {i}")),
+                                ..SessionUpdateParams::default()
+                            })
+                            .await
+                            .map(drop)
+                    }),
                     None,
                 ),
                 _ => {
@@ -53,16 +70,15 @@ async fn hammer(daemon: &Daemon, name: &str, shared: &[String]) -> Vec<(String, 
                         attachments: Vec::new(),
                     };
                     (
-                        "chat/send",
-                        serde_json::to_value(params).unwrap(),
+                        ChatSend::METHOD,
+                        Box::pin(
+                            async move { daemon.try_call::<ChatSend>(params).await.map(drop) },
+                        ),
                         Some((session, text)),
                     )
                 }
             };
-            async move {
-                let answer = daemon.try_call(method, params).await;
-                (method, answer, text)
-            }
+            async move { (method, answer.await, text) }
         });
         for (method, answer, text) in join_all(calls).await {
             if let Err(e) = &answer {
@@ -76,15 +92,12 @@ async fn hammer(daemon: &Daemon, name: &str, shared: &[String]) -> Vec<(String, 
 
 async fn settled(daemon: &Daemon, session: &str) -> bool {
     let state = daemon
-        .call(
-            "session/get",
-            SessionIdParams {
-                session_id: session.into(),
-            },
-        )
-        .await["state"]
-        .clone();
-    state != json!("running")
+        .call::<SessionGet>(SessionIdParams {
+            session_id: session.into(),
+        })
+        .await
+        .state;
+    state != SessionState::Running
         && daemon.transcript(session).await["pendingInterjections"] == json!([])
 }
 

@@ -6,8 +6,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use pretty_assertions::assert_eq;
-use serde_json::json;
 use sidechat::client::Connection;
+use sidechat::protocol::{Initialize, InitializeParams, SessionCreateParams};
 use sidechat::rpc::framing::Framing;
 
 use crate::harness::{Daemon, Scratch, home_for};
@@ -48,8 +48,8 @@ async fn database_log_and_folders_are_private_under_a_umask_of_000() {
         .stderr(std::process::Stdio::null());
     let (conn, notes) = Connection::spawn(command, Framing::Line).expect("spawn sidechat");
     let mut daemon = Daemon { conn, notes };
-    daemon.call("initialize", json!({})).await;
-    let session = daemon.create_session(json!({})).await;
+    daemon.call::<Initialize>(InitializeParams::default()).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     daemon.send(&session, "hello").await;
     daemon.until_finished().await;
     let wal = db.with_file_name("sidechat.db-wal");

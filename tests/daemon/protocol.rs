@@ -1,13 +1,15 @@
 //! Handshake, session methods, paging and persistence, in both framings.
 
 use pretty_assertions::assert_eq;
-use serde_json::{Value, json, to_value};
+use serde_json::{Value, json};
 use sidechat::protocol::{
-    ClientInfo, InitializeParams, SessionCreateParams, SessionListParams, SessionUpdateParams,
+    ClientInfo, Exit, Initialize, InitializeParams, Initialized, InitializedParams, Notification,
+    Request, SessionCreate, SessionCreateParams, SessionDelete, SessionGet, SessionList,
+    SessionListParams, SessionUpdate, SessionUpdateParams, Shutdown,
 };
 use sidechat::rpc::framing::Framing;
 
-use crate::harness::{Daemon, Options, Scratch, sid};
+use crate::harness::{Daemon, Options, Scratch, json_of, sid};
 
 async fn crud_round_trip(framing: Framing) {
     let scratch = Scratch::new();
@@ -18,19 +20,18 @@ async fn crud_round_trip(framing: Framing) {
             ..Options::default()
         },
     );
-    let init = daemon
-        .call(
-            "initialize",
-            InitializeParams {
+    let init = json_of(
+        daemon
+            .call::<Initialize>(InitializeParams {
                 client_info: Some(ClientInfo {
                     name: "t".into(),
                     version: Some("1".into()),
                 }),
                 protocol_version: Some(1),
                 capabilities: None,
-            },
-        )
-        .await;
+            })
+            .await,
+    );
     assert_eq!(init["serverInfo"]["name"], "sidechat");
     assert_eq!(init["protocolVersion"], 1);
     assert_eq!(init["defaultAccount"], "demo");
@@ -38,20 +39,19 @@ async fn crud_round_trip(framing: Framing) {
         init["accounts"],
         json!([{"name": "demo", "kind": "demo", "defaultModel": "demo", "isDemo": true, "models": ["demo"]}])
     );
-    daemon.conn.notify("initialized", json!({})).await.unwrap();
+    daemon.notify::<Initialized>(InitializedParams {}).await;
 
     let root = scratch.workspace().display().to_string();
-    let created = daemon
-        .call(
-            "session/create",
-            SessionCreateParams {
+    let created = json_of(
+        daemon
+            .call::<SessionCreate>(SessionCreateParams {
                 title: Some("First".into()),
                 workspace_root: Some(root.clone()),
                 system_prompt: Some("Be brief.".into()),
                 ..SessionCreateParams::default()
-            },
-        )
-        .await;
+            })
+            .await,
+    );
     let id = created["id"].as_str().unwrap().to_string();
     assert_eq!(
         json!({
@@ -65,19 +65,18 @@ async fn crud_round_trip(framing: Framing) {
             "workspaceRoot": root, "maxSteps": 25, "state": "idle", "lastSeq": 0, "changedFiles": [],
         })
     );
-    assert_eq!(daemon.call("session/get", sid(&id)).await, created);
+    assert_eq!(json_of(daemon.call::<SessionGet>(sid(&id)).await), created);
 
-    let updated = daemon
-        .call(
-            "session/update",
-            SessionUpdateParams {
+    let updated = json_of(
+        daemon
+            .call::<SessionUpdate>(SessionUpdateParams {
                 session_id: id.clone(),
                 title: Some("Renamed".into()),
                 system_prompt: Some(String::new()),
                 ..SessionUpdateParams::default()
-            },
-        )
-        .await;
+            })
+            .await,
+    );
     assert_eq!(
         (
             updated["title"].clone(),
@@ -86,9 +85,11 @@ async fn crud_round_trip(framing: Framing) {
         (json!("Renamed"), None)
     );
 
-    let listed = daemon
-        .call("session/list", SessionListParams::default())
-        .await;
+    let listed = json_of(
+        daemon
+            .call::<SessionList>(SessionListParams::default())
+            .await,
+    );
     assert_eq!(listed["sessions"][0]["id"], json!(id));
     assert_eq!(listed["sessions"][0]["title"], "Renamed");
     assert_eq!(listed.get("nextCursor"), None);
@@ -100,10 +101,10 @@ async fn crud_round_trip(framing: Framing) {
     );
 
     assert_eq!(
-        daemon.call("session/delete", sid(&id)).await,
+        json_of(daemon.call::<SessionDelete>(sid(&id)).await),
         json!({"deleted": true})
     );
-    let gone = daemon.try_call("session/get", sid(&id)).await.unwrap_err();
+    let gone = daemon.try_call::<SessionGet>(sid(&id)).await.unwrap_err();
     assert_eq!(gone.code, -32001);
     assert_eq!(daemon.close().await, 0);
 }
@@ -151,7 +152,7 @@ async fn list_pages_newest_first_and_filters_by_root() {
             limit: Some(2),
             ..SessionListParams::default()
         };
-        let page = daemon.call("session/list", params).await;
+        let page = json_of(daemon.call::<SessionList>(params).await);
         pages += 1;
         seen.extend(
             page["sessions"]
@@ -168,15 +169,14 @@ async fn list_pages_newest_first_and_filters_by_root() {
     made.reverse();
     assert_eq!((seen, pages), (made.clone(), 3));
 
-    let odd = daemon
-        .call(
-            "session/list",
-            SessionListParams {
+    let odd = json_of(
+        daemon
+            .call::<SessionList>(SessionListParams {
                 workspace_root: Some(odd.clone()),
                 ..Default::default()
-            },
-        )
-        .await;
+            })
+            .await,
+    );
     let odd_ids: Vec<_> = odd["sessions"]
         .as_array()
         .unwrap()
@@ -186,13 +186,10 @@ async fn list_pages_newest_first_and_filters_by_root() {
     assert_eq!(odd_ids, vec![json!(made[1]), json!(made[3])]);
 
     let bad = daemon
-        .try_call(
-            "session/list",
-            SessionListParams {
-                cursor: Some("nonsense".into()),
-                ..Default::default()
-            },
-        )
+        .try_call::<SessionList>(SessionListParams {
+            cursor: Some("nonsense".into()),
+            ..Default::default()
+        })
         .await
         .unwrap_err();
     assert_eq!(bad.code, -32602);
@@ -219,10 +216,10 @@ async fn sessions_survive_a_restart_and_exit_codes_follow_lsp() {
         },
     )
     .await;
-    let session = daemon.call("session/get", sid(&id)).await;
+    let session = json_of(daemon.call::<SessionGet>(sid(&id)).await);
     assert_eq!(session["title"], "Kept");
     // `exit` without `shutdown` is exit code 1.
-    daemon.conn.notify("exit", Value::Null).await.unwrap();
+    daemon.notify::<Exit>(None).await;
     let mut daemon = daemon;
     let status = daemon.conn.child_mut().wait().await.unwrap();
     assert_eq!(status.code(), Some(1));
@@ -235,17 +232,14 @@ async fn default_database_location_follows_xdg_data_home() {
     let mut command = crate::harness::clean_command(&scratch.home());
     command.arg("serve").env("XDG_DATA_HOME", &data_home);
     let (conn, _notes) = sidechat::client::Connection::spawn(command, Framing::Line).unwrap();
-    conn.request("initialize", to_value(InitializeParams::default()).unwrap())
+    conn.call::<Initialize>(InitializeParams::default())
         .await
         .unwrap()
         .unwrap();
-    conn.request(
-        "session/create",
-        to_value(SessionCreateParams::default()).unwrap(),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    conn.call::<SessionCreate>(SessionCreateParams::default())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(conn.close().await.unwrap(), 0);
     assert!(data_home.join("sidechat/sidechat.db").exists());
 }
@@ -266,10 +260,14 @@ async fn only_frames_reach_stdout_even_with_verbose_logs() {
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     use tokio::io::AsyncWriteExt;
-    stdin
-        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}\n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"session/create\"}\n{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"shutdown\"}\n{\"jsonrpc\":\"2.0\",\"method\":\"exit\"}\n")
-        .await
-        .unwrap();
+    let frames = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": Initialize::METHOD}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": SessionCreate::METHOD}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": Shutdown::METHOD}),
+        json!({"jsonrpc": "2.0", "method": Exit::METHOD}),
+    ];
+    let lines: String = frames.iter().map(|frame| format!("{frame}\n")).collect();
+    stdin.write_all(lines.as_bytes()).await.unwrap();
     assert_eq!(child.wait().await.unwrap().code(), Some(0));
     let written = std::fs::read_to_string(&output_dir).unwrap();
     let ids: Vec<Value> = written
@@ -293,13 +291,13 @@ async fn a_database_that_cannot_be_opened_is_reported_on_every_request() {
     let blocker = scratch.dir.path().join("not-a-folder");
     std::fs::write(&blocker, "").unwrap();
     let daemon = Daemon::spawn(&blocker.join("sidechat.db"), Options::default());
-    let init = daemon.call("initialize", InitializeParams::default()).await;
+    let init = json_of(daemon.call::<Initialize>(InitializeParams::default()).await);
     assert_eq!(
         init["serverInfo"]["name"], "sidechat",
         "the handshake does not wait for the store"
     );
     let error = daemon
-        .try_call("session/list", SessionListParams::default())
+        .try_call::<SessionList>(SessionListParams::default())
         .await
         .unwrap_err();
     assert_eq!(error.code, -32603);

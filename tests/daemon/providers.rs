@@ -2,9 +2,9 @@
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use sidechat::protocol::{Event, FinishReason, SessionCreateParams};
+use sidechat::protocol::{ChatSend, Event, FinishReason, SessionCreateParams, SessionGet};
 
-use crate::harness::{Daemon, Options, Scratch, kinds, say, sid};
+use crate::harness::{Daemon, Options, Scratch, json_of, kinds, say, sid};
 use crate::upstream::{Part, Reply, openai, start};
 
 fn chunk(delta: Value, finish: Option<&str>) -> Value {
@@ -150,7 +150,7 @@ async fn a_session_bound_to_a_missing_account_is_refused_clearly() {
     // The next daemon has no OpenAI configuration.
     let daemon = Daemon::start(&scratch.db(), Options::default()).await;
     let refused = daemon
-        .try_call("chat/send", say(&session, "hi"))
+        .try_call::<ChatSend>(say(&session, "hi"))
         .await
         .unwrap_err();
     assert_eq!(refused.code, -32005);
@@ -161,7 +161,7 @@ async fn a_session_bound_to_a_missing_account_is_refused_clearly() {
         "{}",
         refused.message
     );
-    let _: Value = daemon.call("session/get", sid(&session)).await;
+    daemon.call::<SessionGet>(sid(&session)).await;
     daemon.close().await;
 }
 
@@ -231,7 +231,7 @@ async fn openai_answer_cut_by_the_length_limit_is_kept_and_reported() {
     let mut daemon =
         Daemon::start(&scratch.db(), Options::with_env(openai_env(&upstream.url))).await;
     let session = daemon.create_session(SessionCreateParams::default()).await;
-    daemon.call("chat/send", say(&session, "write a lot")).await;
+    daemon.call::<ChatSend>(say(&session, "write a lot")).await;
     let events = daemon.until_finished().await;
     assert_eq!(finish_reason(&events), FinishReason::CutOff);
     assert_eq!(
@@ -289,7 +289,7 @@ async fn anthropic_tool_call_cut_by_max_tokens_is_not_run_and_the_model_is_told(
         })
         .await;
     daemon
-        .call("chat/send", say(&session, "write big.txt"))
+        .call::<ChatSend>(say(&session, "write big.txt"))
         .await;
     let events = daemon.until_finished().await;
     assert_eq!(finish_reason(&events), FinishReason::EndTurn);
@@ -394,9 +394,7 @@ async fn anthropic_thinking_is_sent_back_with_its_signature() {
         .collect();
     assert_eq!(thinking, "The user says hi. Greet back.");
 
-    daemon
-        .call("chat/send", say(&session, "still there?"))
-        .await;
+    daemon.call::<ChatSend>(say(&session, "still there?")).await;
     let events = daemon.until_finished().await;
     assert_eq!(finish_reason(&events), FinishReason::EndTurn);
 
@@ -479,7 +477,7 @@ async fn openai_refusals_and_content_filters_end_the_run_as_a_refusal() {
         declined("Here is how to")
     );
     // Declined on purpose: nothing is owed an answer.
-    let state = daemon.call("session/get", sid(&session)).await["state"].clone();
+    let state = json_of(daemon.call::<SessionGet>(sid(&session)).await)["state"].clone();
     assert_eq!(state, "idle");
     daemon.close().await;
 }

@@ -3,9 +3,11 @@
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use sidechat::protocol::{Event, FinishReason, SessionCreateParams, SessionEventParams};
+use sidechat::protocol::{
+    ChatResume, ChatStop, Event, FinishReason, SessionCreateParams, SessionEventParams, SessionGet,
+};
 
-use crate::harness::{Daemon, Options, Scratch, sid};
+use crate::harness::{Daemon, Options, Scratch, json_of, sid};
 
 /// A replay daemon and a session on it, taking at most `max_steps` steps per run when given.
 async fn replay(scratch: &Scratch, script: Value, max_steps: Option<u32>) -> (Daemon, String) {
@@ -26,7 +28,7 @@ fn finish_of(events: &[SessionEventParams]) -> FinishReason {
 }
 
 async fn state(daemon: &Daemon, session: &str) -> Value {
-    daemon.call("session/get", sid(session)).await["state"].clone()
+    json_of(daemon.call::<SessionGet>(sid(session)).await)["state"].clone()
 }
 
 /// The session's entries of one role, whole.
@@ -64,14 +66,14 @@ async fn stop_during_an_approval_leaves_the_session_idle() {
     let (mut daemon, session) = replay(&scratch, json!({"turns": [write]}), None).await;
     daemon.send(&session, "write a.txt").await;
     daemon.until_approval().await;
-    daemon.call("chat/stop", sid(&session)).await;
+    daemon.call::<ChatStop>(sid(&session)).await;
     assert_eq!(
         finish_of(&daemon.until_finished().await),
         FinishReason::Stopped
     );
     assert_eq!(state(&daemon, &session).await, "idle");
     let nothing = daemon
-        .try_call("chat/resume", sid(&session))
+        .try_call::<ChatResume>(sid(&session))
         .await
         .unwrap_err();
     assert_eq!(nothing.code, -32007);
@@ -159,11 +161,11 @@ async fn nothing_is_delivered_on_the_last_allowed_step_it_is_promoted_into_the_n
     let scratch = Scratch::new();
     let script = json!({"turns": [list_step(150), list_step(0), {"text": "Here is the summary."}]});
     let (mut daemon, session) = replay(&scratch, script, Some(2)).await;
-    let started = daemon.send(&session, "look").await;
+    let started = json_of(daemon.send(&session, "look").await);
     daemon
         .events_until(|e| matches!(e, Event::TextDelta { .. }))
         .await;
-    let queued = daemon.send(&session, "then summarise").await;
+    let queued = json_of(daemon.send(&session, "then summarise").await);
     // The reply names the run that took it.
     assert_eq!(
         (queued["queued"].clone(), queued["runId"].clone()),
@@ -212,7 +214,7 @@ async fn input_promoted_after_a_crash_keeps_its_pending_id() {
     daemon
         .events_until(|e| matches!(e, Event::TextDelta { .. }))
         .await;
-    let queued = daemon.send(&session, "and the tests").await;
+    let queued = json_of(daemon.send(&session, "and the tests").await);
     daemon.conn.child_mut().kill().await.unwrap();
 
     let daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;

@@ -5,11 +5,12 @@ use std::collections::HashMap;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::protocol::{
-    ApprovalDecision, Event, FinishReason, SessionCreateParams, SessionEventParams,
+    ApprovalDecision, ApprovalRespond, ChatResume, ChatStop, Event, FinishReason,
+    SessionCreateParams, SessionEventParams, SessionGet,
 };
 use sidechat::rpc::framing::Framing;
 
-use crate::harness::{Daemon, Options, Scratch, answer, kinds, sid};
+use crate::harness::{Daemon, Options, Scratch, answer, json_of, kinds, sid};
 
 /// Replaces generated ids and timestamps with stable placeholders numbered by first sight.
 fn normalize(value: &Value, seen: &mut HashMap<String, String>) -> Value {
@@ -55,9 +56,11 @@ async fn replay_daemon(scratch: &Scratch, script: Value) -> (Daemon, String) {
 }
 
 async fn respond(daemon: &Daemon, approval: &str, decision: ApprovalDecision) -> Value {
-    daemon
-        .call("approval/respond", answer(approval, decision))
-        .await
+    json_of(
+        daemon
+            .call::<ApprovalRespond>(answer(approval, decision))
+            .await,
+    )
 }
 
 fn write_turn(path: &str, content: &str) -> Value {
@@ -84,7 +87,7 @@ async fn plain_turn(framing: Framing) {
     };
     let mut daemon = Daemon::start(&scratch.db(), options).await;
     let session = daemon.create_session(SessionCreateParams::default()).await;
-    let sent = daemon.send(&session, "hello there").await;
+    let sent = json_of(daemon.send(&session, "hello there").await);
     let events = daemon.until_finished().await;
     assert_eq!(
         kinds(&events)
@@ -143,7 +146,7 @@ async fn tool_round_trip_allowed_is_one_snapshot() {
     .await;
     daemon.send(&session, "write out.txt").await;
     let (mut events, approval) = daemon.until_approval().await;
-    let state = daemon.call("session/get", sid(&session)).await["state"].clone();
+    let state = json_of(daemon.call::<SessionGet>(sid(&session)).await)["state"].clone();
     assert_eq!(state, "awaitingApproval");
     respond(&daemon, &approval, ApprovalDecision::Allow).await;
     events.extend(daemon.until_finished().await);
@@ -154,7 +157,7 @@ async fn tool_round_trip_allowed_is_one_snapshot() {
     let mut seen = HashMap::new();
     let normalized = normalize(&serde_json::to_value(&events).unwrap(), &mut seen);
     insta::assert_json_snapshot!("tool_round_trip_allowed", normalized);
-    let session_view = daemon.call("session/get", sid(&session)).await;
+    let session_view = json_of(daemon.call::<SessionGet>(sid(&session)).await);
     assert_eq!(
         session_view["changedFiles"],
         json!([{"path": "out.txt", "added": 1, "removed": 0}])
@@ -181,7 +184,7 @@ async fn denied_call_is_reported_to_the_model_and_the_run_goes_on() {
     assert_eq!(results[0]["type"], "toolResult");
     assert_eq!(results[0]["isError"], true);
     assert!(results[0]["output"].as_str().unwrap().contains("denied"));
-    let session_view = daemon.call("session/get", sid(&session)).await;
+    let session_view = json_of(daemon.call::<SessionGet>(sid(&session)).await);
     assert_eq!(session_view["changedFiles"], json!([]));
     daemon.close().await;
 }
@@ -213,14 +216,11 @@ async fn allow_always_does_not_ask_again_and_answers_are_idempotent() {
     assert_eq!(again["applied"], false);
     assert_eq!(again["decision"], "allowAlways");
     let unknown = daemon
-        .try_call(
-            "approval/respond",
-            answer("apr_nope", ApprovalDecision::Allow),
-        )
+        .try_call::<ApprovalRespond>(answer("apr_nope", ApprovalDecision::Allow))
         .await
         .unwrap_err();
     assert_eq!(unknown.code, -32004);
-    let session_view = daemon.call("session/get", sid(&session)).await;
+    let session_view = json_of(daemon.call::<SessionGet>(sid(&session)).await);
     assert_eq!(
         session_view["changedFiles"],
         json!([{"path": "a.txt", "added": 1, "removed": 0}, {"path": "b.txt", "added": 2, "removed": 0}])
@@ -238,7 +238,7 @@ async fn stop_mid_stream_keeps_the_partial_text() {
     daemon
         .events_until(|e| matches!(e, Event::TextDelta { .. }))
         .await;
-    let stopped = daemon.call("chat/stop", sid(&session)).await;
+    let stopped = json_of(daemon.call::<ChatStop>(sid(&session)).await);
     assert_eq!(stopped["stopped"], true);
     let events = daemon.until_finished().await;
     assert_eq!(finish_of(&events), (FinishReason::Stopped, None));
@@ -254,7 +254,7 @@ async fn stop_mid_stream_keeps_the_partial_text() {
     );
     // Stopping again is harmless.
     assert_eq!(
-        daemon.call("chat/stop", sid(&session)).await,
+        json_of(daemon.call::<ChatStop>(sid(&session)).await),
         json!({"stopped": false})
     );
     daemon.close().await;
@@ -267,7 +267,7 @@ async fn stop_while_an_approval_is_pending_cancels_it() {
         replay_daemon(&scratch, json!({"turns": [write_turn("x.txt", "x")]})).await;
     daemon.send(&session, "write").await;
     let (_, approval) = daemon.until_approval().await;
-    daemon.call("chat/stop", sid(&session)).await;
+    daemon.call::<ChatStop>(sid(&session)).await;
     let events = daemon.until_finished().await;
     let tail: Vec<_> = kinds(&events);
     assert_eq!(
@@ -543,7 +543,7 @@ async fn writes_through_a_symlink_are_refused_and_create_nothing() {
             "inside\n".to_string()
         )
     );
-    let session_view = daemon.call("session/get", sid(&session)).await;
+    let session_view = json_of(daemon.call::<SessionGet>(sid(&session)).await);
     assert_eq!(session_view["changedFiles"], json!([]));
     daemon.close().await;
 }
@@ -569,7 +569,7 @@ async fn only_successful_writes_are_recorded_as_changed() {
         respond(&daemon, &approval, ApprovalDecision::Allow).await;
     }
     daemon.until_finished().await;
-    let session_view = daemon.call("session/get", sid(&session)).await;
+    let session_view = json_of(daemon.call::<SessionGet>(sid(&session)).await);
     assert_eq!(
         session_view["changedFiles"],
         json!([{"path": "keep.txt", "added": 2, "removed": 1}, {"path": "ok.txt", "added": 1, "removed": 0}])
@@ -595,7 +595,7 @@ async fn an_approval_survives_a_killed_daemon_and_resumes_the_run() {
         json!(approval)
     );
     // Typing while the run waits is queued, not refused, and does not answer the approval.
-    let queued = daemon.send(&session, "hello?").await;
+    let queued = json_of(daemon.send(&session, "hello?").await);
     assert_eq!(queued["queued"], true);
 
     respond(&daemon, &approval, ApprovalDecision::Allow).await;
@@ -653,11 +653,11 @@ async fn a_run_killed_mid_tool_is_closed_with_a_result_for_every_call() {
             .unwrap()
             .starts_with("Interrupted")
     );
-    daemon.call("chat/resume", sid(&session)).await;
+    daemon.call::<ChatResume>(sid(&session)).await;
     let events = daemon.until_finished().await;
     assert_eq!(finish_of(&events), (FinishReason::EndTurn, None));
     let nothing = daemon
-        .try_call("chat/resume", sid(&session))
+        .try_call::<ChatResume>(sid(&session))
         .await
         .unwrap_err();
     assert_eq!(nothing.code, -32007);

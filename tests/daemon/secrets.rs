@@ -1,6 +1,6 @@
 //! API keys never reach the database, the logs or events, even when a provider echoes them.
 
-use sidechat::protocol::{Event, FinishReason, InitializeParams, SessionCreateParams};
+use sidechat::protocol::{Event, FinishReason, Initialize, InitializeParams, SessionCreateParams};
 
 use crate::harness::{Daemon, Scratch};
 use crate::upstream::{Reply, start};
@@ -29,7 +29,7 @@ async fn a_key_echoed_by_the_provider_is_redacted_everywhere() {
         sidechat::client::Connection::spawn(command, sidechat::rpc::framing::Framing::Line)
             .unwrap();
     let mut daemon = Daemon { conn, notes };
-    daemon.call("initialize", InitializeParams::default()).await;
+    daemon.call::<Initialize>(InitializeParams::default()).await;
     let session = daemon.create_session(SessionCreateParams::default()).await;
     daemon.send(&session, "hi").await;
     let mut wire = String::new();

@@ -3,7 +3,7 @@
 
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use sidechat::protocol::{Event, FinishReason};
+use sidechat::protocol::{ChatResume, Event, FinishReason};
 
 use crate::harness::{Daemon, Options, Scratch, sid};
 
@@ -33,7 +33,7 @@ async fn seq_keeps_increasing_after_a_daemon_killed_mid_stream() {
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
     let transcript = daemon.transcript(&session).await;
     assert_eq!(transcript["state"], "unanswered");
-    daemon.call("chat/resume", sid(&session)).await;
+    daemon.call::<ChatResume>(sid(&session)).await;
     let events = daemon.until_finished().await;
     assert!(matches!(
         events.last().map(|e| &e.event),

@@ -361,9 +361,7 @@ async fn the_json_export_holds_every_stored_entry() {
         {"thinking": "Listing done.", "text": "Found nothing much."}
     ]});
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
-    let session = daemon
-        .create_session(json!({"account": "replay", "workspaceRoot": scratch.workspace().display().to_string()}))
-        .await;
+    let session = daemon.create_session(scratch.replay_session()).await;
     daemon.send(&session, "look around").await;
     daemon
         .events_until(|e| matches!(e, sidechat::protocol::Event::TextDelta { .. }))

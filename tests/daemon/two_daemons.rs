@@ -8,12 +8,13 @@ use std::time::Duration;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::protocol::{
-    ApprovalDecision, ApprovalRespondParams, Event, FinishReason, InterjectionCancelParams,
-    SessionIdParams,
+    ApprovalDecision, ApprovalRespond, ApprovalRespondParams, ChatResume, ChatStop, Event,
+    FinishReason, InterjectionCancel, InterjectionCancelParams, SessionCreate, SessionCreateParams,
+    SessionGet, SessionIdParams, SessionList, SessionListParams,
 };
 
 use crate::harness::{
-    Daemon, Options, Scratch, env, gated, held_run, second_daemon, session, text,
+    Daemon, Options, Scratch, env, gated, held_run, json_of, second_daemon, session, text,
 };
 use crate::upstream::{Reply, Upstream, openai, start};
 
@@ -31,14 +32,13 @@ fn tool_call(id: &str, name: &str, arguments: Value) -> Vec<Value> {
 }
 
 async fn state(daemon: &Daemon, session: &str) -> Value {
-    daemon
-        .call(
-            "session/get",
-            SessionIdParams {
+    json_of(
+        daemon
+            .call::<SessionGet>(SessionIdParams {
                 session_id: session.into(),
-            },
-        )
-        .await["state"]
+            })
+            .await,
+    )["state"]
         .clone()
 }
 
@@ -80,7 +80,7 @@ async fn a_second_daemon_leaves_a_live_run_alone_and_its_input_is_delivered_once
     // B starts while A streams: its start-up recovery leaves A's run open.
     let b = second_daemon(&scratch, &upstream).await;
     assert_eq!(state(&b, &session).await, json!("running"));
-    let queued = b.send(&session, "also read the README").await;
+    let queued = json_of(b.send(&session, "also read the README").await);
     assert_eq!(
         (queued["queued"].clone(), queued["runId"].clone()),
         (json!(true), run_id)
@@ -161,9 +161,10 @@ async fn an_approval_answered_through_the_other_daemon_reaches_the_owner_once() 
         approval_id: approval_id.clone(),
         decision,
     };
-    let applied = b
-        .call("approval/respond", answer(ApprovalDecision::Allow))
-        .await;
+    let applied = json_of(
+        b.call::<ApprovalRespond>(answer(ApprovalDecision::Allow))
+            .await,
+    );
     assert_eq!(applied["applied"], json!(true));
 
     // A tells its client the prompt is answered, runs the tool, and finishes.
@@ -186,9 +187,11 @@ async fn an_approval_answered_through_the_other_daemon_reaches_the_owner_once() 
 
     // A later answer from either side changes nothing.
     for daemon in [&a, &b] {
-        let late = daemon
-            .call("approval/respond", answer(ApprovalDecision::Deny))
-            .await;
+        let late = json_of(
+            daemon
+                .call::<ApprovalRespond>(answer(ApprovalDecision::Deny))
+                .await,
+        );
         assert_eq!(
             (late["applied"].clone(), late["decision"].clone()),
             (json!(false), json!("allow"))
@@ -222,15 +225,13 @@ async fn an_approval_answered_through_the_other_daemon_is_acted_on_when_the_owne
         .status()
         .unwrap();
     assert!(stopped.success());
-    let applied = b
-        .call(
-            "approval/respond",
-            ApprovalRespondParams {
-                approval_id: approval_id.clone(),
-                decision: ApprovalDecision::Allow,
-            },
-        )
-        .await;
+    let applied = json_of(
+        b.call::<ApprovalRespond>(ApprovalRespondParams {
+            approval_id: approval_id.clone(),
+            decision: ApprovalDecision::Allow,
+        })
+        .await,
+    );
     assert_eq!(applied["applied"], json!(true));
     a.conn.child_mut().kill().await.unwrap();
 
@@ -263,14 +264,11 @@ async fn a_stop_sent_to_the_other_daemon_stops_the_owners_run() {
 
     let b = second_daemon(&scratch, &upstream).await;
     let stopped = b
-        .call(
-            "chat/stop",
-            SessionIdParams {
-                session_id: session.clone(),
-            },
-        )
+        .call::<ChatStop>(SessionIdParams {
+            session_id: session.clone(),
+        })
         .await;
-    assert_eq!(stopped, json!({"runId": run_id, "stopped": true}));
+    assert_eq!(json_of(stopped), json!({"runId": run_id, "stopped": true}));
     let events = a.until_finished().await;
     assert_eq!(finish_reason(&events), Some(FinishReason::Stopped));
     assert_eq!(state(&b, &session).await, json!("idle"));
@@ -307,14 +305,12 @@ async fn a_run_whose_daemon_was_killed_is_taken_over_by_the_other() {
     assert_eq!(state(&b, &session).await, json!("unanswered"));
 
     // The session is B's to use now.
-    let resumed = b
-        .call(
-            "chat/resume",
-            SessionIdParams {
-                session_id: session.clone(),
-            },
-        )
-        .await;
+    let resumed = json_of(
+        b.call::<ChatResume>(SessionIdParams {
+            session_id: session.clone(),
+        })
+        .await,
+    );
     assert!(resumed["runId"].is_string(), "{resumed}");
     let events = b.until_finished().await;
     assert_eq!(finish_reason(&events), Some(FinishReason::EndTurn));
@@ -332,12 +328,9 @@ async fn resume_on_the_other_daemons_run_is_refused_naming_its_owner() {
         held_run(vec![gated(vec![text("Busy")], held, vec![])], "go", &[]).await;
     let b = second_daemon(&scratch, &upstream).await;
     let refused = b
-        .try_call(
-            "chat/resume",
-            SessionIdParams {
-                session_id: session.clone(),
-            },
-        )
+        .try_call::<ChatResume>(SessionIdParams {
+            session_id: session.clone(),
+        })
         .await
         .unwrap_err();
     let data = refused.data.clone().unwrap();
@@ -413,8 +406,8 @@ async fn two_daemons_started_at_once_on_a_new_file_both_serve() {
             Daemon::start(&db, Options::default()),
         );
         let (created_a, created_b) = tokio::join!(
-            a.try_call("session/create", json!({"title": "a"})),
-            b.try_call("session/create", json!({"title": "b"})),
+            a.try_call::<SessionCreate>(titled("a")),
+            b.try_call::<SessionCreate>(titled("b")),
         );
         let (created_a, created_b) = match (created_a, created_b) {
             (Ok(a), Ok(b)) => (a, b),
@@ -422,18 +415,23 @@ async fn two_daemons_started_at_once_on_a_new_file_both_serve() {
         };
         // Each sees both sessions: one database, one schema.
         for daemon in [&a, &b] {
-            let listed = daemon.call("session/list", json!({})).await;
-            let mut titles: Vec<&str> = listed["sessions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|s| s["title"].as_str().unwrap())
-                .collect();
+            let listed = daemon
+                .call::<SessionList>(SessionListParams::default())
+                .await;
+            let mut titles: Vec<&str> = listed.sessions.iter().map(|s| s.title.as_str()).collect();
             titles.sort();
             assert_eq!(titles, ["a", "b"], "round {round}");
         }
-        assert_ne!(created_a["id"], created_b["id"]);
+        assert_ne!(created_a.id, created_b.id);
         assert_eq!((a.close().await, b.close().await), (0, 0), "round {round}");
+    }
+}
+
+/// `session/create` params of a session with this title.
+fn titled(title: &str) -> SessionCreateParams {
+    SessionCreateParams {
+        title: Some(title.into()),
+        ..SessionCreateParams::default()
     }
 }
 
@@ -452,20 +450,18 @@ async fn an_interjection_cancelled_through_the_other_daemon_is_announced_to_the_
     .await;
 
     let b = second_daemon(&scratch, &upstream).await;
-    let queued = b.send(&session, "never mind this").await;
+    let queued = json_of(b.send(&session, "never mind this").await);
     let pending_id = queued["pendingId"].as_str().unwrap().to_string();
     a.events_until(|e| matches!(e, Event::InterjectionQueued { .. }))
         .await;
 
     // Withdrawn through B: A's client hears of it from A, as it would of a cancel made at A.
-    let cancelled = b
-        .call(
-            "interjection/cancel",
-            InterjectionCancelParams {
-                pending_id: pending_id.clone(),
-            },
-        )
-        .await;
+    let cancelled = json_of(
+        b.call::<InterjectionCancel>(InterjectionCancelParams {
+            pending_id: pending_id.clone(),
+        })
+        .await,
+    );
     assert_eq!(cancelled["cancelled"], json!(true));
     let heard = a
         .events_until(|e| matches!(e, Event::InterjectionCancelled { .. }))

@@ -80,7 +80,8 @@ let ts = await compile(root, 'WireTypes', {
   style: { singleQuote: true, printWidth: 100 },
 });
 
-const clientToServer = methods.filter((m) => m.direction === 'clientToServer');
+// A notification has no result; the client's notifications are not requests.
+const clientToServer = methods.filter((m) => m.direction === 'clientToServer' && m.result);
 ts += `
 /** Every request a client sends, with its params and result types. */
 export interface Requests {

@@ -112,6 +112,13 @@ export type CompactionMethod = 'summary' | 'drop' | 'carryOver';
  */
 export type Pressure = 'normal' | 'high' | 'critical';
 /**
+ * A request id: a string or a number.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "RequestId".
+ */
+export type RequestId = string | number;
+/**
  * Why a range of the transcript was folded (a `compaction` event's `reason`).
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -282,6 +289,11 @@ export type MessageStatus = 'complete' | 'stopped' | 'failed';
 export type FinishReason =
   ('end_turn' | 'stopped' | 'max_iterations' | 'budget_spent' | 'cut_off' | 'error') | 'refusal';
 /**
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "ExitParams".
+ */
+export type ExitParams = null;
+/**
  * Its state after the call: `cancelled`, `leased`, `delivered` or `promoted`.
  */
 export type InterjectionStatus = 'pending' | 'leased' | 'delivered' | 'promoted' | 'cancelled';
@@ -348,6 +360,7 @@ export interface WireTypes {
   Attachment?: Attachment;
   Block?: Block;
   BudgetSnapshot?: BudgetSnapshot;
+  CancelRequestParams?: CancelRequestParams;
   ChangedFile?: ChangedFile;
   ChatResumeResult?: ChatResumeResult;
   ChatSendParams?: ChatSendParams;
@@ -359,9 +372,11 @@ export interface WireTypes {
   CostSummary?: CostSummary;
   DelegatedApproval?: DelegatedApproval;
   Event?: Event;
+  ExitParams?: ExitParams;
   FinishReason?: FinishReason;
   InitializeParams?: InitializeParams;
   InitializeResult?: InitializeResult;
+  InitializedParams?: InitializedParams;
   InterjectionCancelParams?: InterjectionCancelParams;
   InterjectionCancelResult?: InterjectionCancelResult;
   InterjectionStatus?: InterjectionStatus1;
@@ -380,6 +395,7 @@ export interface WireTypes {
   PriceSource?: PriceSource1;
   ProviderKind?: ProviderKind;
   Reconciliation?: Reconciliation;
+  RequestId?: RequestId;
   RequestKindCost?: RequestKindCost;
   Role?: Role;
   ServerCapabilities?: ServerCapabilities;
@@ -540,6 +556,15 @@ export interface BudgetSnapshot {
 export interface Thresholds {
   high: number;
   critical: number;
+}
+/**
+ * `$/cancelRequest`'s params: the id of the request to cancel.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "CancelRequestParams".
+ */
+export interface CancelRequestParams {
+  id: RequestId;
 }
 /**
  * A file that a successful write or edit changed in this session, or in one of its delegated
@@ -911,6 +936,14 @@ export interface UnavailableAccount {
    */
   reason: string;
 }
+/**
+ * `initialized`'s params: none yet (the client sends `{}`), kept as an object so fields can
+ * be added.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "InitializedParams".
+ */
+export interface InitializedParams {}
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "InterjectionCancelParams".
