@@ -2,6 +2,7 @@
 --- (`vim.lsp.rpc.start`, Content-Length framing), initializes it, queues requests until it is
 --- ready, and restarts it when it exits, telling listeners so they can refetch what they show.
 local config = require("sidechat.config")
+local protocol = require("sidechat.protocol")
 
 local M = {}
 
@@ -180,7 +181,7 @@ function Client:start()
   local env = vim.tbl_extend("force", { SIDECHAT_LOG = config.options.log_level }, config.options.env or {})
   local ok, rpc = pcall(vim.lsp.rpc.start, cmd, {
     notification = function(method, params)
-      if generation == self.generation and method == "session/event" then
+      if generation == self.generation and method == protocol.method.sessionEvent then
         each(self.event_listeners, params)
       end
     end,
@@ -200,7 +201,7 @@ function Client:start()
     return false
   end
   self.rpc = rpc
-  self:send_now("initialize", {
+  self:send_now(protocol.method.initialize, {
     clientInfo = { name = "sidechat.nvim" },
     protocolVersion = 1,
   }, function(err, result)
@@ -273,7 +274,7 @@ function Client:stop()
   self:fail_pending(err)
   self:fail_queued(err)
   if rpc and not rpc.is_closing() then
-    rpc.request("shutdown", nil, function()
+    rpc.request(protocol.method.shutdown, nil, function()
       rpc.notify("exit", nil)
     end)
     vim.defer_fn(function()
