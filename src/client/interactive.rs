@@ -8,6 +8,7 @@ use super::open::{self, Ask, UNTITLED};
 use super::render::{Plain, Screen};
 use super::sessions::list_line;
 use super::style::{Paint, Style, terminal_height};
+use super::view::SessionView;
 use super::{ChatArgs, plural};
 use crate::protocol::{
     ApprovalDecision, ApprovalRespond, ApprovalRespondParams, ChatResume, ChatSend, ChatSendParams,
@@ -42,8 +43,7 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
         daemon,
         screen,
         session,
-        running: false,
-        pending_approval: None,
+        view: SessionView::default(),
         interrupts: 0,
     };
     if existed {
@@ -107,8 +107,8 @@ struct Chat {
     daemon: Daemon,
     screen: Screen,
     session: Session,
-    running: bool,
-    pending_approval: Option<String>,
+    /// The session as its events and transcript say: whether a run works, which approval waits.
+    view: SessionView,
     /// Ctrl-C presses since the last line or run: the second one quits.
     interrupts: u32,
 }
@@ -129,7 +129,7 @@ impl Chat {
                     if let Some(event) = as_event(&note)
                         && event.session_id == self.session.id
                     {
-                        self.event(&event.event);
+                        self.event(&event);
                     }
                 }
                 input = inputs.recv() => {
@@ -155,25 +155,12 @@ impl Chat {
         }
     }
 
-    fn event(&mut self, event: &Event) {
-        match event {
-            Event::RunStarted { .. } => self.running = true,
-            Event::ApprovalRequested { approval } => {
-                self.pending_approval = Some(approval.approval_id.clone())
-            }
-            Event::ApprovalResolved { approval_id, .. }
-                if self.pending_approval.as_deref() == Some(approval_id) =>
-            {
-                self.pending_approval = None
-            }
-            Event::RunFinished { .. } => {
-                self.running = false;
-                self.pending_approval = None;
-                self.interrupts = 0;
-            }
-            _ => {}
+    fn event(&mut self, params: &SessionEventParams) {
+        self.view.apply(params);
+        if matches!(params.event, Event::RunFinished { .. }) {
+            self.interrupts = 0;
         }
-        self.screen.event(event);
+        self.screen.event(&params.event);
     }
 
     /// Ctrl-C: stops a run; at the prompt the line is cleared and a second press quits.
@@ -182,7 +169,7 @@ impl Chat {
         if self.interrupts > 1 {
             return Ok(false);
         }
-        if self.running {
+        if self.view.running() {
             self.screen
                 .styled(&[Paint::Dim], "^C stopping the run (Ctrl-C again quits)");
             self.stop().await?;
@@ -218,7 +205,8 @@ impl Chat {
                 }
             }
             _ => {
-                if let Some(approval_id) = self.pending_approval.clone()
+                if let Some(approval_id) =
+                    self.view.pending_approval().map(|a| a.approval_id.clone())
                     && let Some(decision) = parse_decision(text)
                 {
                     let answer = self.daemon.call::<ApprovalRespond>(ApprovalRespondParams {
@@ -433,7 +421,7 @@ impl Chat {
         match self.daemon.session(&chosen).await {
             Ok(session) => {
                 self.session = session;
-                self.pending_approval = None;
+                self.view = SessionView::default();
                 self.screen
                     .set_workspace(self.session.workspace_root.as_deref());
                 let line = format!(
@@ -472,15 +460,11 @@ impl Chat {
         }
         for approval in &transcript.pending_approvals {
             lines.extend(self.screen.approval(approval));
-            self.pending_approval = Some(approval.approval_id.clone());
         }
         for waiting in &transcript.pending_interjections {
             lines.push(self.screen.waiting_line(&waiting.text));
         }
-        self.running = matches!(
-            transcript.state,
-            SessionState::Running | SessionState::AwaitingApproval
-        );
+        self.view.load(&transcript);
         if transcript.state == SessionState::Unanswered {
             lines.push(self.screen.style.paint(
                 &[Paint::Yellow],

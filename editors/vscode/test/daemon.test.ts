@@ -16,11 +16,11 @@ afterEach(async () => {
 });
 
 /** A daemon in a scratch home that logs into `lines` and reports its statuses into `seen`. */
-function daemonWithLog(initialBackoffMs = 200) {
+function daemonWithLog(firstDelayMs = 200) {
   const scratch = new Scratch();
   const lines: string[] = [];
   const daemon = scratch.daemon();
-  daemon.configure({ log: (line) => lines.push(line), initialBackoffMs });
+  daemon.configure({ log: (line) => lines.push(line), restart: { firstDelayMs } });
   const seen: DaemonStatus[] = [];
   daemon.onStatus((status) => seen.push(status));
   cleanups.push(() => scratch.dispose(), () => daemon.stop());

@@ -261,7 +261,7 @@ test('a crash mid-run: the page says so until the daemon is ready again, a messa
     await untilReplies(page, 1);
     await untilIdle(page);
     // A back-off long enough to send a message in it on a busy machine.
-    daemon.configure({ initialBackoffMs: 1500 });
+    daemon.configure({ restart: { firstDelayMs: 1500 } });
     await send(page, 'tell me a story');
     await page.waitForSelector('.entry.assistant[data-streaming="true"]', STEP);
     // Every state the page's daemon status takes from now on, and every banner it shows, so

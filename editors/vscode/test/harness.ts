@@ -60,7 +60,7 @@ export class Scratch {
         if (process.env.SIDECHAT_TEST_LOG) console.error(`[daemon] ${line}`);
       },
       clientName: 'sidechat-vscode-tests',
-      initialBackoffMs: 200,
+      restart: { firstDelayMs: 200 },
     });
   }
   dispose(): void {

@@ -2,6 +2,8 @@
 --- (`vim.lsp.rpc.start`, Content-Length framing), initializes it, queues requests until it is
 --- ready, and restarts it when it exits, telling listeners so they can refetch what they show.
 local config = require("sidechat.config")
+local protocol = require("sidechat.protocol")
+local restart = require("sidechat.restart")
 
 local M = {}
 
@@ -24,7 +26,9 @@ local function new()
     pending = {}, -- requests sent and not answered: id -> callback
     next_id = 0,
     init_result = nil,
-    restarts = {}, -- times (ms) of recent restarts
+    policy = nil, -- the restart policy (sidechat.restart), made from the options at the first crash
+    clock = M.clock,
+    started_at = nil, -- clock time of the last spawn
     event_listeners = {},
     ready_listeners = {},
     exit_listeners = {},
@@ -32,9 +36,15 @@ local function new()
   }, Client)
 end
 
-local function now_ms()
-  return vim.uv.now()
-end
+--- The time and the timer restarts run on; a test sets its own on the client (`client.clock`).
+M.clock = {
+  now = function()
+    return vim.uv.now()
+  end,
+  defer = function(fn, ms)
+    vim.defer_fn(fn, ms)
+  end,
+}
 
 --- Where the daemon's binary is, or nil and a sentence saying which path was tried.
 ---@param cmd string[]
@@ -177,10 +187,11 @@ function Client:start()
   self.generation = self.generation + 1
   local generation = self.generation
   self.status = "starting"
+  self.started_at = self.clock.now()
   local env = vim.tbl_extend("force", { SIDECHAT_LOG = config.options.log_level }, config.options.env or {})
   local ok, rpc = pcall(vim.lsp.rpc.start, cmd, {
     notification = function(method, params)
-      if generation == self.generation and method == "session/event" then
+      if generation == self.generation and method == protocol.method.sessionEvent then
         each(self.event_listeners, params)
       end
     end,
@@ -200,7 +211,7 @@ function Client:start()
     return false
   end
   self.rpc = rpc
-  self:send_now("initialize", {
+  self:send_now(protocol.method.initialize, {
     clientInfo = { name = "sidechat.nvim" },
     protocolVersion = 1,
   }, function(err, result)
@@ -209,7 +220,10 @@ function Client:start()
     end
     if err then
       self.last_error = err.message
-      vim.notify("sidechat: initialize failed: " .. tostring(err.message), vim.log.levels.ERROR)
+      -- A daemon that exited is told once, with what happens next, by `exited`.
+      if err.code ~= M.EXITED then
+        vim.notify("sidechat: initialize failed: " .. tostring(err.message), vim.log.levels.ERROR)
+      end
       self:fail_queued(err)
       return
     end
@@ -236,30 +250,29 @@ function Client:exited(code, signal)
     return
   end
   each(self.exit_listeners, code, signal)
-  local t = now_ms()
-  local recent = {}
-  for _, at in ipairs(self.restarts) do
-    if t - at < config.options.restart_window_ms then
-      table.insert(recent, at)
-    end
-  end
-  self.restarts = recent
-  if #recent >= config.options.max_restarts then
+  self.policy = self.policy or restart.new(config.options.restart)
+  local now = self.clock.now()
+  local decision = self.policy:crashed(now, now - (self.started_at or now))
+  if not decision.restart then
     self.status = "failed"
-    self.last_error = err.message .. "; it exited too often to restart"
+    self.last_error = ("%s, %d times within %d s, so it is not restarted"):format(
+      err.message,
+      decision.crashes,
+      math.floor(self.policy.options.window_ms / 1000)
+    )
     vim.notify("sidechat: " .. self.last_error .. " (run a sidechat command to try again)", vim.log.levels.ERROR)
     self:fail_queued(err)
     return
   end
-  table.insert(self.restarts, t)
   self.status = "restarting"
-  vim.notify("sidechat: " .. err.message .. "; restarting it", vim.log.levels.WARN)
+  self.restart_in_ms = decision.delay_ms
+  vim.notify(("sidechat: %s; restarting it in %g s"):format(err.message, decision.delay_ms / 1000), vim.log.levels.WARN)
   local generation = self.generation
-  vim.defer_fn(function()
+  self.clock.defer(function()
     if self.status == "restarting" and generation == self.generation then
       self:start()
     end
-  end, config.options.restart_delay_ms)
+  end, decision.delay_ms)
 end
 
 --- Stops the daemon (asked, so no restart); queued and pending requests fail.
@@ -273,7 +286,7 @@ function Client:stop()
   self:fail_pending(err)
   self:fail_queued(err)
   if rpc and not rpc.is_closing() then
-    rpc.request("shutdown", nil, function()
+    rpc.request(protocol.method.shutdown, nil, function()
       rpc.notify("exit", nil)
     end)
     vim.defer_fn(function()

@@ -11,10 +11,10 @@ M.defaults = {
   env = {},
   --- The daemon's log level on stderr, which Neovim writes to its LSP log.
   log_level = "warn",
-  --- Restarts of a daemon that exits, within `restart_window_ms`, before giving up.
-  max_restarts = 5,
-  restart_window_ms = 60000,
-  restart_delay_ms = 200,
+  --- When a daemon that exits unasked is restarted (see lua/sidechat/restart.lua): after
+  --- `first_delay_ms`, doubling per crash up to `max_delay_ms`; at most `max_restarts` times
+  --- within `window_ms`; a run of `healthy_ms` starts the count afresh.
+  restart = { first_delay_ms = 500, max_delay_ms = 8000, max_restarts = 5, window_ms = 60000, healthy_ms = 60000 },
   --- Width of the chat column: columns, or a fraction of the editor's width.
   width = 0.4,
   --- Height of the prompt window in lines.

@@ -1,6 +1,7 @@
 --- `:checkhealth sidechat`: the binary, its version, the database and the configured accounts.
 local config = require("sidechat.config")
 local client_mod = require("sidechat.client")
+local protocol = require("sidechat.protocol")
 
 local M = {}
 
@@ -24,8 +25,8 @@ end
 --- Asks a short-lived daemon for its `initialize` answer (the accounts it would use).
 local function initialize(cmd)
   local frames = table.concat({
-    vim.json.encode({ jsonrpc = "2.0", id = 1, method = "initialize", params = { clientInfo = { name = "checkhealth" } } }),
-    vim.json.encode({ jsonrpc = "2.0", id = 2, method = "shutdown" }),
+    vim.json.encode({ jsonrpc = "2.0", id = 1, method = protocol.method.initialize, params = { clientInfo = { name = "checkhealth" } } }),
+    vim.json.encode({ jsonrpc = "2.0", id = 2, method = protocol.method.shutdown }),
     vim.json.encode({ jsonrpc = "2.0", method = "exit" }),
   }, "\n") .. "\n"
   local env = vim.tbl_extend("force", { SIDECHAT_LOG = "error" }, config.options.env or {})

@@ -3,6 +3,7 @@
 --- `require("sidechat").setup{}` once; then `:Sidechat` and friends (see the README), or the
 --- functions below from mappings of your own.
 local config = require("sidechat.config")
+local protocol = require("sidechat.protocol")
 local client_mod = require("sidechat.client")
 local session_mod = require("sidechat.session")
 local view = require("sidechat.view")
@@ -68,13 +69,13 @@ local function on_session_change(session, what)
   view.schedule()
   approval.sync(session)
   local last = session.entries[#session.entries]
-  if what == "runFinished" or (what == "messageCompleted" and last and last.role == "tool") then
+  if what == protocol.event.runFinished or (what == protocol.event.messageCompleted and last and last.role == "tool") then
     -- Spend and changed files, once a run or a step's tools are done.
     session:refresh_info()
   end
-  if what == "compaction" then
+  if what == protocol.event.compaction then
     -- The history shrank; a /compact outside a run sends no budget of its own.
-    session.client:request("session/budget", { sessionId = session.id }, function(err, result)
+    session.client:request(protocol.method.sessionBudget, { sessionId = session.id }, function(err, result)
       if not err and result then
         session.budget = result.snapshot
         view.schedule()
@@ -96,7 +97,7 @@ function M.client()
       s:event(params)
     end
     local ev = params.event
-    if ev.kind == "notice" and (s == nil or s == st.current) then
+    if ev.kind == protocol.event.notice and (s == nil or s == st.current) then
       notify(ev.message, ev.level == "error" and vim.log.levels.ERROR or vim.log.levels.WARN)
     end
   end)
@@ -151,7 +152,7 @@ function M.attach(id, done)
       notify("cannot load the session: " .. err_text(err), vim.log.levels.ERROR)
     else
       approval.sync(s)
-      c:request("session/budget", { sessionId = id }, function(e, result)
+      c:request(protocol.method.sessionBudget, { sessionId = id }, function(e, result)
         if not e and result and not s.budget then
           s.budget = result.snapshot
           view.schedule()
@@ -178,7 +179,7 @@ end
 ---@param done fun(err: table?, session: sidechat.Session?)?
 ---@param title string? the daemon's default ("New chat") when nil
 function M.new_session(done, title)
-  M.client():request("session/create", { workspaceRoot = vim.fn.getcwd(), title = title }, function(err, info)
+  M.client():request(protocol.method.sessionCreate, { workspaceRoot = vim.fn.getcwd(), title = title }, function(err, info)
     if err then
       notify("cannot create a session: " .. err_text(err), vim.log.levels.ERROR)
       if done then
@@ -209,7 +210,7 @@ end
 
 --- Lists the working directory's sessions and resumes the one picked (`vim.ui.select`).
 function M.sessions()
-  M.client():request("session/list", { workspaceRoot = vim.fn.getcwd(), limit = 200 }, function(err, result)
+  M.client():request(protocol.method.sessionList, { workspaceRoot = vim.fn.getcwd(), limit = 200 }, function(err, result)
     if err then
       return notify("cannot list sessions: " .. err_text(err), vim.log.levels.ERROR)
     end
@@ -250,7 +251,7 @@ function M.send(text, opts)
     if opts.attachments and #opts.attachments > 0 then
       params.attachments = opts.attachments
     end
-    M.client():request("chat/send", params, function(err, result)
+    M.client():request(protocol.method.chatSend, params, function(err, result)
       if err then
         notify("not sent: " .. err_text(err), vim.log.levels.ERROR)
         if opts.on_fail then
@@ -297,7 +298,7 @@ function M.stop()
   if not s then
     return
   end
-  M.client():request("chat/stop", { sessionId = s.id })
+  M.client():request(protocol.method.chatStop, { sessionId = s.id })
 end
 
 --- Answers the turn left unanswered (e.g. by a daemon that exited mid-run).
@@ -306,7 +307,7 @@ function M.resume_turn()
   if not s then
     return
   end
-  M.client():request("chat/resume", { sessionId = s.id })
+  M.client():request(protocol.method.chatResume, { sessionId = s.id })
 end
 
 --- Withdraws a waiting message (the newest when `pending_id` is nil).
@@ -324,7 +325,7 @@ function M.withdraw(pending_id, done)
   if not pending_id then
     return notify("no message is waiting")
   end
-  request_told("interjection/cancel", { pendingId = pending_id }, "cannot withdraw", function(result)
+  request_told(protocol.method.interjectionCancel, { pendingId = pending_id }, "cannot withdraw", function(result)
     return not result.cancelled and ("too late to withdraw: the message is " .. result.status) or nil
   end, done)
 end
@@ -358,7 +359,7 @@ function M.delete_note(message_id, done)
   if not message_id then
     return notify("no carry-over note to delete")
   end
-  request_told("note/delete", { messageId = message_id }, "cannot delete the note", function(result)
+  request_told(protocol.method.noteDelete, { messageId = message_id }, "cannot delete the note", function(result)
     return not result.deleted and "the note was deleted already" or nil
   end, done)
 end
@@ -380,12 +381,12 @@ function M.rollover(value, done)
   end
   local c = M.client()
   local function set(v)
-    c:request("session/update", { sessionId = s.id, rollover = v }, function(err)
+    c:request(protocol.method.sessionUpdate, { sessionId = s.id, rollover = v }, function(err)
       if err then
         notify("cannot set the idle rollover: " .. err_text(err), vim.log.levels.ERROR)
         return done and done(err)
       end
-      c:request("session/get", { sessionId = s.id }, function(e, info)
+      c:request(protocol.method.sessionGet, { sessionId = s.id }, function(e, info)
         if e then
           notify("cannot read the session back: " .. err_text(e), vim.log.levels.ERROR)
         else
@@ -402,7 +403,7 @@ function M.rollover(value, done)
   if value and vim.trim(value) ~= "" then
     return set(vim.trim(value))
   end
-  c:request("session/get", { sessionId = s.id }, function(err, info)
+  c:request(protocol.method.sessionGet, { sessionId = s.id }, function(err, info)
     local current = (not err and info and info.rollover) or "off"
     vim.ui.select(M.ROLLOVER_CHOICES, {
       prompt = ("Idle rollover (now %s)"):format(current),
@@ -446,7 +447,7 @@ function M.approve(decision, approval_id, done)
     notify("no approval is pending")
     return
   end
-  request_told("approval/respond", { approvalId = approval_id, decision = decision }, "approval not answered", function(result)
+  request_told(protocol.method.approvalRespond, { approvalId = approval_id, decision = decision }, "approval not answered", function(result)
     return not result.applied and (result.message or ("already answered: " .. result.decision)) or nil
   end, done)
 end
@@ -493,12 +494,12 @@ function M.diff(path, done, child_session_id)
       done(err)
     end
   end
-  if not M.supports("session/fileDiff") then
+  if not M.supports(protocol.method.sessionFileDiff) then
     notify("this sidechat keeps no before/after of changed files (no session/fileDiff); <CR> opens the file")
     return finish({ message = "session/fileDiff unsupported" })
   end
   local params = { sessionId = s.id, path = path, childSessionId = child_session_id }
-  M.client():request("session/fileDiff", params, function(err, result)
+  M.client():request(protocol.method.sessionFileDiff, params, function(err, result)
     if err then
       notify("no diff of " .. path .. ": " .. err_text(err), vim.log.levels.ERROR)
       return finish(err)
@@ -604,7 +605,7 @@ function M.cost(done)
   if not s then
     return notify("no session is shown")
   end
-  request_told("session/cost", { sessionId = s.id }, "cannot read the cost", function(result)
+  request_told(protocol.method.sessionCost, { sessionId = s.id }, "cannot read the cost", function(result)
     return table.concat(M.cost_lines(result), "\n")
   end, done)
 end

@@ -2,6 +2,8 @@
 --- tool-call states, pending approvals and waiting messages. Events are applied in `seq` order;
 --- a gap, an attach or a daemon restart refetches `session/transcript` after the last committed
 --- entry. Pure state: no buffers, no windows; listeners are told when something changed.
+local protocol = require("sidechat.protocol")
+
 local M = {}
 
 ---@class sidechat.Session
@@ -105,42 +107,42 @@ end
 function Session:apply(params)
   local ev = params.event
   local kind = ev.kind
-  if kind == "messageCompleted" then
+  if kind == protocol.event.messageCompleted then
     self:add_entry(ev.entry)
-  elseif kind == "runStarted" then
+  elseif kind == protocol.event.runStarted then
     self.state = "running"
-  elseif kind == "messageStarted" then
+  elseif kind == protocol.event.messageStarted then
     self:live_message(ev.messageId, ev.role)
-  elseif kind == "textDelta" then
+  elseif kind == protocol.event.textDelta then
     local m = self:live_message(ev.messageId)
     m.text = m.text .. ev.text
-  elseif kind == "thinkingDelta" then
+  elseif kind == protocol.event.thinkingDelta then
     local m = self:live_message(ev.messageId)
     m.thinking = m.thinking .. ev.text
-  elseif kind == "toolCallStarted" then
+  elseif kind == protocol.event.toolCallStarted then
     self.tools[ev.callId] = { status = "pending" }
-  elseif kind == "toolCallUpdated" then
+  elseif kind == protocol.event.toolCallUpdated then
     local t = self.tools[ev.callId] or {}
     t.status = ev.status
     t.output = ev.output or t.output
     self.tools[ev.callId] = t
-  elseif kind == "approvalRequested" then
+  elseif kind == protocol.event.approvalRequested then
     remove_where(self.approvals, function(a)
       return a.approvalId == ev.approval.approvalId
     end)
     table.insert(self.approvals, ev.approval)
     self.state = "awaitingApproval"
-  elseif kind == "approvalResolved" then
+  elseif kind == protocol.event.approvalResolved then
     remove_where(self.approvals, function(a)
       return a.approvalId == ev.approvalId
     end)
     self:leave_awaiting()
-  elseif kind == "interjectionQueued" then
+  elseif kind == protocol.event.interjectionQueued then
     remove_where(self.waiting, function(w)
       return w.pendingId == ev.pendingId
     end)
     table.insert(self.waiting, { pendingId = ev.pendingId, text = ev.text })
-  elseif kind == "interjectionDelivered" or kind == "interjectionPromoted" or kind == "interjectionCancelled" then
+  elseif kind == protocol.event.interjectionDelivered or kind == protocol.event.interjectionPromoted or kind == protocol.event.interjectionCancelled then
     local gone = {}
     for _, id in ipairs(ev.pendingIds or { ev.pendingId }) do
       gone[id] = true
@@ -148,7 +150,7 @@ function Session:apply(params)
     remove_where(self.waiting, function(w)
       return gone[w.pendingId]
     end)
-  elseif kind == "notice" then
+  elseif kind == protocol.event.notice then
     if ev.messageId then
       -- Stored as a transcript entry under this event's seq, as session/transcript returns it.
       self:add_entry({
@@ -162,12 +164,12 @@ function Session:apply(params)
     else
       table.insert(self.notices, { level = ev.level, message = ev.message })
     end
-  elseif kind == "compaction" then
+  elseif kind == protocol.event.compaction then
     self.compactions[ev.messageId] = { reason = ev.reason, tokensBefore = ev.tokensBefore, tokensAfter = ev.tokensAfter }
     -- Its summary entry is drawn already (committed first): draw it again with these details.
     self.render_cache[ev.messageId] = nil
     self.render_prefix = nil
-  elseif kind == "noteDeleted" then
+  elseif kind == protocol.event.noteDeleted then
     -- The note's entry stays, emptied, as session/transcript returns it from now on; a new
     -- table, so that its cached lines are drawn again.
     local at = self.index[ev.messageId]
@@ -179,16 +181,16 @@ function Session:apply(params)
       end
       self:add_entry(vim.tbl_extend("force", entry, { blocks = blocks }))
     end
-  elseif kind == "budget" then
+  elseif kind == protocol.event.budget then
     self.budget = ev.snapshot
-  elseif kind == "runFinished" then
+  elseif kind == protocol.event.runFinished then
     self.state = "idle"
     self.live = {}
     self.approvals = {}
     -- The run's sub-agents ended with it.
     self.delegated = {}
     self.last_finish = { reason = ev.reason, error = ev.error }
-  elseif kind == "delegation" then
+  elseif kind == protocol.event.delegation then
     self:delegated_event(ev)
   end
   return kind
@@ -241,24 +243,24 @@ function Session:delegated_event(ev)
   d.childSeq = ev.childSeq
   local inner = ev.event
   local kind = inner.kind
-  if kind == "runStarted" then
+  if kind == protocol.event.runStarted then
     d.state = "running"
-  elseif kind == "messageStarted" and inner.role == "assistant" then
+  elseif kind == protocol.event.messageStarted and inner.role == "assistant" then
     d.text = ""
-  elseif kind == "textDelta" then
+  elseif kind == protocol.event.textDelta then
     d.text = d.text .. inner.text
-  elseif kind == "messageCompleted" and inner.entry.role == "assistant" then
+  elseif kind == protocol.event.messageCompleted and inner.entry.role == "assistant" then
     local text = text_of(inner.entry.blocks)
     if text ~= "" then
       d.text = text
     end
-  elseif kind == "toolCallStarted" then
+  elseif kind == protocol.event.toolCallStarted then
     d.step = { callId = inner.callId, summary = inner.summary, status = "pending" }
-  elseif kind == "toolCallUpdated" then
+  elseif kind == protocol.event.toolCallUpdated then
     if d.step and d.step.callId == inner.callId then
       d.step.status = inner.status
     end
-  elseif kind == "approvalRequested" then
+  elseif kind == protocol.event.approvalRequested then
     local a = inner.approval
     remove_where(self.delegated, function(x)
       return x.approval.approvalId == a.approvalId
@@ -272,7 +274,7 @@ function Session:delegated_event(ev)
     d.state = "awaitingApproval"
     d.step = { callId = a.callId, summary = a.summary, status = "awaitingApproval" }
     self.state = "awaitingApproval"
-  elseif kind == "approvalResolved" then
+  elseif kind == protocol.event.approvalResolved then
     remove_where(self.delegated, function(x)
       return x.approval.approvalId == inner.approvalId
     end)
@@ -280,7 +282,7 @@ function Session:delegated_event(ev)
       d.state = "running"
     end
     self:leave_awaiting()
-  elseif kind == "runFinished" then
+  elseif kind == protocol.event.runFinished then
     d.state = inner.reason
   end
 end
@@ -349,13 +351,13 @@ function Session:load_children(done)
     if not child_id or next(open) == nil then
       return done()
     end
-    self.client:request("session/get", { sessionId = child_id }, function(err, child)
+    self.client:request(protocol.method.sessionGet, { sessionId = child_id }, function(err, child)
       local call_id = not err and child.parentCallId
       if not call_id or call_id == vim.NIL or not open[call_id] then
         return next_child()
       end
       open[call_id] = nil
-      self.client:request("session/transcript", { sessionId = child_id }, function(e, transcript)
+      self.client:request(protocol.method.sessionTranscript, { sessionId = child_id }, function(e, transcript)
         if not e then
           self:apply_child_transcript(call_id, transcript)
         end
@@ -448,7 +450,7 @@ function Session:refetch(reset, done)
     end
   end
   local function page(after)
-    client:request("session/transcript", { sessionId = self.id, afterSeq = after }, function(err, result)
+    client:request(protocol.method.sessionTranscript, { sessionId = self.id, afterSeq = after }, function(err, result)
       if err then
         return finish(err)
       end
@@ -484,7 +486,7 @@ function Session:refetch(reset, done)
       end)
     end)
   end
-  client:request("session/get", { sessionId = self.id }, function(err, info)
+  client:request(protocol.method.sessionGet, { sessionId = self.id }, function(err, info)
     if err then
       return finish(err)
     end
@@ -495,7 +497,7 @@ end
 
 --- Refreshes the session's title, spend and changed files.
 function Session:refresh_info(done)
-  self.client:request("session/get", { sessionId = self.id }, function(err, info)
+  self.client:request(protocol.method.sessionGet, { sessionId = self.id }, function(err, info)
     if not err then
       self.info = info
       self:changed("info")

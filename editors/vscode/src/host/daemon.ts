@@ -3,7 +3,8 @@
  *
  * Finds the binary (the `sidechat.path` setting, else `PATH`, else `~/.cargo/bin`), spawns it,
  * completes the `initialize` handshake, sends its stderr to a log, and when it exits without
- * being asked to, restarts it with exponential backoff. Listeners hear every status change, so
+ * being asked to, restarts it as `RestartPolicy` says (back-off, giving up on a daemon that keeps
+ * crashing). Listeners hear every status change, so
  * the view can say what happened and rebuild itself once the daemon is ready again.
  *
  * No `vscode` import: the extension wires it to settings and an output channel, and the tests
@@ -17,6 +18,20 @@ import { createMessageConnection, StreamMessageReader, StreamMessageWriter, type
 
 import type { DaemonStatus } from '../model/messages';
 import type { InitializeResult, Requests, SessionEventParams } from '../model/wire';
+import { RestartPolicy, type RestartPolicyOptions } from './restart';
+
+/** The time and the timer the restart policy runs on; tests pass their own. */
+export interface Clock {
+  now(): number;
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+const SYSTEM_CLOCK: Clock = {
+  now: () => Date.now(),
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
+};
 
 export interface DaemonOptions {
   /** The `sidechat.path` setting; empty or undefined to search. */
@@ -30,11 +45,9 @@ export interface DaemonOptions {
   /** Receives the daemon's stderr and our own lifecycle lines. */
   log: (line: string) => void;
   clientName?: string;
-  /** First restart delay; doubles per crash up to `maxBackoffMs`. */
-  initialBackoffMs?: number;
-  maxBackoffMs?: number;
-  /** A run this long resets the backoff. */
-  stableAfterMs?: number;
+  /** When to restart after a crash (defaults: `DEFAULT_RESTART_POLICY`). */
+  restart?: Partial<RestartPolicyOptions>;
+  clock?: Clock;
 }
 
 /** The binary to start, or every path tried when there is none. */
@@ -84,8 +97,8 @@ export class Daemon {
   private stopping = false;
   /** Stopped for good: a late request (a refresh still on its way) must not start another. */
   private disposed = false;
-  private crashes = 0;
-  private restartTimer: NodeJS.Timeout | undefined;
+  private policy: RestartPolicy;
+  private restartTimer: unknown;
   /**
    * After a crash, the requests made during the back-off wait here for the daemon it starts
    * (a request must not start one early: the restart would then find it running, and the view
@@ -95,7 +108,13 @@ export class Daemon {
   private readonly eventListeners = new Set<Listener<SessionEventParams>>();
   private readonly statusListeners = new Set<Listener<DaemonStatus>>();
 
-  constructor(private options: DaemonOptions) {}
+  constructor(private options: DaemonOptions) {
+    this.policy = new RestartPolicy(options.restart);
+  }
+
+  private get clock(): Clock {
+    return this.options.clock ?? SYSTEM_CLOCK;
+  }
 
   onEvent(listener: Listener<SessionEventParams>): () => void {
     this.eventListeners.add(listener);
@@ -110,6 +129,7 @@ export class Daemon {
   /** New settings take effect at the next start. */
   configure(options: Partial<DaemonOptions>): void {
     this.options = { ...this.options, ...options };
+    if (options.restart) this.policy = new RestartPolicy(this.options.restart);
   }
 
   /** Starts the daemon unless it is running; resolves once `initialize` has answered. */
@@ -131,7 +151,7 @@ export class Daemon {
     const waiting = this.scheduled;
     this.scheduled = undefined;
     await this.stop();
-    this.crashes = 0;
+    this.policy.reset();
     const started = this.start();
     if (waiting) started.then(waiting.resolve, waiting.reject);
     await started.catch(() => undefined);
@@ -151,7 +171,7 @@ export class Daemon {
   /** `shutdown` and `exit`, then a kill if it lingers. */
   async stop(): Promise<void> {
     this.stopping = true;
-    clearTimeout(this.restartTimer);
+    if (this.restartTimer !== undefined) this.clock.clearTimeout(this.restartTimer);
     this.restartTimer = undefined;
     const waiting = this.scheduled;
     this.scheduled = undefined;
@@ -202,7 +222,7 @@ export class Daemon {
     if (this.status.state !== 'crashed') this.setStatus({ state: 'starting' });
     const args = ['serve', ...(options.args ?? [])];
     options.log(`starting ${path} ${args.join(' ')}`);
-    const started = Date.now();
+    const started = this.clock.now();
     let child: ChildProcessWithoutNullStreams;
     try {
       child = spawn(path, args, { env: options.env, stdio: ['pipe', 'pipe', 'pipe'] });
@@ -233,7 +253,7 @@ export class Daemon {
       child.once('exit', (code, signal) => {
         if (partial) options.log(partial);
         reject(new Error(`sidechat exited (${signal ?? `code ${code}`}) before it was ready`));
-        this.onExit(child, code, signal, Date.now() - started);
+        this.onExit(child, code, signal, this.clock.now() - started);
       });
     });
     exited.catch(() => undefined);
@@ -261,11 +281,16 @@ export class Daemon {
     this.child = undefined;
     this.ready = undefined;
     if (this.stopping) return;
-    if (ranMs >= (this.options.stableAfterMs ?? 30_000)) this.crashes = 0;
-    const initial = this.options.initialBackoffMs ?? 500;
-    const restartInMs = Math.min(initial * 2 ** this.crashes, this.options.maxBackoffMs ?? 30_000);
-    this.crashes++;
-    const message = `sidechat stopped unexpectedly (${signal ?? `exit code ${code}`}); restarting in ${Math.round(restartInMs / 100) / 10} s.`;
+    const how = signal ?? `exit code ${code}`;
+    const decision = this.policy.crashed(this.clock.now(), ranMs);
+    if (!decision.restart) {
+      const message = `sidechat stopped unexpectedly (${how}), ${decision.crashes} times within ${Math.round(this.policy.options.windowMs / 1000)} s; it is not restarted until you retry.`;
+      this.options.log(message);
+      this.setStatus({ state: 'failed', message, tried: [] });
+      return;
+    }
+    const restartInMs = decision.delayMs;
+    const message = `sidechat stopped unexpectedly (${how}); restarting in ${Math.round(restartInMs / 100) / 10} s.`;
     this.options.log(message);
     // Set before the status is told, so that a listener's request already waits for it.
     const restarted = new Promise<MessageConnection>((resolve, reject) => {
@@ -273,7 +298,7 @@ export class Daemon {
     });
     restarted.catch(() => undefined);
     this.ready = restarted;
-    this.restartTimer = setTimeout(() => {
+    this.restartTimer = this.clock.setTimeout(() => {
       this.restartTimer = undefined;
       const waiting = this.scheduled;
       this.scheduled = undefined;
