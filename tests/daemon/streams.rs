@@ -16,7 +16,8 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::client::SessionView;
 use sidechat::protocol::{
-    ApprovalDecision, Event, SessionCreateParams, SessionEventParams, SessionTranscriptResult,
+    ApprovalDecision, ApprovalRespond, ChatResume, ChatSend, ChatStop, Event, SessionCreateParams,
+    SessionEventParams, SessionTranscriptResult,
 };
 
 use crate::harness::{Daemon, Options, Scratch, answer, say, sid};
@@ -236,14 +237,14 @@ async fn an_approval() {
         let (events, approval) = daemon.until_approval().await;
         recorder.events(&events);
         daemon
-            .call("approval/respond", answer(&approval, decision))
+            .call::<ApprovalRespond>(answer(&approval, decision))
             .await;
         recorder.events(&daemon.until_finished().await);
     }
     daemon.send(&session, "write it later").await;
     let (events, _) = daemon.until_approval().await;
     recorder.events(&events);
-    daemon.call("chat/stop", sid(&session)).await;
+    daemon.call::<ChatStop>(sid(&session)).await;
     recorder.events(&daemon.until_finished().await);
     recorder.check("approval");
     daemon.close().await;
@@ -270,10 +271,7 @@ async fn an_interjection() {
             .await,
     );
     daemon
-        .call(
-            "approval/respond",
-            answer(&approval, ApprovalDecision::Allow),
-        )
+        .call::<ApprovalRespond>(answer(&approval, ApprovalDecision::Allow))
         .await;
     recorder.events(&daemon.until_finished().await);
     recorder.check("interjection");
@@ -329,7 +327,7 @@ async fn a_compaction() {
         daemon.send(&session, text).await;
         recorder.events(&daemon.until_finished().await);
     }
-    daemon.call("chat/send", say(&session, "/compact")).await;
+    daemon.call::<ChatSend>(say(&session, "/compact")).await;
     recorder.events(
         &daemon
             .events_until(|e| {
@@ -362,7 +360,7 @@ async fn a_crash_recovery() {
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
     let transcript = daemon.transcript(&session).await;
     recorder.transcript(transcript);
-    daemon.call("chat/resume", sid(&session)).await;
+    daemon.call::<ChatResume>(sid(&session)).await;
     recorder.events(&daemon.until_finished().await);
     recorder.check("crash_recovery");
     daemon.close().await;

@@ -228,7 +228,7 @@ function Client:start()
       return
     end
     self.init_result = result
-    self.rpc.notify("initialized", vim.empty_dict())
+    self.rpc.notify(protocol.method.initialized, vim.empty_dict())
     self.status = "ready"
     self.last_error = nil
     local queue = self.queue
@@ -287,7 +287,7 @@ function Client:stop()
   self:fail_queued(err)
   if rpc and not rpc.is_closing() then
     rpc.request(protocol.method.shutdown, nil, function()
-      rpc.notify("exit", nil)
+      rpc.notify(protocol.method.exit, nil)
     end)
     vim.defer_fn(function()
       if not rpc.is_closing() then

@@ -27,7 +27,7 @@ local function initialize(cmd)
   local frames = table.concat({
     vim.json.encode({ jsonrpc = "2.0", id = 1, method = protocol.method.initialize, params = { clientInfo = { name = "checkhealth" } } }),
     vim.json.encode({ jsonrpc = "2.0", id = 2, method = protocol.method.shutdown }),
-    vim.json.encode({ jsonrpc = "2.0", method = "exit" }),
+    vim.json.encode({ jsonrpc = "2.0", method = protocol.method.exit }),
   }, "\n") .. "\n"
   local env = vim.tbl_extend("force", { SIDECHAT_LOG = "error" }, config.options.env or {})
   local ok, result = pcall(function()

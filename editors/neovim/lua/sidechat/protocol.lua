@@ -34,6 +34,9 @@ M.method = {
   approvalRespond    = "approval/respond", -- clientToServer
   interjectionCancel = "interjection/cancel", -- clientToServer
   noteDelete         = "note/delete", -- clientToServer
+  initialized        = "initialized", -- clientToServer
+  exit               = "exit", -- clientToServer
+  cancelRequest      = "$/cancelRequest", -- clientToServer
   sessionEvent       = "session/event", -- serverToClient
 }
 
