@@ -1,4 +1,12 @@
 //! A stream written as straight-line async code, for [`super::upstream`]'s request loop.
+//!
+//! Why not `async-stream`'s `stream!`: its `yield` works only in the macro's own body, so the
+//! request loop (retries around attempts, each forwarding what its decoder produced) would
+//! become two nested generators that every delta passes through, or one long body; here the
+//! body runs on until it has queued [`QUEUED`] events or must wait, and the stream hands them
+//! out without polling it again. The delta path is the one the deltas benchmark
+//! (`cargo bench --bench deltas`) holds to its goal, so this stays until that benchmark shows
+//! the other keeps the speed; the comparison has not been made yet.
 
 use std::collections::VecDeque;
 use std::future::Future;
