@@ -13,8 +13,8 @@ use reqwest::header::HeaderValue;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::retry::{Decoder, Upstream};
 use super::sse::SseEvent;
+use super::upstream::{Decoder, Upstream};
 use super::{
     HttpSettings, ModelContent, ModelDriver, ModelEvent, ModelMessage, ModelRequest, ModelRole,
     ModelStream, ProviderError, StopReason, ToolSpec,
@@ -603,7 +603,7 @@ mod tests {
     }
 
     fn decode(events: &[&str]) -> (Vec<ModelEvent>, Result<bool, ProviderError>) {
-        crate::provider::retry::decode_all::<AnthropicDecoder>("x", events)
+        crate::provider::upstream::decode_all::<AnthropicDecoder>("x", events)
     }
 
     #[test]

@@ -11,8 +11,8 @@ use proptest::test_runner::RngSeed;
 
 use super::anthropic::AnthropicDecoder;
 use super::openai::OpenAiDecoder;
-use super::retry::decode_all;
 use super::sse::events;
+use super::upstream::decode_all;
 
 #[path = "../../tests/support/byte_edits.rs"]
 mod byte_edits;

@@ -7,10 +7,12 @@ pub mod anthropic;
 pub mod demo;
 #[cfg(test)]
 mod fuzz;
+mod generator;
 pub mod openai;
 pub mod replay;
 pub mod retry;
 pub mod sse;
+pub mod upstream;
 
 use std::pin::Pin;
 use std::time::Duration;

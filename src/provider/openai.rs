@@ -16,8 +16,9 @@ use serde_json::{Value, json};
 
 mod fast_chunk;
 
-use super::retry::{Decoder, Upstream, error_message};
+use super::retry::error_message;
 use super::sse::SseEvent;
+use super::upstream::{Decoder, Upstream};
 use super::{
     HttpSettings, ModelContent, ModelDriver, ModelEvent, ModelMessage, ModelRequest, ModelRole,
     ModelStream, ProviderError, StopReason, ToolSpec,
@@ -634,7 +635,7 @@ mod tests {
     use super::*;
 
     fn decode(chunks: &[&str]) -> (Vec<ModelEvent>, Result<bool, ProviderError>) {
-        crate::provider::retry::decode_all::<OpenAiDecoder>("message", chunks)
+        crate::provider::upstream::decode_all::<OpenAiDecoder>("message", chunks)
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Sending a streamed model request, and retrying it while that is still safe.
+//! When a streamed model request is tried again, and after how long.
 //!
 //! A request may be retried only until the first piece of the answer reached the caller: after
 //! that, a retry would repeat text the user already saw, so a failure ends the stream and the
@@ -6,25 +6,12 @@
 //! lost connections are retried with the delay the provider asked for, or with an exponential
 //! backoff.
 //!
-//! [`Upstream`] is the HTTP side both drivers share: the client, the endpoint, the headers, the
-//! request loop, and the redaction of keys from everything the user or the logs will see.
+//! The request loop that follows this policy is [`super::upstream::Upstream`]'s.
 
-use std::collections::VecDeque;
-use std::fmt;
-use std::future::Future;
-use std::pin::{Pin, pin};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
-use futures::{Stream, StreamExt};
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
-use reqwest::{Client, Response, Url};
+use reqwest::header::HeaderMap;
 use serde_json::Value;
-
-use super::sse::{self, SseError, SseEvent};
-use super::{HttpSettings, ModelEvent, ModelStream, ProviderError};
-use crate::util::lock;
 
 /// When and how often a failed request is tried again.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,7 +64,8 @@ pub fn status_reason(status: u16) -> &'static str {
 }
 
 /// The wait the provider asked for: `retry-after-ms` (milliseconds, more precise) first, then
-/// `retry-after` as seconds or as an HTTP date.
+/// `retry-after` as seconds or as an HTTP date (any of the three forms HTTP allows); a date
+/// already past asks for no wait.
 pub fn server_delay(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let header = |name: &str| {
         headers
@@ -92,60 +80,12 @@ pub fn server_delay(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     if let Ok(seconds) = value.parse::<f64>() {
         return seconds_to_duration(seconds);
     }
-    let at = parse_http_date(value)?;
+    let at = httpdate::parse_http_date(value).ok()?;
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 fn seconds_to_duration(seconds: f64) -> Option<Duration> {
     Duration::try_from_secs_f64(seconds).ok()
-}
-
-/// Parses an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the only date form HTTP servers
-/// may send today.
-pub fn parse_http_date(text: &str) -> Option<SystemTime> {
-    let parts: Vec<&str> = text.split_whitespace().collect();
-    let [_weekday, day, month, year, time, "GMT"] = parts.as_slice() else {
-        return None;
-    };
-    let month = match *month {
-        "Jan" => 1,
-        "Feb" => 2,
-        "Mar" => 3,
-        "Apr" => 4,
-        "May" => 5,
-        "Jun" => 6,
-        "Jul" => 7,
-        "Aug" => 8,
-        "Sep" => 9,
-        "Oct" => 10,
-        "Nov" => 11,
-        "Dec" => 12,
-        _ => return None,
-    };
-    let day: i64 = day.parse().ok().filter(|d| (1..=31).contains(d))?;
-    let year: i64 = year.parse().ok()?;
-    let clock: Vec<i64> = time
-        .split(':')
-        .map(|part| part.parse().ok())
-        .collect::<Option<_>>()?;
-    let [hour, minute, second] = clock.as_slice() else {
-        return None;
-    };
-    if *hour > 23 || *minute > 59 || *second > 60 {
-        return None;
-    }
-    let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second;
-    Some(UNIX_EPOCH + Duration::from_secs(u64::try_from(seconds).ok()?))
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year.rem_euclid(400);
-    let day_of_year = (153 * (month + if month > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
 }
 
 /// Exponential backoff for the retry numbered `retry` (0 for the first). `jitter` in `[0, 1)`
@@ -232,529 +172,13 @@ fn strip_query_strings(text: &str) -> String {
     out
 }
 
-/// `base_url` with `path` appended to its path; a query string in the base URL is kept.
-fn endpoint(base_url: &str, path: &str) -> Result<Url, ProviderError> {
-    // The parse error never quotes its input, so a key in the URL cannot leak from here.
-    let mut url = Url::parse(base_url.trim())
-        .map_err(|e| ProviderError::Config(format!("invalid provider base URL: {e}")))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(ProviderError::Config(
-            "the provider base URL must start with http:// or https://".to_owned(),
-        ));
-    }
-    let joined = format!("{}{path}", url.path().trim_end_matches('/'));
-    url.set_path(&joined);
-    Ok(url)
-}
-
-/// One HTTP client per driver, so connections are pooled across requests. No overall timeout:
-/// a long answer must not be cut; stalls are caught by [`HttpSettings::stall_timeout`].
-fn build_client(settings: &HttpSettings) -> Result<Client, ProviderError> {
-    let builder = crate::http_client::builder().map_err(|e| {
-        ProviderError::Config(format!("cannot set up TLS for the HTTP client: {e}"))
-    })?;
-    builder
-        .connect_timeout(settings.connect_timeout)
-        .build()
-        .map_err(|e| {
-            let detail = sse::error_chain(&e);
-            ProviderError::Config(format!("cannot set up the HTTP client: {detail}"))
-        })
-}
-
-/// A header value that carries a secret; marked sensitive so HTTP internals never print it.
-fn secret_header(value: &str) -> Result<HeaderValue, ProviderError> {
-    let mut header = HeaderValue::from_str(value).map_err(|_| {
-        ProviderError::Config(
-            "the API key contains characters that cannot be sent in an HTTP header".to_owned(),
-        )
-    })?;
-    header.set_sensitive(true);
-    Ok(header)
-}
-
-/// Turns one provider's server-sent events into [`ModelEvent`]s. A fresh decoder is used for
-/// every attempt.
-pub trait Decoder: Default + Send + 'static {
-    /// Handles one event, appending what it produced to `out`. Returns true once the answer is
-    /// complete.
-    fn event(&mut self, event: &SseEvent, out: &mut Vec<ModelEvent>)
-    -> Result<bool, ProviderError>;
-
-    /// The stream ended without the provider's final event. Returns true (after appending the
-    /// final events) when what arrived is nonetheless a complete answer.
-    fn end(&mut self, out: &mut Vec<ModelEvent>) -> Result<bool, ProviderError>;
-}
-
-/// Feeds SSE `data` payloads to a decoder as a stream would, then ends it: what it produced,
-/// and whether it finished (an error stops at the event that caused it).
-#[cfg(test)]
-pub(crate) fn decode_all<D: Decoder>(
-    event_name: &str,
-    payloads: &[&str],
-) -> (Vec<ModelEvent>, Result<bool, ProviderError>) {
-    let mut decoder = D::default();
-    let mut out = Vec::new();
-    for data in payloads {
-        let event = SseEvent {
-            event: event_name.to_owned().into(),
-            data: (*data).into(),
-        };
-        match decoder.event(&event, &mut out) {
-            Ok(false) => {}
-            done => return (out, done),
-        }
-    }
-    let end = decoder.end(&mut out);
-    (out, end)
-}
-
-/// Where and how a driver sends its requests: one HTTP client, the endpoint and the fixed
-/// headers (including the key). `Debug` shows neither the key nor the URL's query string.
-pub struct Upstream {
-    label: &'static str,
-    client: Client,
-    url: Url,
-    headers: HeaderMap,
-    settings: HttpSettings,
-    /// Strings that must never appear in an error or notice (the API key, the URL's query).
-    secrets: Vec<String>,
-}
-
-impl Upstream {
-    /// `label` names the provider in notices, e.g. "Anthropic"; `path` is appended to the path
-    /// of `base_url`.
-    pub fn new(
-        label: &'static str,
-        base_url: &str,
-        path: &str,
-        settings: HttpSettings,
-    ) -> Result<Self, ProviderError> {
-        let url = endpoint(base_url, path)?;
-        let secrets = url.query().map(str::to_owned).into_iter().collect();
-        let mut headers = HeaderMap::new();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-        Ok(Self {
-            label,
-            client: build_client(&settings)?,
-            url,
-            headers,
-            settings,
-            secrets,
-        })
-    }
-
-    pub fn header(&mut self, name: HeaderName, value: HeaderValue) {
-        self.headers.insert(name, value);
-    }
-
-    /// Adds a header carrying `secret` (formatted into `value`), which is then redacted from
-    /// every error and notice.
-    pub fn secret_header(
-        &mut self,
-        name: HeaderName,
-        value: &str,
-        secret: String,
-    ) -> Result<(), ProviderError> {
-        self.headers.insert(name, secret_header(value)?);
-        self.secrets.push(secret);
-        Ok(())
-    }
-
-    /// Sends `body` and streams the answer, decoded with `D`, retrying while that is safe.
-    pub fn stream<D: Decoder>(&self, body: &Value) -> ModelStream {
-        let exchange = Exchange {
-            label: self.label,
-            client: self.client.clone(),
-            url: self.url.clone(),
-            headers: self.headers.clone(),
-            body: body.to_string().into_bytes(),
-            settings: self.settings.clone(),
-            secrets: self.secrets.clone(),
-        };
-        generate(move |mut out| async move { exchange.drive::<D>(&mut out).await })
-    }
-}
-
-impl fmt::Debug for Upstream {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Upstream")
-            .field("label", &self.label)
-            .field("url", &redact(self.url.as_str(), &self.secrets))
-            .field(
-                "has_api_key",
-                &self.headers.values().any(HeaderValue::is_sensitive),
-            )
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
-}
-
-/// One model request, possibly sent several times.
-struct Exchange {
-    label: &'static str,
-    client: Client,
-    url: Url,
-    headers: HeaderMap,
-    body: Vec<u8>,
-    settings: HttpSettings,
-    secrets: Vec<String>,
-}
-
-impl Exchange {
-    async fn drive<D: Decoder>(&self, out: &mut Emitter) {
-        let mut retry = 0;
-        loop {
-            let failure = match self.attempt(D::default(), out).await {
-                Ok(()) => return,
-                Err(failure) => failure,
-            };
-            match self.plan(&failure, retry) {
-                Plan::Retry(delay, reason) => {
-                    let notice = self.retry_notice(delay, &reason, retry);
-                    tracing::warn!(provider = self.label, "{notice}");
-                    out.emit(Ok(ModelEvent::Notice(notice))).await;
-                    tokio::time::sleep(delay).await;
-                    retry += 1;
-                }
-                Plan::GiveUp(note) => {
-                    let error = self.give_up(failure.error, retry, note);
-                    tracing::warn!(provider = self.label, "{error}");
-                    out.emit(Err(error)).await;
-                    return;
-                }
-            }
-        }
-    }
-
-    fn plan(&self, failure: &Failure, retry: u32) -> Plan {
-        let settings = &self.settings.retry;
-        let Some(reason) = failure.reason.clone() else {
-            return Plan::GiveUp(None);
-        };
-        if failure.output_sent || retry >= settings.max_retries {
-            return Plan::GiveUp(None);
-        }
-        match failure.server_delay {
-            Some(delay) if delay <= settings.max_retry_after => Plan::Retry(delay, reason),
-            Some(delay) => Plan::GiveUp(Some(format!(
-                "the provider asked to retry in {}",
-                format_delay(delay)
-            ))),
-            None => Plan::Retry(backoff(settings, retry, rand::random::<f64>()), reason),
-        }
-    }
-
-    fn retry_notice(&self, delay: Duration, reason: &str, retry: u32) -> String {
-        let text = format!(
-            "{}: retrying in {} ({reason}), retry {} of {}",
-            self.label,
-            format_delay(delay),
-            retry + 1,
-            self.settings.retry.max_retries
-        );
-        redact(&text, &self.secrets)
-    }
-
-    /// The error the caller sees: the last failure, saying how many attempts were made.
-    fn give_up(&self, error: ProviderError, retries: u32, note: Option<String>) -> ProviderError {
-        let mut notes: Vec<String> = note.into_iter().collect();
-        if retries > 0 {
-            notes.push(format!("gave up after {} attempts", retries + 1));
-        }
-        let annotate = |message: String| {
-            let message = redact(&message, &self.secrets);
-            if notes.is_empty() {
-                message
-            } else {
-                format!("{message} ({})", notes.join("; "))
-            }
-        };
-        match error {
-            ProviderError::Http { status, message } => ProviderError::Http {
-                status,
-                message: annotate(message),
-            },
-            ProviderError::Connection(message) => ProviderError::Connection(annotate(message)),
-            ProviderError::Stream(message) => ProviderError::Stream(annotate(message)),
-            ProviderError::Config(message) => ProviderError::Config(annotate(message)),
-            stalled @ ProviderError::Stalled(_) => stalled,
-        }
-    }
-
-    /// One attempt: send, then forward decoded events until the answer is complete.
-    async fn attempt<D: Decoder>(&self, mut decoder: D, out: &mut Emitter) -> Result<(), Failure> {
-        let response = self.send().await?;
-        let mut events = pin!(sse::response_events(response, self.settings.stall_timeout));
-        let mut batch = Vec::new();
-        let mut output_sent = false;
-        loop {
-            let step = match events.next().await {
-                Some(Ok(event)) => decoder.event(&event, &mut batch).map_err(Failure::decoded),
-                Some(Err(error)) => Err(Failure::lost(error)),
-                None => match decoder.end(&mut batch) {
-                    Ok(true) => Ok(true),
-                    Ok(false) => Err(Failure::ended_early()),
-                    Err(error) => Err(Failure::decoded(error)),
-                },
-            };
-            output_sent |= !batch.is_empty();
-            for event in batch.drain(..) {
-                out.emit(Ok(event)).await;
-            }
-            match step {
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
-                Err(failure) => {
-                    return Err(Failure {
-                        output_sent,
-                        ..failure
-                    });
-                }
-            }
-        }
-    }
-
-    /// Sends the request and checks that an event stream came back.
-    async fn send(&self) -> Result<Response, Failure> {
-        let request = self
-            .client
-            .post(self.url.clone())
-            .headers(self.headers.clone())
-            .body(self.body.clone());
-        let stall = self.settings.stall_timeout;
-        let response = match tokio::time::timeout(stall, request.send()).await {
-            Err(_) => return Err(Failure::lost(SseError::Stalled(sse::whole_seconds(stall)))),
-            Ok(Err(error)) => return Err(Failure::connection(error)),
-            Ok(Ok(response)) => response,
-        };
-        if !response.status().is_success() {
-            return Err(self.rejected(response).await);
-        }
-        if is_json(&response) {
-            let body = self.read_body(response).await;
-            return Err(Failure::fatal(ProviderError::Stream(format!(
-                "expected an event stream, the provider answered with JSON: {}",
-                error_message(&body)
-            ))));
-        }
-        Ok(response)
-    }
-
-    /// A non-success status: the provider's message, and whether and when to retry.
-    async fn rejected(&self, response: Response) -> Failure {
-        let status = response.status().as_u16();
-        let headers = response.headers();
-        let server_delay = server_delay(headers, SystemTime::now());
-        // Anthropic's servers may override the usual rule either way.
-        let should_retry = match headers.get("x-should-retry").map(HeaderValue::as_bytes) {
-            Some(b"true") => true,
-            Some(b"false") => false,
-            _ => is_retryable_status(status),
-        };
-        let body = self.read_body(response).await;
-        Failure {
-            error: ProviderError::Http {
-                status,
-                message: error_message(&body),
-            },
-            reason: should_retry.then(|| format!("HTTP {status}: {}", status_reason(status))),
-            server_delay,
-            output_sent: false,
-        }
-    }
-
-    /// The body of an error response; empty when it cannot be read in time.
-    async fn read_body(&self, response: Response) -> String {
-        match tokio::time::timeout(self.settings.stall_timeout, response.text()).await {
-            Ok(Ok(body)) => body,
-            _ => String::new(),
-        }
-    }
-}
-
-fn is_json(response: &Response) -> bool {
-    response
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().starts_with("application/json"))
-}
-
-/// What went wrong in one attempt.
-#[derive(Debug)]
-struct Failure {
-    error: ProviderError,
-    /// Why a retry could help, for the notice; `None` when it could not.
-    reason: Option<String>,
-    /// The wait the provider asked for.
-    server_delay: Option<Duration>,
-    /// Part of the answer already reached the caller, so a retry would repeat it.
-    output_sent: bool,
-}
-
-impl Failure {
-    fn fatal(error: ProviderError) -> Self {
-        Self {
-            error,
-            reason: None,
-            server_delay: None,
-            output_sent: false,
-        }
-    }
-
-    fn retryable(error: ProviderError, reason: String) -> Self {
-        Self {
-            reason: Some(reason),
-            ..Self::fatal(error)
-        }
-    }
-
-    /// An error the decoder found in the stream: retried only when it is the provider saying it
-    /// is busy or failing (Anthropic's `error` event).
-    fn decoded(error: ProviderError) -> Self {
-        match &error {
-            ProviderError::Http { status, .. } if is_retryable_status(*status) => {
-                let reason = format!("HTTP {status}: {}", status_reason(*status));
-                Self::retryable(error, reason)
-            }
-            _ => Self::fatal(error),
-        }
-    }
-
-    fn lost(error: SseError) -> Self {
-        let reason = match &error {
-            SseError::Stalled(seconds) => format!("no response for {seconds}s"),
-            SseError::Transport(_) => "connection lost".to_owned(),
-            SseError::Malformed(_) => return Self::fatal(error.into()),
-        };
-        Self::retryable(error.into(), reason)
-    }
-
-    fn ended_early() -> Self {
-        Self::retryable(
-            ProviderError::Stream("the stream ended before the answer was complete".to_owned()),
-            "stream ended early".to_owned(),
-        )
-    }
-
-    fn connection(error: reqwest::Error) -> Self {
-        let builder = error.is_builder();
-        // `without_url` keeps the endpoint (and any query string) out of the message.
-        let detail = sse::error_chain(&error.without_url());
-        if builder {
-            Self::fatal(ProviderError::Config(format!(
-                "cannot build the request: {detail}"
-            )))
-        } else {
-            Self::retryable(
-                ProviderError::Connection(detail),
-                "connection failed".to_owned(),
-            )
-        }
-    }
-}
-
-enum Plan {
-    Retry(Duration, String),
-    /// With a note on why, when it is not obvious from the error.
-    GiveUp(Option<String>),
-}
-
-type Item = Result<ModelEvent, ProviderError>;
-
-/// Items a [`generate`]d body may emit before the stream's reader takes them.
-const QUEUED: usize = 16;
-
-type Queue = Arc<Mutex<VecDeque<Item>>>;
-
-/// The sending half of a [`generate`]d stream.
-struct Emitter {
-    queue: Queue,
-}
-
-impl Emitter {
-    async fn emit(&mut self, item: Item) {
-        let full = {
-            let mut queue = lock(&self.queue);
-            queue.push_back(item);
-            queue.len() >= QUEUED
-        };
-        if full {
-            // The stream hands out what is queued before it polls the body again.
-            YieldOnce(false).await;
-        }
-    }
-}
-
-/// Pending once, then ready. No waker is needed: the body runs inside the stream's own
-/// `poll_next`, which returns a queued item instead of waiting.
-struct YieldOnce(bool);
-
-impl Future for YieldOnce {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
-            Poll::Ready(())
-        } else {
-            self.0 = true;
-            Poll::Pending
-        }
-    }
-}
-
-/// A stream written as straight-line async code: `body` emits items and the stream ends when it
-/// returns. Nothing runs until the stream is polled and dropping the stream cancels `body`
-/// (closing the HTTP connection), so no task is spawned and none can leak. The body is polled
-/// by the stream itself, so handing an item over is a push onto a queue, with no channel and no
-/// wake-up.
-fn generate<F, Fut>(body: F) -> ModelStream
-where
-    F: FnOnce(Emitter) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let queue = Queue::default();
-    let producer = body(Emitter {
-        queue: queue.clone(),
-    });
-    Box::pin(Generated {
-        body: Some(Box::pin(producer)),
-        queue,
-    })
-}
-
-struct Generated<Fut> {
-    /// `None` once the body has returned.
-    body: Option<Pin<Box<Fut>>>,
-    queue: Queue,
-}
-
-impl<Fut: Future<Output = ()>> Stream for Generated<Fut> {
-    type Item = Item;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item>> {
-        let this = self.get_mut();
-        loop {
-            if let Some(item) = lock(&this.queue).pop_front() {
-                return Poll::Ready(Some(item));
-            }
-            let Some(body) = this.body.as_mut() else {
-                return Poll::Ready(None);
-            };
-            match body.as_mut().poll(cx) {
-                Poll::Ready(()) => this.body = None,
-                Poll::Pending if lock(&this.queue).is_empty() => return Poll::Pending,
-                Poll::Pending => {}
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use pretty_assertions::assert_eq;
+
+    use std::time::UNIX_EPOCH;
+
+    use reqwest::header::{HeaderName, HeaderValue};
 
     use super::*;
 
@@ -795,32 +219,49 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_as_http_date() {
+    fn retry_after_as_an_http_date_waits_until_then() {
         let now = UNIX_EPOCH + NOW;
-        let h = headers(&[("retry-after", "Sun, 06 Nov 1994 08:49:49 GMT")]);
-        assert_eq!(server_delay(&h, now), Some(Duration::from_secs(12)));
-        let past = headers(&[("retry-after", "Sun, 06 Nov 1994 08:00:00 GMT")]);
-        assert_eq!(server_delay(&past, now), Some(Duration::ZERO));
+        let delay = |value: &'static str| server_delay(&headers(&[("retry-after", value)]), now);
+        // IMF-fixdate, and the two obsolete forms HTTP recipients must still read.
+        assert_eq!(
+            delay("Sun, 06 Nov 1994 08:49:49 GMT"),
+            Some(Duration::from_secs(12))
+        );
+        assert_eq!(
+            delay("Sunday, 06-Nov-94 08:50:37 GMT"),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            delay("Sun Nov  6 08:49:38 1994"),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(
+            delay("Tue, 29 Feb 2028 23:59:59 GMT"),
+            Some(Duration::from_secs(1_835_481_599) - NOW)
+        );
     }
 
     #[test]
-    fn http_dates() {
-        assert_eq!(
-            parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
-            Some(UNIX_EPOCH + NOW)
-        );
-        assert_eq!(
-            parse_http_date("Thu, 01 Jan 1970 00:00:00 GMT"),
-            Some(UNIX_EPOCH)
-        );
-        assert_eq!(
-            parse_http_date("Tue, 29 Feb 2028 23:59:59 GMT"),
-            Some(UNIX_EPOCH + Duration::from_secs(1_835_481_599))
-        );
-        assert_eq!(parse_http_date("Sun, 06 Nov 1994 08:49:37 UTC"), None);
-        assert_eq!(parse_http_date("Sun, 06 Foo 1994 08:49:37 GMT"), None);
-        assert_eq!(parse_http_date("Sun, 06 Nov 1994 25:49:37 GMT"), None);
-        assert_eq!(parse_http_date("yesterday"), None);
+    fn retry_after_a_date_already_past_waits_for_nothing() {
+        let now = UNIX_EPOCH + NOW;
+        let past = headers(&[("retry-after", "Sun, 06 Nov 1994 08:00:00 GMT")]);
+        assert_eq!(server_delay(&past, now), Some(Duration::ZERO));
+        let epoch = headers(&[("retry-after", "Thu, 01 Jan 1970 00:00:00 GMT")]);
+        assert_eq!(server_delay(&epoch, now), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn retry_after_that_is_no_date_asks_for_no_wait() {
+        let now = UNIX_EPOCH + NOW;
+        for value in [
+            "Sun, 06 Nov 1994 08:49:37 UTC",
+            "Sun, 06 Foo 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 25:49:37 GMT",
+            "yesterday",
+        ] {
+            let h = headers(&[("retry-after", value)]);
+            assert_eq!(server_delay(&h, now), None, "{value}");
+        }
     }
 
     #[test]
@@ -872,84 +313,5 @@ mod tests {
             "failed for url (https://h.example/v1): [redacted] rejected"
         );
         assert_eq!(redact("plain text? yes", &secrets), "plain text? yes");
-    }
-
-    #[test]
-    fn endpoints_append_to_the_base_path() {
-        let url = |base| endpoint(base, "/chat/completions").map(|u| u.to_string());
-        assert_eq!(
-            url("https://api.openai.com/v1/"),
-            Ok("https://api.openai.com/v1/chat/completions".to_owned())
-        );
-        assert_eq!(
-            url("http://localhost:11434/v1?api-version=2"),
-            Ok("http://localhost:11434/v1/chat/completions?api-version=2".to_owned())
-        );
-        assert!(matches!(
-            url("ftp://example.com"),
-            Err(ProviderError::Config(_))
-        ));
-        assert!(matches!(url("not a url"), Err(ProviderError::Config(_))));
-    }
-
-    #[test]
-    fn secret_headers_are_sensitive() {
-        let header = secret_header("sk-1");
-        assert!(header.as_ref().is_ok_and(HeaderValue::is_sensitive));
-        assert!(matches!(
-            secret_header("bad\nkey"),
-            Err(ProviderError::Config(_))
-        ));
-    }
-
-    #[tokio::test]
-    async fn generated_streams_keep_order_past_the_queue_and_cancel_on_drop() {
-        let stream = generate(|mut out| async move {
-            for i in 0..100 {
-                out.emit(Ok(ModelEvent::TextDelta(i.to_string()))).await;
-                if i % 7 == 0 {
-                    tokio::task::yield_now().await;
-                }
-            }
-        });
-        let items: Vec<_> = stream.collect().await;
-        let expected: Vec<_> = (0..100)
-            .map(|i| Ok(ModelEvent::TextDelta(i.to_string())))
-            .collect();
-        assert_eq!(items, expected);
-
-        let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = started.clone();
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let mut stream = generate(|mut out| async move {
-            flag.store(true, std::sync::atomic::Ordering::SeqCst);
-            out.emit(Ok(ModelEvent::TextDelta("a".into()))).await;
-            let _keep = tx;
-            std::future::pending::<()>().await;
-        });
-        assert!(!started.load(std::sync::atomic::Ordering::SeqCst));
-        assert_eq!(
-            stream.next().await,
-            Some(Ok(ModelEvent::TextDelta("a".into())))
-        );
-        drop(stream);
-        // Dropping the stream dropped the body, and with it the sender.
-        assert!(rx.await.is_err());
-    }
-
-    #[tokio::test]
-    async fn generated_streams_end_when_the_body_returns() {
-        let stream = generate(|mut out| async move {
-            out.emit(Ok(ModelEvent::TextDelta("a".into()))).await;
-            out.emit(Err(ProviderError::Stalled(1))).await;
-        });
-        let items: Vec<_> = stream.collect().await;
-        assert_eq!(
-            items,
-            vec![
-                Ok(ModelEvent::TextDelta("a".into())),
-                Err(ProviderError::Stalled(1))
-            ]
-        );
     }
 }

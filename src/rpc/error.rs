@@ -23,7 +23,9 @@ pub const PROVIDER_UNAVAILABLE: i32 = -32005;
 pub const BUDGET_EXHAUSTED: i32 = -32006;
 pub const CONFLICT: i32 = -32007;
 
-/// A JSON-RPC error object with an optional `data` payload.
+/// A JSON-RPC error object with an optional `data` payload. Every error answer is written from
+/// this one type (`jsonrpsee_types`' error object), whether a method returned it or the
+/// dispatcher refused the frame.
 pub fn error_object(
     code: i32,
     message: impl Into<String>,
@@ -40,11 +42,24 @@ pub fn error_response(id: &Value, code: i32, message: &str, data: Option<Value>)
 /// A complete error response frame answering the id whose JSON text is `id` (as the client
 /// wrote it, see [`super::request_id`]).
 pub fn error_frame(id: &str, code: i32, message: &str, data: Option<Value>) -> String {
-    let mut error = serde_json::json!({ "code": code, "message": message });
-    if let Some(data) = data {
-        error["data"] = data;
+    object_frame(id, &error_object(code, message, data))
+}
+
+/// A complete error response frame carrying `error`, answering the id whose JSON text is `id`.
+/// The error object is written by its own `Serialize`; only the envelope is written as text,
+/// as [`result_frame`]'s is, so the id goes back byte for byte as the client wrote it without
+/// being parsed and written again.
+pub fn object_frame(id: &str, error: &ErrorObjectOwned) -> String {
+    match serde_json::to_string(error) {
+        Ok(error) => format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#),
+        // Only a `data` payload that is no JSON could fail, and none is built that way.
+        Err(e) => {
+            tracing::error!(error = %e, "cannot write an error object");
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{INTERNAL_ERROR},"message":"Internal error"}}}}"#
+            )
+        }
     }
-    format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{error}}}"#)
 }
 
 /// A complete success response frame whose result is the JSON text `result`.
@@ -85,5 +100,30 @@ impl From<RuntimeError> for ErrorObjectOwned {
             }
         };
         error_object(code, message, data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn an_error_frame_keeps_the_id_as_written_and_carries_the_typed_object() {
+        let data = Some(json!({"sessionId": "s"}));
+        assert_eq!(
+            error_frame("1.50", SESSION_BUSY, "busy", data.clone()),
+            r#"{"jsonrpc":"2.0","id":1.50,"error":{"code":-32003,"message":"busy","data":{"sessionId":"s"}}}"#
+        );
+        assert_eq!(
+            object_frame("7", &error_object(SESSION_BUSY, "busy", data)),
+            error_frame("7", SESSION_BUSY, "busy", Some(json!({"sessionId": "s"})))
+        );
+        assert_eq!(
+            error_response(&json!("a"), PARSE_ERROR, "Parse error", None),
+            r#"{"jsonrpc":"2.0","id":"a","error":{"code":-32700,"message":"Parse error"}}"#
+        );
     }
 }

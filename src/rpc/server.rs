@@ -606,10 +606,7 @@ impl Dispatcher {
         drop(params);
         match running.await {
             Ok(result) => result_frame(id.json(), result.get()),
-            Err(error) => match serde_json::to_string(&error) {
-                Ok(error) => format!(r#"{{"jsonrpc":"2.0","id":{},"error":{error}}}"#, id.json()),
-                Err(e) => error_frame(id.json(), INTERNAL_ERROR, &e.to_string(), None),
-            },
+            Err(error) => object_frame(id.json(), &error),
         }
     }
 }

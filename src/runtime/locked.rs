@@ -6,8 +6,9 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use super::run_end::{DeferredEnd, Ending};
 use super::{Inner, Runtime};
-use crate::protocol::{Block, Event, FinishReason, NoticeLevel, Role};
+use crate::protocol::{Block, Event, NoticeLevel, Role};
 use crate::store::{NewMessage, SeqClaim, Store, StoreError, UsageRow};
 use crate::util::{lock, new_id};
 
@@ -16,16 +17,6 @@ const LOCK_POLL: Duration = Duration::from_millis(100);
 
 /// What a client is told while its input waits for the database.
 pub const LOCKED_NOTICE: &str = "The database is locked by another program; your input is kept and is saved as soon as the database is free.";
-
-/// A run's end that could not be recorded yet, with the answer it could not store.
-pub struct DeferredEnd {
-    pub session_id: String,
-    pub run_id: String,
-    /// Messages to store first, in order (the answer streamed when the database refused it).
-    pub messages: Vec<NewMessage>,
-    pub reason: FinishReason,
-    pub error: Option<String>,
-}
 
 /// Resolves once the store waits for a database another program holds.
 pub async fn lock_held(store: &Store) {
@@ -150,9 +141,10 @@ impl Inner {
         });
     }
 
-    /// Records the ends kept by [`Inner::defer_end`] and gives their leases back; those that
-    /// still cannot be recorded wait for the next heartbeat. A parent run waiting for one of
-    /// them (a delegated task's) is resumed once its end is recorded, as a run's own end does.
+    /// Records the ends kept by [`Inner::defer_end`] by the path of every run's end
+    /// ([`Inner::end_run`]): the queue is handed over and a parent run waiting for one of them
+    /// (a delegated task's) resumed, as a run's own end does. Those that still cannot be
+    /// recorded wait for the next heartbeat.
     pub(super) fn record_deferred_ends(self: &Arc<Self>) {
         // A run's usage goes in before its end, so its cost is whole once it has ended.
         self.store_deferred_usage();
@@ -180,109 +172,31 @@ impl Inner {
                 lock(&self.deferred_ends).push(end);
                 continue;
             }
-            // Claimed before the end is recorded, so that no recovery finds the parent no
-            // longer waiting and closes it as interrupted before it is resumed.
-            let parent = super::delegation::claim_waiting_parent(self, &end.session_id);
-            match self
-                .store
-                .finish_run(&end.run_id, end.reason, end.error.as_deref())
-            {
-                Ok(()) => {
-                    tracing::info!(run_id = %end.run_id, "recorded the end of a run once the database was free");
-                    if let Some(parent) = parent {
-                        parent.resume(self);
-                    }
-                    self.hand_over_deferred(&end.session_id, &end.run_id);
-                }
-                Err(e) => {
-                    tracing::warn!(run_id = %end.run_id, error = %e, "still cannot record the end of a run");
-                    if let Some(parent) = parent {
-                        parent.give_back(self);
-                    }
-                    lock(&self.deferred_ends).push(end);
-                }
+            let ending = Ending {
+                session_id: &end.session_id,
+                run_id: &end.run_id,
+                shutting_down: false,
+            };
+            let recorded = self.end_run(ending, || self.record_deferred(&end), || {});
+            if !recorded {
+                lock(&self.deferred_ends).push(end);
             }
         }
     }
-}
 
-impl Inner {
-    /// After the end of `run_id` was recorded late: input queued for it meanwhile becomes the
-    /// next user turn, answered by a new run, as a run's own end does; otherwise the run's
-    /// lease is given back.
-    fn hand_over_deferred(self: &Arc<Self>, session_id: &str, run_id: &str) {
-        let next = self
-            .runs
-            .deciding(session_id, || self.promote_deferred(session_id, run_id));
-        let (next_run, signals) = match next {
-            Ok(Some(next)) => next,
-            Ok(None) => return,
+    /// Records a kept end; false while the database still refuses it.
+    fn record_deferred(&self, end: &DeferredEnd) -> bool {
+        match self
+            .store
+            .finish_run(&end.run_id, end.reason, end.error.as_deref())
+        {
+            Ok(()) => {
+                tracing::info!(run_id = %end.run_id, "recorded the end of a run once the database was free");
+                true
+            }
             Err(e) => {
-                tracing::warn!(session_id, error = %e, "cannot hand over the queue of a run that ended");
-                if let Err(e) = self.store.release_lease(session_id, run_id, false) {
-                    tracing::warn!(error = %e, "cannot give back the lease of a run that ended");
-                }
-                return;
-            }
-        };
-        let started = match self.store.session(session_id) {
-            Ok(Some(session)) => super::run::spawn_run(
-                self.clone(),
-                super::run::RunStart::New {
-                    session,
-                    run_id: next_run.clone(),
-                },
-                signals,
-            ),
-            Ok(None) => Err(super::RuntimeError::SessionNotFound(session_id.to_string())),
-            Err(e) => Err(e.into()),
-        };
-        if let Err(e) = started {
-            self.give_back(session_id, &next_run);
-            tracing::error!(error = %e, "cannot start the run for promoted input");
-        }
-    }
-
-    /// The writes of [`Inner::hand_over_deferred`], under the session's lock: the claim of
-    /// the run that answers the promoted turn, if any.
-    fn promote_deferred(
-        &self,
-        session_id: &str,
-        run_id: &str,
-    ) -> super::RuntimeResult<Option<(String, super::registry::RunSignals)>> {
-        let rows = self.store.open_pending(session_id)?;
-        let Some(message) = super::promotion::promoted_turn(session_id, rows) else {
-            self.store.release_lease(session_id, run_id, false)?;
-            return Ok(None);
-        };
-        let pending_ids = message
-            .settles
-            .as_ref()
-            .map(|s| s.pending_ids.clone())
-            .unwrap_or_default();
-        let entry = self.commit(message)?;
-        self.events.emit(
-            &self.store,
-            session_id,
-            None,
-            Event::InterjectionPromoted {
-                pending_ids,
-                message_id: entry.id,
-            },
-        );
-        let next = new_id("run");
-        if !self.store.transfer_lease(session_id, run_id, &next)? {
-            tracing::warn!(
-                run_id,
-                "the run's lease is gone; the promoted turn waits for chat/resume"
-            );
-            return Ok(None);
-        }
-        match self.runs.claim(session_id, &next) {
-            Ok(signals) => Ok(Some((next, signals))),
-            Err(_) => {
-                self.store.release_lease(session_id, &next, false)?;
-                Ok(None)
+                tracing::warn!(run_id = %end.run_id, error = %e, "still cannot record the end of a run");
+                false
             }
         }
     }

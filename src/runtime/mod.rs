@@ -64,7 +64,7 @@ struct Inner {
     /// Input queued for this daemon's runs that its clients were told of.
     announced: lease::Announced,
     /// Ends of runs the database could not take yet, recorded by the heartbeat.
-    deferred_ends: Mutex<Vec<locked::DeferredEnd>>,
+    deferred_ends: Mutex<Vec<run_end::DeferredEnd>>,
     /// Notices that the database is locked, published but not stored yet, stored by the
     /// heartbeat once the database takes them.
     deferred_notices: Mutex<Vec<crate::store::NewMessage>>,

@@ -25,8 +25,6 @@ mod expiry;
 mod files;
 mod forward;
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -223,70 +221,6 @@ impl super::Runtime {
             .store
             .delegation_of_child(session_id)?
             .map(|d| d.parent_id))
-    }
-}
-
-/// The parent's run suspended on a child (a restart came while the child waited), claimed
-/// for this daemon (registry and lease) until it is resumed.
-pub(super) struct WaitingParent {
-    session: crate::store::SessionRow,
-    run: RunRow,
-    signals: super::registry::RunSignals,
-}
-
-/// As a child's run ends, before its end is recorded: claims the parent's run if it is
-/// suspended on this child. Claimed first, so that no recovery finds the parent no longer
-/// waiting (its child's run has ended) and closes it as interrupted before it is resumed.
-pub(super) fn claim_waiting_parent(inner: &Arc<Inner>, child_id: &str) -> Option<WaitingParent> {
-    let claimed = (|| -> RuntimeResult<Option<WaitingParent>> {
-        let Some(link) = inner.store.delegation_of_child(child_id)? else {
-            return Ok(None);
-        };
-        if inner.runs.active_run(&link.parent_id).is_some() {
-            // A live task awaits the child; it reads the end itself.
-            return Ok(None);
-        }
-        let Some(run) = inner
-            .store
-            .run(&link.parent_run_id)?
-            .filter(|r| !r.finished)
-        else {
-            return Ok(None);
-        };
-        let session = inner
-            .store
-            .session(&link.parent_id)?
-            .ok_or_else(|| RuntimeError::SessionNotFound(link.parent_id.clone()))?;
-        let signals = inner.claim_run(&session.id, &run.id)?;
-        Ok(Some(WaitingParent {
-            session,
-            run,
-            signals,
-        }))
-    })();
-    claimed.unwrap_or_else(|e| {
-        tracing::error!(child_id, error = %e, "cannot resume the run that delegated the task");
-        None
-    })
-}
-
-impl WaitingParent {
-    /// When the child's end could not be recorded yet: the claim is given back, and the
-    /// heartbeat that records the end claims and resumes the parent then.
-    pub(super) fn give_back(self, inner: &Inner) {
-        inner.give_back(&self.session.id, &self.run.id);
-    }
-
-    /// Once the child's end is recorded: the parent's run resumes and takes the child's answer.
-    pub(super) fn resume(self, inner: &Arc<Inner>) {
-        tracing::info!(run_id = %self.run.id, "resuming the run that waited for its delegated task");
-        let start = RunStart::Resume {
-            session: self.session,
-            run: self.run,
-        };
-        if let Err(e) = spawn_run(inner.clone(), start, self.signals) {
-            tracing::error!(error = %e, "cannot resume the run that delegated the task");
-        }
     }
 }
 
@@ -650,7 +584,7 @@ impl RunContext {
                         .suspend
                         .load(std::sync::atomic::Ordering::SeqCst);
                     if !self.stopped() || shutting_down {
-                        // The child's answer resumes this run (`claim_waiting_parent`).
+                        // The child's end resumes this run (`Inner::end_run`).
                         return Err(RuntimeError::Suspended);
                     }
                     self.stop_suspended_child(run)?;
