@@ -433,6 +433,7 @@ impl Agent {
             let page = runtime.transcript(SessionTranscriptParams {
                 session_id: session.id.clone(),
                 after_seq: Some(after),
+                before_seq: None,
                 limit: Some(5000),
             })?;
             for entry in &page.entries {
@@ -665,6 +666,7 @@ impl Agent {
         let transcript = runtime.transcript(SessionTranscriptParams {
             session_id: session_id.to_string(),
             after_seq: None,
+            before_seq: None,
             limit: Some(1),
         })?;
         let session = runtime.get_session(session_id)?;

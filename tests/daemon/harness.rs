@@ -154,6 +154,7 @@ impl Daemon {
             SessionTranscriptParams {
                 session_id: session.into(),
                 after_seq: None,
+                before_seq: None,
                 limit: None,
             },
         )

@@ -436,6 +436,7 @@ async fn killed_at_random_moments_no_acknowledged_interjection_is_lost_or_double
                 SessionTranscriptParams {
                     session_id: session.clone(),
                     after_seq: None,
+                    before_seq: None,
                     limit: Some(5000),
                 },
             )
@@ -471,6 +472,7 @@ async fn killed_at_random_moments_no_acknowledged_interjection_is_lost_or_double
             SessionTranscriptParams {
                 session_id: session.clone(),
                 after_seq: None,
+                before_seq: None,
                 limit: Some(5000),
             },
         )
