@@ -280,6 +280,17 @@ impl Store {
         self.write(|conn| Ok(conn.execute("DELETE FROM sessions WHERE id = ?1", [id])? > 0))
     }
 
+    /// Rewrites the database file without its free pages (SQLite's `VACUUM`), then empties
+    /// the WAL. Deleting sessions frees pages that new data reuses, but the file keeps its
+    /// size until this runs; it reads and writes the whole file, so it runs only when asked.
+    pub fn vacuum(&self) -> StoreResult<()> {
+        self.write(|conn| {
+            conn.execute_batch("VACUUM")?;
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+            Ok(())
+        })
+    }
+
     /// Claims the next `size` event numbers of a session for this writer alone, above every
     /// number handed out or committed so far: `(first, last)`. Two daemons on one database
     /// each number from blocks of their own, so they never hand out the same `seq`.
