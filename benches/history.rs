@@ -51,7 +51,7 @@ const BIG_MESSAGES: u64 = 10_000;
 const MEAN_MESSAGES: u64 = 500;
 /// Turns between carry-over notes: a new context a day or so.
 const TURNS_PER_CONTEXT: u64 = 50;
-const ROUNDS: usize = 21;
+const ROUNDS: usize = 11;
 const SMOKE_ROUNDS: usize = 1;
 const GOAL_RATIO: f64 = 1.5;
 const MODEL: &str = "gpt-4o";
