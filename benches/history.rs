@@ -12,7 +12,8 @@
 //! new context every [`TURNS_PER_CONTEXT`] turns: about 1 GB. It is written with bulk SQL in
 //! one transaction into a file under the target folder and kept there for later runs (its name
 //! holds the schema version and the scale). `SIDECHAT_HISTORY_SCALE=0.1` makes a tenth of
-//! the sessions (the big ones keep their length) for quick runs. The near-empty database has
+//! the sessions (the big ones keep their length) for quick runs; `SIDECHAT_HISTORY_ROUNDS`
+//! sets the number of rounds. The near-empty database has
 //! three short sessions in one folder.
 //!
 //! Measured against each, interleaved, medians of [`ROUNDS`]:
@@ -56,6 +57,8 @@ const SMOKE_ROUNDS: usize = 1;
 const GOAL_RATIO: f64 = 1.5;
 const MODEL: &str = "gpt-4o";
 const SCALE_VAR: &str = "SIDECHAT_HISTORY_SCALE";
+/// How many measured rounds ([`ROUNDS`] under `--bench`, else one).
+const ROUNDS_VAR: &str = "SIDECHAT_HISTORY_ROUNDS";
 
 /// The shape of a database to build.
 #[derive(Debug, Clone, Copy)]
@@ -641,7 +644,13 @@ async fn main() {
         Err(_) if bench => 1.0,
         Err(_) => 0.01,
     };
-    let rounds = if bench { ROUNDS } else { SMOKE_ROUNDS };
+    let rounds = match std::env::var(ROUNDS_VAR) {
+        Ok(value) => value
+            .parse()
+            .expect("SIDECHAT_HISTORY_ROUNDS is a number of rounds"),
+        Err(_) if bench => ROUNDS,
+        Err(_) => SMOKE_ROUNDS,
+    };
     let year_shape = Shape::year(scale);
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("history");
     std::fs::create_dir_all(&cache).expect("the cache folder");
