@@ -20,7 +20,15 @@ pub struct Checkup {
     /// The config file looked for, if any place for one is known.
     pub config_path: Option<PathBuf>,
     pub config: Result<Config, ConfigError>,
+    /// The largest database whose integrity is checked ([`INTEGRITY_LIMIT`] by default);
+    /// `None` checks any (`--integrity`).
+    pub integrity_limit: Option<u64>,
 }
+
+/// The largest database `doctor` checks the integrity of unless asked (`--integrity`): the
+/// check reads every page, seconds for a year of history, while the rest of the checkup reads
+/// only the file's header and a few rows.
+pub const INTEGRITY_LIMIT: u64 = 256 * 1024 * 1024;
 
 /// The printed report and the problems found in it.
 pub struct Report {
@@ -37,7 +45,7 @@ impl Checkup {
         report.line(format!("sidechat {}", env!("CARGO_PKG_VERSION")));
         report.line("");
         report.line("Database");
-        database(&self.db, &mut report);
+        database(&self.db, self.integrity_limit, &mut report);
         report.line("");
         report.line("Configuration");
         let config = match (&self.config_path, self.config) {
@@ -92,7 +100,7 @@ impl Report {
     }
 }
 
-fn database(path: &Path, report: &mut Report) {
+fn database(path: &Path, integrity_limit: Option<u64>, report: &mut Report) {
     report.field("path", path.display().to_string());
     if !path.exists() {
         report.field(
@@ -142,23 +150,16 @@ fn database(path: &Path, report: &mut Report) {
             return;
         }
     }
-    match integrity(&conn) {
-        Ok(findings) if findings == ["ok"] => report.field("integrity", "ok"),
-        Ok(findings) => {
-            report.field("integrity", format!("{} finding(s):", findings.len()));
-            for finding in findings.iter().take(20) {
-                report.line(format!("    {finding}"));
-            }
-            report
-                .problems
-                .push("the database failed its integrity check".into());
-        }
-        Err(e) => {
-            report.field("integrity", format!("not checked: {e}"));
-            report
-                .problems
-                .push(format!("the integrity check failed to run: {e}"));
-        }
+    let size = std::fs::metadata(path).map_or(0, |m| m.len());
+    match integrity_limit.filter(|limit| size > *limit) {
+        Some(_) => report.field(
+            "integrity",
+            format!(
+                "not checked ({} to read; `sidechat doctor --integrity` checks it)",
+                bytes(size)
+            ),
+        ),
+        None => check_integrity(&conn, report),
     }
     match leases(&conn) {
         Ok(None) => report.field("leases", "none (this database keeps no leases)"),
@@ -176,6 +177,28 @@ fn database(path: &Path, report: &mut Report) {
             }
         }
         Err(e) => report.field("leases", format!("unreadable: {e}")),
+    }
+}
+
+/// `PRAGMA integrity_check`, reported.
+fn check_integrity(conn: &Connection, report: &mut Report) {
+    match integrity(conn) {
+        Ok(findings) if findings == ["ok"] => report.field("integrity", "ok"),
+        Ok(findings) => {
+            report.field("integrity", format!("{} finding(s):", findings.len()));
+            for finding in findings.iter().take(20) {
+                report.line(format!("    {finding}"));
+            }
+            report
+                .problems
+                .push("the database failed its integrity check".into());
+        }
+        Err(e) => {
+            report.field("integrity", format!("not checked: {e}"));
+            report
+                .problems
+                .push(format!("the integrity check failed to run: {e}"));
+        }
     }
 }
 
@@ -476,6 +499,35 @@ mod tests {
             "https://example.com/v1"
         );
         assert_eq!(shown_url("not a url"), "(not a valid URL)");
+    }
+
+    /// The integrity lines of a checkup of a new database with `integrity_limit`.
+    fn integrity_lines(integrity_limit: Option<u64>) -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("sidechat.db");
+        drop(crate::store::Store::open(&db).unwrap());
+        let mut report = Report {
+            text: String::new(),
+            problems: Vec::new(),
+        };
+        database(&db, integrity_limit, &mut report);
+        let size = bytes(std::fs::metadata(&db).unwrap().len());
+        report
+            .text
+            .lines()
+            .filter(|line| line.trim_start().starts_with("integrity"))
+            .map(|line| line.replace(&size, "SIZE"))
+            .collect()
+    }
+
+    #[test]
+    fn a_database_past_the_limit_is_not_read_whole_unless_asked() {
+        assert_eq!(
+            integrity_lines(Some(0)),
+            ["  integrity   not checked (SIZE to read; `sidechat doctor --integrity` checks it)"]
+        );
+        assert_eq!(integrity_lines(Some(INTEGRITY_LIMIT)), ["  integrity   ok"]);
+        assert_eq!(integrity_lines(None), ["  integrity   ok"]);
     }
 
     #[test]

@@ -53,6 +53,10 @@ enum Command {
         /// The SQLite database (default: $XDG_DATA_HOME/sidechat/sidechat.db).
         #[arg(long, env = "SIDECHAT_DB")]
         db: Option<PathBuf>,
+        /// Check the integrity of a database of any size (it reads every page); by default
+        /// only one of up to 256 MiB is checked.
+        #[arg(long)]
+        integrity: bool,
     },
     /// Write the protocol's JSON Schema files.
     Schema {
@@ -165,7 +169,7 @@ fn open_runtime(
     Ok(runtime)
 }
 
-fn doctor(db: Option<PathBuf>) -> anyhow::Result<i32> {
+fn doctor(db: Option<PathBuf>, integrity: bool) -> anyhow::Result<i32> {
     let checkup = sidechat::doctor::Checkup {
         db: match db {
             Some(db) => db,
@@ -173,6 +177,7 @@ fn doctor(db: Option<PathBuf>) -> anyhow::Result<i32> {
         },
         config_path: sidechat::config::default_config_path(),
         config: Config::load(),
+        integrity_limit: (!integrity).then_some(sidechat::doctor::INTEGRITY_LIMIT),
     };
     let report = async_runtime()?.block_on(checkup.run());
     print!("{}", report.text);
@@ -198,7 +203,7 @@ fn main() {
         Command::Acp { db, log_file } => acp(db, log_file),
         Command::Chat(args) => sidechat::client::run(args),
         Command::Sessions(args) => sidechat::client::run_sessions(args),
-        Command::Doctor { db } => doctor(db),
+        Command::Doctor { db, integrity } => doctor(db, integrity),
         Command::Schema { out } => write_schema(out),
     };
     match outcome {

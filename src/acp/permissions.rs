@@ -103,6 +103,7 @@ impl Agent {
         let transcript = runtime.transcript(SessionTranscriptParams {
             session_id: session_id.to_string(),
             after_seq: None,
+            before_seq: None,
             limit: Some(1),
         })?;
         let session = runtime.get_session(session_id)?;

@@ -163,6 +163,7 @@ impl Agent {
             let page = runtime.transcript(SessionTranscriptParams {
                 session_id: session.id.clone(),
                 after_seq: Some(after),
+                before_seq: None,
                 limit: Some(5000),
             })?;
             for entry in &page.entries {

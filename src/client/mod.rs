@@ -13,6 +13,7 @@ mod interactive;
 mod markdown;
 mod oneshot;
 mod open;
+mod prune;
 mod render;
 mod sessions;
 mod style;

@@ -47,6 +47,18 @@ pub enum SessionsCommand {
     },
     /// Deletes a session and its transcript (stopping its run).
     Delete { id: String },
+    /// Deletes every session not updated for a while, with everything it owns (its delegated
+    /// tasks too). A session whose run is still going is left alone.
+    Prune {
+        /// How long a session must have been left untouched, e.g. `90d` or `12weeks`.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        older_than: std::time::Duration,
+        /// Then rewrite the database file without the freed space (SQLite's `VACUUM`). Without
+        /// it the space is reused for new messages but the file does not shrink; a vacuum
+        /// reads and writes the whole file, and needs as much free disk again while it runs.
+        #[arg(long)]
+        vacuum: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -57,8 +69,12 @@ pub enum Format {
 
 pub async fn run(args: SessionsArgs) -> anyhow::Result<i32> {
     let (daemon, _notes) = Daemon::start(args.db.as_deref()).await?;
+    let vacuum = matches!(args.command, SessionsCommand::Prune { vacuum: true, .. });
     let outcome = command(&daemon, args.command).await;
     daemon.close().await?;
+    if vacuum && outcome.is_ok() {
+        super::prune::vacuum(args.db.as_deref())?;
+    }
     outcome
 }
 
@@ -131,6 +147,9 @@ async fn command(daemon: &Daemon, command: SessionsCommand) -> anyhow::Result<i3
                 true => eprintln!("deleted session {id}"),
                 false => anyhow::bail!("there is no session {id}"),
             }
+        }
+        SessionsCommand::Prune { older_than, .. } => {
+            super::prune::prune(daemon, older_than).await?;
         }
     }
     Ok(0)

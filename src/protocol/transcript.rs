@@ -210,6 +210,13 @@ pub struct SessionTranscriptParams {
     /// Entries with a greater `seq` are returned; 0 or absent for all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after_seq: Option<u64>,
+    /// Entries with a smaller `seq` are returned, the newest `limit` of them (still oldest
+    /// first), so a client can show the end of a long session at once and read older pages
+    /// as the user scrolls back: the newest page with any number past `lastSeq` (e.g.
+    /// 9007199254740991), each older one with the `seq` of the first entry it has. With it,
+    /// `hasMore` says whether older entries remain (above `afterSeq`, when that is given too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_seq: Option<u64>,
     /// Most entries to return (default 500, at most 5000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
@@ -246,7 +253,8 @@ pub struct SessionTranscriptResult {
     pub session_id: String,
     pub state: SessionState,
     pub entries: Vec<TranscriptEntry>,
-    /// True when `limit` cut the list; ask again after the last entry's `seq`.
+    /// True when `limit` cut the list: ask again after the last entry's `seq` (or, when the
+    /// request gave `beforeSeq`, before the first entry's `seq`).
     pub has_more: bool,
     /// The session's highest committed `seq`.
     pub last_seq: u64,

@@ -288,12 +288,30 @@ impl Runtime {
             .limit
             .unwrap_or(DEFAULT_TRANSCRIPT)
             .clamp(1, MAX_TRANSCRIPT) as usize;
-        let mut entries =
-            self.inner
-                .store
-                .messages_after(&row.id, params.after_seq.unwrap_or(0), limit + 1)?;
-        let has_more = entries.len() > limit;
-        entries.truncate(limit);
+        let after_seq = params.after_seq.unwrap_or(0);
+        let (entries, has_more) = match params.before_seq {
+            Some(before_seq) => {
+                let mut entries =
+                    self.inner
+                        .store
+                        .messages_before(&row.id, before_seq, after_seq, limit + 1)?;
+                let has_more = entries.len() > limit;
+                if has_more {
+                    // The one past the page is its oldest: it only said that more remain.
+                    entries.remove(0);
+                }
+                (entries, has_more)
+            }
+            None => {
+                let mut entries = self
+                    .inner
+                    .store
+                    .messages_after(&row.id, after_seq, limit + 1)?;
+                let has_more = entries.len() > limit;
+                entries.truncate(limit);
+                (entries, has_more)
+            }
+        };
         Ok(SessionTranscriptResult {
             state: self.state(&row)?,
             pending_approvals: self.inner.store.pending_approvals(&row.id)?,

@@ -443,10 +443,7 @@ impl Store {
         limit: usize,
     ) -> StoreResult<Vec<TranscriptEntry>> {
         self.read(|conn| {
-            let mut stmt = conn.prepare_cached(
-                "SELECT id, seq, run_id, role, blocks, status, created_at FROM messages
-             WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-            )?;
+            let mut stmt = conn.prepare_cached(MESSAGES_AFTER)?;
             let rows = stmt
                 .query_map(params![session_id, after_seq as i64, limit as i64], raw)?
                 .collect::<Result<Vec<_>, _>>()?;
@@ -454,7 +451,46 @@ impl Store {
             rows.into_iter().map(RawMessage::into_entry).collect()
         })
     }
+
+    /// The newest `limit` entries with `seq` between `after_seq` and `before_seq` (both
+    /// excluded), oldest first: a page of the transcript read backwards from its end, through
+    /// the `(session_id, seq)` index in reverse, however long the session is.
+    pub fn messages_before(
+        &self,
+        session_id: &str,
+        before_seq: u64,
+        after_seq: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<TranscriptEntry>> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(MESSAGES_BEFORE)?;
+            let mut rows = stmt
+                .query_map(
+                    params![
+                        session_id,
+                        before_seq.min(i64::MAX as u64) as i64,
+                        after_seq.min(i64::MAX as u64) as i64,
+                        limit as i64
+                    ],
+                    raw,
+                )?
+                .collect::<Result<Vec<_>, _>>()?;
+            drop(stmt);
+            rows.reverse();
+            rows.into_iter().map(RawMessage::into_entry).collect()
+        })
+    }
 }
+
+/// [`Store::messages_after`]'s query (its plan is checked in the store's tests).
+pub(super) const MESSAGES_AFTER: &str =
+    "SELECT id, seq, run_id, role, blocks, status, created_at FROM messages
+     WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3";
+
+/// [`Store::messages_before`]'s query (its plan is checked in the store's tests).
+pub(super) const MESSAGES_BEFORE: &str =
+    "SELECT id, seq, run_id, role, blocks, status, created_at FROM messages
+     WHERE session_id = ?1 AND seq < ?2 AND seq > ?3 ORDER BY seq DESC LIMIT ?4";
 
 /// Raises the session's `last_seq` to `seq` and its reserved mark to `reserve_through`, and
 /// touches it, inside a transaction.

@@ -232,6 +232,13 @@ const MIGRATIONS: &[&str] = &[
         started_at   INTEGER NOT NULL
     );
     "#,
+    // 14: a session's rows by the session, in every table that cascades from it, so that
+    // deleting (or pruning) one session reads its own rows rather than every session's.
+    r#"
+    CREATE INDEX runs_by_session ON runs (session_id);
+    CREATE INDEX approvals_by_session ON approvals (session_id);
+    CREATE INDEX pending_by_session ON pending_input (session_id);
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

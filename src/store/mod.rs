@@ -22,6 +22,8 @@ mod mcp;
 mod messages;
 mod migrations;
 mod pending;
+#[cfg(test)]
+mod query_plans;
 mod runs;
 mod sessions;
 mod sql_text;
@@ -132,6 +134,15 @@ pub const LOCK_WAIT_VAR: &str = "SIDECHAT_LOCK_WAIT_MS";
 /// `max_page_count`), so a test can fill it up as a full disk would, and free room again by
 /// deleting through a connection of its own. Logged when set.
 pub const MAX_PAGES_VAR: &str = "SIDECHAT_TEST_MAX_PAGES";
+
+/// How many pages the WAL grows to before a commit checkpoints it (SQLite's default, said
+/// here so the bound below is plain): 1000 pages of 4 KiB.
+const WAL_AUTOCHECKPOINT_PAGES: i64 = 1000;
+
+/// The size in bytes the WAL file is cut back to when it restarts (`journal_size_limit`):
+/// under steady use it stays below this, or below one checkpoint's worth plus the largest
+/// transaction when a reader held the checkpoint back.
+const WAL_LIMIT: i64 = 16 * 1024 * 1024;
 
 /// How long a write waits, by default, for a database another program holds.
 pub const LOCK_WAIT: Duration = Duration::from_secs(60);
@@ -377,6 +388,12 @@ impl Store {
         migrations::apply(conn)?;
         // WAL + NORMAL: a commit survives a killed process; only power loss can lose the tail.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
+        // The WAL is checkpointed (passively) whenever it passes `wal_autocheckpoint` pages,
+        // and restarts from its beginning once a checkpoint has caught up; without a limit
+        // its file keeps the largest size it ever reached. This truncates it back to
+        // `WAL_LIMIT` at each restart.
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES)?;
+        conn.pragma_update(None, "journal_size_limit", WAL_LIMIT)?;
         Ok(())
     }
 

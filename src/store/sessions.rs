@@ -106,6 +106,25 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
     })
 }
 
+/// The query of one page of [`Store::list_sessions`]: of one folder's sessions through
+/// `sessions_by_root`, or of all through `sessions_by_update`. One text for both would leave
+/// the planner one plan, the one for all, which walks every session to find a folder's.
+pub(super) fn list_query(of_one_folder: bool) -> String {
+    let folder = if of_one_folder {
+        "workspace_root = ?1"
+    } else {
+        "?1 IS NULL"
+    };
+    format!(
+        "SELECT {COLUMNS} FROM sessions
+         WHERE {folder}
+           AND (updated_at < ?2 OR (updated_at = ?2 AND (?3 = '' OR id < ?3)))
+           AND {LINEAGE}
+         ORDER BY updated_at DESC, id DESC
+         LIMIT ?4"
+    )
+}
+
 impl Store {
     pub fn insert_session(&self, new: &NewSession) -> StoreResult<SessionRow> {
         let now = now_ms();
@@ -186,14 +205,7 @@ impl Store {
     ) -> StoreResult<SessionPage> {
         let (after_at, after_id) = after.unwrap_or((i64::MAX, String::new()));
         let mut sessions = self.read(|conn| {
-            let mut stmt = conn.prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM sessions
-                 WHERE (?1 IS NULL OR workspace_root = ?1)
-                   AND (updated_at < ?2 OR (updated_at = ?2 AND (?3 = '' OR id < ?3)))
-                   AND {LINEAGE}
-                 ORDER BY updated_at DESC, id DESC
-                 LIMIT ?4"
-            ))?;
+            let mut stmt = conn.prepare_cached(&list_query(workspace_root.is_some()))?;
             let rows = stmt
                 .query_map(
                     params![
@@ -266,6 +278,17 @@ impl Store {
     /// Deletes a session and, by cascade, everything that belongs to it.
     pub fn delete_session(&self, id: &str) -> StoreResult<bool> {
         self.write(|conn| Ok(conn.execute("DELETE FROM sessions WHERE id = ?1", [id])? > 0))
+    }
+
+    /// Rewrites the database file without its free pages (SQLite's `VACUUM`), then empties
+    /// the WAL. Deleting sessions frees pages that new data reuses, but the file keeps its
+    /// size until this runs; it reads and writes the whole file, so it runs only when asked.
+    pub fn vacuum(&self) -> StoreResult<()> {
+        self.write(|conn| {
+            conn.execute_batch("VACUUM")?;
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+            Ok(())
+        })
     }
 
     /// Claims the next `size` event numbers of a session for this writer alone, above every

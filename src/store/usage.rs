@@ -17,6 +17,12 @@ pub struct UsageRow {
     pub kind: UsageKind,
 }
 
+/// [`Store::usage_lines`]'s query (its plan is checked in the store's tests).
+pub(super) const USAGE_OF_SESSION: &str =
+    "SELECT run_id, provider, model, input, output, cache_read, cache_write, reasoning, at,
+            duration_ms, kind
+     FROM usage_lines WHERE session_id = ?1 ORDER BY at, id";
+
 impl Store {
     pub fn insert_usage(&self, session_id: &str, row: &UsageRow) -> StoreResult<()> {
         let t = &row.tokens;
@@ -46,11 +52,7 @@ impl Store {
 
     pub fn usage_lines(&self, session_id: &str) -> StoreResult<Vec<UsageRow>> {
         self.read(|conn| {
-            let mut stmt = conn.prepare_cached(
-            "SELECT run_id, provider, model, input, output, cache_read, cache_write, reasoning, at,
-                    duration_ms, kind
-             FROM usage_lines WHERE session_id = ?1 ORDER BY at, id",
-        )?;
+            let mut stmt = conn.prepare_cached(USAGE_OF_SESSION)?;
             let rows = stmt
                 .query_map([session_id], |r| {
                     Ok(UsageRow {

@@ -172,6 +172,7 @@ impl Daemon {
             self.call::<SessionTranscript>(SessionTranscriptParams {
                 session_id: session.into(),
                 after_seq: None,
+                before_seq: None,
                 limit: None,
             })
             .await,

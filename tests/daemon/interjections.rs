@@ -430,6 +430,7 @@ async fn killed_at_random_moments_no_acknowledged_interjection_is_lost_or_double
                 .call::<SessionTranscript>(SessionTranscriptParams {
                     session_id: session.clone(),
                     after_seq: None,
+                    before_seq: None,
                     limit: Some(5000),
                 })
                 .await,
@@ -464,6 +465,7 @@ async fn killed_at_random_moments_no_acknowledged_interjection_is_lost_or_double
             .call::<SessionTranscript>(SessionTranscriptParams {
                 session_id: session.clone(),
                 after_seq: None,
+                before_seq: None,
                 limit: Some(5000),
             })
             .await,

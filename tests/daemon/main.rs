@@ -18,6 +18,7 @@ mod environment;
 mod file_diff;
 mod fuzz;
 mod harness;
+mod history;
 mod in_flight;
 mod interjections;
 mod lifetime;

@@ -38,6 +38,9 @@ end, {
   end,
   desc = "Set the idle time after which the shown session starts a new context (off, 3h, 1d…)",
 })
+command("SidechatOlder", function()
+  sc().older()
+end, { desc = "Load the page of older entries of the shown session (a long one opens at its newest)" })
 command("SidechatCost", function()
   sc().cost()
 end, { desc = "What the shown session cost" })

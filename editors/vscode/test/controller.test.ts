@@ -108,3 +108,71 @@ test('a gap in seq makes the host refetch, and the page ends as a fresh load wou
     scratch.dispose();
   }
 });
+
+test('a session opens at its newest page, and scrolling to the top loads the older ones until the page holds the whole transcript', { timeout: 120_000 }, async () => {
+  const scratch = new Scratch();
+  const daemon = scratch.daemon({ SIDECHAT_DEMO_DELAY_MS: '0' });
+  const posted: HostToPage[] = [];
+  const ui: HostUi = {
+    post: (message) => void posted.push(message),
+    confirm: async () => true,
+    openDiff: async () => undefined,
+    openSettings: () => undefined,
+    copy: () => undefined,
+    openLink: () => undefined,
+    log: () => undefined,
+  };
+  const controller = new ChatController(daemon, ui, { workspaceRoot: scratch.workspace, batchMs: 5, pageSize: 4 });
+  try {
+    await daemon.start();
+    let finished = 0;
+    daemon.onEvent((p) => {
+      if (p.event.kind === 'runFinished') finished++;
+    });
+    const session = await daemon.request('session/create', { workspaceRoot: scratch.workspace });
+    for (const [i, text] of ['one', 'two', 'three'].entries()) {
+      await daemon.request('chat/send', { sessionId: session.id, text });
+      const start = Date.now();
+      while (finished <= i) {
+        if (Date.now() - start > 30_000) throw new Error(`turn ${text} did not finish`);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    }
+    const whole = await daemon.request('session/transcript', { sessionId: session.id });
+    assert.equal(whole.entries.length, 6);
+
+    await controller.handle({ type: 'ready' });
+    const reset = posted.find((m) => m.type === 'reset');
+    assert.ok(reset?.type === 'reset');
+    assert.deepEqual(reset.transcript, { ...whole, entries: whole.entries.slice(2), hasMore: true });
+
+    await controller.handle({ type: 'loadOlder' });
+    const older = posted.filter((m) => m.type === 'older');
+    assert.equal(older.length, 1);
+    assert.ok(older[0].type === 'older');
+    assert.deepEqual(older[0].transcript, { ...whole, entries: whole.entries.slice(0, 2), hasMore: false });
+    // Nothing older remains: another scroll to the top asks nothing.
+    await controller.handle({ type: 'loadOlder' });
+    assert.equal(posted.filter((m) => m.type === 'older').length, 1);
+
+    // What the page builds from the messages it was posted, beside a load of the whole.
+    let page: SessionModel | undefined;
+    for (const message of posted) {
+      if (message.type === 'reset') {
+        page = new SessionModel(message.sessionId);
+        page.applyPage(message.transcript);
+      } else if (message.type === 'older') page?.applyPage(message.transcript);
+      else if (message.type === 'events') for (const e of message.events) page?.apply(e);
+    }
+    assert.ok(page);
+    assert.equal(page.olderBefore, undefined);
+    const fresh = new SessionModel(page.sessionId);
+    fresh.applyTranscript(whole);
+    const shape = (m: SessionModel) => m.list().map((e) => ({ ...e, rev: 0 }));
+    assert.deepEqual(shape(page), shape(fresh));
+  } finally {
+    controller.dispose();
+    await daemon.stop();
+    scratch.dispose();
+  }
+});

@@ -34,6 +34,7 @@ M.defaults = {
     delete_note = "X", -- a carry-over note: delete it (the model is no longer sent it)
     resume = "R", -- answer a turn left unanswered
     approvals = "ga", -- show the pending approval again
+    older = "[[", -- load the page of older entries above the first one shown
     close = "q",
     -- approval window
     allow = "a",

@@ -166,6 +166,34 @@ function M.attach(id, done)
   return s
 end
 
+--- Loads the page of older entries of the shown session above what is shown, keeping the
+--- cursor on the entry it was on; says so when the whole transcript is shown already.
+---@param done fun(err: table?, loaded: boolean)?
+function M.older(done)
+  local s = st.current
+  if not s then
+    if done then
+      done(nil, false)
+    end
+    return
+  end
+  if not s.older_before then
+    notify("the whole transcript is shown")
+    if done then
+      done(nil, false)
+    end
+    return
+  end
+  s:load_older(function(err, loaded)
+    if err then
+      notify("cannot load older entries: " .. err_text(err), vim.log.levels.ERROR)
+    end
+    if done then
+      done(err, loaded)
+    end
+  end)
+end
+
 --- A session's title from its first message: the first line that has text, shortened.
 local function title_of(text)
   local line = vim.trim((text or ""):match("[^\n]*%S[^\n]*") or "")

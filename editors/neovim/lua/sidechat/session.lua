@@ -6,6 +6,11 @@ local protocol = require("sidechat.protocol")
 
 local M = {}
 
+--- Entries per `session/transcript` page: a long session opens at its newest page.
+M.page_size = 500
+--- A `beforeSeq` past every seq (the newest page); it encodes to JSON as an integer.
+M.PAST_EVERY_SEQ = 1000000000000
+
 ---@class sidechat.Session
 local Session = {}
 Session.__index = Session
@@ -20,6 +25,8 @@ function M.new(client, id)
     entries = {}, -- committed transcript entries, by seq
     index = {}, -- entry id -> position in `entries`
     committed_seq = 0, -- highest seq of a committed entry we hold
+    older_before = nil, -- older entries than we hold remain before this seq (see Session:load_older)
+    loading_older = false,
     event_seq = 0, -- seq of the last event applied
     live = {}, -- messages being streamed, in start order: { id, role, text, thinking, partial }
     tools = {}, -- call id -> { status, output } from events
@@ -449,15 +456,24 @@ function Session:refetch(reset, done)
       fn(err)
     end
   end
+  -- A first load reads the newest page only (older ones come with Session:load_older); a
+  -- refetch reads forward from the last committed entry it holds.
+  local newest = self.committed_seq == 0
   local function page(after)
-    client:request(protocol.method.sessionTranscript, { sessionId = self.id, afterSeq = after }, function(err, result)
+    local params = { sessionId = self.id, afterSeq = after }
+    if newest then
+      params = { sessionId = self.id, beforeSeq = M.PAST_EVERY_SEQ, limit = M.page_size }
+    end
+    client:request(protocol.method.sessionTranscript, params, function(err, result)
       if err then
         return finish(err)
       end
       for _, entry in ipairs(result.entries) do
         self:add_entry(entry)
       end
-      if result.hasMore and #result.entries > 0 then
+      if newest then
+        self.older_before = result.hasMore and result.entries[1] and result.entries[1].seq or nil
+      elseif result.hasMore and #result.entries > 0 then
         return page(result.entries[#result.entries].seq)
       end
       if reset then
@@ -492,6 +508,54 @@ function Session:refetch(reset, done)
     end
     self.info = info
     page(self.committed_seq)
+  end)
+end
+
+--- Reads the page of entries before the oldest one held, when one remains, and puts it first.
+---@param done fun(err: table?, loaded: boolean)?
+function Session:load_older(done)
+  local before = self.older_before
+  if not before or self.loading_older then
+    if done then
+      done(nil, false)
+    end
+    return
+  end
+  self.loading_older = true
+  local params = { sessionId = self.id, beforeSeq = before, limit = M.page_size }
+  self.client:request(protocol.method.sessionTranscript, params, function(err, result)
+    self.loading_older = false
+    if err or self.older_before ~= before then
+      if done then
+        done(err, false)
+      end
+      return
+    end
+    -- Every entry of the page is older than those held: they go first, in order.
+    local entries = {}
+    for _, entry in ipairs(result.entries) do
+      if not self.index[entry.id] then
+        table.insert(entries, entry)
+        for _, block in ipairs(entry.blocks) do
+          if block.type == "toolResult" then
+            self.results[block.callId] = block
+          elseif block.type == "toolCall" then
+            self.calls[block.id] = block
+          end
+        end
+      end
+    end
+    vim.list_extend(entries, self.entries)
+    self.entries = entries
+    self.index = {}
+    for i, e in ipairs(self.entries) do
+      self.index[e.id] = i
+    end
+    self.older_before = result.hasMore and result.entries[1] and result.entries[1].seq or nil
+    self:changed("older")
+    if done then
+      done(nil, true)
+    end
   end)
 end
 

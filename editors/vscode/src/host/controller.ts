@@ -41,9 +41,14 @@ export interface ControllerOptions {
   workspaceRoot?: string;
   /** How long events gather before they go to the page in one message. */
   batchMs?: number;
+  /** Entries per `session/transcript` page (default 500). */
+  pageSize?: number;
 }
 
 const PAGE = 500;
+
+/** A `beforeSeq` past every seq: the newest page (the largest integer JSON keeps exact). */
+const PAST_EVERY_SEQ = Number.MAX_SAFE_INTEGER;
 
 export class ChatController {
   private active: SessionModel | undefined;
@@ -124,6 +129,8 @@ export class ChatController {
         this.ui.post({ type: 'daemon', status: this.daemon.status });
         if (this.daemon.status.state === 'ready') await this.rebuild();
         return;
+      case 'loadOlder':
+        return this.loadOlder();
       case 'send':
         return this.send(message.text, message.attachments, message.clientMessageId);
       case 'stop':
@@ -231,7 +238,7 @@ export class ChatController {
     this.ui.post({ type: 'sessions', sessions, activeId: this.activeSessionId });
   }
 
-  /** Makes `sessionId` the session in view: its whole transcript, then live events. */
+  /** Makes `sessionId` the session in view: the newest page of its transcript, then live events. */
   private load(sessionId: string): Promise<void> {
     this.flush();
     this.wanted = sessionId;
@@ -239,9 +246,13 @@ export class ChatController {
     this.active = model;
     this.buffered = [];
     const loading = (async () => {
-      const transcript = await this.fetchTranscript(sessionId, 0);
+      const transcript = await this.daemon.request('session/transcript', {
+        sessionId,
+        beforeSeq: PAST_EVERY_SEQ,
+        limit: this.pageSize,
+      });
       if (this.active !== model) return;
-      model.applyTranscript(transcript);
+      model.applyPage(transcript);
       this.ui.post({ type: 'reset', sessionId, transcript });
       const buffered = this.buffered ?? [];
       this.buffered = undefined;
@@ -258,13 +269,32 @@ export class ChatController {
     return loading;
   }
 
+  private get pageSize(): number {
+    return this.options.pageSize ?? PAGE;
+  }
+
+  /** The page before the oldest entry shown, when one remains: the user scrolled to the top. */
+  private async loadOlder(): Promise<void> {
+    const model = this.active;
+    const beforeSeq = model?.olderBefore;
+    if (!model || beforeSeq === undefined) return;
+    const transcript = await this.daemon.request('session/transcript', {
+      sessionId: model.sessionId,
+      beforeSeq,
+      limit: this.pageSize,
+    });
+    if (this.active !== model || model.olderBefore !== beforeSeq) return;
+    model.applyPage(transcript);
+    this.ui.post({ type: 'older', sessionId: model.sessionId, transcript });
+  }
+
   /** Every entry after `afterSeq`, following `hasMore`, as one result. */
   private async fetchTranscript(sessionId: string, afterSeq: number): Promise<SessionTranscriptResult> {
-    let result = await this.daemon.request('session/transcript', { sessionId, afterSeq, limit: PAGE });
+    let result = await this.daemon.request('session/transcript', { sessionId, afterSeq, limit: this.pageSize });
     const entries = [...result.entries];
     while (result.hasMore && result.entries.length > 0) {
       const last = result.entries[result.entries.length - 1].seq;
-      result = await this.daemon.request('session/transcript', { sessionId, afterSeq: last, limit: PAGE });
+      result = await this.daemon.request('session/transcript', { sessionId, afterSeq: last, limit: this.pageSize });
       entries.push(...result.entries);
     }
     return { ...result, entries, hasMore: false };

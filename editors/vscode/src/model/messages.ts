@@ -26,8 +26,10 @@ export type DaemonStatus =
 export type HostToPage =
   | { type: 'daemon'; status: DaemonStatus }
   | { type: 'sessions'; sessions: SessionSummary[]; activeId: string | undefined }
-  /** Start over with this session: its whole transcript. */
+  /** Start over with this session: the newest page of its transcript (`hasMore`: older remain). */
   | { type: 'reset'; sessionId: string; transcript: SessionTranscriptResult }
+  /** An older page of the transcript (read backwards as the user scrolls up), merged in. */
+  | { type: 'older'; sessionId: string; transcript: SessionTranscriptResult }
   /** Entries fetched after a gap, merged into what is shown. */
   | { type: 'merge'; sessionId: string; transcript: SessionTranscriptResult }
   /** Where a `delegate` call's sub-agent stands, from the child session's transcript (after a load). */
@@ -58,4 +60,6 @@ export type PageToHost =
   | { type: 'copy'; text: string }
   | { type: 'openLink'; href: string }
   | { type: 'openSettings' }
-  | { type: 'restartDaemon' };
+  | { type: 'restartDaemon' }
+  /** The transcript was scrolled to its top: the next older page, if any remains. */
+  | { type: 'loadOlder' };

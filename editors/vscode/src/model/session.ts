@@ -184,6 +184,11 @@ export class SessionModel {
   readonly sessionId: string;
   state: SessionState = 'idle';
   lastSeq = 0;
+  /**
+   * Older entries than those loaded remain, before this seq: a long session is loaded from its
+   * newest page, and older pages as the user scrolls back.
+   */
+  olderBefore: number | undefined;
   /** The running run's id, when one is known. */
   runId: string | undefined;
   budget: BudgetSnapshot | undefined;
@@ -239,6 +244,17 @@ export class SessionModel {
     }
     if (result.state === 'idle' || result.state === 'unanswered') this.endStreaming(undefined);
     this.lastSeq = Math.max(this.lastSeq, result.lastSeq);
+    this.chromeRev++;
+  }
+
+  /**
+   * Merges a page read backwards (`session/transcript` with `beforeSeq`: the newest page of a
+   * load, or an older one): its entries, and whether older ones remain before it.
+   */
+  applyPage(result: SessionTranscriptResult): void {
+    this.applyTranscript(result);
+    const first = result.entries[0];
+    this.olderBefore = result.hasMore && first !== undefined ? first.seq : undefined;
     this.chromeRev++;
   }
 

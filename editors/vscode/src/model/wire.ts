@@ -1381,6 +1381,14 @@ export interface SessionTranscriptParams {
    */
   afterSeq?: number | null;
   /**
+   * Entries with a smaller `seq` are returned, the newest `limit` of them (still oldest
+   * first), so a client can show the end of a long session at once and read older pages
+   * as the user scrolls back: the newest page with any number past `lastSeq` (e.g.
+   * 9007199254740991), each older one with the `seq` of the first entry it has. With it,
+   * `hasMore` says whether older entries remain (above `afterSeq`, when that is given too).
+   */
+  beforeSeq?: number | null;
+  /**
    * Most entries to return (default 500, at most 5000).
    */
   limit?: number | null;
@@ -1394,7 +1402,8 @@ export interface SessionTranscriptResult {
   state: SessionState;
   entries: TranscriptEntry[];
   /**
-   * True when `limit` cut the list; ask again after the last entry's `seq`.
+   * True when `limit` cut the list: ask again after the last entry's `seq` (or, when the
+   * request gave `beforeSeq`, before the first entry's `seq`).
    */
   hasMore: boolean;
   /**

@@ -221,6 +221,10 @@ export class ChatView {
   private readonly banner = el('div', 'banner');
   /** Scrolls the transcript; it follows the newest text unless the user has scrolled up. */
   private readonly scroller = el('div', 'transcript-scroller');
+  /** The scroller's distance from the bottom to restore once an older page is drawn above. */
+  private keepFromBottom: number | undefined;
+  /** The `olderBefore` an older page was asked for, so a scroll asks for each page once. */
+  private askedOlder: number | undefined;
   private readonly transcript = el('div', 'transcript');
   private readonly approvals = el('div', 'approvals');
   private readonly files = el('div', 'files');
@@ -282,6 +286,7 @@ export class ChatView {
     this.slash.hidden = true;
     this.observer = new IntersectionObserver((seen) => this.formatDeferred(seen), { root: this.scroller, rootMargin: '1200px 0px' });
     this.scroller.append(this.transcript);
+    this.scroller.addEventListener('scroll', () => this.loadOlderAtTop(), { passive: true });
     root.append(this.header, this.sessionList, this.banner, this.scroller, dock);
     this.render();
   }
@@ -322,10 +327,17 @@ export class ChatView {
         break;
       case 'reset':
         this.model = new SessionModel(message.sessionId);
-        this.model.applyTranscript(message.transcript);
+        this.model.applyPage(message.transcript);
         this.cost = undefined;
         this.title = this.sessions.find((s) => s.id === message.sessionId)?.title ?? '';
         this.state.set({ ...this.state.get(), activeId: message.sessionId });
+        break;
+      case 'older':
+        if (this.model?.sessionId === message.sessionId) {
+          // What the user reads stays in place while the older page grows above it.
+          this.keepFromBottom = this.scroller.scrollHeight - this.scroller.scrollTop;
+          this.model.applyPage(message.transcript);
+        }
         break;
       case 'merge':
         if (this.model?.sessionId === message.sessionId) this.model.applyTranscript(message.transcript);
@@ -443,7 +455,19 @@ export class ChatView {
         cursor = next;
       }
     }
-    if (atBottom) this.scroller.scrollTop = this.scroller.scrollHeight;
+    if (this.keepFromBottom !== undefined) {
+      this.scroller.scrollTop = this.scroller.scrollHeight - this.keepFromBottom;
+      this.keepFromBottom = undefined;
+    } else if (atBottom) this.scroller.scrollTop = this.scroller.scrollHeight;
+    this.loadOlderAtTop();
+  }
+
+  /** At the top of the transcript, with older entries not loaded: asks for the next page, once. */
+  private loadOlderAtTop(): void {
+    const before = this.model?.olderBefore;
+    if (before === undefined || this.askedOlder === before || this.scroller.scrollTop > 40) return;
+    this.askedOlder = before;
+    this.post({ type: 'loadOlder' });
   }
 
   private entryNode(entry: Entry): HTMLElement {

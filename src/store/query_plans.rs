@@ -1,0 +1,167 @@
+//! The plans SQLite makes for the queries whose cost must not grow with the database: each
+//! reads through an index, never a scan of a table. A schema or query change that loses an
+//! index fails here, where a benchmark would only be slower.
+
+use pretty_assertions::assert_eq;
+use rusqlite::Connection;
+
+use super::{Store, messages, sessions, usage};
+
+/// The `detail` column of `EXPLAIN QUERY PLAN sql`, one line per step, in order.
+fn plan(conn: &Connection, sql: &str) -> Vec<String> {
+    let mut stmt = conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .expect("a query SQLite can plan");
+    // The values do not change the plan, which SQLite makes when it prepares the query.
+    let nulls = vec![rusqlite::types::Null; stmt.parameter_count()];
+    stmt.query_map(rusqlite::params_from_iter(nulls), |r| r.get::<_, String>(3))
+        .expect("the plan")
+        .collect::<Result<_, _>>()
+        .expect("the plan's rows")
+}
+
+fn plan_of(sql: &str) -> Vec<String> {
+    let store = Store::open_in_memory().expect("a store");
+    let conn = store.hold_writer();
+    plan(&conn, sql)
+}
+
+#[test]
+fn a_folders_sessions_are_listed_through_their_index() {
+    assert_eq!(
+        plan_of(&sessions::list_query(true)),
+        [
+            "SEARCH sessions USING INDEX sessions_by_root (workspace_root=? AND updated_at<?)",
+            "USING INDEX sqlite_autoindex_delegations_1 FOR IN-OPERATOR",
+            "LIST SUBQUERY 2",
+            "SEARCH delegations USING INDEX delegations_by_call (parent_id=?)",
+            "CREATE BLOOM FILTER",
+        ]
+    );
+}
+
+#[test]
+fn all_sessions_are_listed_through_the_update_index() {
+    assert_eq!(
+        plan_of(&sessions::list_query(false)),
+        [
+            "SEARCH sessions USING INDEX sessions_by_update (updated_at<?)",
+            "USING INDEX sqlite_autoindex_delegations_1 FOR IN-OPERATOR",
+            "LIST SUBQUERY 2",
+            "SEARCH delegations USING INDEX delegations_by_call (parent_id=?)",
+            "CREATE BLOOM FILTER",
+        ]
+    );
+}
+
+#[test]
+fn transcript_pages_read_only_their_range() {
+    assert_eq!(
+        plan_of(messages::MESSAGES_AFTER),
+        ["SEARCH messages USING INDEX messages_by_seq (session_id=? AND seq>?)"]
+    );
+    assert_eq!(
+        plan_of(messages::MESSAGES_BEFORE),
+        ["SEARCH messages USING INDEX messages_by_seq (session_id=? AND seq>? AND seq<?)"]
+    );
+}
+
+#[test]
+fn a_sessions_usage_is_read_through_its_index() {
+    assert_eq!(
+        plan_of(usage::USAGE_OF_SESSION),
+        ["SEARCH usage_lines USING INDEX usage_by_session (session_id=?)"]
+    );
+}
+
+/// Deleting a session deletes its rows in every table that refers to it (`ON DELETE
+/// CASCADE`); each of those finds them through an index, or a prune of old sessions would
+/// read every table once per session.
+#[test]
+fn every_table_that_refers_to_sessions_finds_a_sessions_rows_through_an_index() {
+    let store = Store::open_in_memory().expect("a store");
+    let conn = store.hold_writer();
+    let mut stmt = conn
+        .prepare(
+            "SELECT m.name, f.\"from\" FROM sqlite_master m, pragma_foreign_key_list(m.name) f
+             WHERE m.type = 'table' AND f.\"table\" = 'sessions' ORDER BY m.name, f.\"from\"",
+        )
+        .expect("the foreign keys");
+    let references: Vec<(String, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("the foreign keys")
+        .collect::<Result<_, _>>()
+        .expect("the foreign keys' rows");
+    let plans: Vec<(String, Vec<String>)> = references
+        .iter()
+        .map(|(table, column)| {
+            (
+                format!("{table}.{column}"),
+                plan(&conn, &format!("SELECT 1 FROM {table} WHERE {column} = ?1")),
+            )
+        })
+        .collect();
+    let expected =
+        |reference: &str, detail: &str| (reference.to_string(), vec![detail.to_string()]);
+    assert_eq!(
+        plans,
+        vec![
+            expected(
+                "allowed_tools.session_id",
+                "SEARCH allowed_tools USING COVERING INDEX sqlite_autoindex_allowed_tools_1 (session_id=?)"
+            ),
+            expected(
+                "approvals.session_id",
+                "SEARCH approvals USING COVERING INDEX approvals_by_session (session_id=?)"
+            ),
+            expected(
+                "changed_files.session_id",
+                "SEARCH changed_files USING COVERING INDEX sqlite_autoindex_changed_files_1 (session_id=?)"
+            ),
+            expected(
+                "delegations.child_id",
+                "SEARCH delegations USING COVERING INDEX sqlite_autoindex_delegations_1 (child_id=?)"
+            ),
+            expected(
+                "delegations.parent_id",
+                "SEARCH delegations USING COVERING INDEX delegations_by_call (parent_id=?)"
+            ),
+            expected(
+                "file_changes.session_id",
+                "SEARCH file_changes USING COVERING INDEX file_changes_by_path (session_id=?)"
+            ),
+            expected(
+                "messages.session_id",
+                "SEARCH messages USING COVERING INDEX messages_by_seq (session_id=?)"
+            ),
+            expected(
+                "pending_input.session_id",
+                "SEARCH pending_input USING COVERING INDEX pending_by_session (session_id=?)"
+            ),
+            expected(
+                "run_leases.session_id",
+                "SEARCH run_leases USING COVERING INDEX sqlite_autoindex_run_leases_1 (session_id=?)"
+            ),
+            expected(
+                "runs.session_id",
+                "SEARCH runs USING COVERING INDEX runs_by_session (session_id=?)"
+            ),
+            expected(
+                "sends.session_id",
+                "SEARCH sends USING COVERING INDEX sqlite_autoindex_sends_1 (session_id=?)"
+            ),
+            expected(
+                "session_mcp_servers.session_id",
+                "SEARCH session_mcp_servers USING COVERING INDEX sqlite_autoindex_session_mcp_servers_1 (session_id=?)"
+            ),
+            expected(
+                "tool_calls.session_id",
+                "SEARCH tool_calls USING COVERING INDEX sqlite_autoindex_tool_calls_1 (session_id=?)"
+            ),
+            expected(
+                "usage_lines.session_id",
+                "SEARCH usage_lines USING COVERING INDEX usage_by_session (session_id=?)"
+            ),
+        ]
+    );
+}
