@@ -41,7 +41,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rusqlite::{Connection, params};
 use serde_json::{Value, json};
 use sidechat::client::Connection as RpcConnection;
-use sidechat::protocol::{Block, CompactionMethod, FinishReason, MessageStatus, Role};
+use sidechat::protocol::{
+    Block, CompactionMethod, FinishReason, Initialized, InitializedParams, MessageStatus, Role,
+};
 use sidechat::rpc::framing::Framing;
 use sidechat::store::{RunStatus, SCHEMA_VERSION, Store};
 
@@ -463,7 +465,7 @@ impl Daemon {
         let initialized = started.elapsed();
         daemon
             .conn
-            .notify("initialized", json!({}))
+            .notify::<Initialized>(InitializedParams {})
             .await
             .expect("initialized");
         (daemon, initialized)

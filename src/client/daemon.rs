@@ -102,6 +102,7 @@ impl Daemon {
                 .call::<SessionTranscript>(SessionTranscriptParams {
                     session_id: id.into(),
                     after_seq: Some(after),
+                    before_seq: None,
                     limit: Some(5000),
                 })
                 .await?;

@@ -6,11 +6,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, anyhow};
-use serde_json::json;
 
 use super::daemon::Daemon;
 use super::plural;
-use crate::protocol::{SessionDeleteResult, SessionState, SessionSummary};
+use crate::protocol::{SessionDelete, SessionIdParams, SessionState, SessionSummary};
 
 /// What a prune does with one listed session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,11 +47,10 @@ pub(super) async fn prune(daemon: &Daemon, older_than: Duration) -> anyhow::Resu
             Verdict::Recent => {}
             Verdict::Busy => busy.push(session.id),
             Verdict::Delete => {
-                let answer: SessionDeleteResult = daemon
-                    .call(
-                        <crate::protocol::SessionDelete as crate::protocol::Request>::METHOD,
-                        json!({"sessionId": session.id}),
-                    )
+                let answer = daemon
+                    .call::<SessionDelete>(SessionIdParams {
+                        session_id: session.id,
+                    })
                     .await?;
                 deleted += u64::from(answer.deleted);
             }
@@ -105,7 +103,7 @@ mod tests {
     use pretty_assertions::assert_eq;
 
     fn summary(updated_at: &str, state: SessionState) -> SessionSummary {
-        serde_json::from_value(json!({
+        serde_json::from_value(serde_json::json!({
             "id": "ses_1", "title": "t", "account": "demo", "model": "demo",
             "updatedAt": updated_at, "state": state,
             "tokens": 0, "unpricedRequests": 0,

@@ -224,6 +224,7 @@ async fn a_lone_surrogate_is_stored_as_a_replacement_character_and_answered_with
             SessionTranscriptParams {
                 session_id: session.clone(),
                 after_seq: None,
+                before_seq: None,
                 limit: None,
             },
         )

@@ -4,10 +4,10 @@
 use std::sync::mpsc;
 
 use pretty_assertions::assert_eq;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sidechat::protocol::{
-    Event, Role, SessionListParams, SessionListResult, SessionTranscriptParams,
-    SessionTranscriptResult,
+    Event, Role, SessionCreateParams, SessionList, SessionListParams, SessionListResult,
+    SessionTranscript, SessionTranscriptParams, SessionTranscriptResult,
 };
 
 use crate::harness::{Daemon, Options, Scratch, clean_command, gated, held_run, text};
@@ -21,15 +21,12 @@ async fn page(
     limit: u32,
 ) -> SessionTranscriptResult {
     daemon
-        .call_as(
-            "session/transcript",
-            SessionTranscriptParams {
-                session_id: session.into(),
-                after_seq,
-                before_seq,
-                limit: Some(limit),
-            },
-        )
+        .call::<SessionTranscript>(SessionTranscriptParams {
+            session_id: session.into(),
+            after_seq,
+            before_seq,
+            limit: Some(limit),
+        })
         .await
 }
 
@@ -53,7 +50,7 @@ const PAST_EVERY_SEQ: u64 = (1 << 53) - 1;
 async fn the_transcript_is_read_backwards_from_its_newest_page() {
     let scratch = Scratch::new();
     let mut daemon = Daemon::start(&scratch.db(), Options::default()).await;
-    let session = daemon.create_session(json!({})).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
     for text in ["one", "two", "three"] {
         daemon.send(&session, text).await;
         daemon.until_finished().await;
@@ -160,11 +157,11 @@ async fn prune_deletes_old_sessions_with_what_they_own_and_leaves_recent_and_run
     // The held run is the first reply's: finish it, then hold a second one.
     a.until_finished().await;
     let old = running.clone();
-    let running = a.create_session(json!({})).await;
+    let running = a.create_session(SessionCreateParams::default()).await;
     a.send(&running, "a long task").await;
     a.events_until(|e| matches!(e, Event::TextDelta { .. }))
         .await;
-    let recent = a.create_session(json!({})).await;
+    let recent = a.create_session(SessionCreateParams::default()).await;
     let owned_before = owned_rows(&scratch.db(), &old);
     assert_eq!(
         owned_before,
@@ -189,13 +186,10 @@ async fn prune_deletes_old_sessions_with_what_they_own_and_leaves_recent_and_run
         )
     );
     let listed: SessionListResult = a
-        .call_as(
-            "session/list",
-            SessionListParams {
-                include_children: Some(true),
-                ..SessionListParams::default()
-            },
-        )
+        .call::<SessionList>(SessionListParams {
+            include_children: Some(true),
+            ..SessionListParams::default()
+        })
         .await;
     let mut ids: Vec<String> = listed.sessions.into_iter().map(|s| s.id).collect();
     ids.sort();
@@ -231,7 +225,7 @@ async fn prune_with_vacuum_leaves_no_free_pages() {
     let mut daemon = Daemon::start(&scratch.db(), Options::default()).await;
     let mut sessions = Vec::new();
     for _ in 0..3 {
-        let session = daemon.create_session(json!({})).await;
+        let session = daemon.create_session(SessionCreateParams::default()).await;
         daemon.send(&session, &"a long message ".repeat(2000)).await;
         daemon.until_finished().await;
         sessions.push(session);
