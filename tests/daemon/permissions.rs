@@ -233,3 +233,27 @@ async fn a_rule_that_cannot_be_read_stops_the_daemon_naming_it() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn an_ask_rule_asks_even_after_the_tool_was_allowed_for_the_session() {
+    let scratch = Scratch::new();
+    scratch.write_config("[permissions]\nask = [\"write_file(src/**)\"]\n");
+    std::fs::create_dir(scratch.workspace().join("src")).unwrap();
+    let write = |path: &str| json!({"name": "write_file", "input": {"path": path, "content": "x"}});
+    let (mut daemon, session) = daemon_making(
+        &scratch,
+        vec![write("a.txt"), write("b.txt"), write("src/c.rs")],
+    )
+    .await;
+    daemon.send(&session, "go").await;
+    // The first answer allows write_file for the session: b.txt is not asked, src/c.rs is.
+    let (asked, _) = answer_all(&mut daemon, ApprovalDecision::AllowAlways).await;
+    assert_eq!(asked, ["write_file", "write_file"]);
+    let statuses: Vec<String> = results(&daemon, &session)
+        .await
+        .into_iter()
+        .map(|(status, _)| status)
+        .collect();
+    assert_eq!(statuses, ["done", "done", "done"]);
+    daemon.close().await;
+}
