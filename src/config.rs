@@ -121,6 +121,8 @@ pub struct Config {
     pub unavailable: Vec<UnavailableAccount>,
     /// MCP servers every session uses (`[mcp_servers.NAME]`), by name.
     pub mcp_servers: Vec<crate::mcp::ServerSpec>,
+    /// The user's permission rules (`[permissions]`); a workspace's own are read per call.
+    pub permissions: crate::permissions::Rules,
 }
 
 /// Limits and budget settings for new sessions and every snapshot.
@@ -221,6 +223,23 @@ struct FileConfig {
     prices: HashMap<String, PriceOverride>,
     #[serde(default)]
     mcp_servers: BTreeMap<String, FileMcpServer>,
+    #[serde(default)]
+    permissions: FilePermissions,
+    /// `permissions` read as rules, once the file's path is known.
+    #[serde(skip)]
+    rules: crate::permissions::Rules,
+}
+
+/// `[permissions]`: rules by list (`crate::permissions`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePermissions {
+    #[serde(default)]
+    allow: Vec<String>,
+    #[serde(default)]
+    ask: Vec<String>,
+    #[serde(default)]
+    deny: Vec<String>,
 }
 
 /// `[mcp_servers.NAME]`: a local server (`command`) or a streamable HTTP one (`url`).
@@ -490,6 +509,7 @@ impl Config {
             prices,
             unavailable,
             mcp_servers,
+            permissions: file.rules,
         }
     }
 
@@ -592,13 +612,25 @@ fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
         path: path.to_path_buf(),
         source,
     })?;
-    let file: FileConfig = toml::from_str(&text).map_err(|e| ConfigError::Invalid {
+    let mut file: FileConfig = toml::from_str(&text).map_err(|e| ConfigError::Invalid {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
     check(&file).map_err(|message| ConfigError::Invalid {
         path: path.to_path_buf(),
         message,
+    })?;
+    // A rule that cannot be read stops the daemon: a deny rule quietly not in force is unsafe.
+    let permissions = &file.permissions;
+    file.rules = crate::permissions::Rules::parse(
+        &permissions.allow,
+        &permissions.ask,
+        &permissions.deny,
+        &crate::permissions::Origin::User(path.to_path_buf()),
+    )
+    .map_err(|e| ConfigError::Invalid {
+        path: path.to_path_buf(),
+        message: format!("[permissions] {e}"),
     })?;
     Ok(file)
 }

@@ -17,6 +17,7 @@ mod json_text;
 pub mod lifetime;
 pub mod logging;
 pub mod mcp;
+pub mod permissions;
 pub mod private_files;
 pub mod protocol;
 pub mod provider;

@@ -73,6 +73,9 @@ struct Inner {
     /// Usage lines the database refused, by session, stored by the heartbeat once it takes
     /// them (before the ends it records, so a run's cost is whole when its end is read).
     deferred_usage: Mutex<Vec<(String, crate::store::UsageRow)>>,
+    /// Notices about a workspace's permission rules each session was given, by session: each
+    /// is given once per daemon, not at every tool call.
+    permission_notices: Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 impl Runtime {
@@ -100,6 +103,7 @@ impl Runtime {
             deferred_notices: Mutex::default(),
             locked_notices: Mutex::default(),
             deferred_usage: Mutex::default(),
+            permission_notices: Mutex::default(),
         });
         recovery::recover(&inner)?;
         lease::start_heartbeat(&inner);
@@ -143,6 +147,13 @@ pub fn describe(config: &Config) -> InitializeResult {
 }
 
 impl Inner {
+    /// Whether `notice` about the workspace's permission rules is new to the session (and
+    /// marks it given).
+    fn first_permission_notice(&self, session_id: &str, notice: &str) -> bool {
+        crate::util::lock(&self.permission_notices)
+            .insert((session_id.to_string(), notice.to_string()))
+    }
+
     /// The driver for an account, built on first use.
     fn driver(&self, account: &str) -> RuntimeResult<Arc<dyn ModelDriver>> {
         let mut drivers = crate::util::lock(&self.drivers);

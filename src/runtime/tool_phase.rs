@@ -6,6 +6,7 @@
 
 use super::run::RunContext;
 use super::{RuntimeError, RuntimeResult};
+use crate::permissions::{self, Decision};
 use crate::protocol::*;
 use crate::store::{FileChange, LatestApproval, ToolCallRow};
 use crate::tools::{self, ToolOutcome, Workspace};
@@ -16,6 +17,14 @@ const STOPPED_DURING: &str =
     "The user stopped the run while this tool was running; it was interrupted.";
 const DENIED: &str =
     "The user denied this tool call. Do not retry it; ask the user how to proceed if needed.";
+
+/// What the model is told of a call a deny rule refused: the rule and where it is written, so
+/// the model (and the user reading along) knows what to change.
+fn refused(matched: &permissions::Matched) -> String {
+    format!(
+        "Refused by {matched}, without asking the user. Do not retry it; ask the user how to proceed if needed."
+    )
+}
 
 impl RunContext {
     pub(super) async fn resolve_tool_calls(
@@ -29,6 +38,14 @@ impl RunContext {
             .as_ref()
             .and_then(|s| s.workspace_root.as_deref())
             .map(|root| Workspace::new(std::path::Path::new(root)));
+        let root = match &workspace {
+            Some(Ok(ws)) => Some(ws.root().to_path_buf()),
+            _ => session
+                .as_ref()
+                .and_then(|s| s.workspace_root.as_deref())
+                .map(std::path::PathBuf::from),
+        };
+        let rules = self.rules(root.as_deref())?;
         for call in calls.iter().filter(|c| c.output.is_none()) {
             self.emit(Event::ToolCallStarted {
                 call_id: call.id.clone(),
@@ -38,7 +55,8 @@ impl RunContext {
             });
         }
         for call in calls.iter().filter(|c| c.output.is_none()) {
-            let (status, outcome) = self.resolve_one(call, workspace.as_ref()).await?;
+            let decision = rules.decide(&call.name, &call.input, root.as_deref());
+            let (status, outcome) = self.resolve_one(call, workspace.as_ref(), decision).await?;
             if let Some(change) = outcome.changed.as_ref().filter(|_| !outcome.is_error) {
                 self.inner
                     .store
@@ -82,7 +100,22 @@ impl RunContext {
         &mut self,
         call: &ToolCallRow,
         workspace: Option<&Result<Workspace, tools::PathError>>,
+        decision: Decision,
     ) -> RuntimeResult<(ToolCallStatus, ToolOutcome)> {
+        if let Decision::Deny(matched) = &decision {
+            tracing::info!(call_id = %call.id, tool = %call.name, rule = %matched.rule, "refused by a deny rule");
+            return Ok((ToolCallStatus::Denied, ToolOutcome::error(refused(matched))));
+        }
+        if let Decision::Default { why: Some(why) } = &decision {
+            tracing::debug!(call_id = %call.id, why, "no allow rule applies");
+        }
+        // `delegate` is never asked by default; an ask rule asks before the task starts.
+        if call.name == super::delegation::DELEGATE
+            && matches!(decision, Decision::Ask(_))
+            && let Some(refused) = self.refusal(call, &decision).await?
+        {
+            return Ok(refused);
+        }
         if let Some(resolved) = self.resolve_delegation(call).await? {
             return Ok(resolved);
         }
@@ -92,21 +125,8 @@ impl RunContext {
                 ToolOutcome::error(STOPPED_BEFORE),
             ));
         }
-        match self.approval(call).await? {
-            Some(ApprovalDecision::Deny) => {
-                let output = self.expired_output(call)?;
-                return Ok((
-                    ToolCallStatus::Denied,
-                    ToolOutcome::error(output.as_deref().unwrap_or(DENIED)),
-                ));
-            }
-            Some(ApprovalDecision::Cancelled) | None => {
-                return Ok((
-                    ToolCallStatus::Cancelled,
-                    ToolOutcome::error(STOPPED_BEFORE),
-                ));
-            }
-            Some(ApprovalDecision::Allow | ApprovalDecision::AllowAlways) => {}
+        if let Some(refused) = self.refusal(call, &decision).await? {
+            return Ok(refused);
         }
         self.mark_running(call)?;
         let mut stop = self.signals.stop.clone();
@@ -140,6 +160,57 @@ impl RunContext {
         Ok((status, outcome))
     }
 
+    /// The result of a call the user (or a stop) did not let run; `None` when it may run.
+    async fn refusal(
+        &mut self,
+        call: &ToolCallRow,
+        decision: &Decision,
+    ) -> RuntimeResult<Option<(ToolCallStatus, ToolOutcome)>> {
+        let answer = match decision {
+            Decision::Allow(_) => Some(ApprovalDecision::Allow),
+            Decision::Ask(_) => self.approval(call, true).await?,
+            _ => self.approval(call, false).await?,
+        };
+        Ok(match answer {
+            Some(ApprovalDecision::Deny) => {
+                let output = self.expired_output(call)?;
+                Some((
+                    ToolCallStatus::Denied,
+                    ToolOutcome::error(output.as_deref().unwrap_or(DENIED)),
+                ))
+            }
+            Some(ApprovalDecision::Cancelled) | None => Some((
+                ToolCallStatus::Cancelled,
+                ToolOutcome::error(STOPPED_BEFORE),
+            )),
+            Some(ApprovalDecision::Allow | ApprovalDecision::AllowAlways) => None,
+        })
+    }
+
+    /// The rules in force for this run's calls: the user's, then the workspace's own, whose
+    /// notices (an ignored allow, a rule that cannot be read) the session hears once.
+    fn rules(&self, root: Option<&std::path::Path>) -> RuntimeResult<permissions::Rules> {
+        let mut rules = self.inner.config.permissions.clone();
+        if let Some(root) = root {
+            let project = permissions::project::load(root);
+            for notice in project.notices {
+                if self
+                    .inner
+                    .first_permission_notice(&self.session_id, &notice)
+                {
+                    self.inner.notice(
+                        &self.session_id,
+                        Some(&self.run_id),
+                        NoticeLevel::Warning,
+                        notice,
+                    )?;
+                }
+            }
+            rules.extend(project.rules);
+        }
+        Ok(rules)
+    }
+
     /// Stores the call as running and tells the clients.
     pub(super) fn mark_running(&self, call: &ToolCallRow) -> RuntimeResult<()> {
         self.inner.store.set_tool_call_status(
@@ -156,11 +227,17 @@ impl RunContext {
     }
 
     /// The decision that lets a call run: asks the user unless the tool needs no approval or
-    /// was allowed for the session. `None` when the run was stopped while waiting.
-    async fn approval(&mut self, call: &ToolCallRow) -> RuntimeResult<Option<ApprovalDecision>> {
+    /// was allowed for the session (or always, when an ask rule `forced` it). `None` when the
+    /// run was stopped while waiting.
+    async fn approval(
+        &mut self,
+        call: &ToolCallRow,
+        forced: bool,
+    ) -> RuntimeResult<Option<ApprovalDecision>> {
         let store = &self.inner.store;
-        if self.inner.runs_unasked(&self.session_id, &call.name)
-            || store.is_tool_allowed(&self.session_id, &call.name)?
+        if !forced
+            && (self.inner.runs_unasked(&self.session_id, &call.name)
+                || store.is_tool_allowed(&self.session_id, &call.name)?)
         {
             return Ok(Some(ApprovalDecision::Allow));
         }

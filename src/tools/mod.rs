@@ -15,7 +15,7 @@ mod search;
 use serde_json::{Value, json};
 
 pub use confined::{OpenError, OpenedFolder, OpenedParent};
-pub use paths::{PathError, Workspace};
+pub use paths::{PathError, Workspace, shown};
 
 use crate::protocol::ChangedFile;
 use crate::provider::ToolSpec;

@@ -28,6 +28,7 @@ mod mcp;
 #[path = "../support/mcp_fixture.rs"]
 mod mcp_fixture;
 mod mixed_writes;
+mod permissions;
 mod private_files;
 mod protocol;
 mod providers;
