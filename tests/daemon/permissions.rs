@@ -3,7 +3,7 @@
 
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use sidechat::protocol::{ApprovalDecision, Event, NoticeLevel};
+use sidechat::protocol::{ApprovalDecision, ApprovalRespond, Event, NoticeLevel};
 
 use crate::harness::{Daemon, Options, Scratch, answer};
 
@@ -67,7 +67,7 @@ async fn answer_all(
             Event::ApprovalRequested { approval } => {
                 asked.push(approval.tool.clone());
                 daemon
-                    .call("approval/respond", answer(&approval.approval_id, decision))
+                    .call::<ApprovalRespond>(answer(&approval.approval_id, decision))
                     .await;
             }
             Event::Notice { level, message, .. } => notices.push((level, message)),
