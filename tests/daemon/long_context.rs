@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use sidechat::context::TokenCounter;
 use sidechat::protocol::{Event, FinishReason, SessionCreateParams, SessionEventParams};
 
+use crate::clock::TestClock;
 use crate::harness::{Daemon, Options, Scratch, say, sid};
 use crate::upstream::{Part, Reply, openai, start};
 
@@ -717,7 +718,10 @@ async fn an_idle_session_rolls_over_into_a_new_context_that_opens_with_a_redacte
     let scratch = Scratch::new();
     std::fs::write(scratch.workspace().join("secret-plan.txt"), "x").unwrap();
     let log = scratch.dir.path().join("sidechat.log");
-    let mut daemon = daemon_logging_to(&scratch.db(), &env(&upstream.url, WINDOW), &log).await;
+    let clock = TestClock::beside(&scratch.db());
+    let mut settings = env(&upstream.url, WINDOW);
+    settings.push(clock.env());
+    let mut daemon = daemon_logging_to(&scratch.db(), &settings, &log).await;
     let session = daemon
         .call(
             "session/create",
@@ -733,7 +737,7 @@ async fn an_idle_session_rolls_over_into_a_new_context_that_opens_with_a_redacte
         FinishReason::EndTurn
     );
     // Idle past the session's rollover time (1 s) before the next turn.
-    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+    clock.advance(2);
     daemon.send(&session, "Go on.").await;
     let events = daemon.until_finished().await;
     assert_eq!(finish(&events).0, FinishReason::EndTurn);

@@ -11,6 +11,7 @@ mod budget;
 mod byte_edits;
 mod bytes;
 mod carry_over;
+mod clock;
 mod commands;
 mod delegation;
 mod doctor;
