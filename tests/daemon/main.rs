@@ -17,6 +17,7 @@ mod delegation;
 mod doctor;
 mod environment;
 mod file_diff;
+mod first_request;
 mod fuzz;
 mod harness;
 mod in_flight;

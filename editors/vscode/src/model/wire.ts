@@ -105,12 +105,23 @@ export type NoticeLevel = 'info' | 'warning' | 'error';
  */
 export type CompactionMethod = 'summary' | 'drop' | 'carryOver';
 /**
+ * How a [`BudgetSnapshot`]'s figures were counted.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "BudgetEstimate".
+ */
+export type BudgetEstimate = 'counted' | 'upperBound';
+/**
  * How close to full the window is.
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "Pressure".
  */
 export type Pressure = 'normal' | 'high' | 'critical';
+/**
+ * How a [`BudgetSnapshot`]'s figures were counted.
+ */
+export type BudgetEstimate1 = 'counted' | 'upperBound';
 /**
  * Why a range of the transcript was folded (a `compaction` event's `reason`).
  *
@@ -347,6 +358,7 @@ export interface WireTypes {
   ApprovalRespondResult?: ApprovalRespondResult;
   Attachment?: Attachment;
   Block?: Block;
+  BudgetEstimate?: BudgetEstimate;
   BudgetSnapshot?: BudgetSnapshot;
   ChangedFile?: ChangedFile;
   ChatResumeResult?: ChatResumeResult;
@@ -530,6 +542,7 @@ export interface BudgetSnapshot {
   utilisation: number;
   pressure: Pressure;
   thresholds: Thresholds;
+  estimate?: BudgetEstimate1;
 }
 /**
  * Utilisation levels at which pressure becomes high and critical (inclusive).
