@@ -8,6 +8,7 @@
 
 pub mod acp;
 pub mod client;
+pub mod clock;
 pub mod config;
 pub mod context;
 pub mod cost;

@@ -1,7 +1,7 @@
 //! Small helpers shared by every module: clocks, ids and locks.
 
 use std::sync::{Condvar, Mutex, MutexGuard, TryLockError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 /// Takes a lock whose data stays consistent between statements: a panic while it was held
 /// (which poisons it) must not take every later caller down too.
@@ -55,13 +55,8 @@ pub fn wait_while<'a, T>(
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Milliseconds since the Unix epoch; what the store keeps.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+/// Milliseconds since the Unix epoch; what the store keeps (see [`crate::clock`]).
+pub use crate::clock::now_ms;
 
 /// An RFC 3339 timestamp with milliseconds, what the wire carries.
 pub fn rfc3339(ms: i64) -> String {

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::tokens::{Counted, REPLY_PRIMING_TOKENS, TokenCounter};
 use super::window::ModelWindow;
-use crate::protocol::{BudgetSnapshot, Reconciliation, Thresholds};
+use crate::protocol::{BudgetEstimate, BudgetSnapshot, Reconciliation, Thresholds};
 
 /// Tokens kept free for the reply unless the caller says otherwise: room for a substantial
 /// answer or a few tool calls, without starving small windows.
@@ -164,6 +164,7 @@ impl BudgetInput {
             utilisation,
             pressure: self.thresholds.pressure(utilisation),
             thresholds: self.thresholds,
+            estimate: BudgetEstimate::Counted,
         }
     }
 
@@ -374,6 +375,7 @@ mod tests {
                 utilisation: 34_000.0 / 123_904.0,
                 pressure: Pressure::Normal,
                 thresholds: Thresholds::DEFAULT,
+                estimate: BudgetEstimate::Counted,
             }
         );
     }

@@ -20,7 +20,8 @@ pub use budget::{
 pub use streaming::StreamingCount;
 pub use tokens::{
     CountCache, Counted, Encoding, Part, REPLY_PRIMING_TOKENS, TOKENS_PER_MESSAGE,
-    TOOL_CALL_OVERHEAD_TOKENS, TokenCounter, TokenizerError, Tokenizers,
+    TOOL_CALL_OVERHEAD_TOKENS, TokenCounter, TokenizerError, Tokenizers, tracking_bounds,
+    upper_bounds,
 };
 pub use window::{
     DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_OUTPUT, FamilyEntry, ModelWindow, WindowError,

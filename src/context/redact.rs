@@ -126,6 +126,13 @@ struct Patterns {
     values: Vec<Regex>,
 }
 
+/// Compiles the patterns now, as the first redaction would (a fraction of a second): call it
+/// on a thread of its own at start, so that no first message waits for it (`sidechat acp`
+/// titles a session from its first prompt, redacted).
+pub fn warm() {
+    patterns();
+}
+
 fn patterns() -> &'static Patterns {
     static PATTERNS: OnceLock<Patterns> = OnceLock::new();
     PATTERNS.get_or_init(|| {

@@ -115,6 +115,104 @@ pub enum TokenizerError {
     Spawn(#[from] std::io::Error),
 }
 
+/// Test-only: how the daemon's tokenizer behaves, so a test can see either side of the first
+/// request deterministically. `wait`: counts always wait for the tables, never count by bytes
+/// (the daemon as it was before upper bounds; what tests of exact figures need). `gate:<path>`:
+/// the tables are not built before the file `path` exists, so a request is counted by bytes
+/// until the test creates it. Unset (every real use): neither. Logged when set.
+pub const TOKENIZER_VAR: &str = "SIDECHAT_TEST_TOKENIZER";
+
+/// What [`TOKENIZER_VAR`] says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TestMode {
+    Off,
+    Wait,
+    Gate(std::path::PathBuf),
+}
+
+fn test_mode() -> &'static TestMode {
+    static MODE: OnceLock<TestMode> = OnceLock::new();
+    MODE.get_or_init(|| {
+        let Some(value) = std::env::var(TOKENIZER_VAR).ok().filter(|v| !v.is_empty()) else {
+            return TestMode::Off;
+        };
+        let mode = parse_test_mode(&value);
+        tracing::info!(?mode, "{TOKENIZER_VAR} is set (tests only)");
+        mode
+    })
+}
+
+fn parse_test_mode(value: &str) -> TestMode {
+    match value.strip_prefix("gate:") {
+        Some(path) => TestMode::Gate(path.into()),
+        None if value == "wait" => TestMode::Wait,
+        None => {
+            tracing::warn!(
+                value,
+                "{TOKENIZER_VAR} must be `wait` or `gate:<path>`; ignored"
+            );
+            TestMode::Off
+        }
+    }
+}
+
+thread_local! {
+    /// Inside [`upper_bounds`]: whether a count there was a byte bound. `None` outside.
+    static BOUNDED: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `work` counting each text, for an encoding whose tables are not built yet, as its UTF-8
+/// byte size instead of waiting for them: every token is at least one byte, so such a count is
+/// an upper bound of the exact one. Returns whether any count in `work` was such a bound (then
+/// the figures are upper bounds, and exact ones follow once the tables are built). Counts made
+/// once the tables are built are exact, as outside.
+pub fn upper_bounds<R>(work: impl FnOnce() -> R) -> (R, bool) {
+    if *test_mode() == TestMode::Wait {
+        return (work(), false);
+    }
+    scoped(Some(false), work)
+}
+
+/// Whether a count in `work` was an upper bound (only ever inside [`upper_bounds`]); for what
+/// must not keep a bound as if it were a count (a cache, a stored count).
+pub fn tracking_bounds<R>(work: impl FnOnce() -> R) -> (R, bool) {
+    match BOUNDED.with(|b| b.get()) {
+        None => (work(), false),
+        Some(_) => scoped(Some(false), work),
+    }
+}
+
+/// Runs `work` with [`BOUNDED`] set to `state`, then restores it (a bound found inside is
+/// found by the enclosing scope too); whether a bound was found inside.
+fn scoped<R>(state: Option<bool>, work: impl FnOnce() -> R) -> (R, bool) {
+    struct Restore(Option<bool>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let outer = self.0;
+            BOUNDED.with(|b| {
+                let inner = b.get() == Some(true);
+                b.set(outer.map(|found| found || inner));
+            });
+        }
+    }
+    let restore = Restore(BOUNDED.with(|b| b.replace(state)));
+    let result = work();
+    let found = BOUNDED.with(|b| b.get()) == Some(true);
+    drop(restore);
+    (result, found)
+}
+
+/// The byte size of `text` as its count, when inside [`upper_bounds`] the tables for
+/// `encoding` are not built yet; noted as a bound.
+fn byte_bound(encoding: Encoding, text: &str) -> Option<u64> {
+    let bounding = BOUNDED.with(|b| b.get()).is_some();
+    if !bounding || Tokenizers::is_built(encoding) {
+        return None;
+    }
+    BOUNDED.with(|b| b.set(Some(true)));
+    Some(text.len() as u64)
+}
+
 static O200K: OnceLock<Option<CoreBPE>> = OnceLock::new();
 static CL100K: OnceLock<Option<CoreBPE>> = OnceLock::new();
 static O200K_PIECES: OnceLock<Option<PieceCounter>> = OnceLock::new();
@@ -143,7 +241,15 @@ impl Tokenizers {
 
     /// Whether o200k is built, so counting for current models will not wait.
     pub fn is_warm() -> bool {
-        O200K_PIECES.get().is_some()
+        Self::is_built(Encoding::O200kBase)
+    }
+
+    /// Whether counting with `encoding` will not wait for its tables.
+    pub fn is_built(encoding: Encoding) -> bool {
+        match encoding {
+            Encoding::O200kBase => O200K_PIECES.get().is_some(),
+            Encoding::Cl100kBase => CL100K_PIECES.get().is_some(),
+        }
     }
 
     /// The BPE for `encoding`, building it if needed; `None` only if it could not be built.
@@ -180,6 +286,11 @@ impl Tokenizers {
 }
 
 fn build_bpe(encoding: Encoding) -> Option<CoreBPE> {
+    if let TestMode::Gate(path) = test_mode() {
+        while !path.exists() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
     let built = match encoding {
         Encoding::O200kBase => tiktoken_rs::o200k_base(),
         Encoding::Cl100kBase => tiktoken_rs::cl100k_base(),
@@ -271,6 +382,9 @@ impl TokenCounter {
     fn raw_count(&self, text: &str) -> u64 {
         if text.is_empty() {
             return 0;
+        }
+        if let Some(bound) = byte_bound(self.encoding, text) {
+            return bound;
         }
         // With special tokens, as tiktoken-rs's chat counting does, so counts agree with it.
         if let Some(counter) = Tokenizers::counter(self.encoding) {
@@ -390,7 +504,11 @@ impl CountCache {
             return *hit;
         }
         // Counted without the lock held: a long prompt must not stall other sessions.
-        let counted = count();
+        let (counted, bounded) = tracking_bounds(count);
+        if bounded {
+            // An upper bound is no count to keep: the next look counts again.
+            return counted;
+        }
         let mut entries = lock(&self.entries);
         if entries.len() >= self.capacity {
             entries.clear();

@@ -93,6 +93,19 @@ impl Thresholds {
     }
 }
 
+/// How a [`BudgetSnapshot`]'s figures were counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum BudgetEstimate {
+    /// By the tokenizer (exactly, or with a stand-in's: see `exact`).
+    #[default]
+    Counted,
+    /// Before the tokenizer was ready (a daemon's first request): each text as its UTF-8 byte
+    /// size, which no token count exceeds, so the request certainly fits. The same step's
+    /// figures, counted, follow in its next `budget` event.
+    UpperBound,
+}
+
 /// The token budget of one request, as the editor shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -132,6 +145,9 @@ pub struct BudgetSnapshot {
     pub utilisation: f64,
     pub pressure: Pressure,
     pub thresholds: Thresholds,
+    /// Whether the figures are counted or upper bounds (absent: counted).
+    #[serde(default)]
+    pub estimate: BudgetEstimate,
 }
 
 /// The estimate of a request beside what the provider reported.

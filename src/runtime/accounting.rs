@@ -9,7 +9,9 @@ use std::sync::Mutex;
 
 use super::{Inner, RuntimeResult};
 use crate::context::projection::{interjection_text, summary_text};
-use crate::context::{Actuals, CorrectionTable, CountCache, Counted, Part, TokenCounter};
+use crate::context::{
+    Actuals, CorrectionTable, CountCache, Counted, Part, TokenCounter, upper_bounds,
+};
 use crate::cost::{PriceBook, UsageLine, cost_summary};
 use crate::protocol::{
     Block, BudgetSnapshot, CostSummary, NoticeLevel, Reconciliation, Role, TranscriptEntry,
@@ -148,7 +150,12 @@ impl Inner {
                 .session(&session_id)?
                 .map(|s| s.model)
                 .unwrap_or_default();
-            message.tokens = Some(count_blocks(&model, message.role, &message.blocks));
+            // Before the tokenizer is ready a message is stored without a count rather than
+            // wait for it: the first request goes out at once, and its exact figures fill the
+            // count in (`Inner::fill_counts`).
+            let (counted, bounded) =
+                upper_bounds(|| count_blocks(&model, message.role, &message.blocks));
+            message.tokens = (!bounded).then_some(counted);
         }
         self.events.commit(&self.store, message)
     }

@@ -17,7 +17,7 @@ use crate::context::compaction::{
     self, Plan, Reason, SUMMARY_MAX_OUTPUT, SUMMARY_MIN_OUTPUT, count_user, fit_text,
 };
 use crate::context::projection::Stored;
-use crate::context::{TokenCounter, model_window};
+use crate::context::{TokenCounter, model_window, upper_bounds};
 use crate::protocol::*;
 use crate::provider::{ModelContent, ModelEvent, ModelMessage, ModelRequest, ModelRole};
 use crate::store::{NewMessage, PendingRow, SessionRow, UsageRow, elapsed_ms};
@@ -39,18 +39,58 @@ pub struct Compacted {
     pub fallback: Option<String>,
 }
 
+/// The exact figures of a request sent with upper bounds, counted once the tokenizer is
+/// ready; `None` if they could not be made (the store failed: logged).
+pub(super) type ExactFigures = tokio::task::JoinHandle<Option<BudgetSnapshot>>;
+
 impl RunContext {
     /// The next request, made to fit: compacted when its history passes its share or the
     /// request its window. `Err` with how the run ends when the latest message alone cannot fit.
+    ///
+    /// Before the tokenizer is ready (a daemon's first request) the request is counted by its
+    /// UTF-8 bytes, an upper bound of its tokens: if that fits, with nothing to compact, it is
+    /// sent at once with the bounds as its snapshot, and its exact figures are counted beside
+    /// (the [`ExactFigures`] returned). Only a request that could pass a limit by its bytes
+    /// waits for the exact count.
     pub(super) async fn fit(
         &mut self,
         session: &SessionRow,
         leased: &[PendingRow],
-    ) -> RuntimeResult<Result<Prepared, RunEnd>> {
+    ) -> RuntimeResult<Result<(Prepared, Option<ExactFigures>), RunEnd>> {
         let texts: Vec<String> = leased.iter().map(|r| r.text.clone()).collect();
         let run = Some(self.run_id.as_str());
+        let (counted, upper) = upper_bounds(|| -> RuntimeResult<_> {
+            let entries = self.inner.stored_entries(session)?;
+            let prepared = self.inner.prepare_from(session, &entries, run, &texts);
+            Ok((entries, prepared))
+        });
+        let (entries, mut prepared) = counted?;
+        if upper {
+            if too_large(&prepared).is_none() && needs_compaction(&prepared).is_none() {
+                prepared.snapshot.estimate = BudgetEstimate::UpperBound;
+                prepared.snapshot.exact = false;
+                let ids = entries.iter().map(|s| s.entry.id.clone()).collect();
+                let exact = self.inner.exact_figures(session, &self.run_id, texts, ids);
+                return Ok(Ok((prepared, Some(exact))));
+            }
+            tracing::info!(
+                "before the tokenizer is ready, the request could pass a limit by its bytes: it waits for its exact count"
+            );
+        }
+        self.fit_counted(session, &texts)
+            .await
+            .map(|fitted| fitted.map(|prepared| (prepared, None)))
+    }
+
+    /// [`RunContext::fit`] with exact counts (waiting for the tokenizer if need be).
+    pub(super) async fn fit_counted(
+        &mut self,
+        session: &SessionRow,
+        texts: &[String],
+    ) -> RuntimeResult<Result<Prepared, RunEnd>> {
+        let run = Some(self.run_id.as_str());
         let entries = self.inner.stored_entries(session)?;
-        let prepared = self.inner.prepare_from(session, &entries, run, &texts);
+        let prepared = self.inner.prepare_from(session, &entries, run, texts);
         if let Some(refusal) = too_large(&prepared) {
             return Ok(Err(RunEnd::Error(refusal)));
         }
@@ -62,7 +102,7 @@ impl RunContext {
             .compact(session, run, &entries, &prepared, reason, None)
             .await?
         {
-            Some(_) => self.inner.prepare(session, run, &texts)?,
+            Some(_) => self.inner.prepare(session, run, texts)?,
             None => prepared,
         };
         match over_window(&prepared) {

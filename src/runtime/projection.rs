@@ -4,11 +4,14 @@
 //! The pure part lives in `context::projection`; this reads what it needs from the store and
 //! the configuration.
 
+use std::sync::Arc;
+
 use super::accounting::count_blocks;
+use super::compaction::ExactFigures;
 use super::{Inner, RuntimeResult};
 use crate::context::projection::{self, Projection, Request, Stored};
-use crate::context::{BudgetInput, TokenCounter, model_window};
-use crate::protocol::BudgetSnapshot;
+use crate::context::{BudgetInput, Counted, TokenCounter, model_window, tracking_bounds};
+use crate::protocol::{BudgetSnapshot, TranscriptEntry};
 use crate::store::SessionRow;
 
 /// A request's messages and their budget.
@@ -50,19 +53,34 @@ impl Inner {
         input
     }
 
-    /// The entries of the session's context with their stored counts (counting the few stored
-    /// without one): its carry-over note, if any, and what follows the newest summary's range.
+    /// The entries of the session's context with their stored counts: its carry-over note, if
+    /// any, and what follows the newest summary's range. The few stored without one (committed
+    /// before the tokenizer was ready) are counted, and their exact counts stored.
     pub(super) fn stored_entries(&self, session: &SessionRow) -> RuntimeResult<Vec<Stored>> {
         Ok(self
             .store
             .context_entries(&session.id, session.context_start_seq)?
             .into_iter()
             .map(|(entry, tokens)| Stored {
-                tokens: tokens
-                    .unwrap_or_else(|| count_blocks(&session.model, entry.role, &entry.blocks)),
+                tokens: tokens.unwrap_or_else(|| self.count_unstored(session, &entry)),
                 entry,
             })
             .collect())
+    }
+
+    /// Counts an entry stored without a count, storing the count when it is exact (not an
+    /// upper bound) without waiting for a locked database: the next look tries again.
+    fn count_unstored(&self, session: &SessionRow, entry: &TranscriptEntry) -> Counted {
+        let (counted, bounded) =
+            tracking_bounds(|| count_blocks(&session.model, entry.role, &entry.blocks));
+        if !bounded
+            && entry.role.reaches_model()
+            && let Err(e) =
+                crate::store::without_waiting(|| self.store.fill_message_tokens(&entry.id, counted))
+        {
+            tracing::debug!(error = %e, "cannot store a message's count yet");
+        }
+        counted
     }
 
     /// What the session's next request sends, and its budget: for the run `current_run`, with
@@ -104,6 +122,36 @@ impl Inner {
             input,
             tools,
         }
+    }
+
+    /// Counts, once the tokenizer is ready, the exact figures of a request of the run `run_id`
+    /// that went out with upper bounds: the same entries (`ids`) and interjections, their
+    /// counts stored on the way.
+    pub(super) fn exact_figures(
+        self: &Arc<Self>,
+        session: &SessionRow,
+        run_id: &str,
+        interjections: Vec<String>,
+        ids: Vec<String>,
+    ) -> ExactFigures {
+        let inner = self.clone();
+        let session = session.clone();
+        let run_id = run_id.to_string();
+        tokio::spawn(async move {
+            let counted = (|| -> RuntimeResult<BudgetSnapshot> {
+                let entries: Vec<Stored> = inner
+                    .stored_entries(&session)?
+                    .into_iter()
+                    .filter(|s| ids.contains(&s.entry.id))
+                    .collect();
+                Ok(inner
+                    .prepare_from(&session, &entries, Some(&run_id), &interjections)
+                    .snapshot)
+            })();
+            counted
+                .map_err(|e| tracing::warn!(error = %e, "cannot count a request's exact figures"))
+                .ok()
+        })
     }
 
     /// How full the model's context is for the session's next request.

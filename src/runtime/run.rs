@@ -11,6 +11,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 
 use super::accounting::count_blocks_with;
+use super::compaction::ExactFigures;
 use super::events::SeqCounter;
 use super::projection::Prepared;
 use super::registry::RunSignals;
@@ -184,19 +185,32 @@ impl RunContext {
             self.steps += 1;
             let leased = self.lease_at_delivery_point(&session)?;
             // The budget and the spend check describe the request as sent, leased input in.
-            let prepared = match self.fit(&session, &leased).await? {
-                Ok(prepared) => prepared,
+            let (mut prepared, mut exact) = match self.fit(&session, &leased).await? {
+                Ok(fitted) => fitted,
                 Err(end) => return Ok(end),
             };
             if let Some(limit) = self.over_budget(&session, &prepared.snapshot)? {
-                return Ok(RunEnd::BudgetSpent(limit));
+                // Upper bounds passing the spend cap: only the exact count decides.
+                let Some(figures) = exact.take() else {
+                    return Ok(RunEnd::BudgetSpent(limit));
+                };
+                figures.abort();
+                let texts: Vec<String> = leased.iter().map(|r| r.text.clone()).collect();
+                prepared = match self.fit_counted(&session, &texts).await? {
+                    Ok(prepared) => prepared,
+                    Err(end) => return Ok(end),
+                };
+                if let Some(limit) = self.over_budget(&session, &prepared.snapshot)? {
+                    return Ok(RunEnd::BudgetSpent(limit));
+                }
             }
             self.inner.store.set_run_steps(&self.run_id, self.steps)?;
             self.emit(Event::Budget {
                 snapshot: prepared.snapshot,
                 actual: None,
             });
-            if let ControlFlow::Break(end) = self.model_step(&session, leased, prepared).await? {
+            let step = self.model_step(&session, leased, prepared, exact).await?;
+            if let ControlFlow::Break(end) = step {
                 return Ok(end);
             }
         }
@@ -268,6 +282,7 @@ impl RunContext {
         session: &SessionRow,
         leased: Vec<PendingRow>,
         prepared: Prepared,
+        exact: Option<ExactFigures>,
     ) -> RuntimeResult<ControlFlow<RunEnd>> {
         let driver = match self.inner.driver(&session.account) {
             Ok(driver) => driver,
@@ -288,7 +303,7 @@ impl RunContext {
             Err(end) => end.message_status(),
         };
         let has_calls = self
-            .commit_reply(session, snapshot, streamed, status)
+            .commit_reply(session, (snapshot, exact), streamed, status)
             .await?;
         if !self.unsaved.is_empty() {
             return Ok(ControlFlow::Break(match end {
@@ -368,10 +383,14 @@ impl RunContext {
     /// Stores what the answer used, commits the answer with `status`, and gives each call the
     /// output limit cut an error result. Whether the committed answer holds calls to resolve:
     /// only a whole answer keeps its calls, since a call that never completed must not run.
+    ///
+    /// A request sent with upper bounds (`budget.1`, its exact figures being counted) is told
+    /// again with its exact figures here, in the step's `budget` event beside the usage, or
+    /// alone when the provider reported none; the correction learns from exact figures only.
     async fn commit_reply(
         &mut self,
         session: &SessionRow,
-        snapshot: BudgetSnapshot,
+        budget: (BudgetSnapshot, Option<ExactFigures>),
         streamed: Streamed,
         status: MessageStatus,
     ) -> RuntimeResult<bool> {
@@ -380,6 +399,19 @@ impl RunContext {
             mut reply,
             started,
         } = streamed;
+        let (snapshot, exact) = match budget {
+            (snapshot, None) => (snapshot, false),
+            (bounds, Some(figures)) => match figures.await {
+                Ok(Some(counted)) => (counted, true),
+                _ => (bounds, false),
+            },
+        };
+        if exact && reply.usage.is_none() {
+            self.emit(Event::Budget {
+                snapshot,
+                actual: None,
+            });
+        }
         if let Some(usage) = reply.usage.take() {
             match status {
                 MessageStatus::Stopped => {

@@ -308,6 +308,18 @@ impl Store {
         })
     }
 
+    /// Stores the count of a message stored without one (committed while the tokenizer was not
+    /// ready); a message that has a count keeps it.
+    pub fn fill_message_tokens(&self, id: &str, tokens: Counted) -> StoreResult<()> {
+        self.write(|conn| {
+            conn.execute(
+                "UPDATE messages SET tokens = ?2, tokens_exact = ?3 WHERE id = ?1 AND tokens IS NULL",
+                params![id, tokens.tokens as i64, tokens.exact],
+            )?;
+            Ok(())
+        })
+    }
+
     /// Empties a carry-over note's text (and its count), so that it is never sent again; the
     /// entry stays, so the transcript still shows where a context started.
     pub fn delete_carry_over_note(&self, id: &str) -> StoreResult<NoteDeletion> {

@@ -10,6 +10,7 @@ use sidechat::protocol::{
     SessionGet, SessionList, SessionListParams, SessionUpdate, SessionUpdateParams, ToolCallStatus,
 };
 
+use crate::clock::TestClock;
 use crate::harness::{Daemon, Options, Scratch, answer, gated, json_of, sid, text};
 use crate::locked_database::hold_write_lock;
 use crate::transcripts::{self, ToolResult};
@@ -830,8 +831,11 @@ async fn a_parents_time_limit_counts_from_its_turns_start_across_a_restart() {
     let (_, approval) = daemon.until_approval().await;
     daemon.close().await;
     // The turn's two seconds pass while no daemon runs: the resumed run has none left.
-    tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
-    let mut daemon = start_daemon(&scratch, &upstream).await;
+    let clock = TestClock::beside(&scratch.db());
+    clock.advance(3);
+    let mut later = env(&upstream.url);
+    later.push(clock.env());
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(later)).await;
     daemon
         .call::<ApprovalRespond>(answer(&approval, ApprovalDecision::Allow))
         .await;
@@ -994,8 +998,10 @@ async fn expired_while_no_daemon_ran(kill: bool) {
     // Time passes with no daemon running; the next one expires approvals after a second. Its
     // heartbeat beats often, so its recovery looks at the runs while they take the expiry:
     // the parent's run must wait for its child's end, not be closed as interrupted.
-    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let clock = TestClock::beside(&scratch.db());
+    clock.advance(2);
     let mut expiring = env(&upstream.url);
+    expiring.push(clock.env());
     expiring.push(("SIDECHAT_DELEGATED_APPROVAL_EXPIRY", "1s".into()));
     expiring.push(("SIDECHAT_LEASE_MS", "200".into()));
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(expiring)).await;
@@ -1085,8 +1091,9 @@ async fn a_childs_end_held_back_by_a_locked_database_resumes_its_parent_once_rec
             break;
         }
     }
-    // Ordering only: time for the parent to give up its failed writes and wait.
-    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    // The parent, finding its child's run still open, leaves the run table and fails to give
+    // back its lease (the last write it tries): it waits to be resumed.
+    parent_gave_up_its_lease(&daemon, &parent).await;
     drop(lock);
 
     // Once the database is free the heartbeat stores the child's answer, records its end and
@@ -1119,6 +1126,22 @@ async fn a_childs_end_held_back_by_a_locked_database_resumes_its_parent_once_rec
     );
     assert_eq!(upstream.bodies().len(), 3);
     daemon.close().await;
+}
+
+/// Waits until the daemon has logged that it cannot give back the lease of `parent`'s run.
+async fn parent_gave_up_its_lease(daemon: &Daemon, parent: &str) {
+    let gave_up =
+        |line: &String| line.contains("cannot give back a run's lease") && line.contains(parent);
+    let mut polls = 0;
+    while !daemon.conn.stderr_tail().iter().any(gave_up) {
+        polls += 1;
+        assert!(
+            polls < 600,
+            "the parent never gave up its lease: {:?}",
+            daemon.conn.stderr_tail()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test]

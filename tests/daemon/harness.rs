@@ -54,8 +54,8 @@ impl Default for Options<'_> {
 const PASSED_THROUGH: &[&str] = &["PATH"];
 
 /// `sidechat` with a cleared environment: [`PASSED_THROUGH`], `HOME` and the XDG folders
-/// inside `home` (which need not exist: then there is no config file), warnings-only logs and
-/// the demo model at full speed. Tests add what they need with `.env(…)`.
+/// inside `home` (which need not exist: then there is no config file), warnings-only logs,
+/// counts that wait for the tokenizer and the demo model at full speed. Tests add what they need with `.env(…)`.
 pub fn clean_command(home: &Path) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_sidechat"));
     command.env_clear();
@@ -71,6 +71,9 @@ pub fn clean_command(home: &Path) -> tokio::process::Command {
         .env("XDG_STATE_HOME", home.join(".local/state"))
         .env("XDG_CACHE_HOME", home.join(".cache"))
         .env("SIDECHAT_DEMO_DELAY_MS", "0")
+        // Counts wait for the tokenizer, so that figures do not depend on how soon it is built
+        // (`first_request` tests the first request before it is).
+        .env("SIDECHAT_TEST_TOKENIZER", "wait")
         .env("SIDECHAT_LOG", "warn")
         .stderr(std::process::Stdio::null());
     command

@@ -11,6 +11,7 @@ use sidechat::protocol::{
     SessionUpdateParams,
 };
 
+use crate::clock::TestClock;
 use crate::harness::{Daemon, Options, Scratch, json_of, say, sid};
 use crate::upstream::{Part, Reply, openai, start};
 
@@ -725,7 +726,10 @@ async fn an_idle_session_rolls_over_into_a_new_context_that_opens_with_a_redacte
     let scratch = Scratch::new();
     std::fs::write(scratch.workspace().join("secret-plan.txt"), "x").unwrap();
     let log = scratch.dir.path().join("sidechat.log");
-    let mut daemon = daemon_logging_to(&scratch.db(), &env(&upstream.url, WINDOW), &log).await;
+    let clock = TestClock::beside(&scratch.db());
+    let mut settings = env(&upstream.url, WINDOW);
+    settings.push(clock.env());
+    let mut daemon = daemon_logging_to(&scratch.db(), &settings, &log).await;
     let session = daemon
         .call::<SessionCreate>(SessionCreateParams {
             workspace_root: Some(scratch.workspace().display().to_string()),
@@ -742,7 +746,7 @@ async fn an_idle_session_rolls_over_into_a_new_context_that_opens_with_a_redacte
         FinishReason::EndTurn
     );
     // Idle past the session's rollover time (1 s) before the next turn.
-    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+    clock.advance(2);
     daemon.send(&session, "Go on.").await;
     let events = daemon.until_finished().await;
     assert_eq!(finish(&events).0, FinishReason::EndTurn);

@@ -50,8 +50,8 @@ H.run({
       local s = sidechat.current()
       local id = s.id
       local live = H.lines()
-      sidechat.shutdown()
-      vim.wait(200)
+      -- The daemon is gone before the next one starts on the database.
+      H.stop_daemons()
       local done = false
       sidechat.attach(id, function()
         done = true

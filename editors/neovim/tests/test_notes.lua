@@ -69,8 +69,8 @@ H.run({
     "redrawn from the transcript: the deleted note stays away",
     function()
       local id = sidechat.current().id
-      sidechat.shutdown()
-      vim.wait(200)
+      -- The daemon is gone before the next one starts on the database.
+      H.stop_daemons()
       local done = false
       sidechat.attach(id, function()
         done = true

@@ -579,7 +579,9 @@ function M.statusline()
   end
   local parts = {}
   if s.budget then
-    table.insert(parts, ("ctx %d%% %s"):format(math.floor(s.budget.utilisation * 100 + 0.5), s.budget.pressure))
+    -- Upper bounds (counted by bytes before the tokenizer was ready) say "at most".
+    local at_most = s.budget.estimate == "upperBound" and "≤" or ""
+    table.insert(parts, ("ctx %s%d%% %s"):format(at_most, math.floor(s.budget.utilisation * 100 + 0.5), s.budget.pressure))
   end
   local info = s.info or {}
   local unpriced = (info.unpricedRequests or 0) > 0

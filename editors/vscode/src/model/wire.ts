@@ -105,12 +105,23 @@ export type NoticeLevel = 'info' | 'warning' | 'error';
  */
 export type CompactionMethod = 'summary' | 'drop' | 'carryOver';
 /**
+ * How a [`BudgetSnapshot`]'s figures were counted.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "BudgetEstimate".
+ */
+export type BudgetEstimate = 'counted' | 'upperBound';
+/**
  * How close to full the window is.
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "Pressure".
  */
 export type Pressure = 'normal' | 'high' | 'critical';
+/**
+ * How a [`BudgetSnapshot`]'s figures were counted.
+ */
+export type BudgetEstimate1 = 'counted' | 'upperBound';
 /**
  * A request id: a string or a number.
  *
@@ -359,6 +370,7 @@ export interface WireTypes {
   ApprovalRespondResult?: ApprovalRespondResult;
   Attachment?: Attachment;
   Block?: Block;
+  BudgetEstimate?: BudgetEstimate;
   BudgetSnapshot?: BudgetSnapshot;
   CancelRequestParams?: CancelRequestParams;
   ChangedFile?: ChangedFile;
@@ -546,6 +558,7 @@ export interface BudgetSnapshot {
   utilisation: number;
   pressure: Pressure;
   thresholds: Thresholds;
+  estimate?: BudgetEstimate1;
 }
 /**
  * Utilisation levels at which pressure becomes high and critical (inclusive).

@@ -804,7 +804,8 @@ export class ChatView {
       bar.append(limit);
     }
     const percent = Math.round(snapshot.utilisation * 1000) / 10;
-    const approx = snapshot.exact ? '' : '~';
+    // Upper bounds (counted by bytes before the tokenizer was ready) say "at most".
+    const approx = snapshot.estimate === 'upperBound' ? '≤' : snapshot.exact ? '' : '~';
     this.context.append(
       bar,
       el('span', 'label', `${approx}${percent}% of ${formatTokens(snapshot.usableTokens)}`),
