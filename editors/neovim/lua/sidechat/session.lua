@@ -98,13 +98,7 @@ function Session:add_entry(entry)
   remove_where(self.live, function(m)
     return m.id == entry.id
   end)
-  for _, block in ipairs(entry.blocks) do
-    if block.type == "toolResult" then
-      self.results[block.callId] = block
-    elseif block.type == "toolCall" then
-      self.calls[block.id] = block
-    end
-  end
+  self:index_tool_blocks(entry)
   if entry.seq > self.committed_seq then
     self.committed_seq = entry.seq
   end
@@ -511,6 +505,18 @@ function Session:refetch(reset, done)
   end)
 end
 
+--- Keeps an entry's tool calls and results by id, where approvals and outputs find them.
+---@param entry table
+function Session:index_tool_blocks(entry)
+  for _, block in ipairs(entry.blocks) do
+    if block.type == "toolResult" then
+      self.results[block.callId] = block
+    elseif block.type == "toolCall" then
+      self.calls[block.id] = block
+    end
+  end
+end
+
 --- Reads the page of entries before the oldest one held, when one remains, and puts it first.
 ---@param done fun(err: table?, loaded: boolean)?
 function Session:load_older(done)
@@ -536,13 +542,7 @@ function Session:load_older(done)
     for _, entry in ipairs(result.entries) do
       if not self.index[entry.id] then
         table.insert(entries, entry)
-        for _, block in ipairs(entry.blocks) do
-          if block.type == "toolResult" then
-            self.results[block.callId] = block
-          elseif block.type == "toolCall" then
-            self.calls[block.id] = block
-          end
-        end
+        self:index_tool_blocks(entry)
       end
     end
     vim.list_extend(entries, self.entries)
