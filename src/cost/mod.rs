@@ -12,4 +12,4 @@ pub use prices::{
     DatedPrice, ModelPrice, PriceBook, PriceEntry, PriceError, PriceMatch, PriceOverride,
     PriceTier, Rates, parse_price_table,
 };
-pub use usage::{UsageLine, cost_summary, line_cost};
+pub use usage::{SpendTally, UsageLine, cost_summary, line_cost};

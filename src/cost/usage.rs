@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use super::prices::{PriceBook, PriceMatch, Rates, usd};
 use crate::protocol::{
-    CostSummary, KindCosts, ModelCost, PriceSource, RequestKindCost, TokenUsage, UnpricedUsage,
-    UsageKind,
+    CostSummary, KindCosts, ModelCost, PriceSource, RequestKindCost, SessionSpend, TokenUsage,
+    UnpricedUsage, UsageKind,
 };
 
 /// What one model request consumed. No prices: they are applied when read.
@@ -160,6 +160,50 @@ pub fn cost_summary<'a>(
         })
         .collect();
     summary
+}
+
+/// What a session's spend line totals (tokens, priced cost, unpriced requests), added up line
+/// by line so that a later read need add only the lines written since.
+///
+/// Its figures are the ones [`cost_summary`] gives for the same lines: each line priced at
+/// the rates in force at its time, in exact picodollars until read out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpendTally {
+    tokens: u64,
+    costs: u128,
+    priced_lines: u64,
+    unpriced_lines: u64,
+}
+
+impl SpendTally {
+    pub fn add(&mut self, line: &UsageLine, book: &PriceBook) {
+        self.tokens += line.tokens.total();
+        match book.lookup_at(&line.model, line.at) {
+            Some(found) => {
+                self.costs += price_line(&line.tokens, &found).total();
+                self.priced_lines += 1;
+            }
+            None => self.unpriced_lines += 1,
+        }
+    }
+
+    pub fn spend(&self) -> SessionSpend {
+        SessionSpend {
+            tokens: self.tokens,
+            // Nothing priced is unpriced, not $0.
+            cost_usd: (self.priced_lines > 0).then(|| usd(self.costs)),
+            unpriced_requests: self.unpriced_lines,
+        }
+    }
+}
+
+impl AddAssign for SpendTally {
+    fn add_assign(&mut self, other: SpendTally) {
+        self.tokens += other.tokens;
+        self.costs += other.costs;
+        self.priced_lines += other.priced_lines;
+        self.unpriced_lines += other.unpriced_lines;
+    }
 }
 
 /// Lines are summed per provider, model and the child session that made them (if any).

@@ -1,10 +1,12 @@
 //! Token budgets and cost of sessions.
 //!
 //! Each message is counted once, when it is committed, and its count stored; a budget
-//! snapshot adds up the stored counts of what the projection sends, so nothing is recounted. Usage lines are facts; prices are applied when a summary is read, so a changed
-//! price re-prices history.
+//! snapshot adds up the stored counts of what the projection sends, so nothing is recounted.
+//! Usage lines are facts; prices are applied when a summary is read, each line at the rates in
+//! force at its own time.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::{Inner, RuntimeResult};
@@ -12,11 +14,12 @@ use crate::context::projection::{interjection_text, summary_text};
 use crate::context::{
     Actuals, CorrectionTable, CountCache, Counted, Part, TokenCounter, upper_bounds,
 };
-use crate::cost::{PriceBook, UsageLine, cost_summary};
+use crate::cost::{PriceBook, SpendTally, UsageLine, cost_summary};
 use crate::protocol::{
-    Block, BudgetSnapshot, CostSummary, NoticeLevel, Reconciliation, Role, TranscriptEntry,
+    Block, BudgetSnapshot, CostSummary, NoticeLevel, Reconciliation, Role, SessionSpend,
+    TranscriptEntry,
 };
-use crate::store::NewMessage;
+use crate::store::{NewMessage, UsageRow};
 use crate::util::lock;
 
 /// What the runtime remembers between snapshots.
@@ -24,6 +27,9 @@ pub struct Accounting {
     counts: CountCache,
     corrections: Mutex<CorrectionTable>,
     prices: PriceBook,
+    /// Each session's own usage totalled through its newest line read so far (that line's
+    /// id), so that a spend line prices only the lines written since.
+    spends: Mutex<HashMap<String, (i64, SpendTally)>>,
 }
 
 impl Accounting {
@@ -32,6 +38,7 @@ impl Accounting {
             counts: CountCache::new(),
             corrections: Mutex::new(CorrectionTable::new()),
             prices,
+            spends: Mutex::new(HashMap::new()),
         }
     }
 
@@ -194,30 +201,55 @@ impl Inner {
     /// The session's usage, priced now, with the usage of its delegated tasks (each child
     /// session's lines, marked with the child's id).
     pub(super) fn cost_summary(&self, session_id: &str) -> RuntimeResult<CostSummary> {
-        let line = |row: crate::store::UsageRow, delegated_to: Option<&str>| UsageLine {
-            provider: row.provider,
-            model: row.model,
-            tokens: row.tokens,
-            at: row.at,
-            duration_ms: row.duration_ms,
-            kind: row.kind,
-            delegated_to: delegated_to.map(str::to_string),
-        };
         let mut lines: Vec<UsageLine> = self
             .store
             .usage_lines(session_id)?
             .into_iter()
-            .map(|row| line(row, None))
+            .map(|row| usage_line(row, None))
             .collect();
         for child in self.store.delegations_of_parent(session_id)? {
             lines.extend(
                 self.store
                     .usage_lines(&child.child_id)?
                     .into_iter()
-                    .map(|row| line(row, Some(&child.child_id))),
+                    .map(|row| usage_line(row, Some(&child.child_id))),
             );
         }
         Ok(cost_summary(&lines, &self.accounting.prices))
+    }
+
+    /// The session's spend line: the totals of [`Self::cost_summary`], kept per session and
+    /// brought up to date with only the lines written since the last read, so that listing
+    /// sessions costs the same with a year of usage behind them as with none.
+    pub(super) fn spend(&self, session_id: &str) -> RuntimeResult<SessionSpend> {
+        let mut tally = self.own_spend(session_id)?;
+        for child in self.store.delegations_of_parent(session_id)? {
+            tally += self.own_spend(&child.child_id)?;
+        }
+        Ok(tally.spend())
+    }
+
+    /// One session's own lines totalled. Lines another daemon on the same file wrote are
+    /// found too: the store is asked for every line past the last one totalled.
+    fn own_spend(&self, session_id: &str) -> RuntimeResult<SpendTally> {
+        let (through, mut tally) = lock(&self.accounting.spends)
+            .get(session_id)
+            .copied()
+            .unwrap_or_default();
+        let newer = self.store.usage_lines_after(session_id, through)?;
+        let Some(&(last, _)) = newer.last() else {
+            return Ok(tally);
+        };
+        for (_, row) in newer {
+            tally.add(&usage_line(row, None), &self.accounting.prices);
+        }
+        let mut spends = lock(&self.accounting.spends);
+        let kept = spends.entry(session_id.to_owned()).or_default();
+        // A concurrent read may have totalled further already; keep the furthest.
+        if kept.0 < last {
+            *kept = (last, tally);
+        }
+        Ok(tally)
     }
 
     /// Whether the price book (built-in or configured) has a price for `model`.
@@ -230,6 +262,19 @@ impl Inner {
         let price = self.accounting.prices.lookup(model)?;
         let rates = price.rates_for(input_tokens);
         Some(rates.input as f64 * input_tokens as f64 / 1e12)
+    }
+}
+
+/// A stored usage row as the cost module reads it.
+fn usage_line(row: UsageRow, delegated_to: Option<&str>) -> UsageLine {
+    UsageLine {
+        provider: row.provider,
+        model: row.model,
+        tokens: row.tokens,
+        at: row.at,
+        duration_ms: row.duration_ms,
+        kind: row.kind,
+        delegated_to: delegated_to.map(str::to_string),
     }
 }
 
@@ -306,5 +351,95 @@ mod tests {
             count_blocks_with("gpt-4o", Role::Assistant, &blocks[2..], odd),
             count_blocks("gpt-4o", Role::Assistant, &blocks[2..])
         );
+    }
+
+    /// The spend line kept per session and topped up with newer lines says what pricing every
+    /// line afresh says, also for lines another daemon on the same file wrote.
+    #[test]
+    fn a_kept_spend_line_agrees_with_pricing_every_line_afresh() {
+        use crate::protocol::{TokenUsage, UsageKind};
+        use crate::store::{NewSession, Store, UsageRow};
+        use std::sync::Arc;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db.sqlite");
+        let runtime = crate::runtime::Runtime::new(
+            Store::open(&path).unwrap(),
+            crate::config::Config::from_env(),
+            Arc::new(crate::runtime::events::NoClient),
+        )
+        .unwrap();
+        let inner = &runtime.inner;
+        let session = |store: &Store| {
+            store
+                .insert_session(&NewSession {
+                    title: "t".into(),
+                    account: "demo".into(),
+                    model: "gpt-4o".into(),
+                    system_prompt: None,
+                    workspace_root: None,
+                    max_steps: 10,
+                    cap_usd: None,
+                    max_seconds: None,
+                    rollover_secs: None,
+                })
+                .unwrap()
+                .id
+        };
+        let line = |store: &Store, session_id: &str, model: &str, input: u64| {
+            store
+                .insert_usage(
+                    session_id,
+                    &UsageRow {
+                        run_id: "run".into(),
+                        provider: "openai".into(),
+                        model: model.into(),
+                        tokens: TokenUsage {
+                            input,
+                            output: 40,
+                            cache_read: 10,
+                            ..TokenUsage::default()
+                        },
+                        at: crate::clock::now_ms(),
+                        duration_ms: 5,
+                        kind: UsageKind::Turn,
+                    },
+                )
+                .unwrap();
+        };
+        let afresh = |session_id: &str| {
+            let cost = inner.cost_summary(session_id).unwrap();
+            SessionSpend {
+                tokens: cost.by_model.iter().map(|m| m.tokens.total()).sum::<u64>()
+                    + cost.unpriced.tokens.total(),
+                cost_usd: cost.total_usd,
+                unpriced_requests: cost.unpriced.lines,
+            }
+        };
+        let id = session(&inner.store);
+        let other = session(&inner.store);
+        assert_eq!(inner.spend(&id).unwrap(), SessionSpend::default());
+
+        line(&inner.store, &id, "no-such-model", 1_000);
+        let unpriced = inner.spend(&id).unwrap();
+        assert_eq!(
+            unpriced.cost_usd, None,
+            "nothing priced is unpriced, not $0"
+        );
+        assert_eq!(unpriced, afresh(&id));
+
+        line(&inner.store, &id, "gpt-4o", 120_000);
+        line(&inner.store, &other, "gpt-4o", 7);
+        assert_eq!(inner.spend(&id).unwrap(), afresh(&id));
+        // Lines written through another connection to the file, as another daemon would.
+        let elsewhere = Store::open(&path).unwrap();
+        line(&elsewhere, &id, "gpt-4o", 3_000);
+        line(&elsewhere, &id, "no-such-model", 9);
+        let topped_up = inner.spend(&id).unwrap();
+        assert_eq!(topped_up, afresh(&id));
+        assert_eq!(topped_up.unpriced_requests, 2);
+        assert_eq!(inner.spend(&other).unwrap(), afresh(&other));
+        // Read again with nothing new: the same line.
+        assert_eq!(inner.spend(&id).unwrap(), topped_up);
     }
 }

@@ -336,13 +336,7 @@ impl Runtime {
     }
 
     fn spend(&self, session_id: &str) -> RuntimeResult<SessionSpend> {
-        let cost = self.inner.cost_summary(session_id)?;
-        let priced: u64 = cost.by_model.iter().map(|m| m.tokens.total()).sum();
-        Ok(SessionSpend {
-            tokens: priced + cost.unpriced.tokens.total(),
-            cost_usd: cost.total_usd,
-            unpriced_requests: cost.unpriced.lines,
-        })
+        self.inner.spend(session_id)
     }
 
     pub fn budget(&self, session_id: &str) -> RuntimeResult<SessionBudgetResult> {

@@ -239,6 +239,11 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX approvals_by_session ON approvals (session_id);
     CREATE INDEX pending_by_session ON pending_input (session_id);
     "#,
+    // 15: a session's usage lines in the order they were written, so that its spend can be
+    // brought up to date by reading only the lines written since it was last totalled.
+    r#"
+    CREATE INDEX usage_by_session_line ON usage_lines (session_id, id);
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

@@ -72,6 +72,10 @@ fn a_sessions_usage_is_read_through_its_index() {
         plan_of(usage::USAGE_OF_SESSION),
         ["SEARCH usage_lines USING INDEX usage_by_session (session_id=?)"]
     );
+    assert_eq!(
+        plan_of(usage::USAGE_OF_SESSION_AFTER),
+        ["SEARCH usage_lines USING INDEX usage_by_session_line (session_id=? AND id>?)"]
+    );
 }
 
 /// Deleting a session deletes its rows in every table that refers to it (`ON DELETE
@@ -160,7 +164,7 @@ fn every_table_that_refers_to_sessions_finds_a_sessions_rows_through_an_index() 
             ),
             expected(
                 "usage_lines.session_id",
-                "SEARCH usage_lines USING COVERING INDEX usage_by_session (session_id=?)"
+                "SEARCH usage_lines USING COVERING INDEX usage_by_session_line (session_id=?)"
             ),
         ]
     );
