@@ -70,7 +70,33 @@ impl Daemon {
 
     /// Every session (of one folder, when given), newest first.
     pub async fn sessions(&self, workspace: Option<&str>) -> anyhow::Result<Vec<SessionSummary>> {
-        let mut all = Vec::new();
+        Ok(self.newest_sessions(workspace, usize::MAX).await?.0)
+    }
+
+    /// The newest `at_most` sessions (of one folder, when given), newest first, and whether
+    /// there are more: a year of history is not read to show its first screen.
+    pub async fn newest_sessions(
+        &self,
+        workspace: Option<&str>,
+        at_most: usize,
+    ) -> anyhow::Result<(Vec<SessionSummary>, bool)> {
+        self.sessions_until(workspace, |read| read.len() >= at_most)
+            .await
+            .map(|(mut read, more)| {
+                let more = more || read.len() > at_most;
+                read.truncate(at_most);
+                (read, more)
+            })
+    }
+
+    /// Sessions newest first, read a page at a time until `enough` holds of those read so
+    /// far or none are left; also says whether more were left.
+    pub async fn sessions_until(
+        &self,
+        workspace: Option<&str>,
+        mut enough: impl FnMut(&[SessionSummary]) -> bool,
+    ) -> anyhow::Result<(Vec<SessionSummary>, bool)> {
+        let mut read = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
             let page = self
@@ -81,10 +107,10 @@ impl Daemon {
                     ..SessionListParams::default()
                 })
                 .await?;
-            all.extend(page.sessions);
+            read.extend(page.sessions);
             match page.next_cursor {
-                Some(next) => cursor = Some(next),
-                None => return Ok(all),
+                Some(next) if !enough(&read) => cursor = Some(next),
+                left => return Ok((read, left.is_some())),
             }
         }
     }

@@ -16,6 +16,9 @@ use crate::protocol::{
     SessionUpdate, SessionUpdateParams,
 };
 
+/// How many of the folder's chats `/sessions` numbers: the newest, a screenful.
+const SESSIONS_SHOWN: usize = 50;
+
 const HELP: &str = "\
 Commands:
   /sessions          this folder's chats; /sessions N switches to the N-th
@@ -393,10 +396,14 @@ impl Chat {
     /// `/sessions`: this folder's sessions, numbered; `/sessions N` (or an id) switches.
     async fn sessions(&mut self, choice: &str) -> anyhow::Result<()> {
         let folder = self.session.workspace_root.clone();
-        let sessions = self.daemon.sessions(folder.as_deref()).await?;
+        let (sessions, more) = self
+            .daemon
+            .newest_sessions(folder.as_deref(), SESSIONS_SHOWN)
+            .await?;
         if choice.is_empty() {
             let mut lines = vec![format!(
-                "{} in {}:",
+                "{}{} in {}:",
+                if more { "the newest " } else { "" },
                 plural(sessions.len() as u64, "chat", "chats"),
                 folder.as_deref().unwrap_or("(no folder)")
             )];
@@ -409,6 +416,9 @@ impl Chat {
                 lines.push(format!("{mark}{:>3}. {}", n + 1, list_line(session)));
             }
             lines.push("/sessions N switches to the N-th.".into());
+            if more {
+                lines.push("`sidechat sessions list --all` lists every one.".into());
+            }
             self.screen.lines(lines);
             return Ok(());
         }

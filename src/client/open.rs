@@ -35,11 +35,15 @@ pub async fn choose(daemon: &Daemon, args: &ChatArgs, ask: Ask) -> anyhow::Resul
     if !args.new {
         // The interactive chat goes on with a conversation someone typed, never with the
         // one-shot runs of a script; a one-shot run may go on with anything.
+        let offered = |s: &SessionSummary| {
+            matches!(ask, Ask::New) || s.origin != Some(SessionOrigin::Oneshot)
+        };
         let newest = daemon
-            .sessions(Some(&folder))
+            .sessions_until(Some(&folder), |read| read.iter().any(offered))
             .await?
+            .0
             .into_iter()
-            .find(|s| matches!(ask, Ask::New) || s.origin != Some(SessionOrigin::Oneshot));
+            .find(offered);
         if let Some(newest) = newest {
             let resume = match (args.continue_newest, ask) {
                 (true, _) => true,

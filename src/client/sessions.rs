@@ -24,11 +24,18 @@ pub struct SessionsArgs {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum SessionsCommand {
-    /// Sessions, newest first: every folder's, or one folder's with `--workspace`.
+    /// Sessions, newest first: every folder's, or one folder's with `--workspace`; the newest
+    /// 50 unless `--limit` or `--all` says otherwise.
     List {
         /// Only the sessions of this folder.
         #[arg(long)]
         workspace: Option<PathBuf>,
+        /// How many of the newest to list.
+        #[arg(long, default_value_t = DEFAULT_LIST, conflicts_with = "all")]
+        limit: usize,
+        /// List every session.
+        #[arg(long)]
+        all: bool,
         /// One JSON object per line (as `session/list` returns them).
         #[arg(long)]
         json: bool,
@@ -61,6 +68,9 @@ pub enum SessionsCommand {
     },
 }
 
+/// How many sessions `sessions list` shows unless told: a screenful, not a year of history.
+const DEFAULT_LIST: usize = 50;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     Md,
@@ -80,9 +90,15 @@ pub async fn run(args: SessionsArgs) -> anyhow::Result<i32> {
 
 async fn command(daemon: &Daemon, command: SessionsCommand) -> anyhow::Result<i32> {
     match command {
-        SessionsCommand::List { workspace, json } => {
+        SessionsCommand::List {
+            workspace,
+            limit,
+            all,
+            json,
+        } => {
             let folder = workspace.map(|w| workspace_root(Some(&w))).transpose()?;
-            let sessions = daemon.sessions(folder.as_deref()).await?;
+            let at_most = if all { usize::MAX } else { limit };
+            let (sessions, more) = daemon.newest_sessions(folder.as_deref(), at_most).await?;
             if json {
                 for session in &sessions {
                     println!("{}", serde_json::to_string(session)?);
@@ -93,6 +109,13 @@ async fn command(daemon: &Daemon, command: SessionsCommand) -> anyhow::Result<i3
                 for session in &sessions {
                     println!("{}", list_line(session));
                 }
+            }
+            if more {
+                // On stderr, so that scripts reading stdout see sessions only.
+                eprintln!(
+                    "the newest {} shown; more with --limit N or --all",
+                    plural(sessions.len() as u64, "session", "sessions")
+                );
             }
         }
         SessionsCommand::Show { id } => {

@@ -862,3 +862,45 @@ fn one_shot_refuses_an_unknown_tool_to_allow() {
     let (_, listed, _) = sidechat(&scratch, &["sessions", "list", "--json"], None);
     assert_eq!(listed, "", "no session was started");
 }
+
+/// `sessions list` shows the newest 50 unless told (a year of history is not a screen), says
+/// on stderr that more are left, and `--all` lists every one.
+#[test]
+fn sessions_list_shows_the_newest_unless_asked_for_all() {
+    let scratch = Scratch::new();
+    for n in 1..=3 {
+        let (status, _, err) = sidechat(&scratch, &["chat", "-p", &format!("question {n}")], None);
+        assert_eq!(status, 0, "{err}");
+    }
+    let ids = |listed: &str| -> Vec<String> {
+        listed
+            .lines()
+            .map(|line| {
+                serde_json::from_str::<Value>(line).unwrap()["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    let (status, all, err) = sidechat(&scratch, &["sessions", "list", "--json", "--all"], None);
+    assert_eq!((status, err.as_str()), (0, ""));
+    let all = ids(&all);
+    assert_eq!(all.len(), 3);
+
+    let (status, newest, err) = sidechat(
+        &scratch,
+        &["sessions", "list", "--json", "--limit", "2"],
+        None,
+    );
+    assert_eq!(status, 0, "{err}");
+    assert_eq!(ids(&newest), all[..2].to_vec());
+    assert_eq!(
+        err,
+        "the newest 2 sessions shown; more with --limit N or --all\n"
+    );
+
+    let (status, listed, err) = sidechat(&scratch, &["sessions", "list"], None);
+    assert_eq!((status, err.as_str()), (0, ""));
+    assert_eq!(listed.lines().count(), 3);
+}
