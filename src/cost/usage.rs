@@ -169,10 +169,11 @@ pub fn cost_summary<'a>(
 /// the rates in force at its time, in exact picodollars until read out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SpendTally {
-    tokens: u64,
-    costs: u128,
-    priced_lines: u64,
-    unpriced_lines: u64,
+    pub tokens: u64,
+    /// Picodollars of the priced lines.
+    pub costs: u128,
+    pub priced_lines: u64,
+    pub unpriced_lines: u64,
 }
 
 impl SpendTally {

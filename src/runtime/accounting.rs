@@ -27,9 +27,20 @@ pub struct Accounting {
     counts: CountCache,
     corrections: Mutex<CorrectionTable>,
     prices: PriceBook,
-    /// Each session's own usage totalled through its newest line read so far (that line's
-    /// id), so that a spend line prices only the lines written since.
-    spends: Mutex<HashMap<String, (i64, SpendTally)>>,
+    /// Each session's own usage totalled through its newest line read so far, so that a
+    /// spend line prices only the lines written since.
+    spends: Mutex<HashMap<String, Totalled>>,
+    /// Which price book the totals were priced with, as kept in the database beside them.
+    prices_fingerprint: String,
+}
+
+/// A session's own usage lines totalled through line `through`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Totalled {
+    through: i64,
+    tally: SpendTally,
+    /// Whether the database holds it too.
+    kept: bool,
 }
 
 impl Accounting {
@@ -37,6 +48,7 @@ impl Accounting {
         Self {
             counts: CountCache::new(),
             corrections: Mutex::new(CorrectionTable::new()),
+            prices_fingerprint: fingerprint(&prices),
             prices,
             spends: Mutex::new(HashMap::new()),
         }
@@ -229,27 +241,87 @@ impl Inner {
         Ok(tally.spend())
     }
 
-    /// One session's own lines totalled. Lines another daemon on the same file wrote are
-    /// found too: the store is asked for every line past the last one totalled.
+    /// One session's own lines totalled: from this daemon's total, or else the one kept in
+    /// the database, topped up with the lines written since. Lines another daemon on the same
+    /// file wrote are found too: the store is asked for every line past the last one totalled.
     fn own_spend(&self, session_id: &str) -> RuntimeResult<SpendTally> {
-        let (through, mut tally) = lock(&self.accounting.spends)
-            .get(session_id)
-            .copied()
-            .unwrap_or_default();
-        let newer = self.store.usage_lines_after(session_id, through)?;
-        let Some(&(last, _)) = newer.last() else {
-            return Ok(tally);
+        let known = lock(&self.accounting.spends).get(session_id).copied();
+        let start = match known {
+            Some(known) => known,
+            None => self.kept_spend(session_id)?,
         };
-        for (_, row) in newer {
-            tally.add(&usage_line(row, None), &self.accounting.prices);
+        let newer = self.store.usage_lines_after(session_id, start.through)?;
+        let mut now = start;
+        if let Some(&(last, _)) = newer.last() {
+            for (_, row) in newer {
+                now.tally
+                    .add(&usage_line(row, None), &self.accounting.prices);
+            }
+            now = Totalled {
+                through: last,
+                tally: now.tally,
+                kept: false,
+            };
         }
         let mut spends = lock(&self.accounting.spends);
-        let kept = spends.entry(session_id.to_owned()).or_default();
+        let held = spends.entry(session_id.to_owned()).or_default();
         // A concurrent read may have totalled further already; keep the furthest.
-        if kept.0 < last {
-            *kept = (last, tally);
+        if held.through < now.through || known.is_none() {
+            *held = now;
         }
-        Ok(tally)
+        Ok(now.tally)
+    }
+
+    /// The total the database keeps for the session, if it was priced with this price book.
+    fn kept_spend(&self, session_id: &str) -> RuntimeResult<Totalled> {
+        Ok(match self.store.kept_spend(session_id)? {
+            Some(kept) if kept.prices == self.accounting.prices_fingerprint => Totalled {
+                through: kept.through,
+                tally: SpendTally {
+                    tokens: kept.tokens,
+                    costs: kept.cost_pico,
+                    priced_lines: kept.priced_lines,
+                    unpriced_lines: kept.unpriced_lines,
+                },
+                kept: true,
+            },
+            _ => Totalled::default(),
+        })
+    }
+
+    /// Writes the totals the database does not hold yet, in one transaction; called off the
+    /// request path (the heartbeat, shutdown), so no client waits for it.
+    pub(super) fn keep_spends(&self) {
+        let fresh: Vec<(String, crate::store::KeptSpend)> = lock(&self.accounting.spends)
+            .iter()
+            .filter(|(_, t)| !t.kept && t.through > 0)
+            .map(|(id, t)| {
+                let kept = crate::store::KeptSpend {
+                    through: t.through,
+                    prices: self.accounting.prices_fingerprint.clone(),
+                    tokens: t.tally.tokens,
+                    cost_pico: t.tally.costs,
+                    priced_lines: t.tally.priced_lines,
+                    unpriced_lines: t.tally.unpriced_lines,
+                };
+                (id.clone(), kept)
+            })
+            .collect();
+        if fresh.is_empty() {
+            return;
+        }
+        if let Err(e) = self.store.keep_spends(&fresh) {
+            tracing::warn!(error = %e, "cannot keep the sessions' spend totals; they are kept in memory");
+            return;
+        }
+        let mut spends = lock(&self.accounting.spends);
+        for (id, kept) in fresh {
+            if let Some(t) = spends.get_mut(&id)
+                && t.through == kept.through
+            {
+                t.kept = true;
+            }
+        }
     }
 
     /// Whether the price book (built-in or configured) has a price for `model`.
@@ -263,6 +335,16 @@ impl Inner {
         let rates = price.rates_for(input_tokens);
         Some(rates.input as f64 * input_tokens as f64 / 1e12)
     }
+}
+
+/// A short name for the price book's contents: a total kept in the database is used only by a
+/// daemon with the same prices (a changed price or override re-prices from the lines). A
+/// fingerprint that changes for another reason (another build) only costs one re-pricing.
+fn fingerprint(prices: &PriceBook) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    format!("{prices:?}").hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
 }
 
 /// A stored usage row as the cost module reads it.
@@ -441,5 +523,37 @@ mod tests {
         assert_eq!(inner.spend(&other).unwrap(), afresh(&other));
         // Read again with nothing new: the same line.
         assert_eq!(inner.spend(&id).unwrap(), topped_up);
+
+        // Kept in the database, a total is where a new daemon starts from: marked here by a
+        // figure no line holds, which the new daemon reports with the line written since.
+        inner.keep_spends();
+        let marked = 1_000_000;
+        let set = |sql: &str| {
+            elsewhere.hold_writer().execute(sql, [&id]).unwrap();
+        };
+        set(&format!(
+            "UPDATE session_spend SET tokens = tokens + {marked} WHERE session_id = ?1"
+        ));
+        line(&elsewhere, &id, "gpt-4o", 50);
+        let fresh = |path: &std::path::Path| {
+            crate::runtime::Runtime::new(
+                Store::open(path).unwrap(),
+                crate::config::Config::from_env(),
+                Arc::new(crate::runtime::events::NoClient),
+            )
+            .unwrap()
+        };
+        let next = fresh(&path);
+        let expected = afresh(&id);
+        assert_eq!(
+            next.inner.spend(&id).unwrap(),
+            SessionSpend {
+                tokens: expected.tokens + marked,
+                ..expected.clone()
+            }
+        );
+        // A total priced with another price book is not used.
+        set("UPDATE session_spend SET prices = 'another book' WHERE session_id = ?1");
+        assert_eq!(fresh(&path).inner.spend(&id).unwrap(), expected);
     }
 }

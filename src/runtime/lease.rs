@@ -200,6 +200,7 @@ impl Inner {
         if let Err(e) = recovery::end_left_commands(&self.store) {
             tracing::warn!(error = %e, "cannot end the commands of a stopped sidechat process");
         }
+        self.keep_spends();
     }
 
     /// For one run this daemon drives: stops it if another daemon took it over, announces

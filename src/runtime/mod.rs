@@ -118,6 +118,8 @@ impl Runtime {
             let _ = done.wait_for(|d| *d).await;
         }
         self.inner.mcp.shutdown();
+        // The spend totals are a cache; keeping them spares the next daemon re-pricing.
+        self.inner.keep_spends();
     }
 }
 

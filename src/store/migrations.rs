@@ -244,6 +244,19 @@ const MIGRATIONS: &[&str] = &[
     r#"
     CREATE INDEX usage_by_session_line ON usage_lines (session_id, id);
     "#,
+    // 16: each session's spend as last totalled (a cache: it can always be rebuilt from the
+    // usage lines), so that a new daemon does not price a year of usage to list sessions.
+    r#"
+    CREATE TABLE session_spend (
+        session_id      TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+        through_line    INTEGER NOT NULL,   -- the newest usage line counted
+        prices          TEXT NOT NULL,      -- the price book it was priced with
+        tokens          INTEGER NOT NULL,
+        cost_pico       TEXT NOT NULL,      -- picodollars, in decimal (they can pass 2^63)
+        priced_lines    INTEGER NOT NULL,
+        unpriced_lines  INTEGER NOT NULL
+    );
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

@@ -26,6 +26,7 @@ mod pending;
 mod query_plans;
 mod runs;
 mod sessions;
+mod spend;
 mod sql_text;
 mod tool_calls;
 mod usage;
@@ -49,6 +50,7 @@ pub use migrations::SCHEMA_VERSION;
 pub use pending::{CancelOutcome, EarlierSend, PendingRow, Settle, Settled};
 pub use runs::{RunRow, RunStatus};
 pub use sessions::{NewSession, SessionPage, SessionRow, SessionUpdate};
+pub use spend::KeptSpend;
 pub use sql_text::TextError;
 pub use tool_calls::{
     ApprovalAnswer, ApprovalOutcome, ApprovalRow, ApprovalStatus, LatestApproval, ToolCallRow,
