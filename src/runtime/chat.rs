@@ -517,6 +517,7 @@ impl Runtime {
             ));
         }
         let store = &self.inner.store;
+        let answering = crate::util::lock_off_worker(&self.inner.answering);
         match store.resolve_approval(&params.approval_id, params.decision)? {
             ApprovalOutcome::NotFound => Err(RuntimeError::NotFound {
                 what: "approval",
@@ -540,6 +541,7 @@ impl Runtime {
                         decision: params.decision,
                     },
                 );
+                drop(answering);
                 // A run another daemon drives reads the answer on that daemon's next heartbeat.
                 if !self.inner.runs.poke_approvals(&row.session_id)
                     && store.foreign_lease(&row.session_id)?.is_none()

@@ -76,6 +76,10 @@ struct Inner {
     /// Notices about a workspace's permission rules each session was given, by session: each
     /// is given once per daemon, not at every tool call.
     permission_notices: Mutex<std::collections::HashSet<(String, String)>>,
+    /// Held while an approval's answer is stored and announced (`approval/respond`), and while
+    /// a run reads its answer: a run never sees an answer its clients have not been told of,
+    /// so `approvalResolved` always comes before the call it allowed starts.
+    answering: Mutex<()>,
 }
 
 impl Runtime {
@@ -104,6 +108,7 @@ impl Runtime {
             locked_notices: Mutex::default(),
             deferred_usage: Mutex::default(),
             permission_notices: Mutex::default(),
+            answering: Mutex::default(),
         });
         recovery::recover(&inner)?;
         lease::start_heartbeat(&inner);

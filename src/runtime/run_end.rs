@@ -357,14 +357,16 @@ impl RunContext {
         recorded
     }
 
-    /// Tells the run's waiters and clients that it ended.
+    /// Tells the run's clients, then its waiters, that it ended: a delegated task's parent
+    /// waits for `done`, so the sub-agent's forwarded `runFinished` comes before the parent's
+    /// call takes its answer.
     fn told(&self, end: &RunEnd) {
-        let _ = self.signals.done.send(true);
         tracing::info!(run_id = %self.run_id, reason = ?end.reason(), error = ?end.error(), "run finished");
         self.emit(Event::RunFinished {
             reason: end.reason(),
             error: end.error().map(str::to_string),
         });
+        let _ = self.signals.done.send(true);
     }
 
     /// Stores how the run ended, cancels its approvals and keeps a notice of the end; false

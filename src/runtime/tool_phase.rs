@@ -268,12 +268,15 @@ impl RunContext {
         loop {
             // Mark the current answer count seen before reading, so no answer slips between.
             self.signals.approvals.borrow_and_update();
-            if let Some(answer) = self
-                .inner
-                .store
-                .latest_approval(&self.session_id, &call.id)?
-                .and_then(LatestApproval::answer)
-            {
+            let answer = {
+                // An answer stored but not yet announced is waited for (`Inner::answering`).
+                let _answering = crate::util::lock_off_worker(&self.inner.answering);
+                self.inner
+                    .store
+                    .latest_approval(&self.session_id, &call.id)?
+                    .and_then(LatestApproval::answer)
+            };
+            if let Some(answer) = answer {
                 // Answered through another daemon on the same database: this daemon's clients
                 // still show the prompt until told.
                 if answer

@@ -16,6 +16,7 @@ mod commands;
 mod delegation;
 mod doctor;
 mod environment;
+mod event_order;
 mod file_diff;
 mod first_request;
 mod fuzz;

@@ -60,10 +60,7 @@ impl Recorder {
 
     /// The normalised lines, compared with (or, when recording, written to) the fixture; then
     /// the terminal's reading of them, compared with the transcript beside it.
-    fn check(mut self, name: &str) {
-        settle_child_ends(&mut self.lines);
-        settle_answered_approvals(&mut self.lines);
-        settle_started_delegations(&mut self.lines);
+    fn check(self, name: &str) {
         let mut ids = HashMap::new();
         let lines: Vec<String> = self
             .lines
@@ -112,107 +109,6 @@ fn reads_as_its_transcript(name: &str, text: &str) {
         read,
         "the terminal's reading of {name}.jsonl"
     );
-}
-
-/// The forwarded end of a sub-agent's run races with its parent taking the sub-agent's answer
-/// (the `delegate` call's result): the daemon sends the two in either order. Each such end is
-/// put right after its call's final `toolCallUpdated`, and the events it passed are numbered
-/// again in their new order, so that a recording is the same every time.
-fn settle_child_ends(lines: &mut Vec<Value>) {
-    let is_child_end = |line: &Value| {
-        line["event"]["kind"] == "delegation" && line["event"]["event"]["kind"] == "runFinished"
-    };
-    let mut at = 0;
-    while at < lines.len() {
-        if !is_child_end(&lines[at]) {
-            at += 1;
-            continue;
-        }
-        let call = lines[at]["event"]["callId"].clone();
-        let answered = lines.iter().position(|l| {
-            l["event"]["kind"] == "toolCallUpdated"
-                && l["event"]["callId"] == call
-                && matches!(l["event"]["status"].as_str(), Some("done" | "error"))
-        });
-        let Some(answered) = answered else {
-            at += 1;
-            continue;
-        };
-        let to = if answered < at {
-            answered + 1
-        } else {
-            answered
-        };
-        let (low, high) = (at.min(to), at.max(to));
-        let mut seqs: Vec<Value> = lines[low..=high].iter().map(|l| l["seq"].clone()).collect();
-        seqs.sort_by_key(|v| v.as_u64());
-        let end = lines.remove(at);
-        lines.insert(to, end);
-        for (line, seq) in lines[low..=high].iter_mut().zip(seqs) {
-            if line["event"]["kind"] == "messageCompleted" {
-                line["event"]["entry"]["seq"] = seq.clone();
-            }
-            line["seq"] = seq;
-        }
-        at = high + 1;
-    }
-}
-
-/// An answered approval races with the tool it allowed: `approval/respond` stores the answer
-/// and then tells the clients, while the run, woken by anything, may read the stored answer and
-/// start the tool in between. Clients read both orders alike; each `approvalResolved` that
-/// comes right after its call's `running` is put before it, numbered in its place.
-fn settle_answered_approvals(lines: &mut [Value]) {
-    let calls: HashMap<Value, Value> = lines
-        .iter()
-        .filter(|l| l["event"]["kind"] == "approvalRequested")
-        .map(|l| {
-            (
-                l["event"]["approval"]["approvalId"].clone(),
-                l["event"]["approval"]["callId"].clone(),
-            )
-        })
-        .collect();
-    for at in 1..lines.len() {
-        let (before, after) = (&lines[at - 1]["event"], &lines[at]["event"]);
-        let started = before["kind"] == "toolCallUpdated" && before["status"] == "running";
-        if started
-            && after["kind"] == "approvalResolved"
-            && calls.get(&after["approvalId"]) == Some(&before["callId"])
-        {
-            lines.swap(at - 1, at);
-            let seq = lines[at]["seq"].clone();
-            lines[at]["seq"] = lines[at - 1]["seq"].clone();
-            lines[at - 1]["seq"] = seq;
-        }
-    }
-}
-
-/// A `delegate` call's `running` races with the first events its sub-agent forwards (the run
-/// tells its clients while the sub-agent has started): each such `running` is put before the
-/// first forwarded event of its call, and the events it passed are numbered again.
-fn settle_started_delegations(lines: &mut [Value]) {
-    for at in 0..lines.len() {
-        let event = &lines[at]["event"];
-        if !(event["kind"] == "toolCallUpdated" && event["status"] == "running") {
-            continue;
-        }
-        let call = event["callId"].clone();
-        let Some(first) = lines[..at]
-            .iter()
-            .position(|l| l["event"]["kind"] == "delegation" && l["event"]["callId"] == call)
-        else {
-            continue;
-        };
-        let seqs: Vec<Value> = lines[first..=at].iter().map(|l| l["seq"].clone()).collect();
-        lines[first..=at].rotate_right(1);
-        for (line, seq) in lines[first..=at].iter_mut().zip(seqs) {
-            if line["event"]["kind"] == "messageCompleted" {
-                line["event"]["entry"]["seq"] = seq.clone();
-            }
-            line["seq"] = seq;
-        }
-    }
 }
 
 /// Generated ids become `<kind-N>` numbered by first sight, times `<time>`, durations 0 and

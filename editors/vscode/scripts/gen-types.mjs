@@ -57,6 +57,24 @@ for (const file of files) {
   methods.push({ method: doc.method, direction: doc.direction, params, result });
 }
 
+/**
+ * A `$ref` with a `description` or `default` beside it (a documented field of a shared type) is
+ * compiled as a numbered copy of the referenced type (`BudgetEstimate1` beside
+ * `BudgetEstimate`): both are dropped, so the field names the shared type, documented where it
+ * is defined.
+ */
+function dropRefDefaults(schema) {
+  if (Array.isArray(schema)) return schema.map(dropRefDefaults);
+  if (schema === null || typeof schema !== 'object') return schema;
+  const out = {};
+  for (const [key, value] of Object.entries(schema)) {
+    if ((key === 'default' || key === 'description') && '$ref' in schema) continue;
+    out[key] = dropRefDefaults(value);
+  }
+  return out;
+}
+for (const [name, def] of Object.entries(defs)) defs[name] = dropRefDefaults(def);
+
 // One root that references every definition, so each is emitted once under its own name.
 for (const [name, def] of Object.entries(defs)) {
   if (!def.title) defs[name] = { ...def, title: name };

@@ -536,6 +536,31 @@ test('a sub-agent works inside its delegate call, its approval waits at the root
   });
 });
 
+test('a sub-agent\'s events before its call is announced running are kept, and a late running does not hide its approval', { timeout: 120_000 }, () => {
+  const model = new SessionModel(SID);
+  feed(model, [
+    { kind: 'runStarted', model: 'replay' },
+    { kind: 'messageCompleted', entry: entry('m1', 2, 'assistant', [{ type: 'toolCall', id: 'call_d', name: 'delegate', input: DELEGATE_INPUT }]) },
+    { kind: 'toolCallStarted', callId: 'call_d', tool: 'delegate', input: DELEGATE_INPUT, summary: 'delegate "Write hello.txt"' },
+    delegated(1, { kind: 'messageCompleted', entry: entry('c0', 1, 'user', [{ type: 'text', text: 'Write hello.txt' }]) }),
+    delegated(2, { kind: 'runStarted', model: 'replay' }),
+    delegated(4, { kind: 'messageStarted', messageId: 'c1', role: 'assistant' }),
+    delegated(5, { kind: 'textDelta', messageId: 'c1', text: 'Writing it.' }),
+    delegated(7, { kind: 'toolCallStarted', callId: 'call_w', tool: 'write_file', input: CHILD_APPROVAL.input, summary: CHILD_APPROVAL.summary }),
+    { kind: 'toolCallUpdated', callId: 'call_d', status: 'awaitingApproval' },
+    delegated(8, { kind: 'approvalRequested', approval: CHILD_APPROVAL }),
+    { kind: 'toolCallUpdated', callId: 'call_d', status: 'running' },
+  ]);
+  assert.equal(model.state, 'awaitingApproval');
+  assert.deepEqual(delegationOf(model), CHILD_WAITING);
+  // Once answered, `running` is the call's status again.
+  feed(model, [
+    delegated(9, { kind: 'approvalResolved', approvalId: 'apr_c', decision: 'allow' }),
+    { kind: 'toolCallUpdated', callId: 'call_d', status: 'running' },
+  ]);
+  assert.deepEqual(delegationOf(model), { ...CHILD_WAITING, status: 'running', state: 'running', childSeq: 9 });
+});
+
 test('after a reload, a waiting sub-agent comes back from delegatedApprovals and the child\'s transcript', { timeout: 120_000 }, () => {
   const model = new SessionModel(SID);
   model.applyTranscript(

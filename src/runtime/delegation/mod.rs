@@ -349,23 +349,34 @@ impl RunContext {
             .inner
             .store
             .delegation_of_call(&self.session_id, &call.id)?;
-        let link = match existing {
-            Some(link) => link,
+        // The call is announced running before the child's run starts, so that its clients
+        // hear of the call before any event of the sub-agent working inside it.
+        let (link, started) = match existing {
+            Some(link) => {
+                self.mark_running(call)?;
+                (link, None)
+            }
             None if self.stopped() => {
                 return Ok((ToolCallStatus::Cancelled, ToolOutcome::error(STOPPED)));
             }
-            None => match self.start_child(call)? {
-                Ok(link) => link,
+            None => match self.create_child(call)? {
+                Ok((link, task)) => {
+                    self.mark_running(call)?;
+                    let done = self.start_child_run(&link.child_id, Some(task))?;
+                    (link, Some(done))
+                }
                 Err(reason) => return Ok((ToolCallStatus::Error, ToolOutcome::error(reason))),
             },
         };
-        self.mark_running(call)?;
-        self.await_child(&link).await
+        self.await_child(&link, started).await
     }
 
-    /// Checks the call, creates the child session with its task and starts its run; the
-    /// reason when the call cannot be run.
-    fn start_child(&self, call: &ToolCallRow) -> RuntimeResult<Result<DelegationRow, String>> {
+    /// Checks the call and creates the child session with its link; the task it starts on,
+    /// or the reason when the call cannot be run.
+    fn create_child(
+        &self,
+        call: &ToolCallRow,
+    ) -> RuntimeResult<Result<(DelegationRow, String), String>> {
         let store = &self.inner.store;
         if store.delegation_of_child(&self.session_id)?.is_some() {
             return Ok(Err(ONE_LEVEL.into()));
@@ -412,8 +423,7 @@ impl RunContext {
             let _ = store.delete_session(&child.id);
             return Err(e.into());
         }
-        self.start_child_run(&child.id, Some(input.task))?;
-        Ok(Ok(link))
+        Ok(Ok((link, input.task)))
     }
 
     /// The child's limits: the tighter of a new session's own (the configured defaults) and
@@ -499,8 +509,13 @@ impl RunContext {
     }
 
     /// Starts a run of the child: with `task` as its first user turn, or on the user turn it
-    /// already holds.
-    fn start_child_run(&self, child_id: &str, task: Option<String>) -> RuntimeResult<()> {
+    /// already holds. The receiver turns true once the run has told its clients it ended (or
+    /// suspended).
+    fn start_child_run(
+        &self,
+        child_id: &str,
+        task: Option<String>,
+    ) -> RuntimeResult<watch::Receiver<bool>> {
         let inner = &self.inner;
         let session = inner
             .store
@@ -508,6 +523,7 @@ impl RunContext {
             .ok_or_else(|| RuntimeError::SessionNotFound(child_id.to_string()))?;
         let run_id = new_id("run");
         let signals = inner.claim_run(child_id, &run_id)?;
+        let done = signals.done.subscribe();
         if let Some(task) = task {
             let message = NewMessage::new(
                 child_id,
@@ -520,7 +536,8 @@ impl RunContext {
                 return Err(e);
             }
         }
-        spawn_run(inner.clone(), RunStart::New { session, run_id }, signals)
+        spawn_run(inner.clone(), RunStart::New { session, run_id }, signals)?;
+        Ok(done)
     }
 
     /// Continues a child's run that waits for an approval after a restart, stopping it.
@@ -560,10 +577,18 @@ impl RunContext {
 
     /// Waits for the child's run to end and gives its answer. Stopping the parent stops the
     /// child; a shutdown leaves both suspended when the child waits for an approval.
+    ///
+    /// A run this call `started` is waited for on its own signal first: the store and the
+    /// registry know of its end before its clients are told, and the call's result must come
+    /// after the sub-agent's forwarded `runFinished`.
     async fn await_child(
         &mut self,
         link: &DelegationRow,
+        started: Option<watch::Receiver<bool>>,
     ) -> RuntimeResult<(ToolCallStatus, ToolOutcome)> {
+        if let Some(done) = started {
+            self.wait_for_child(link, done).await;
+        }
         loop {
             match self.progress(&link.child_id)? {
                 Progress::Ended(reason, error) => {
@@ -577,7 +602,10 @@ impl RunContext {
                 Progress::NotStarted if self.stopped() => {
                     return Ok((ToolCallStatus::Cancelled, ToolOutcome::error(STOPPED)));
                 }
-                Progress::NotStarted => self.start_child_run(&link.child_id, None)?,
+                Progress::NotStarted => {
+                    let done = self.start_child_run(&link.child_id, None)?;
+                    self.wait_for_child(link, done).await;
+                }
                 Progress::Suspended(run) => {
                     let shutting_down = self
                         .signals
@@ -589,26 +617,30 @@ impl RunContext {
                     }
                     self.stop_suspended_child(run)?;
                 }
-                Progress::Live(mut done) => {
-                    let mut stop = self.signals.stop.clone();
-                    let stopped = tokio::select! {
-                        _ = done.wait_for(|d| *d) => false,
-                        _ = stop.wait_for(|s| *s) => true,
-                    };
-                    if stopped {
-                        // The tree stops together; a shutdown's own stop reaches the child
-                        // too, so it suspends rather than ends if it waits.
-                        let shutting_down = self
-                            .signals
-                            .suspend
-                            .load(std::sync::atomic::Ordering::SeqCst);
-                        if !shutting_down {
-                            self.inner.runs.stop(&link.child_id);
-                        }
-                        let _ = done.wait_for(|d| *d).await;
-                    }
-                }
+                Progress::Live(done) => self.wait_for_child(link, done).await,
             }
+        }
+    }
+
+    /// Waits until the child's run has ended or suspended (`done`); stopping this run stops
+    /// the child and waits for it too.
+    async fn wait_for_child(&self, link: &DelegationRow, mut done: watch::Receiver<bool>) {
+        let mut stop = self.signals.stop.clone();
+        let stopped = tokio::select! {
+            _ = done.wait_for(|d| *d) => false,
+            _ = stop.wait_for(|s| *s) => true,
+        };
+        if stopped {
+            // The tree stops together; a shutdown's own stop reaches the child too, so it
+            // suspends rather than ends if it waits.
+            let shutting_down = self
+                .signals
+                .suspend
+                .load(std::sync::atomic::Ordering::SeqCst);
+            if !shutting_down {
+                self.inner.runs.stop(&link.child_id);
+            }
+            let _ = done.wait_for(|d| *d).await;
         }
     }
 }

@@ -291,6 +291,8 @@ export class SessionModel {
         break;
       case 'toolCallStarted': {
         const tool = this.tool(event.callId, event.tool, event.input);
+        // An entry a sub-agent's event made first knows only the call's id.
+        tool.input = event.input;
         tool.summary = event.summary;
         this.touch(tool);
         break;
@@ -298,7 +300,8 @@ export class SessionModel {
       case 'toolCallUpdated': {
         const tool = this.entries.get(`tool:${event.callId}`);
         if (tool && tool.kind === 'tool') {
-          tool.status = event.status;
+          // A `running` that comes after its sub-agent asked for an approval does not hide it.
+          tool.status = event.status === 'running' && this.delegatedWaitsFor(event.callId) ? 'awaitingApproval' : event.status;
           if (event.output !== undefined && event.output !== null) tool.output = event.output;
           this.touch(tool);
           if (event.status === 'done' && WRITING_TOOLS.has(tool.tool)) {
@@ -492,6 +495,12 @@ export class SessionModel {
     if (!tool || tool.tool !== 'delegate') return undefined;
     tool.delegation ??= { childSessionId, childSeq: 0, state: 'running', text: '' };
     return tool.delegation;
+  }
+
+  /** Whether a sub-agent of the `delegate` call `callId` waits for an approval. */
+  private delegatedWaitsFor(callId: string): boolean {
+    for (const delegated of this.delegatedApprovals.values()) if (delegated.callId === callId) return true;
+    return false;
   }
 
   /** Back to running once no approval, its own or a sub-agent's, is left to answer. */

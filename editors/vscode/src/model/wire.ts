@@ -16,10 +16,6 @@ export type ProviderKind = 'demo' | 'replay' | 'anthropic' | 'openai';
  */
 export type ApprovalDecision = 'allow' | 'allowAlways' | 'deny' | 'cancelled';
 /**
- * How the user answered an approval prompt.
- */
-export type ApprovalDecision1 = 'allow' | 'allowAlways' | 'deny' | 'cancelled';
-/**
  * One part of a message.
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -119,10 +115,6 @@ export type BudgetEstimate = 'counted' | 'upperBound';
  */
 export type Pressure = 'normal' | 'high' | 'critical';
 /**
- * How a [`BudgetSnapshot`]'s figures were counted.
- */
-export type BudgetEstimate1 = 'counted' | 'upperBound';
-/**
  * A request id: a string or a number.
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -137,7 +129,10 @@ export type RequestId = string | number;
  */
 export type CompactionReason = 'share' | 'window' | 'command' | 'idle';
 /**
- * Whether the price came from the user's configuration or the built-in table.
+ * Which table a price came from.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "PriceSource".
  */
 export type PriceSource = 'override' | 'builtin';
 /**
@@ -305,10 +300,6 @@ export type FinishReason =
  */
 export type ExitParams = null;
 /**
- * Its state after the call: `cancelled`, `leased`, `delivered` or `promoted`.
- */
-export type InterjectionStatus = 'pending' | 'leased' | 'delivered' | 'promoted' | 'cancelled';
-/**
  * Where an interjection (input typed while a run works) stands. It moves pending → leased
  * (taken into a model request) → delivered (that request was sent), or → promoted (it became
  * a user turn of its own), or → cancelled.
@@ -316,7 +307,7 @@ export type InterjectionStatus = 'pending' | 'leased' | 'delivered' | 'promoted'
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "InterjectionStatus".
  */
-export type InterjectionStatus1 = 'pending' | 'leased' | 'delivered' | 'promoted' | 'cancelled';
+export type InterjectionStatus = 'pending' | 'leased' | 'delivered' | 'promoted' | 'cancelled';
 /**
  * Where one of a session's MCP servers stands.
  *
@@ -324,19 +315,6 @@ export type InterjectionStatus1 = 'pending' | 'leased' | 'delivered' | 'promoted
  * via the `definition` "McpServerState".
  */
 export type McpServerState = ('starting' | 'ready') | 'idle' | 'failed' | 'disabled';
-/**
- * Where an interjection (input typed while a run works) stands. It moves pending → leased
- * (taken into a model request) → delivered (that request was sent), or → promoted (it became
- * a user turn of its own), or → cancelled.
- */
-export type InterjectionStatus2 = 'pending' | 'leased' | 'delivered' | 'promoted' | 'cancelled';
-/**
- * Which table a price came from.
- *
- * This interface was referenced by `WireTypes`'s JSON-Schema
- * via the `definition` "PriceSource".
- */
-export type PriceSource1 = 'override' | 'builtin';
 /**
  * What a client should draw for a session it attaches to.
  *
@@ -391,7 +369,7 @@ export interface WireTypes {
   InitializedParams?: InitializedParams;
   InterjectionCancelParams?: InterjectionCancelParams;
   InterjectionCancelResult?: InterjectionCancelResult;
-  InterjectionStatus?: InterjectionStatus1;
+  InterjectionStatus?: InterjectionStatus;
   KindCosts?: KindCosts;
   McpServerParams?: McpServerParams;
   McpServerState?: McpServerState;
@@ -404,7 +382,7 @@ export interface WireTypes {
   PendingApproval?: PendingApproval;
   PendingInterjection?: PendingInterjection;
   Pressure?: Pressure;
-  PriceSource?: PriceSource1;
+  PriceSource?: PriceSource;
   ProviderKind?: ProviderKind;
   Reconciliation?: Reconciliation;
   RequestId?: RequestId;
@@ -472,7 +450,7 @@ export interface ApprovalRespondParams {
  * via the `definition` "ApprovalRespondResult".
  */
 export interface ApprovalRespondResult {
-  decision: ApprovalDecision1;
+  decision: ApprovalDecision;
   /**
    * False when the approval had already been resolved; nothing changed.
    */
@@ -558,7 +536,7 @@ export interface BudgetSnapshot {
   utilisation: number;
   pressure: Pressure;
   thresholds: Thresholds;
-  estimate?: BudgetEstimate1;
+  estimate?: BudgetEstimate;
 }
 /**
  * Utilisation levels at which pressure becomes high and critical (inclusive).
@@ -1080,7 +1058,7 @@ export interface NoteDeleteResult {
 export interface PendingInterjection {
   pendingId: string;
   text: string;
-  status: InterjectionStatus2;
+  status: InterjectionStatus;
   createdAt: string;
 }
 /**
