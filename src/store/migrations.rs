@@ -239,6 +239,21 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX approvals_by_session ON approvals (session_id);
     CREATE INDEX pending_by_session ON pending_input (session_id);
     "#,
+    // 15: "always in this workspace" answers: an allow rule per workspace root, in force in
+    // every session of that root; and what an approval prompt proposed and said, and the
+    // reason given with a deny, so a run reading the answer (maybe another daemon's) has it.
+    r#"
+    CREATE TABLE workspace_rules (
+        id             TEXT PRIMARY KEY,
+        workspace_root TEXT NOT NULL,       -- resolved (symbolic links followed)
+        rule           TEXT NOT NULL,
+        created_at     INTEGER NOT NULL
+    );
+    CREATE UNIQUE INDEX workspace_rules_by_root ON workspace_rules (workspace_root, rule);
+    ALTER TABLE approvals ADD COLUMN proposed_rule TEXT;
+    ALTER TABLE approvals ADD COLUMN why_asked TEXT;
+    ALTER TABLE approvals ADD COLUMN reason TEXT;
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

@@ -44,3 +44,4 @@ mod transcripts;
 mod two_daemons;
 #[path = "../support/upstream.rs"]
 mod upstream;
+mod workspace_answers;
