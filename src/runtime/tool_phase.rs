@@ -243,19 +243,17 @@ impl RunContext {
     /// answers saved for the workspace.
     fn rules(&self, root: Option<&std::path::Path>) -> RuntimeResult<permissions::Rules> {
         let in_force = self.inner.rules_in_force(root)?;
-        {
-            for notice in in_force.notices {
-                if self
-                    .inner
-                    .first_permission_notice(&self.session_id, &notice)
-                {
-                    self.inner.notice(
-                        &self.session_id,
-                        Some(&self.run_id),
-                        NoticeLevel::Warning,
-                        notice,
-                    )?;
-                }
+        for notice in in_force.notices {
+            if self
+                .inner
+                .first_permission_notice(&self.session_id, &notice)
+            {
+                self.inner.notice(
+                    &self.session_id,
+                    Some(&self.run_id),
+                    NoticeLevel::Warning,
+                    notice,
+                )?;
             }
         }
         Ok(in_force.rules)
