@@ -22,13 +22,21 @@ use crate::protocol::{
 /// is still answered. A restart asks again anyway.
 const PERMISSION_WAIT: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// The options every permission request offers, and the decision each one stands for.
-const OPTIONS: [(&str, &str, acp::PermissionOptionKind, ApprovalDecision); 3] = [
+/// The options a permission request may offer, and the decision each one stands for.
+/// `allowWorkspace` is offered only when the approval proposes a rule to save; it comes first
+/// of the `allow_always` kind, so a client choosing by kind saves the workspace rule.
+const OPTIONS: [(&str, &str, acp::PermissionOptionKind, ApprovalDecision); 4] = [
     (
         "allow",
         "Allow",
         acp::PermissionOptionKind::AllowOnce,
         ApprovalDecision::Allow,
+    ),
+    (
+        "allowWorkspace",
+        "Always allow in this workspace",
+        acp::PermissionOptionKind::AllowAlways,
+        ApprovalDecision::AllowWorkspace,
     ),
     (
         "allowAlways",
@@ -44,11 +52,20 @@ const OPTIONS: [(&str, &str, acp::PermissionOptionKind, ApprovalDecision); 3] = 
     ),
 ];
 
-/// The choices of a permission request; the option ids are the native decisions' names.
-pub fn options() -> Vec<acp::PermissionOption> {
+/// The choices of a permission request; the option ids are the native decisions' names. The
+/// workspace answer names the rule it saves (the proposed one: ACP has no way to edit it).
+pub fn options(approval: &PendingApproval) -> Vec<acp::PermissionOption> {
     OPTIONS
         .iter()
-        .map(|(id, name, kind, _)| acp::PermissionOption::new(*id, *name, *kind))
+        .filter_map(|(id, name, kind, decision)| {
+            let name = match decision {
+                ApprovalDecision::AllowWorkspace => {
+                    format!("{name}: {}", approval.proposed_rule.as_deref()?)
+                }
+                _ => name.to_string(),
+            };
+            Some(acp::PermissionOption::new(*id, name, *kind))
+        })
         .collect()
 }
 
@@ -140,7 +157,7 @@ impl Agent {
         let request = acp::RequestPermissionRequest::new(
             session_id.to_string(),
             translate::permission_subject(&approval, root.map(Path::new)),
-            options(),
+            options(&approval),
         );
         let request_id = self.peer.new_request_id();
         state
@@ -199,6 +216,8 @@ impl Agent {
             let respond = ApprovalRespondParams {
                 approval_id: approval_id.clone(),
                 decision,
+                rule: None,
+                reason: None,
             };
             if let Err(e) = runtime.respond_approval(respond).await {
                 tracing::info!(approval_id, error = %e, "the permission answer came too late to apply");
@@ -226,11 +245,35 @@ mod tests {
 
     use super::*;
 
-    /// The options as the client sees them: ids, names and kinds of ACP's schema.
+    fn approval(proposed_rule: Option<&str>) -> PendingApproval {
+        PendingApproval {
+            approval_id: "apr_1".into(),
+            run_id: "run_1".into(),
+            call_id: "call_1".into(),
+            tool: "run_command".into(),
+            input: json!({"command": "cargo test --lib"}),
+            summary: "run cargo test --lib".into(),
+            created_at: "2026-01-01T00:00:00Z".into(),
+            proposed_rule: proposed_rule.map(String::from),
+            why_asked: None,
+        }
+    }
+
+    /// The options as the client sees them: ids, names and kinds of ACP's schema. The
+    /// workspace answer (naming its rule) only when a rule is proposed.
     #[test]
-    fn the_options_offer_allow_allow_always_and_deny() {
+    fn the_options_offer_allow_the_workspace_rule_allow_always_and_deny() {
         assert_eq!(
-            serde_json::to_value(options()).unwrap(),
+            serde_json::to_value(options(&approval(Some("run_command(cargo test *)")))).unwrap(),
+            json!([
+                {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+                {"optionId": "allowWorkspace", "name": "Always allow in this workspace: run_command(cargo test *)", "kind": "allow_always"},
+                {"optionId": "allowAlways", "name": "Allow always (this session)", "kind": "allow_always"},
+                {"optionId": "deny", "name": "Deny", "kind": "reject_once"},
+            ])
+        );
+        assert_eq!(
+            serde_json::to_value(options(&approval(None))).unwrap(),
             json!([
                 {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
                 {"optionId": "allowAlways", "name": "Allow always (this session)", "kind": "allow_always"},
@@ -242,7 +285,7 @@ mod tests {
     /// Each option offered, chosen, is the decision it stands for.
     #[test]
     fn each_option_chosen_is_its_decision() {
-        let decided: Vec<Verdict> = options()
+        let decided: Vec<Verdict> = options(&approval(Some("run_command(cargo test *)")))
             .into_iter()
             .map(|option| {
                 let answer =
@@ -254,6 +297,7 @@ mod tests {
             decided,
             vec![
                 Verdict::Decide(ApprovalDecision::Allow),
+                Verdict::Decide(ApprovalDecision::AllowWorkspace),
                 Verdict::Decide(ApprovalDecision::AllowAlways),
                 Verdict::Decide(ApprovalDecision::Deny),
             ]

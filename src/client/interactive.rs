@@ -210,12 +210,11 @@ impl Chat {
             _ => {
                 if let Some(approval_id) =
                     self.view.pending_approval().map(|a| a.approval_id.clone())
-                    && let Some(decision) = parse_decision(text)
+                    && let Some(typed) = parse_answer(text)
                 {
-                    let answer = self.daemon.call::<ApprovalRespond>(ApprovalRespondParams {
-                        approval_id,
-                        decision,
-                    });
+                    let answer = self
+                        .daemon
+                        .call::<ApprovalRespond>(typed.params(approval_id));
                     if let Err(e) = answer.await {
                         self.screen.styled(&[Paint::Red], &format!("✗ {e}"));
                     }
@@ -522,28 +521,98 @@ pub(crate) fn as_event(note: &Value) -> Option<SessionEventParams> {
     serde_json::from_value(note.get("params")?.clone()).ok()
 }
 
-/// What the user typed at an approval prompt.
-fn parse_decision(line: &str) -> Option<ApprovalDecision> {
-    match line.to_lowercase().as_str() {
-        "a" | "y" | "yes" | "allow" => Some(ApprovalDecision::Allow),
-        "w" | "always" | "allow always" => Some(ApprovalDecision::AllowAlways),
-        "d" | "n" | "no" | "deny" => Some(ApprovalDecision::Deny),
-        _ => None,
+/// An answer typed at an approval prompt: the decision, and the text after it (the rule to
+/// save with `w`, the reason with `d`).
+#[derive(Debug, Clone, PartialEq)]
+struct Typed {
+    decision: ApprovalDecision,
+    text: Option<String>,
+}
+
+impl Typed {
+    fn params(self, approval_id: String) -> ApprovalRespondParams {
+        let (rule, reason) = match self.decision {
+            ApprovalDecision::AllowWorkspace => (self.text, None),
+            _ => (None, self.text),
+        };
+        ApprovalRespondParams {
+            approval_id,
+            decision: self.decision,
+            rule,
+            reason,
+        }
     }
+}
+
+/// What the user typed at an approval prompt: `a` once, `s` for the session, `w` always in
+/// this workspace (`w RULE` saves that rule instead of the proposed one), `d` deny (`d REASON`
+/// tells the model why). Anything else is a message.
+fn parse_answer(line: &str) -> Option<Typed> {
+    let line = line.trim();
+    let plain = |decision| {
+        Some(Typed {
+            decision,
+            text: None,
+        })
+    };
+    match line.to_lowercase().as_str() {
+        "a" | "y" | "yes" | "allow" => return plain(ApprovalDecision::Allow),
+        "s" | "always" | "allow always" => return plain(ApprovalDecision::AllowAlways),
+        "w" => return plain(ApprovalDecision::AllowWorkspace),
+        "d" | "n" | "no" | "deny" => return plain(ApprovalDecision::Deny),
+        _ => {}
+    }
+    let (word, rest) = line.split_once(char::is_whitespace)?;
+    let decision = match word.to_lowercase().as_str() {
+        "w" => ApprovalDecision::AllowWorkspace,
+        "d" => ApprovalDecision::Deny,
+        _ => return None,
+    };
+    Some(Typed {
+        decision,
+        text: Some(rest.trim().to_string()),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn typed(decision: ApprovalDecision, text: Option<&str>) -> Option<Typed> {
+        Some(Typed {
+            decision,
+            text: text.map(String::from),
+        })
+    }
+
     #[test]
     fn decisions() {
-        assert_eq!(parse_decision("A"), Some(ApprovalDecision::Allow));
+        assert_eq!(parse_answer("A"), typed(ApprovalDecision::Allow, None));
         assert_eq!(
-            parse_decision("always"),
-            Some(ApprovalDecision::AllowAlways)
+            parse_answer("always"),
+            typed(ApprovalDecision::AllowAlways, None)
         );
-        assert_eq!(parse_decision("deny"), Some(ApprovalDecision::Deny));
-        assert_eq!(parse_decision("what?"), None);
+        assert_eq!(
+            parse_answer("s"),
+            typed(ApprovalDecision::AllowAlways, None)
+        );
+        assert_eq!(
+            parse_answer("w"),
+            typed(ApprovalDecision::AllowWorkspace, None)
+        );
+        assert_eq!(
+            parse_answer("w run_command(cargo *)"),
+            typed(
+                ApprovalDecision::AllowWorkspace,
+                Some("run_command(cargo *)")
+            )
+        );
+        assert_eq!(parse_answer("deny"), typed(ApprovalDecision::Deny, None));
+        assert_eq!(
+            parse_answer("d use nextest instead"),
+            typed(ApprovalDecision::Deny, Some("use nextest instead"))
+        );
+        assert_eq!(parse_answer("what?"), None);
+        assert_eq!(parse_answer("do it this way"), None);
     }
 }

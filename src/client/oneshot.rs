@@ -148,6 +148,8 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
                 .call::<ApprovalRespond>(ApprovalRespondParams {
                     approval_id: approval.approval_id.clone(),
                     decision,
+                    rule: None,
+                    reason: None,
                 })
                 .await?;
             continue;

@@ -197,6 +197,7 @@ impl Screen {
                 let said = match decision {
                     ApprovalDecision::Allow => "allowed once",
                     ApprovalDecision::AllowAlways => "allowed for the rest of this session",
+                    ApprovalDecision::AllowWorkspace => "allowed, and always in this workspace",
                     ApprovalDecision::Deny => "denied",
                     ApprovalDecision::Cancelled => "no longer asked: the run ended",
                 };
@@ -338,11 +339,32 @@ impl Screen {
             )
         )];
         lines.extend(self.change_preview(&approval.tool, &approval.input));
+        if let Some(why) = &approval.why_asked {
+            lines.push(format!("    {}", self.style.paint(&[Paint::Dim], why)));
+        }
+        let workspace = match &approval.proposed_rule {
+            Some(rule) => format!(
+                "{} always in this workspace: {}",
+                self.style.paint(&[Paint::Bold], "[w]"),
+                self.style.paint(&[Paint::Bold], rule)
+            ),
+            None => format!(
+                "{} always in this workspace",
+                self.style.paint(&[Paint::Bold], "[w RULE]")
+            ),
+        };
         lines.push(format!(
-            "    {} allow once · {} always, for this session · {} deny",
+            "    {} allow once · {} for this session · {workspace} · {} deny",
             self.style.paint(&[Paint::Bold], "[a]"),
-            self.style.paint(&[Paint::Bold], "[w]"),
+            self.style.paint(&[Paint::Bold], "[s]"),
             self.style.paint(&[Paint::Bold], "[d]"),
+        ));
+        lines.push(format!(
+            "    {}",
+            self.style.paint(
+                &[Paint::Dim],
+                "(w RULE saves another rule, e.g. w run_command(cargo *); d REASON tells the model why)"
+            )
         ));
         lines
     }

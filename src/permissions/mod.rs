@@ -22,6 +22,7 @@
 //!   folders. A path outside the workspace matches no pattern, only a rule naming the tool alone.
 //! - other tools (`delegate`, MCP tools) take no pattern; an MCP tool's name may end in `*`.
 
+pub mod answers;
 pub mod project;
 pub mod shell;
 
@@ -73,6 +74,8 @@ pub enum Origin {
     User(PathBuf),
     /// The workspace's `.sidechat/config.toml`.
     Project(PathBuf),
+    /// An "always in this workspace" answer saved in the database, by its id.
+    Workspace(String),
 }
 
 impl fmt::Display for Origin {
@@ -80,6 +83,7 @@ impl fmt::Display for Origin {
         match self {
             Origin::User(path) => write!(f, "the config file {}", path.display()),
             Origin::Project(path) => write!(f, "the project file {}", path.display()),
+            Origin::Workspace(id) => write!(f, "the answers saved for this workspace (id {id})"),
         }
     }
 }

@@ -132,8 +132,13 @@ pub struct ChatResumeResult {
 pub enum ApprovalDecision {
     /// Run this call.
     Allow,
-    /// Run this call and every later call of the same tool in this session.
+    /// Run this call and every later call of the same tool in this session. (The wire name is
+    /// kept from before there was a workspace answer: it means "allow for this session".)
     AllowAlways,
+    /// Run this call and save an allow rule for the session's workspace: it applies to later
+    /// calls in any session of that workspace root, across restarts. The rule is
+    /// `approval/respond`'s `rule`, or the approval's `proposedRule` when none is given.
+    AllowWorkspace,
     /// Do not run it; the model is told it was denied.
     Deny,
     /// Resolved by `chat/stop` or by the run ending; never sent by a client.
@@ -145,6 +150,13 @@ pub enum ApprovalDecision {
 pub struct ApprovalRespondParams {
     pub approval_id: String,
     pub decision: ApprovalDecision,
+    /// With `allowWorkspace`: the rule to save (e.g. `run_command(cargo test *)`), when the user
+    /// edited the approval's `proposedRule`. Checked like a rule of the config file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// With `deny`: why, in the user's words; the model is told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -243,6 +243,10 @@ protocol_methods! {
         InterjectionCancel "interjection/cancel" (InterjectionCancelParams) -> InterjectionCancelResult => interjection_cancel;
         /// Deletes a carry-over note: it is never sent to a model again.
         NoteDelete "note/delete" (NoteDeleteParams) -> NoteDeleteResult => note_delete;
+        /// The saved workspace answers, and every rule in force in a workspace with its source.
+        PermissionsList "permissions/list" (PermissionsListParams) -> PermissionsListResult => permissions_list;
+        /// Deletes a saved workspace answer.
+        PermissionsRemove "permissions/remove" (PermissionsRemoveParams) -> PermissionsRemoveResult => permissions_remove;
     }
     notifications {
         /// The client has read `initialize`'s answer.

@@ -234,6 +234,15 @@ pub struct PendingApproval {
     /// One line a prompt can show, e.g. `write notes.md (3 lines)`.
     pub summary: String,
     pub created_at: String,
+    /// The allow rule an "always in this workspace" answer would save, proposed from the call
+    /// (e.g. `run_command(cargo test *)`, `write_file(src/**)`); the user may edit it. Absent
+    /// when the session has no workspace or the call names a path outside it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proposed_rule: Option<String>,
+    /// Why this call is asked although rules exist: the ask rule that forced the prompt, or
+    /// what kept an allow rule from applying (e.g. a redirection writing outside the workspace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why_asked: Option<String>,
 }
 
 /// Input typed while a run works, not yet delivered to the model.

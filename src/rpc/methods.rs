@@ -99,6 +99,20 @@ impl Handler for Runtime {
     async fn note_delete(self, params: NoteDeleteParams) -> Result<NoteDeleteResult, RuntimeError> {
         self.delete_note(params)
     }
+
+    async fn permissions_list(
+        self,
+        params: PermissionsListParams,
+    ) -> Result<PermissionsListResult, RuntimeError> {
+        self.list_permissions(params)
+    }
+
+    async fn permissions_remove(
+        self,
+        params: PermissionsRemoveParams,
+    ) -> Result<PermissionsRemoveResult, RuntimeError> {
+        self.remove_permission(params)
+    }
 }
 
 impl From<RouteError<RuntimeError>> for ErrorObjectOwned {

@@ -2,8 +2,9 @@
 
 use super::run::{RunStart, spawn_run};
 use super::{Runtime, RuntimeError, RuntimeResult};
+use crate::permissions::{List, Origin, Rule, answers};
 use crate::protocol::*;
-use crate::store::{ApprovalOutcome, CancelOutcome, EarlierSend, NewMessage};
+use crate::store::{Answer, ApprovalOutcome, CancelOutcome, EarlierSend, NewMessage};
 use crate::util::new_id;
 
 /// What a send found: a run at work, which queued the text, or the session claimed (and its
@@ -513,12 +514,13 @@ impl Runtime {
     ) -> RuntimeResult<ApprovalRespondResult> {
         if params.decision == ApprovalDecision::Cancelled {
             return Err(RuntimeError::InvalidParams(
-                "decision must be allow, allowAlways or deny; cancelled is set by chat/stop".into(),
+                "decision must be allow, allowAlways, allowWorkspace or deny; cancelled is set by chat/stop".into(),
             ));
         }
+        let answer = self.answer_of(&params)?;
         let store = &self.inner.store;
         let answering = crate::util::lock_off_worker(&self.inner.answering);
-        match store.resolve_approval(&params.approval_id, params.decision)? {
+        match store.resolve_approval(&params.approval_id, &answer)? {
             ApprovalOutcome::NotFound => Err(RuntimeError::NotFound {
                 what: "approval",
                 id: params.approval_id,
@@ -556,6 +558,57 @@ impl Runtime {
                 })
             }
         }
+    }
+
+    /// The answer `approval/respond` records: a deny's reason, and for `allowWorkspace` the
+    /// rule to save (the one sent, or else the one proposed), checked like a config file's.
+    fn answer_of(&self, params: &ApprovalRespondParams) -> RuntimeResult<Answer> {
+        let reason = params
+            .reason
+            .as_deref()
+            .map(str::trim)
+            .filter(|r| !r.is_empty());
+        if reason.is_some() && params.decision != ApprovalDecision::Deny {
+            return Err(RuntimeError::InvalidParams(
+                "reason: only a deny takes a reason (it tells the model why)".into(),
+            ));
+        }
+        let mut answer = Answer::plain(params.decision);
+        answer.reason = reason.map(String::from);
+        if params.decision != ApprovalDecision::AllowWorkspace {
+            if params.rule.is_some() {
+                return Err(RuntimeError::InvalidParams(
+                    "rule: only allowWorkspace takes a rule (the one to save for the workspace)"
+                        .into(),
+                ));
+            }
+            return Ok(answer);
+        }
+        let store = &self.inner.store;
+        let Some((session_id, proposed)) = store.approval_proposal(&params.approval_id)? else {
+            return Err(RuntimeError::NotFound {
+                what: "approval",
+                id: params.approval_id.clone(),
+            });
+        };
+        let session = self.session_row(&session_id)?;
+        let Some(root) = session.workspace_root.as_deref() else {
+            return Err(RuntimeError::InvalidParams(format!(
+                "decision: allowWorkspace needs a workspace, and session {session_id} has none; answer allow or allowAlways"
+            )));
+        };
+        let Some(text) = params.rule.clone().or(proposed) else {
+            return Err(RuntimeError::InvalidParams(
+                "rule: this call proposes no rule (its path is outside the workspace); give the rule to save".into(),
+            ));
+        };
+        let rule = Rule::parse(&text, List::Allow, Origin::Workspace(String::new()))
+            .map_err(|e| RuntimeError::InvalidParams(format!("rule: {e}")))?;
+        answer.workspace_rule = Some((
+            answers::workspace_key(std::path::Path::new(root)),
+            rule.text().to_string(),
+        ));
+        Ok(answer)
     }
 
     /// A run left waiting for an approval by a previous daemon, with no live task here or in

@@ -13,6 +13,7 @@ const HELP: &str = "Commands:
   /clear           the model starts fresh; earlier messages stay readable here
   /compact [focus] summarise the earlier turns now (optionally: what to keep in view)
   /new-context     the model starts afresh with a short note carried over from before
+  /permissions     every permission rule in force here and where it comes from
   /help            this list
 Start a message with // to send a literal slash.";
 
@@ -131,6 +132,7 @@ impl Runtime {
                 done?
             }
             "new-context" => self.new_context_command(session).await?,
+            "permissions" => self.describe_permissions(session)?,
             "clear" => {
                 // A run, live or suspended on an approval after a restart, still needs the
                 // transcript it stands on: its next request must start with its own tool call.

@@ -15,6 +15,7 @@ mod lease;
 mod locked;
 mod mcp_tools;
 mod periodic;
+mod permission_rules;
 mod projection;
 mod promotion;
 mod recovery;

@@ -18,6 +18,35 @@ const STOPPED_DURING: &str =
 const DENIED: &str =
     "The user denied this tool call. Do not retry it; ask the user how to proceed if needed.";
 
+/// What the model is told of a call the user denied with a reason: the reason, in their words.
+fn denied_because(reason: &str) -> String {
+    format!(
+        "The user denied this tool call and said why: {reason}\nDo not retry it as it was; take what the user said into account, and ask the user how to proceed if needed."
+    )
+}
+
+/// What an approval prompt says beyond the call: the rule a workspace answer would save, and
+/// why the rules in force did not settle the call.
+#[derive(Debug, Clone, Default)]
+struct Prompt {
+    proposed_rule: Option<String>,
+    why_asked: Option<String>,
+}
+
+impl Prompt {
+    fn of(call: &ToolCallRow, decision: &Decision, root: Option<&std::path::Path>) -> Self {
+        let why_asked = match decision {
+            Decision::Ask(matched) => Some(format!("Asked by {matched}.")),
+            Decision::Default { why: Some(why) } => Some(format!("No allow rule applies: {why}.")),
+            _ => None,
+        };
+        Self {
+            proposed_rule: permissions::answers::propose(&call.name, &call.input, root),
+            why_asked,
+        }
+    }
+}
+
 /// What the model is told of a call a deny rule refused: the rule and where it is written, so
 /// the model (and the user reading along) knows what to change.
 fn refused(matched: &permissions::Matched) -> String {
@@ -45,7 +74,6 @@ impl RunContext {
                 .and_then(|s| s.workspace_root.as_deref())
                 .map(std::path::PathBuf::from),
         };
-        let rules = self.rules(root.as_deref())?;
         for call in calls.iter().filter(|c| c.output.is_none()) {
             self.emit(Event::ToolCallStarted {
                 call_id: call.id.clone(),
@@ -55,8 +83,13 @@ impl RunContext {
             });
         }
         for call in calls.iter().filter(|c| c.output.is_none()) {
+            // Read for each call: a workspace answer to one call applies to the next.
+            let rules = self.rules(root.as_deref())?;
             let decision = rules.decide(&call.name, &call.input, root.as_deref());
-            let (status, outcome) = self.resolve_one(call, workspace.as_ref(), decision).await?;
+            let prompt = Prompt::of(call, &decision, root.as_deref());
+            let (status, outcome) = self
+                .resolve_one(call, workspace.as_ref(), decision, &prompt)
+                .await?;
             if let Some(change) = outcome.changed.as_ref().filter(|_| !outcome.is_error) {
                 self.inner
                     .store
@@ -101,6 +134,7 @@ impl RunContext {
         call: &ToolCallRow,
         workspace: Option<&Result<Workspace, tools::PathError>>,
         decision: Decision,
+        prompt: &Prompt,
     ) -> RuntimeResult<(ToolCallStatus, ToolOutcome)> {
         if let Decision::Deny(matched) = &decision {
             tracing::info!(call_id = %call.id, tool = %call.name, rule = %matched.rule, "refused by a deny rule");
@@ -112,7 +146,7 @@ impl RunContext {
         // `delegate` is never asked by default; an ask rule asks before the task starts.
         if call.name == super::delegation::DELEGATE
             && matches!(decision, Decision::Ask(_))
-            && let Some(refused) = self.refusal(call, &decision).await?
+            && let Some(refused) = self.refusal(call, &decision, prompt).await?
         {
             return Ok(refused);
         }
@@ -125,7 +159,7 @@ impl RunContext {
                 ToolOutcome::error(STOPPED_BEFORE),
             ));
         }
-        if let Some(refused) = self.refusal(call, &decision).await? {
+        if let Some(refused) = self.refusal(call, &decision, prompt).await? {
             return Ok(refused);
         }
         self.mark_running(call)?;
@@ -165,50 +199,64 @@ impl RunContext {
         &mut self,
         call: &ToolCallRow,
         decision: &Decision,
+        prompt: &Prompt,
     ) -> RuntimeResult<Option<(ToolCallStatus, ToolOutcome)>> {
         let answer = match decision {
             Decision::Allow(_) => Some(ApprovalDecision::Allow),
-            Decision::Ask(_) => self.approval(call, true).await?,
-            _ => self.approval(call, false).await?,
+            Decision::Ask(_) => self.approval(call, true, prompt).await?,
+            _ => self.approval(call, false, prompt).await?,
         };
         Ok(match answer {
             Some(ApprovalDecision::Deny) => {
-                let output = self.expired_output(call)?;
-                Some((
-                    ToolCallStatus::Denied,
-                    ToolOutcome::error(output.as_deref().unwrap_or(DENIED)),
-                ))
+                let output = match self.expired_output(call)? {
+                    Some(expired) => expired,
+                    None => match self.deny_reason(call)? {
+                        Some(reason) => denied_because(&reason),
+                        None => DENIED.to_string(),
+                    },
+                };
+                Some((ToolCallStatus::Denied, ToolOutcome::error(output)))
             }
             Some(ApprovalDecision::Cancelled) | None => Some((
                 ToolCallStatus::Cancelled,
                 ToolOutcome::error(STOPPED_BEFORE),
             )),
-            Some(ApprovalDecision::Allow | ApprovalDecision::AllowAlways) => None,
+            Some(
+                ApprovalDecision::Allow
+                | ApprovalDecision::AllowAlways
+                | ApprovalDecision::AllowWorkspace,
+            ) => None,
         })
     }
 
-    /// The rules in force for this run's calls: the user's, then the workspace's own, whose
-    /// notices (an ignored allow, a rule that cannot be read) the session hears once.
+    /// The reason the user gave with a deny of this call, if any.
+    fn deny_reason(&self, call: &ToolCallRow) -> RuntimeResult<Option<String>> {
+        Ok(self
+            .inner
+            .store
+            .latest_approval(&self.session_id, &call.id)?
+            .and_then(|a| a.reason))
+    }
+
+    /// The rules in force for this run's calls: the user's, the workspace's own file's, whose
+    /// notices (an ignored allow, a rule that cannot be read) the session hears once, and the
+    /// answers saved for the workspace.
     fn rules(&self, root: Option<&std::path::Path>) -> RuntimeResult<permissions::Rules> {
-        let mut rules = self.inner.config.permissions.clone();
-        if let Some(root) = root {
-            let project = permissions::project::load(root);
-            for notice in project.notices {
-                if self
-                    .inner
-                    .first_permission_notice(&self.session_id, &notice)
-                {
-                    self.inner.notice(
-                        &self.session_id,
-                        Some(&self.run_id),
-                        NoticeLevel::Warning,
-                        notice,
-                    )?;
-                }
+        let in_force = self.inner.rules_in_force(root)?;
+        for notice in in_force.notices {
+            if self
+                .inner
+                .first_permission_notice(&self.session_id, &notice)
+            {
+                self.inner.notice(
+                    &self.session_id,
+                    Some(&self.run_id),
+                    NoticeLevel::Warning,
+                    notice,
+                )?;
             }
-            rules.extend(project.rules);
         }
-        Ok(rules)
+        Ok(in_force.rules)
     }
 
     /// Stores the call as running and tells the clients.
@@ -233,6 +281,7 @@ impl RunContext {
         &mut self,
         call: &ToolCallRow,
         forced: bool,
+        prompt: &Prompt,
     ) -> RuntimeResult<Option<ApprovalDecision>> {
         let store = &self.inner.store;
         if !forced
@@ -250,6 +299,8 @@ impl RunContext {
                 input: call.input.clone(),
                 summary: tools::summary(&call.name, &call.input),
                 created_at: crate::util::rfc3339(crate::util::now_ms()),
+                proposed_rule: prompt.proposed_rule.clone(),
+                why_asked: prompt.why_asked.clone(),
             };
             store.insert_approval(&approval, &self.session_id)?;
             store.set_tool_call_status(

@@ -257,6 +257,21 @@ const MIGRATIONS: &[&str] = &[
         unpriced_lines  INTEGER NOT NULL
     );
     "#,
+    // 17: "always in this workspace" answers: an allow rule per workspace root, in force in
+    // every session of that root; and what an approval prompt proposed and said, and the
+    // reason given with a deny, so a run reading the answer (maybe another daemon's) has it.
+    r#"
+    CREATE TABLE workspace_rules (
+        id             TEXT PRIMARY KEY,
+        workspace_root TEXT NOT NULL,       -- resolved (symbolic links followed)
+        rule           TEXT NOT NULL,
+        created_at     INTEGER NOT NULL
+    );
+    CREATE UNIQUE INDEX workspace_rules_by_root ON workspace_rules (workspace_root, rule);
+    ALTER TABLE approvals ADD COLUMN proposed_rule TEXT;
+    ALTER TABLE approvals ADD COLUMN why_asked TEXT;
+    ALTER TABLE approvals ADD COLUMN reason TEXT;
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

@@ -30,6 +30,7 @@ mod spend;
 mod sql_text;
 mod tool_calls;
 mod usage;
+mod workspace_rules;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -53,9 +54,11 @@ pub use sessions::{NewSession, SessionPage, SessionRow, SessionUpdate};
 pub use spend::KeptSpend;
 pub use sql_text::TextError;
 pub use tool_calls::{
-    ApprovalAnswer, ApprovalOutcome, ApprovalRow, ApprovalStatus, LatestApproval, ToolCallRow,
+    Answer, ApprovalAnswer, ApprovalOutcome, ApprovalRow, ApprovalStatus, LatestApproval,
+    ToolCallRow,
 };
 pub use usage::{UsageRow, elapsed_ms};
+pub use workspace_rules::WorkspaceRuleRow;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -37,12 +37,34 @@ pub struct ApprovalRow {
     pub tool: String,
 }
 
+/// What the user answered, as `resolve_approval` records it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub decision: ApprovalDecision,
+    /// With a deny: why, for the model.
+    pub reason: Option<String>,
+    /// With `allowWorkspace`: the workspace root and the allow rule to save for it.
+    pub workspace_rule: Option<(String, String)>,
+}
+
+impl Answer {
+    pub fn plain(decision: ApprovalDecision) -> Self {
+        Self {
+            decision,
+            reason: None,
+            workspace_rule: None,
+        }
+    }
+}
+
 /// An approval's answer, and which daemon (lease owner) took it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApprovalAnswer {
     pub approval_id: String,
     pub decision: ApprovalDecision,
     pub resolved_by: Option<String>,
+    /// The user's reason for a deny, which the model is told.
+    pub reason: Option<String>,
 }
 
 /// A call's latest approval as stored.
@@ -52,6 +74,8 @@ pub struct LatestApproval {
     pub status: ApprovalStatus,
     /// The daemon (lease owner) that answered it.
     pub resolved_by: Option<String>,
+    /// The user's reason for a deny.
+    pub reason: Option<String>,
 }
 
 impl LatestApproval {
@@ -63,6 +87,7 @@ impl LatestApproval {
             approval_id: self.approval_id,
             decision,
             resolved_by: self.resolved_by,
+            reason: self.reason,
         })
     }
 }
@@ -74,6 +99,7 @@ pub enum ApprovalStatus {
     Pending,
     Allow,
     AllowAlways,
+    AllowWorkspace,
     Deny,
     Cancelled,
 }
@@ -83,6 +109,7 @@ impl From<ApprovalDecision> for ApprovalStatus {
         match decision {
             ApprovalDecision::Allow => ApprovalStatus::Allow,
             ApprovalDecision::AllowAlways => ApprovalStatus::AllowAlways,
+            ApprovalDecision::AllowWorkspace => ApprovalStatus::AllowWorkspace,
             ApprovalDecision::Deny => ApprovalStatus::Deny,
             ApprovalDecision::Cancelled => ApprovalStatus::Cancelled,
         }
@@ -96,6 +123,7 @@ impl ApprovalStatus {
             ApprovalStatus::Pending => None,
             ApprovalStatus::Allow => Some(ApprovalDecision::Allow),
             ApprovalStatus::AllowAlways => Some(ApprovalDecision::AllowAlways),
+            ApprovalStatus::AllowWorkspace => Some(ApprovalDecision::AllowWorkspace),
             ApprovalStatus::Deny => Some(ApprovalDecision::Deny),
             ApprovalStatus::Cancelled => Some(ApprovalDecision::Cancelled),
         }
@@ -216,8 +244,9 @@ impl Store {
     pub fn insert_approval(&self, approval: &PendingApproval, session_id: &str) -> StoreResult<()> {
         self.write(|conn| {
         conn.execute(
-            "INSERT INTO approvals (id, session_id, run_id, call_id, tool, input, summary, status, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            "INSERT INTO approvals (id, session_id, run_id, call_id, tool, input, summary, status, created_at,
+                                    proposed_rule, why_asked)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             params![
                 approval.approval_id,
                 session_id,
@@ -227,7 +256,9 @@ impl Store {
                 approval.input.to_string(),
                 approval.summary,
                 ApprovalStatus::Pending,
-                now_ms()
+                now_ms(),
+                approval.proposed_rule,
+                approval.why_asked
             ],
         )?;
         Ok(())
@@ -245,7 +276,7 @@ impl Store {
         self.read(|conn| {
             Ok(conn
                 .query_row(
-                    "SELECT id, status, resolved_by FROM approvals WHERE session_id = ?1 AND call_id = ?2
+                    "SELECT id, status, resolved_by, reason FROM approvals WHERE session_id = ?1 AND call_id = ?2
                      ORDER BY created_at DESC LIMIT 1",
                     params![session_id, call_id],
                     |r| {
@@ -253,6 +284,7 @@ impl Store {
                             approval_id: r.get(0)?,
                             status: r.get(1)?,
                             resolved_by: r.get(2)?,
+                            reason: r.get(3)?,
                         })
                     },
                 )
@@ -268,7 +300,7 @@ impl Store {
             Ok(conn.query_row(
                 "SELECT EXISTS (SELECT 1 FROM approvals a JOIN tool_calls c
                    ON c.session_id = a.session_id AND c.id = a.call_id
-                 WHERE a.session_id = ?1 AND a.run_id = ?2 AND a.status IN (?3, ?4, ?5)
+                 WHERE a.session_id = ?1 AND a.run_id = ?2 AND a.status IN (?3, ?4, ?5, ?7)
                    AND c.status = ?6 AND c.output IS NULL)",
                 params![
                     session_id,
@@ -276,7 +308,8 @@ impl Store {
                     ApprovalStatus::Allow,
                     ApprovalStatus::AllowAlways,
                     ApprovalStatus::Deny,
-                    ToolCallStatus::AwaitingApproval
+                    ToolCallStatus::AwaitingApproval,
+                    ApprovalStatus::AllowWorkspace
                 ],
                 |r| r.get(0),
             )?)
@@ -287,7 +320,7 @@ impl Store {
         self.read(|conn| {
             rows_with_input(
                 conn,
-                "SELECT id, run_id, call_id, tool, input, summary, created_at FROM approvals
+                "SELECT id, run_id, call_id, tool, input, summary, created_at, proposed_rule, why_asked FROM approvals
                  WHERE session_id = ?1 AND status = 'pending' ORDER BY created_at",
                 session_id,
                 "approval",
@@ -300,18 +333,18 @@ impl Store {
                         input,
                         summary: r.get(5)?,
                         created_at: rfc3339(r.get(6)?),
+                        proposed_rule: r.get(7)?,
+                        why_asked: r.get(8)?,
                     })
                 },
             )
         })
     }
 
-    /// Records the user's answer once; `allowAlways` also allows the tool for the session.
-    pub fn resolve_approval(
-        &self,
-        id: &str,
-        decision: ApprovalDecision,
-    ) -> StoreResult<ApprovalOutcome> {
+    /// Records the user's answer once; `allowAlways` also allows the tool for the session, and
+    /// `allowWorkspace` saves `answer.workspace_rule` in the same transaction.
+    pub fn resolve_approval(&self, id: &str, answer: &Answer) -> StoreResult<ApprovalOutcome> {
+        let decision = answer.decision;
         self.write(|conn| {
             let tx = conn.transaction()?;
             let row = tx
@@ -339,9 +372,19 @@ impl Store {
                 return Ok(ApprovalOutcome::AlreadyResolved(earlier));
             }
             tx.execute(
-                "UPDATE approvals SET status = ?2, resolved_at = ?3, resolved_by = ?4 WHERE id = ?1",
-                params![id, ApprovalStatus::from(decision), now_ms(), self.owner()],
+                "UPDATE approvals SET status = ?2, resolved_at = ?3, resolved_by = ?4, reason = ?5
+                 WHERE id = ?1",
+                params![
+                    id,
+                    ApprovalStatus::from(decision),
+                    now_ms(),
+                    self.owner(),
+                    answer.reason
+                ],
             )?;
+            if let Some((root, rule)) = &answer.workspace_rule {
+                super::workspace_rules::insert(&tx, root, rule)?;
+            }
             if decision == ApprovalDecision::AllowAlways {
                 tx.execute(
                     "INSERT OR IGNORE INTO allowed_tools (session_id, tool) VALUES (?1, ?2)",
@@ -350,6 +393,20 @@ impl Store {
             }
             tx.commit()?;
             Ok(ApprovalOutcome::Applied(row))
+        })
+    }
+
+    /// An approval's session and the rule its prompt proposed; `None` when there is no such
+    /// approval.
+    pub fn approval_proposal(&self, id: &str) -> StoreResult<Option<(String, Option<String>)>> {
+        self.read(|conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT session_id, proposed_rule FROM approvals WHERE id = ?1",
+                    [id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()?)
         })
     }
 
@@ -453,6 +510,8 @@ mod tests {
             input: serde_json::json!({"path": "a.md"}),
             summary: "write a.md".into(),
             created_at: rfc3339(0),
+            proposed_rule: None,
+            why_asked: None,
         };
         store.insert_approval(&approval, &session_id).unwrap();
         (session_id, message_id)

@@ -346,7 +346,7 @@ test('a write asks permission; allowed, it runs and shows its diff', async () =>
   assert.deepEqual(answer, { stopReason: 'end_turn' });
   const asked = agent.permissions.at(-1);
   assert.equal(asked.sessionId, sessionId);
-  assert.deepEqual(asked.options.map((o) => [o.optionId, o.kind]), [['allow', 'allow_once'], ['allowAlways', 'allow_always'], ['deny', 'reject_once']]);
+  assert.deepEqual(asked.options.map((o) => [o.optionId, o.kind]), [['allow', 'allow_once'], ['allowWorkspace', 'allow_always'], ['allowAlways', 'allow_always'], ['deny', 'reject_once']]);
   const path = join(workspace, 'notes.md');
   assert.deepEqual(asked.toolCall, {
     toolCallId: asked.toolCall.toolCallId,
@@ -384,6 +384,23 @@ test('a write the user denies does not run, and the turn goes on', async () => {
   assert.equal(last.status, 'failed');
   assert.match(last.content[0].content.text, /denied/);
   assert.equal(existsSync(join(workspace, 'other.md')), false);
+});
+
+test('allow_always saves the workspace rule it names: the same write later runs unasked', async () => {
+  agent.onPermission = async (params) => ({ outcome: { outcome: 'selected', optionId: params.options.find((o) => o.kind === 'allow_always').optionId } });
+  const before = agent.permissions.length;
+  assert.deepEqual(await agent.request('session/prompt', { sessionId, prompt: [{ type: 'text', text: 'please write kept.md' }] }), { stopReason: 'end_turn' });
+  assert.equal(agent.permissions.length, before + 1);
+  const offered = agent.permissions.at(-1).options.filter((o) => o.kind === 'allow_always');
+  assert.deepEqual(offered.map((o) => [o.optionId, o.name]), [
+    ['allowWorkspace', 'Always allow in this workspace: write_file(kept.md)'],
+    ['allowAlways', 'Allow always (this session)'],
+  ]);
+  rmSync(join(workspace, 'kept.md'));
+  agent.onPermission = async () => ({ outcome: { outcome: 'selected', optionId: 'deny' } });
+  assert.deepEqual(await agent.request('session/prompt', { sessionId, prompt: [{ type: 'text', text: 'now write kept.md again' }] }), { stopReason: 'end_turn' });
+  assert.equal(agent.permissions.length, before + 1, 'not asked again');
+  assert.equal(readFileSync(join(workspace, 'kept.md'), 'utf8'), 'written by the model\n');
 });
 
 test('a delegated task is a tool call that follows the sub-agent, its permission asked in the session', async () => {
@@ -491,14 +508,14 @@ test('session/load replays the history in order, before its answer', async () =>
   const replayed = agent.messages.slice(from, answeredAt).filter((m) => m.method === 'session/update').map((m) => m.params.update);
   const users = replayed.filter((u) => u.sessionUpdate === 'user_message_chunk').map((u) => u.content.text);
   // A slash command is not a message to the model: only its note is stored, and replayed.
-  assert.deepEqual(users, ['stream a greeting', 'please write notes.md', 'now write other.md', 'please delegate this', 'a slow answer please', 'run a command']);
+  assert.deepEqual(users, ['stream a greeting', 'please write notes.md', 'now write other.md', 'please write kept.md', 'now write kept.md again', 'please delegate this', 'a slow answer please', 'run a command']);
   assert.match(text(replayed, 'agent_message_chunk'), /Cost of this session: \$/);
   assert.deepEqual(kinds(replayed).slice(0, 5), ['user_message_chunk', 'agent_thought_chunk', 'agent_message_chunk', 'agent_message_chunk', 'user_message_chunk']);
   const calls = replayed.filter((u) => u.sessionUpdate === 'tool_call').map((u) => u.kind);
   // The delegate call is of kind `other`, which ACP leaves out.
-  assert.deepEqual(calls, ['edit', 'edit', undefined, 'execute']);
+  assert.deepEqual(calls, ['edit', 'edit', 'edit', 'edit', undefined, 'execute']);
   const results = replayed.filter((u) => u.sessionUpdate === 'tool_call_update').map((u) => u.status);
-  assert.deepEqual(results, ['completed', 'failed', 'completed', 'failed']);
+  assert.deepEqual(results, ['completed', 'failed', 'completed', 'completed', 'completed', 'failed']);
   assert.equal(text(replayed.slice(0, 3), 'agent_message_chunk'), 'Hello from the fake upstream.');
   assert.deepEqual(kinds(replayed).slice(-2), ['session_info_update', 'usage_update']);
   const afterwards = agent.messages.slice(answeredAt + 1).filter((m) => m.method === 'session/update' && m.params.sessionId === sessionId);

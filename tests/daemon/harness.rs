@@ -281,6 +281,8 @@ pub fn answer(approval: &str, decision: ApprovalDecision) -> ApprovalRespondPara
     ApprovalRespondParams {
         approval_id: approval.into(),
         decision,
+        rule: None,
+        reason: None,
     }
 }
 

@@ -45,3 +45,4 @@ mod transcripts;
 mod two_daemons;
 #[path = "../support/upstream.rs"]
 mod upstream;
+mod workspace_answers;

@@ -142,6 +142,8 @@ async fn respond(daemon: &Daemon, approval: String, decision: ApprovalDecision) 
         .call::<ApprovalRespond>(ApprovalRespondParams {
             approval_id: approval,
             decision,
+            rule: None,
+            reason: None,
         })
         .await;
 }

@@ -903,4 +903,44 @@ fn sessions_list_shows_the_newest_unless_asked_for_all() {
     let (status, listed, err) = sidechat(&scratch, &["sessions", "list"], None);
     assert_eq!((status, err.as_str()), (0, ""));
     assert_eq!(listed.lines().count(), 3);
+
+#[test]
+fn the_approval_prompt_offers_the_workspace_rule_and_w_saves_an_edited_one() {
+    let scratch = Scratch::new();
+    let workspace = scratch.workspace();
+    let terminal = Tmux::start(&scratch, "workspace-rule", &chat_line(&scratch, ""));
+    terminal.wait_for("› ");
+
+    terminal.type_line("create notes.md with hi");
+    let prompt = terminal.wait_for("[a] allow once");
+    assert!(
+        prompt.contains("[w] always in this workspace: write_file(notes.md)"),
+        "{prompt}"
+    );
+    assert!(prompt.contains("[s] for this session"), "{prompt}");
+    // `w RULE` saves the rule typed instead of the proposed one.
+    terminal.type_line("w write_file(*.md)");
+    terminal.wait_for("allowed, and always in this workspace");
+    terminal.wait_for("Done. The tool answered:");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("notes.md")).unwrap(),
+        "hi\n"
+    );
+
+    // The saved rule covers the next Markdown write: no prompt.
+    terminal.type_line("create other.md with more");
+    let screen = terminal.wait_for_count("Done. The tool answered:", 2);
+    assert!(!screen.contains("allow: write other.md"), "{screen}");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("other.md")).unwrap(),
+        "more\n"
+    );
+
+    // Another file is asked; `d REASON` denies it.
+    terminal.type_line("create draft.txt with x");
+    terminal.wait_for("allow: write draft.txt (1 line)");
+    terminal.type_line("d name it notes.txt");
+    terminal.wait_for("✗ not run: denied");
+    assert!(!workspace.join("draft.txt").exists());
+    terminal.quit();
 }

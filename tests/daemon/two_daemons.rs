@@ -160,6 +160,8 @@ async fn an_approval_answered_through_the_other_daemon_reaches_the_owner_once() 
     let answer = |decision| ApprovalRespondParams {
         approval_id: approval_id.clone(),
         decision,
+        rule: None,
+        reason: None,
     };
     let applied = json_of(
         b.call::<ApprovalRespond>(answer(ApprovalDecision::Allow))
@@ -229,6 +231,8 @@ async fn an_approval_answered_through_the_other_daemon_is_acted_on_when_the_owne
         b.call::<ApprovalRespond>(ApprovalRespondParams {
             approval_id: approval_id.clone(),
             decision: ApprovalDecision::Allow,
+            rule: None,
+            reason: None,
         })
         .await,
     );

@@ -26,7 +26,8 @@ H.run({
         "+++ notes.md",
         "+hello",
         "",
-        "a allow once · A allow always · d deny · q hide",
+        "w saves: write_file(notes.md)",
+        "a allow once · A allow always · w always in this workspace · d deny · D deny, saying why · q hide",
       }, vim.api.nvim_buf_get_lines(approval.state.buf, 0, -1, false), "approval window")
 
       -- Typed while the run waits: queued, shown waiting.

@@ -615,3 +615,49 @@ async function waitFor(condition: () => boolean, timeoutMs = 30_000): Promise<vo
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
 }
+
+test('an approval card saves an edited rule for the workspace (a refused one kept to fix), a matching write then asks nobody, and Deny tells the model the reason typed', { timeout: 120_000 }, () =>
+  withChat('workspace-rule', { env: () => ({ SIDECHAT_DEMO_DELAY_MS: '5' }) }, async ({ scratch, daemon, page }) => {
+    await send(page, 'create notes.md with hello');
+    await page.waitForSelector('.approval', STEP);
+    assert.equal(await page.isVisible('.approval .workspace-rule'), false);
+    await page.click('.approval button.allow-workspace');
+    await page.waitForSelector('.approval .workspace-rule input.rule', STEP);
+    assert.equal(await page.inputValue('.approval input.rule'), 'write_file(notes.md)');
+    // A rule the daemon cannot read is refused, naming the problem; the card and the text stay.
+    await page.fill('.approval input.rule', 'write_file(/etc/*)');
+    await page.click('.approval button.save-rule');
+    await page.waitForSelector('.error .text', STEP);
+    assert.match((await page.textContent('.error .text')) ?? '', /gives an absolute path; patterns are relative to the workspace root/);
+    await page.waitForSelector('.approval button.save-rule:not([disabled])', STEP);
+    assert.equal(await page.inputValue('.approval input.rule'), 'write_file(/etc/*)');
+    await screenshot(page, '15-workspace-rule');
+    await page.fill('.approval input.rule', 'write_file(*.md)');
+    await page.click('.approval button.save-rule');
+    await page.waitForSelector('.approval', { state: 'detached', ...STEP });
+    await untilIdle(page);
+    assert.equal(readFileSync(join(scratch.workspace, 'notes.md'), 'utf8'), 'hello\n');
+    const listed = await daemon.request('permissions/list', {});
+    assert.deepEqual(listed.stored.map((r) => r.rule), ['write_file(*.md)']);
+
+    // The saved rule covers the next write of a Markdown file: nobody is asked.
+    await send(page, 'create other.md with more');
+    await waitIn(page, () => document.querySelectorAll('.entry.tool[data-status="done"]').length === 2);
+    await untilIdle(page);
+    assert.equal(await page.locator('.approval').count(), 0);
+
+    // Deny with a reason: the model is told it.
+    await send(page, 'create draft.txt with x');
+    await page.waitForSelector('.approval', STEP);
+    await page.fill('.approval input.reason', 'name it notes.txt');
+    await page.click('.approval button.deny');
+    await page.waitForSelector('.entry.tool[data-status="denied"]', STEP);
+    await untilIdle(page);
+    const [session] = (await daemon.request('session/list', {})).sessions;
+    const transcript = await daemon.request('session/transcript', { sessionId: session.id });
+    const denied = transcript.entries.flatMap((e) => e.blocks).filter((b) => b.type === 'toolResult' && b.status === 'denied');
+    assert.deepEqual(denied.map((b) => (b.type === 'toolResult' ? b.output : '')), [
+      'The user denied this tool call and said why: name it notes.txt\nDo not retry it as it was; take what the user said into account, and ask the user how to proceed if needed.',
+    ]);
+  }),
+);

@@ -50,9 +50,22 @@ function M.body(approval)
   end
   local keys = config.options.keys
   table.insert(lines, "")
+  if approval.whyAsked then
+    table.insert(lines, approval.whyAsked)
+  end
+  if approval.proposedRule then
+    table.insert(lines, ("%s saves: %s"):format(keys.allow_workspace, approval.proposedRule))
+  end
   table.insert(
     lines,
-    ("%s allow once · %s allow always · %s deny · %s hide"):format(keys.allow, keys.allow_always, keys.deny, keys.dismiss)
+    ("%s allow once · %s allow always · %s always in this workspace · %s deny · %s deny, saying why · %s hide"):format(
+      keys.allow,
+      keys.allow_always,
+      keys.allow_workspace,
+      keys.deny,
+      keys.deny_reason,
+      keys.dismiss
+    )
   )
   return lines, filetype
 end
@@ -91,6 +104,30 @@ local function open(approval)
     key(keys.allow, "allow")
     key(keys.allow_always, "allowAlways")
     key(keys.deny, "deny")
+    -- The two answers that take text ask for it first; the approval is the one shown when the
+    -- key was pressed, whatever happens to the window meanwhile.
+    local function ask(lhs, input, decision, field)
+      if lhs then
+        vim.keymap.set("n", lhs, function()
+          local shown = st.approval
+          if not shown then
+            return
+          end
+          vim.ui.input(input(shown), function(text)
+            if text == nil then
+              return
+            end
+            api.approve(decision, shown.approvalId, nil, { [field] = text })
+          end)
+        end, { buffer = st.buf, nowait = true, silent = true, desc = "sidechat: " .. decision })
+      end
+    end
+    ask(keys.allow_workspace, function(shown)
+      return { prompt = "Always allow in this workspace: ", default = shown.proposedRule or "" }
+    end, "allowWorkspace", "rule")
+    ask(keys.deny_reason, function()
+      return { prompt = "Deny, telling the model why: " }
+    end, "deny", "reason")
     for _, lhs in ipairs({ keys.dismiss, "<Esc>" }) do
       vim.keymap.set("n", lhs, M.dismiss, { buffer = st.buf, nowait = true, silent = true })
     end

@@ -39,7 +39,9 @@ M.defaults = {
     -- approval window
     allow = "a",
     allow_always = "A",
+    allow_workspace = "w", -- always in this workspace: edit the proposed rule, then save it
     deny = "d",
+    deny_reason = "D", -- deny, telling the model why
     dismiss = "q",
   },
 }

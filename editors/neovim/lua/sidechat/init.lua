@@ -459,12 +459,15 @@ M.delete_note_under_cursor = under_cursor("note", function(span)
   M.delete_note(span.messageId)
 end)
 
---- Answers a pending approval: "allow", "allowAlways" or "deny". Without `approval_id`, the one
---- in the approval window (else the shown session's oldest).
----@param decision "allow"|"allowAlways"|"deny"
+--- Answers a pending approval: "allow", "allowAlways" (this session), "allowWorkspace" (saves
+--- `extra.rule`, else the proposed rule, for the workspace) or "deny" (with `extra.reason`, told
+--- to the model). Without `approval_id`, the one in the approval window (else the shown
+--- session's oldest).
+---@param decision "allow"|"allowAlways"|"allowWorkspace"|"deny"
 ---@param approval_id string?
 ---@param done fun(err: table?, result: table?)?
-function M.approve(decision, approval_id, done)
+---@param extra { rule: string?, reason: string? }?
+function M.approve(decision, approval_id, done, extra)
   local s = st.current
   if not approval_id then
     local shown = approval.state.approval
@@ -475,7 +478,8 @@ function M.approve(decision, approval_id, done)
     notify("no approval is pending")
     return
   end
-  request_told(protocol.method.approvalRespond, { approvalId = approval_id, decision = decision }, "approval not answered", function(result)
+  local params = vim.tbl_extend("force", { approvalId = approval_id, decision = decision }, extra or {})
+  request_told(protocol.method.approvalRespond, params, "approval not answered", function(result)
     return not result.applied and (result.message or ("already answered: " .. result.decision)) or nil
   end, done)
 end

@@ -137,7 +137,12 @@ export class ChatController {
         if (this.active) await this.daemon.request('chat/stop', { sessionId: this.active.sessionId });
         return;
       case 'approve':
-        await this.daemon.request('approval/respond', { approvalId: message.approvalId, decision: message.decision });
+        await this.daemon.request('approval/respond', {
+          approvalId: message.approvalId,
+          decision: message.decision,
+          ...(message.rule !== undefined ? { rule: message.rule } : {}),
+          ...(message.reason !== undefined ? { reason: message.reason } : {}),
+        });
         return;
       case 'withdraw':
         await this.daemon.request('interjection/cancel', { pendingId: message.pendingId });

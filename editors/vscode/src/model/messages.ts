@@ -48,7 +48,8 @@ export type PageToHost =
   | { type: 'ready'; activeId?: string }
   | { type: 'send'; text: string; attachments: Attachment[]; clientMessageId: string }
   | { type: 'stop' }
-  | { type: 'approve'; approvalId: string; decision: Exclude<ApprovalDecision, 'cancelled'> }
+  /** `rule` goes with `allowWorkspace` (the rule to save), `reason` with `deny` (told to the model). */
+  | { type: 'approve'; approvalId: string; decision: Exclude<ApprovalDecision, 'cancelled'>; rule?: string; reason?: string }
   | { type: 'withdraw'; pendingId: string }
   /** Deletes a carry-over note (`note/delete`): the model is no longer sent it. */
   | { type: 'deleteNote'; messageId: string }

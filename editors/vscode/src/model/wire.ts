@@ -14,7 +14,7 @@ export type ProviderKind = 'demo' | 'replay' | 'anthropic' | 'openai';
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "ApprovalDecision".
  */
-export type ApprovalDecision = 'allow' | 'allowAlways' | 'deny' | 'cancelled';
+export type ApprovalDecision = 'allow' | 'allowAlways' | 'allowWorkspace' | 'deny' | 'cancelled';
 /**
  * One part of a message.
  *
@@ -316,6 +316,20 @@ export type InterjectionStatus = 'pending' | 'leased' | 'delivered' | 'promoted'
  */
 export type McpServerState = ('starting' | 'ready') | 'idle' | 'failed' | 'disabled';
 /**
+ * The list a rule is in.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "RuleList".
+ */
+export type RuleList = 'allow' | 'ask' | 'deny';
+/**
+ * Where a rule in force was written.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "RuleSource".
+ */
+export type RuleSource = 'user' | 'project' | 'workspace';
+/**
  * What a client should draw for a session it attaches to.
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -381,6 +395,10 @@ export interface WireTypes {
   NoticeLevel?: NoticeLevel;
   PendingApproval?: PendingApproval;
   PendingInterjection?: PendingInterjection;
+  PermissionsListParams?: PermissionsListParams;
+  PermissionsListResult?: PermissionsListResult;
+  PermissionsRemoveParams?: PermissionsRemoveParams;
+  PermissionsRemoveResult?: PermissionsRemoveResult;
   Pressure?: Pressure;
   PriceSource?: PriceSource;
   ProviderKind?: ProviderKind;
@@ -388,6 +406,9 @@ export interface WireTypes {
   RequestId?: RequestId;
   RequestKindCost?: RequestKindCost;
   Role?: Role;
+  RuleInForce?: RuleInForce;
+  RuleList?: RuleList;
+  RuleSource?: RuleSource;
   ServerCapabilities?: ServerCapabilities;
   ServerInfo?: ServerInfo;
   Session?: Session;
@@ -416,6 +437,7 @@ export interface WireTypes {
   UnavailableAccount?: UnavailableAccount;
   UnpricedUsage?: UnpricedUsage;
   UsageKind?: UsageKind;
+  WorkspaceRule?: WorkspaceRule;
 }
 /**
  * A model source the daemon can talk to (the built-in demo model when none is configured).
@@ -444,6 +466,15 @@ export interface AccountInfo {
 export interface ApprovalRespondParams {
   approvalId: string;
   decision: ApprovalDecision;
+  /**
+   * With `allowWorkspace`: the rule to save (e.g. `run_command(cargo test *)`), when the user
+   * edited the approval's `proposedRule`. Checked like a rule of the config file.
+   */
+  rule?: string | null;
+  /**
+   * With `deny`: why, in the user's words; the model is told.
+   */
+  reason?: string | null;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -813,6 +844,17 @@ export interface PendingApproval {
    */
   summary: string;
   createdAt: string;
+  /**
+   * The allow rule an "always in this workspace" answer would save, proposed from the call
+   * (e.g. `run_command(cargo test *)`, `write_file(src/**)`); the user may edit it. Absent
+   * when the session has no workspace or the call names a path outside it.
+   */
+  proposedRule?: string | null;
+  /**
+   * Why this call is asked although rules exist: the ask rule that forced the prompt, or
+   * what kept an allow rule from applying (e.g. a redirection writing outside the workspace).
+   */
+  whyAsked?: string | null;
 }
 /**
  * One committed message of a session's transcript.
@@ -1060,6 +1102,88 @@ export interface PendingInterjection {
   text: string;
   status: InterjectionStatus;
   createdAt: string;
+}
+/**
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "PermissionsListParams".
+ */
+export interface PermissionsListParams {
+  /**
+   * A workspace root: only its saved answers are listed, and `inForce` says every rule in
+   * force there. Without it, every saved answer of every workspace.
+   */
+  workspaceRoot?: string | null;
+}
+/**
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "PermissionsListResult".
+ */
+export interface PermissionsListResult {
+  /**
+   * Saved workspace answers, oldest first.
+   */
+  stored: WorkspaceRule[];
+  /**
+   * With `workspaceRoot`: every rule in force there, deny and ask before allow as they are
+   * weighed (deny, then ask, then allow, then the tool's default).
+   */
+  inForce?: RuleInForce[] | null;
+  /**
+   * With `workspaceRoot`: what the project file's reading skipped (an allow rule, a rule
+   * that cannot be read).
+   */
+  notices?: string[];
+}
+/**
+ * An allow rule saved by answering "always in this workspace".
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "WorkspaceRule".
+ */
+export interface WorkspaceRule {
+  /**
+   * `wr_…`; `permissions/remove` takes it.
+   */
+  id: string;
+  /**
+   * The workspace root it applies in (resolved: symbolic links followed).
+   */
+  workspaceRoot: string;
+  rule: string;
+  createdAt: string;
+}
+/**
+ * One rule in force in a workspace.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "RuleInForce".
+ */
+export interface RuleInForce {
+  rule: string;
+  list: RuleList;
+  source: RuleSource;
+  /**
+   * The file it is written in (`user` and `project` rules).
+   */
+  file?: string | null;
+  /**
+   * The saved answer's id (`workspace` rules).
+   */
+  id?: string | null;
+}
+/**
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "PermissionsRemoveParams".
+ */
+export interface PermissionsRemoveParams {
+  id: string;
+}
+/**
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "PermissionsRemoveResult".
+ */
+export interface PermissionsRemoveResult {
+  removed: WorkspaceRule;
 }
 /**
  * What a session's model requests used and cost so far.
@@ -1468,6 +1592,8 @@ export interface Requests {
   'initialize': { params: InitializeParams; result: InitializeResult };
   'interjection/cancel': { params: InterjectionCancelParams; result: InterjectionCancelResult };
   'note/delete': { params: NoteDeleteParams; result: NoteDeleteResult };
+  'permissions/list': { params: PermissionsListParams; result: PermissionsListResult };
+  'permissions/remove': { params: PermissionsRemoveParams; result: PermissionsRemoveResult };
   'session/budget': { params: SessionIdParams; result: SessionBudgetResult };
   'session/cost': { params: SessionIdParams; result: SessionCostResult };
   'session/create': { params: SessionCreateParams; result: Session };

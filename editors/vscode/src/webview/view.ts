@@ -670,6 +670,9 @@ export class ChatView {
     }
   }
 
+  /** Text typed into an approval card (the rule to save, the deny's reason), by approval id. */
+  private approvalDrafts = new Map<string, { rule?: string; reason?: string }>();
+
   private renderApprovals(): void {
     // The session's own, then those its sub-agents wait for, each saying who asks.
     const approvals: { approval: PendingApproval; task?: string }[] = [
@@ -689,17 +692,56 @@ export class ChatView {
           const kind = preview.kind === 'diff' ? (line.startsWith('+++') || line.startsWith('---') ? 'file' : line[0] === '+' ? 'add' : line[0] === '-' ? 'del' : '') : '';
           pre.append(el('span', `line ${kind}`, `${line}\n`));
         }
+        if (approval.whyAsked) card.append(el('div', 'why', approval.whyAsked));
+        const id = approval.approvalId;
+        // What the user typed survives a redraw (an error shown, a refused rule): kept by approval.
+        const draft = this.approvalDrafts.get(id) ?? {};
+        const keep = (change: { rule?: string; reason?: string }) => this.approvalDrafts.set(id, { ...this.approvalDrafts.get(id), ...change });
         const actions = el('div', 'actions');
-        const answer = (decision: 'allow' | 'allowAlways' | 'deny') => () => {
-          for (const b of actions.querySelectorAll('button')) b.disabled = true;
-          this.post({ type: 'approve', approvalId: approval.approvalId, decision });
+        const answer = (decision: 'allow' | 'allowAlways' | 'allowWorkspace' | 'deny', extra: { rule?: string; reason?: string } = {}) => () => {
+          for (const b of card.querySelectorAll('button, input')) (b as HTMLButtonElement | HTMLInputElement).disabled = true;
+          this.post({ type: 'approve', approvalId: id, decision, ...extra });
         };
+        const reason = el('input', 'reason');
+        reason.type = 'text';
+        reason.placeholder = 'Reason for the model (optional)';
+        reason.value = draft.reason ?? '';
+        reason.addEventListener('input', () => keep({ reason: reason.value }));
+        // "Always in this workspace" shows the rule it would save, editable, before saving it.
+        const workspace = el('div', 'workspace-rule');
+        const rule = el('input', 'rule');
+        rule.type = 'text';
+        rule.value = draft.rule ?? approval.proposedRule ?? '';
+        rule.placeholder = 'tool(pattern), e.g. run_command(cargo test *)';
+        rule.addEventListener('input', () => keep({ rule: rule.value }));
+        workspace.append(
+          el('label', 'label', 'Always allow in this workspace:'),
+          rule,
+          button('Save rule', 'save-rule', () => {
+            const text = rule.value.trim();
+            answer('allowWorkspace', text ? { rule: text } : {})();
+          }),
+          button('Cancel', 'cancel-rule', () => {
+            this.approvalDrafts.set(id, { reason: this.approvalDrafts.get(id)?.reason });
+            workspace.hidden = true;
+          }),
+        );
+        workspace.hidden = draft.rule === undefined;
         actions.append(
           button('Allow once', 'allow', answer('allow')),
           button('Always', 'allow-always', answer('allowAlways'), `Allow ${approval.tool} for the rest of this chat`),
-          button('Deny', 'deny', answer('deny')),
+          button('Always in this workspace', 'allow-workspace', () => {
+            keep({ rule: rule.value });
+            workspace.hidden = false;
+            rule.focus();
+          }, 'Save an allow rule for this folder (you can edit it first); later chats here use it too'),
+          button('Deny', 'deny', () => {
+            const text = reason.value.trim();
+            answer('deny', text ? { reason: text } : {})();
+          }),
+          reason,
         );
-        card.append(pre, actions);
+        card.append(pre, actions, workspace);
         return card;
       }),
     );
