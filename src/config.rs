@@ -146,6 +146,12 @@ pub struct BudgetDefaults {
     /// How long a delegated task's approval waits before it expires (denied as expired);
     /// `None`: never.
     pub delegated_approval_expiry: Option<Duration>,
+    /// Whether sessions fold older turns automatically unless a session says otherwise
+    /// (`[defaults] auto_compact`, `SIDECHAT_AUTO_COMPACT`; default true).
+    pub auto_compact: bool,
+    /// Whether the daemon titles an untitled session after its first answer with one short
+    /// model request (`[defaults] auto_title`, `SIDECHAT_AUTO_TITLE`; default true).
+    pub auto_title: bool,
 }
 
 /// How long a conversation may idle before its next turn starts a new context with a
@@ -182,6 +188,8 @@ impl Default for BudgetDefaults {
             summary_timeout: Duration::from_secs(20),
             rollover_secs: Some(DEFAULT_ROLLOVER_SECS),
             delegated_approval_expiry: Some(DEFAULT_DELEGATED_APPROVAL_EXPIRY),
+            auto_compact: true,
+            auto_title: true,
         }
     }
 }
@@ -302,6 +310,8 @@ struct FileDefaults {
     rollover: Option<String>,
     /// `off`, `90s`, `30m`, `1h`…
     delegated_approval_expiry: Option<String>,
+    auto_compact: Option<bool>,
+    auto_title: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -326,6 +336,19 @@ struct FileAccount {
 
 fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// A yes/no variable: `1`, `true`, `on` or `yes`; `0`, `false`, `off` or `no`.
+fn switch(name: &str) -> Option<bool> {
+    let value = var(name)?;
+    match value.to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Some(true),
+        "0" | "false" | "off" | "no" => Some(false),
+        _ => {
+            tracing::warn!(name, value, "ignored: not on or off");
+            None
+        }
+    }
 }
 
 fn number<T: std::str::FromStr>(name: &str) -> Option<T> {
@@ -565,6 +588,12 @@ fn budget_defaults(file: &FileDefaults) -> BudgetDefaults {
         .or(file.max_steps)
         .unwrap_or(budget.max_steps);
     budget.cap_usd = number("SIDECHAT_CAP_USD").or(file.cap_usd);
+    budget.auto_compact = switch("SIDECHAT_AUTO_COMPACT")
+        .or(file.auto_compact)
+        .unwrap_or(budget.auto_compact);
+    budget.auto_title = switch("SIDECHAT_AUTO_TITLE")
+        .or(file.auto_title)
+        .unwrap_or(budget.auto_title);
     budget.max_seconds = number("SIDECHAT_MAX_SECONDS").or(file.max_seconds);
     budget.response_reserve = number("SIDECHAT_RESPONSE_RESERVE")
         .or(file.response_reserve)

@@ -15,7 +15,7 @@ use super::agent::Agent;
 use super::dispatch::SteeringParams;
 use super::error::{AcpError, Answer, to_value};
 use super::translate;
-use crate::protocol::{ChatSendParams, FinishReason, SessionUpdateParams};
+use crate::protocol::{ChatSendParams, FinishReason};
 use crate::rpc::error::{INTERNAL_ERROR, INVALID_PARAMS};
 use crate::runtime::Runtime;
 
@@ -181,11 +181,11 @@ impl Agent {
         if title.is_empty() {
             return Ok(());
         }
-        let session = runtime.update_session(SessionUpdateParams {
-            session_id: session_id.to_string(),
-            title: Some(title),
-            ..SessionUpdateParams::default()
-        })?;
+        // Provisional: the daemon's title after the first answer replaces it (and reaches
+        // the client as a `sessionUpdated` event, forwarded as a session info update).
+        let Some(session) = runtime.set_provisional_title(session_id, &title)? else {
+            return Ok(());
+        };
         self.update(
             session_id,
             acp::SessionUpdate::SessionInfoUpdate(

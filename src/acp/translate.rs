@@ -187,6 +187,10 @@ pub fn live_update(event: &Event) -> Option<acp::SessionUpdate> {
             message_id,
         } => Some(notice(message_id, *level, message)),
         // A slash command's answer is a note: the client shows it as the agent's message.
+        // The daemon titled the session after its first answer.
+        Event::SessionUpdated { title } => Some(acp::SessionUpdate::SessionInfoUpdate(
+            acp::SessionInfoUpdate::new().title(title.clone()),
+        )),
         Event::MessageCompleted { entry } if entry.role == Role::Note => {
             let text = note_text(entry);
             Some(acp::SessionUpdate::AgentMessageChunk(chunk(
@@ -345,21 +349,11 @@ pub fn prompt_text(prompt: &[acp::ContentBlock]) -> Result<(String, Vec<Attachme
     Ok((text, attachments))
 }
 
-/// A session title from the first prompt: its first line, redacted (before the cut, so that
-/// no part of a key is left at its edge), at most 60 characters.
+/// A session's provisional title from the first prompt: its first line, redacted, at most
+/// 60 characters (`context::title::from_words`). The daemon's own title replaces it after the
+/// first answer.
 pub fn title_from(text: &str) -> String {
-    let line = text
-        .lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .unwrap_or("");
-    let line = crate::context::redact::redact(line);
-    let line = line.as_str();
-    let mut title: String = line.chars().take(60).collect();
-    if line.chars().count() > 60 {
-        title.push('…');
-    }
-    title
+    crate::context::title::from_words(text)
 }
 
 /// The slash commands a client may offer in its composer.
@@ -705,7 +699,7 @@ mod tests {
     #[test]
     fn titles_come_from_the_first_line() {
         assert_eq!(title_from("\n  Fix the build  \nplease"), "Fix the build");
-        assert_eq!(title_from(&"x".repeat(70)), format!("{}…", "x".repeat(60)));
+        assert_eq!(title_from(&"x".repeat(70)), format!("{}…", "x".repeat(59)));
         // Redacted before the cut: a key across it is not left as a prefix.
         assert_eq!(
             title_from(&format!("{} AKIAIOSFODNN7EXAMPLE", "x".repeat(45))),

@@ -11,6 +11,7 @@ pub mod pieces;
 pub mod projection;
 pub mod redact;
 pub mod streaming;
+pub mod title;
 pub mod tokens;
 pub mod window;
 

@@ -129,6 +129,8 @@ pub enum UsageKind {
     Turn,
     /// Summarising older turns (compaction) or writing a carry-over note.
     Summary,
+    /// Naming the session after its first answer.
+    Title,
 }
 
 impl UsageKind {
@@ -136,6 +138,7 @@ impl UsageKind {
         match self {
             UsageKind::Turn => "turn",
             UsageKind::Summary => "summary",
+            UsageKind::Title => "title",
         }
     }
 
@@ -143,6 +146,7 @@ impl UsageKind {
     pub fn from_stored(text: &str) -> Self {
         match text {
             "summary" => UsageKind::Summary,
+            "title" => UsageKind::Title,
             _ => UsageKind::Turn,
         }
     }

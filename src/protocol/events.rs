@@ -174,6 +174,11 @@ pub enum Event {
         child_seq: u64,
         event: Box<Event>,
     },
+    /// The session's title changed: the daemon titled it after its first answer (a title
+    /// the user set is never replaced). Clients redraw the session's name from it.
+    SessionUpdated {
+        title: String,
+    },
 }
 
 impl Event {
@@ -201,6 +206,7 @@ impl Event {
         "usage",
         "runFinished",
         "delegation",
+        "sessionUpdated",
     ];
 }
 

@@ -73,6 +73,11 @@ pub struct SessionCreateParams {
     /// Which kind of client starts the session; kept and listed, never changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<SessionOrigin>,
+    /// Fold older turns automatically when a request would pass the history's share or the
+    /// window (default from the config's `[defaults] auto_compact`: true). Off, a request
+    /// that would pass the window is refused with its sizes, and `/compact` folds by hand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_compact: Option<bool>,
 }
 
 /// Tells "absent" (leave alone) from `null` (remove) in update params.
@@ -181,6 +186,11 @@ pub struct Session {
     /// Which kind of client started the session, when it said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<SessionOrigin>,
+    /// Whether older turns are folded automatically (see `session/update`'s `autoCompact`).
+    pub auto_compact: bool,
+    /// The tokens of every model request of the session so far (turns, summaries, titles),
+    /// by kind: the running totals beside `tokens`.
+    pub tokens_by_kind: super::TokenUsage,
 }
 
 /// One row of `session/list`.
@@ -300,6 +310,10 @@ pub struct SessionUpdateParams {
     /// client gives its servers again this way (as `session/create` took them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_servers: Option<Vec<super::McpServerParams>>,
+    /// Fold older turns automatically (true) or only by `/compact` (false), from the next
+    /// request on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_compact: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

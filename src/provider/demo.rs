@@ -133,6 +133,28 @@ fn summary(conversation: &str) -> String {
     }
 }
 
+/// Most words of the user's first message a demo title takes.
+const TITLE_WORDS: usize = 6;
+
+/// A title request's answer: the first words of the user's message it quotes.
+fn title(request: &ModelRequest) -> String {
+    let prompt = request
+        .messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .find_map(|c| match c {
+            ModelContent::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .unwrap_or("");
+    let asked = crate::context::title::asked_in(prompt).unwrap_or("");
+    let words: Vec<&str> = asked.split_whitespace().take(TITLE_WORDS).collect();
+    match words.is_empty() {
+        true => "Demo chat".into(),
+        false => words.join(" "),
+    }
+}
+
 fn say(text: impl Into<String>) -> Plan {
     Plan {
         text: text.into(),
@@ -242,9 +264,17 @@ const STORY: &str = "Once upon a time a small daemon lived beside an editor. Eve
 
 impl ModelDriver for DemoDriver {
     fn stream(&self, request: ModelRequest) -> ModelStream {
-        let Plan { text: said, call } = plan(&request);
+        let titling = request.system.as_deref() == Some(crate::context::title::TITLE_SYSTEM);
+        let Plan { text: said, call } = match titling {
+            true => say(title(&request)),
+            false => plan(&request),
+        };
         let delay = self.word_delay;
-        let text = format!("{DEMO_LABEL} {said}");
+        // A title is the user's own words, not a reply: it needs no label.
+        let text = match titling {
+            true => said.clone(),
+            false => format!("{DEMO_LABEL} {said}"),
+        };
         drop(said);
         let input_words: usize = request
             .messages

@@ -51,6 +51,11 @@ pub struct ReplayScript {
     /// counted in its own context. Without it, a child's requests follow `turns` as well.
     #[serde(default)]
     pub delegated: Option<Box<ReplayScript>>,
+    /// The answer to the daemon's title request after a session's first answer. Without it,
+    /// a title request fails (and the session keeps its title), so scripts written for turns
+    /// alone answer exactly their turns.
+    #[serde(default)]
+    pub title: Option<ReplayTurn>,
 }
 
 impl ReplayScript {
@@ -117,15 +122,22 @@ impl ModelDriver for ReplayDriver {
             .filter(|m| m.role == ModelRole::Assistant)
             .count();
         let script = self.script.for_request(&request);
-        let turn = script
-            .turns
-            .get(index)
-            .or(script.fallback.as_ref())
-            .cloned()
-            .unwrap_or_else(|| ReplayTurn {
-                text: Some("(the replay script has no more turns)".into()),
+        let titling = request.system.as_deref() == Some(crate::context::title::TITLE_SYSTEM);
+        let turn = match titling {
+            true => self.script.title.clone().unwrap_or_else(|| ReplayTurn {
+                error: Some("the replay script has no title".into()),
                 ..ReplayTurn::default()
-            });
+            }),
+            false => script
+                .turns
+                .get(index)
+                .or(script.fallback.as_ref())
+                .cloned()
+                .unwrap_or_else(|| ReplayTurn {
+                    text: Some("(the replay script has no more turns)".into()),
+                    ..ReplayTurn::default()
+                }),
+        };
         let delay = Duration::from_millis(turn.delay_ms);
         let mut events: Vec<Result<ModelEvent, ProviderError>> = Vec::new();
         if let Some(thinking) = &turn.thinking {

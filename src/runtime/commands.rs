@@ -7,8 +7,7 @@ use crate::store::{NewMessage, SessionRow, SessionUpdate};
 
 const HELP: &str = "Commands:
   /cost            what this session has cost so far
-  /model <id>      switch the model (from the next request on); a name sidechat does not
-                   know needs /model --force <id>
+  /model <id>      switch the model (from the next request on); a name sidechat does not know needs /model --force <id>
   /system <text>   set the system prompt; /system alone removes it
   /clear           the model starts fresh; earlier messages stay readable here
   /compact [focus] summarise the earlier turns now (optionally: what to keep in view)

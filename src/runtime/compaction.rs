@@ -97,6 +97,14 @@ impl RunContext {
         let Some(reason) = needs_compaction(&prepared) else {
             return Ok(Ok(prepared));
         };
+        if !self.inner.auto_compact(&session.id)? {
+            // Nothing is folded unasked: past its share the history is sent whole; past the
+            // window the request is refused, and `/compact` folds by hand.
+            return Ok(match reason {
+                Reason::Window => Err(RunEnd::Error(refused_without_compaction(&prepared))),
+                _ => Ok(prepared),
+            });
+        }
         let prepared = match self
             .inner
             .compact(session, run, &entries, &prepared, reason, None)
@@ -122,6 +130,25 @@ fn needs_compaction(prepared: &Prepared) -> Option<Reason> {
     } else {
         None
     }
+}
+
+/// The refusal of a request that would pass the window, for a session whose automatic
+/// compaction is off.
+fn refused_without_compaction(prepared: &Prepared) -> String {
+    let s = &prepared.snapshot;
+    format!(
+        "The request would be {} tokens, more than the {} tokens the model's window leaves for it \
+         ({} window, {} kept for the reply, {} system prompt, {} tools). Automatic compaction is \
+         off for this session, so nothing was folded and it was not sent; everything stays in the \
+         transcript. Type /compact to fold the earlier turns, then resume (or turn autoCompact \
+         back on).",
+        prepared.projection.tokens(),
+        prepared.input.message_room(),
+        s.context_window,
+        s.response_reserve,
+        s.system_tokens,
+        s.tool_tokens
+    )
 }
 
 /// The refusal of a latest message that cannot fit the window on its own.
@@ -359,6 +386,18 @@ impl Inner {
         session: &SessionRow,
         request: ModelRequest,
     ) -> Result<String, String> {
+        self.ask_for_text(session, request, UsageKind::Summary)
+            .await
+    }
+
+    /// Makes one request of the daemon's own (not a turn's) and collects its text, within the
+    /// summary time limit; its usage is a line of `kind`. Why there is no text, otherwise.
+    pub(super) async fn ask_for_text(
+        &self,
+        session: &SessionRow,
+        request: ModelRequest,
+        kind: UsageKind,
+    ) -> Result<String, String> {
         let model = request.model.clone();
         let driver = self.driver(&session.account).map_err(|e| e.to_string())?;
         let started = std::time::Instant::now();
@@ -379,7 +418,7 @@ impl Inner {
         .await;
         drop(stream);
         if let Some(tokens) = usage {
-            self.record_summary_usage(session, &model, tokens, started);
+            self.record_request_usage(session, &model, tokens, started, kind);
         }
         match outcome {
             Err(_) => {
@@ -393,19 +432,20 @@ impl Inner {
         }
         let text = text.trim().to_string();
         if text.is_empty() {
-            return Err("the summary came back empty".into());
+            return Err(format!("the {} came back empty", kind.as_str()));
         }
         Ok(text)
     }
 
-    /// A summary request's usage line (kind `summary`), counted in the session's cost and
-    /// against its spend cap like any other.
-    fn record_summary_usage(
+    /// A daemon request's usage line (kind `summary` or `title`), counted in the session's
+    /// cost and against its spend cap like any other.
+    fn record_request_usage(
         &self,
         session: &SessionRow,
         model: &str,
         tokens: TokenUsage,
         started: std::time::Instant,
+        kind: UsageKind,
     ) {
         let provider = self
             .config
@@ -419,10 +459,10 @@ impl Inner {
             tokens,
             at: crate::util::now_ms(),
             duration_ms: elapsed_ms(started),
-            kind: UsageKind::Summary,
+            kind,
         };
         if let Err(e) = self.store.insert_usage(&session.id, &row) {
-            tracing::error!(error = %e, "cannot record a summary's usage");
+            tracing::error!(error = %e, kind = kind.as_str(), "cannot record a request's usage");
             return;
         }
         self.events.emit(

@@ -24,6 +24,7 @@ mod reply;
 mod run;
 mod run_end;
 mod sessions;
+mod titles;
 mod tool_phase;
 mod workspace_state;
 

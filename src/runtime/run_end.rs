@@ -328,11 +328,14 @@ impl RunContext {
                 .suspend
                 .load(std::sync::atomic::Ordering::SeqCst),
         };
-        self.inner.end_run(
+        let recorded = self.inner.end_run(
             ending,
             || self.record_or_defer(&end, unsaved),
             || self.told(&end),
         );
+        if recorded && end.reason() == FinishReason::EndTurn {
+            self.inner.title_after_answer(&self.session_id);
+        }
     }
 
     /// Records the end, or keeps it (with the answers the database refused, stored first) for

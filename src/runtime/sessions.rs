@@ -114,8 +114,11 @@ impl Runtime {
             .map(super::mcp_tools::check_servers)
             .transpose()?
             .unwrap_or_default();
+        let untitled = params.title.is_none();
         let row = self.inner.store.insert_session(&NewSession {
-            title: params.title.unwrap_or_else(|| "New chat".into()),
+            title: params
+                .title
+                .unwrap_or_else(|| super::titles::PLACEHOLDER.into()),
             account: account.name.clone(),
             model: params
                 .model
@@ -139,6 +142,12 @@ impl Runtime {
         }
         if params.delegation == Some(false) {
             self.inner.store.set_delegation_off(&row.id, true)?;
+        }
+        if untitled {
+            self.inner.store.set_title_placeholder(&row.id)?;
+        }
+        if let Some(on) = params.auto_compact {
+            self.inner.store.set_auto_compact(&row.id, on)?;
         }
         self.inner.open_mcp(&row.id);
         self.session_view(row)
@@ -235,6 +244,7 @@ impl Runtime {
             .mcp_servers
             .map(super::mcp_tools::check_servers)
             .transpose()?;
+        let titled = params.title.is_some();
         let update = SessionUpdate {
             title: params.title,
             account: account.map(|a| a.name.clone()),
@@ -258,6 +268,13 @@ impl Runtime {
             .ok_or_else(|| RuntimeError::SessionNotFound(params.session_id.clone()))?;
         if let Some(on) = params.delegation {
             self.inner.store.set_delegation_off(&row.id, !on)?;
+        }
+        if titled {
+            // The user's title is never replaced by the daemon's.
+            self.inner.store.set_title_given(&row.id)?;
+        }
+        if let Some(on) = params.auto_compact {
+            self.inner.store.set_auto_compact(&row.id, on)?;
         }
         if let Some(specs) = mcp_servers {
             self.replace_mcp_servers(&row.id, specs)?;
@@ -333,6 +350,16 @@ impl Runtime {
             has_more,
             last_seq: row.last_seq,
         })
+    }
+
+    /// The tokens of every model request of the session, by kind.
+    fn tokens_by_kind(&self, session_id: &str) -> RuntimeResult<TokenUsage> {
+        let cost = self.inner.cost_summary(session_id)?;
+        let mut tokens = cost.unpriced.tokens;
+        for model in &cost.by_model {
+            tokens += model.tokens;
+        }
+        Ok(tokens)
     }
 
     fn spend(&self, session_id: &str) -> RuntimeResult<SessionSpend> {
@@ -426,6 +453,8 @@ impl Runtime {
             changed_files: self.inner.changed_files_with_children(&row.id)?,
             mcp_servers: self.inner.mcp.statuses(&row.id),
             spend: self.spend(&row.id)?,
+            tokens_by_kind: self.tokens_by_kind(&row.id)?,
+            auto_compact: self.inner.auto_compact(&row.id)?,
             id: row.id,
             title: row.title,
             account: row.account,

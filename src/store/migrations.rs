@@ -272,6 +272,14 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE approvals ADD COLUMN why_asked TEXT;
     ALTER TABLE approvals ADD COLUMN reason TEXT;
     "#,
+    // 18: where a session's title came from (`given` by a client, `placeholder` until the
+    // daemon titles it after the first answer, `titling` while it asks, `auto` once titled),
+    // and whether older turns are folded automatically (NULL: the config's default).
+    r#"
+    ALTER TABLE sessions ADD COLUMN title_state TEXT NOT NULL DEFAULT 'given';
+    UPDATE sessions SET title_state = 'placeholder' WHERE title = 'New chat';
+    ALTER TABLE sessions ADD COLUMN auto_compact INTEGER;
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

@@ -25,6 +25,7 @@ mod pending;
 #[cfg(test)]
 mod query_plans;
 mod runs;
+mod session_titles;
 mod sessions;
 mod spend;
 mod sql_text;

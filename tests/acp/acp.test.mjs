@@ -250,6 +250,9 @@ before(async () => {
     OPENAI_API_KEY: 'sk-test-not-a-secret',
     SIDECHAT_OPENAI_MODEL: upstream.model,
     SIDECHAT_MAX_RETRIES: '0',
+    // No title request after a session's first answer, so each test sees its own requests
+    // (the titles test turns them on).
+    SIDECHAT_AUTO_TITLE: 'off',
   };
   agent = new Agent(env, db);
 });
@@ -698,6 +701,20 @@ test('a spent budget answers the prompt with an error a person can act on', asyn
   const notices = limited.of(capped).filter((u) => u._meta?.sidechat?.notice?.level === 'warning');
   assert.match(notices.at(-1).content.text, /capUsd/);
   assert.deepEqual(await limited.request('session/prompt', { sessionId: capped, prompt: [{ type: 'text', text: '/cost' }] }), { stopReason: 'end_turn' });
+  await limited.stop();
+});
+
+test('a session is named by its first prompt at once, then by the daemon after the first answer', async () => {
+  const { limited } = await limitedAgent('titled', { SIDECHAT_AUTO_TITLE: 'on' });
+  const { sessionId: titled } = await limited.request('session/new', { cwd: workspace, mcpServers: [] });
+  await limited.request('session/prompt', { sessionId: titled, prompt: [{ type: 'text', text: 'stream a greeting' }] });
+  const info = (u) => u.sessionId === titled && u.update.sessionUpdate === 'session_info_update' && u.update.title !== 'stream a greeting';
+  const named = await limited.update(info);
+  const titles = limited.of(titled).filter((u) => u.sessionUpdate === 'session_info_update').map((u) => u.title);
+  assert.deepEqual(titles, ['stream a greeting', 'A greeting from upstream']);
+  assert.equal(named.update.title, 'A greeting from upstream');
+  const listed = await limited.request('session/list', { cwd: workspace });
+  assert.equal(listed.sessions.find((s) => s.sessionId === titled).title, 'A greeting from upstream');
   await limited.stop();
 });
 

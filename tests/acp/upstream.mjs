@@ -33,6 +33,10 @@ function answer(messages) {
   const last = messages[messages.length - 1];
   const said = text(last.content);
   const done = [usage(120, 8)];
+  // The daemon's title request after a session's first answer.
+  if (messages[0].role === 'system' && text(messages[0].content).startsWith('You name conversations.')) {
+    return { before: [chunk({ content: 'A greeting from upstream' }), chunk({}, 'stop'), usage(60, 5)] };
+  }
   if (last.role === 'tool') {
     return { before: [chunk({ role: 'assistant', content: 'Done: ' }), chunk({ content: text(last.content).split('\n')[0] }), chunk({}, 'stop'), ...done] };
   }

@@ -75,6 +75,9 @@ pub fn clean_command(home: &Path) -> tokio::process::Command {
         // (`first_request` tests the first request before it is).
         .env("SIDECHAT_TEST_TOKENIZER", "wait")
         .env("SIDECHAT_LOG", "warn")
+        // No title request after a first answer: each test sees its own requests only
+        // (`titles` turns them on).
+        .env("SIDECHAT_AUTO_TITLE", "off")
         .stderr(std::process::Stdio::null());
     command
 }

@@ -41,6 +41,7 @@ mod secrets;
 mod seq;
 mod streams;
 mod terminal;
+mod titles;
 mod transcripts;
 mod two_daemons;
 #[path = "../support/upstream.rs"]

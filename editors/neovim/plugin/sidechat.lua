@@ -7,6 +7,8 @@ local function sc()
   return require("sidechat")
 end
 
+require("sidechat.highlights").setup()
+
 local command = vim.api.nvim_create_user_command
 command("Sidechat", function()
   sc().toggle()
@@ -47,3 +49,6 @@ end, { desc = "What the shown session cost" })
 command("SidechatAsk", function(a)
   sc().ask(a.line1, a.line2, a.args)
 end, { range = true, nargs = "*", desc = "Send the selected lines with their file and range" })
+command("SidechatModel", function()
+  sc().pick_model()
+end, { desc = "Pick the shown session's model (from the daemon's accounts)" })

@@ -33,5 +33,13 @@ fi
 # The plugin's method names and event kinds are generated from schema/: they must be current.
 node "$repo/editors/neovim/scripts/gen-protocol.mjs" --check
 
+# The LuaCATS annotations, where lua-language-server is installed: none of the registries CI
+# reaches (Debian, PyPI, npm, crates.io) packages it, so CI skips this check.
+if command -v lua-language-server >/dev/null 2>&1; then
+  lua-language-server --check "$repo/editors/neovim/lua" --checklevel=Warning
+else
+  echo "lua-language-server is not installed: the LuaCATS annotations are not checked"
+fi
+
 cargo build --quiet
 NVIM_BIN="$nvim" SIDECHAT_BIN="$repo/target/debug/sidechat" "$repo/editors/neovim/tests/run.sh"

@@ -156,7 +156,7 @@ H.run({
       H.idle_with(10)
       local lines = H.lines()
       local at = #lines - 4
-      H.eq({ "## You", "what do these do?", "📎 code.lua:2-3 (4 lines)", "", "## Assistant" }, vim.list_slice(lines, at - 1, at + 3), "the question")
+      H.eq({ "## You", "what do these do?", "📎 code.lua:2-3 (2 lines)", "", "## Assistant" }, vim.list_slice(lines, at - 1, at + 3), "the question")
       H.eq({
         { type = "text", text = "what do these do?" },
         { type = "attachment", name = "code.lua:2-3", text = "```lua\nlocal b = 2\nlocal c = 3\n```" },

@@ -114,9 +114,10 @@ function M.client()
   return c
 end
 
----@param opts table?
+---@param opts sidechat.Config|table?
 function M.setup(opts)
   config.set(opts)
+  require("sidechat.highlights").setup()
   vim.api.nvim_create_autocmd("VimLeavePre", {
     group = vim.api.nvim_create_augroup("sidechat", { clear = true }),
     callback = function()
@@ -506,6 +507,8 @@ function M.open_under_cursor()
 end
 
 --- Whether the daemon answers `method` (from its `initialize` capabilities).
+---@param method string
+---@return boolean
 function M.supports(method)
   local init = M.client().init_result
   return init ~= nil and vim.tbl_contains(init.capabilities.methods, method)
@@ -566,41 +569,84 @@ M.diff_under_cursor = under_cursor("file", function(span)
   M.diff(span.path, nil, span.childSessionId)
 end)
 
---- Whole-dollar amounts with cents, smaller ones with four decimals.
-local function usd(amount)
-  if amount >= 1 then
-    return ("$%.2f"):format(amount)
-  end
-  return ("$%.4f"):format(amount)
-end
+local usd = require("sidechat.winbar").usd
 
 --- A statusline item: the shown session's context use and pressure, and its cost (or
 --- "unpriced"). Empty when no session is shown.
+---@return string
 function M.statusline()
   local s = st.current
   if not s then
     return ""
   end
+  local winbar = require("sidechat.winbar")
   local parts = {}
-  if s.budget then
-    -- Upper bounds (counted by bytes before the tokenizer was ready) say "at most".
-    local at_most = s.budget.estimate == "upperBound" and "≤" or ""
-    table.insert(parts, ("ctx %s%d%% %s"):format(at_most, math.floor(s.budget.utilisation * 100 + 0.5), s.budget.pressure))
+  local ctx = winbar.context(s)
+  if ctx then
+    table.insert(parts, ctx)
   end
-  local info = s.info or {}
-  local unpriced = (info.unpricedRequests or 0) > 0
-  -- An amount only for priced usage: unpriced usage is never $0.
-  if info.costUsd then
-    table.insert(parts, usd(info.costUsd) .. (unpriced and " + unpriced" or ""))
-  elseif unpriced then
-    table.insert(parts, "unpriced")
-  else
-    table.insert(parts, "no cost yet")
-  end
+  table.insert(parts, winbar.cost(s))
   return table.concat(parts, " · ")
 end
 
+--- The models `:SidechatModel` offers: each available account's known models (its default
+--- first), from `initialize`.
+---@return { account: string, model: string }[]
+function M.models()
+  local init = M.client().init_result
+  local out = {}
+  for _, account in ipairs(init and init.accounts or {}) do
+    local seen = {}
+    local models = { account.defaultModel }
+    vim.list_extend(models, account.models or {})
+    for _, model in ipairs(models) do
+      if not seen[model] then
+        seen[model] = true
+        table.insert(out, { account = account.name, model = model })
+      end
+    end
+  end
+  return out
+end
+
+--- Switches the shown session's model (`session/update`, from the next request on): `choice`
+--- as { account, model }, or picked with `vim.ui.select` from [`M.models`]. `done(err, session)`
+--- gets the session as the daemon answered.
+---@param choice { account: string, model: string }?
+---@param done fun(err: table?, session: table?)?
+function M.pick_model(choice, done)
+  local s = st.current
+  if not s then
+    return notify("no session shown: the model is set per session")
+  end
+  local function set(c)
+    local params = { sessionId = s.id, account = c.account, model = c.model }
+    request_told(protocol.method.sessionUpdate, params, "cannot switch the model", function(info)
+      s.info = vim.tbl_extend("force", s.info or {}, info)
+      view.schedule()
+      return ("model: %s (%s)"):format(info.model, info.account)
+    end, done)
+  end
+  if choice then
+    return set(choice)
+  end
+  local info = s.info or {}
+  vim.ui.select(M.models(), {
+    prompt = "sidechat model",
+    format_item = function(c)
+      local current = c.account == info.account and c.model == info.model
+      return ("%s (%s)%s"):format(c.model, c.account, current and " · current" or "")
+    end,
+  }, function(picked)
+    if picked then
+      set(picked)
+    end
+  end)
+end
+
 --- The lines `:SidechatCost` shows for a `session/cost` result.
+---@param result table a `session/cost` result
+---@return string[]
 function M.cost_lines(result)
   local cost = result.cost
   local lines = {}
@@ -634,6 +680,7 @@ function M.cost_lines(result)
 end
 
 --- Shows what the shown session cost.
+---@param done fun(err: table?, result: table?)?
 function M.cost(done)
   local s = st.current
   if not s then
@@ -646,6 +693,9 @@ end
 
 --- Sends lines `line1`..`line2` of the current buffer with their file and range; without a
 --- question they are attached to the next message typed in the prompt.
+---@param line1 integer
+---@param line2 integer
+---@param question string?
 function M.ask(line1, line2, question)
   local buf = vim.api.nvim_get_current_buf()
   local name = vim.api.nvim_buf_get_name(buf)
@@ -704,6 +754,7 @@ function M.shutdown()
 end
 
 --- The attachments waiting for the next message.
+---@return { name: string, text: string }[]
 function M.pending_attachments()
   return st.attachments
 end

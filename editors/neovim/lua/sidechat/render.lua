@@ -29,6 +29,18 @@ local function count_lines(text)
   return n
 end
 
+--- The lines an attachment holds: its text's, less the code fence around it when it has one
+--- (`:'<,'>SidechatAsk` fences the lines it sends), so that two lines asked about say "2 lines".
+---@param text string
+---@return integer
+local function attachment_lines(text)
+  local inner = type(text) == "string" and text:match("^```[^\n]*\n(.-)\n?```\n?$")
+  if inner then
+    return inner == "" and 0 or count_lines(inner)
+  end
+  return count_lines(text)
+end
+
 --- "1 line", "2 lines".
 ---@param n integer
 local function lines_word(n)
@@ -317,7 +329,7 @@ function Builder:entry(session, entry)
       end
       self:text(block.text)
     elseif t == "attachment" then
-      self:add(("📎 %s (%s)"):format(block.name, lines_word(count_lines(block.text))))
+      self:add(("📎 %s (%s)"):format(block.name, lines_word(attachment_lines(block.text))))
     elseif t == "notice" then
       self:add(("_%s: %s_"):format(block.level, block.text))
     end

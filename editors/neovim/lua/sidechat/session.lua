@@ -11,12 +11,57 @@ M.page_size = 500
 --- A `beforeSeq` past every seq (the newest page); it encodes to JSON as an integer.
 M.PAST_EVERY_SEQ = 1000000000000
 
+--- A transcript entry as `session/transcript` returns it.
+---@class sidechat.Entry
+---@field id string
+---@field seq integer
+---@field role "user"|"assistant"|"tool"|"note"|"notice"|"summary"
+---@field blocks table[] its blocks (`type` = "text", "thinking", "toolCall", "toolResult"…)
+---@field status string?
+
+--- A message being streamed.
+---@class sidechat.LiveMessage
+---@field id string
+---@field role string
+---@field text string
+---@field thinking string
+---@field partial boolean true until its `messageStarted` arrived
+
+--- One session as the plugin knows it.
 ---@class sidechat.Session
+---@field client sidechat.Client
+---@field id string
+---@field info table? the `session/get` result (title, model, account, spend, changed files…)
+---@field entries sidechat.Entry[] committed entries, by seq
+---@field index table<string, integer> entry id -> position in `entries`
+---@field committed_seq integer highest seq of a committed entry held
+---@field older_before integer? older entries remain before this seq
+---@field loading_older boolean
+---@field event_seq integer seq of the last event applied
+---@field live sidechat.LiveMessage[] messages being streamed, in start order
+---@field tools table<string, { status: string, output: string? }> tool states from events
+---@field results table<string, table> call id -> its committed toolResult block
+---@field render_cache table<string, table> entry id -> its rendered lines
+---@field approvals table[] pending approvals, oldest first
+---@field delegated table[] approvals the session's sub-agents wait for
+---@field delegations table<string, table> delegate call id -> its sub-agent as seen
+---@field calls table<string, table> call id -> its committed toolCall block
+---@field waiting { pendingId: string, text: string }[] messages not yet delivered
+---@field state "idle"|"running"|"awaitingApproval"|"unanswered"
+---@field budget table? the latest budget snapshot
+---@field compactions table<string, table> summary entry id -> its `compaction` event
+---@field notices { level: string, message: string }[]
+---@field fetching boolean
+---@field buffered table[] events that arrived while fetching
+---@field loaded boolean
+---@field last_finish { reason: string, error: string? }?
+---@field listeners fun(session: sidechat.Session, what: string)[]
 local Session = {}
 Session.__index = Session
 
 ---@param client sidechat.Client
 ---@param id string
+---@return sidechat.Session
 function M.new(client, id)
   return setmetatable({
     client = client,
@@ -48,10 +93,13 @@ function M.new(client, id)
   }, Session)
 end
 
+--- Calls `fn(session, what)` after each change.
+---@param fn fun(session: sidechat.Session, what: string)
 function Session:on_change(fn)
   table.insert(self.listeners, fn)
 end
 
+---@param what string the event kind or reason that changed it
 function Session:changed(what)
   for _, fn in ipairs(self.listeners) do
     fn(self, what)
@@ -66,6 +114,9 @@ local function remove_where(list, pred)
   end
 end
 
+---@param id string
+---@param role string?
+---@return sidechat.LiveMessage
 function Session:live_message(id, role)
   for _, m in ipairs(self.live) do
     if m.id == id then
@@ -77,6 +128,7 @@ function Session:live_message(id, role)
   return m
 end
 
+---@param entry sidechat.Entry
 function Session:add_entry(entry)
   local at = self.index[entry.id]
   if at then
@@ -105,6 +157,8 @@ function Session:add_entry(entry)
 end
 
 --- What the session looks like after one event.
+---@param params table `session/event` params
+---@return string kind the event's kind
 function Session:apply(params)
   local ev = params.event
   local kind = ev.kind
@@ -193,6 +247,9 @@ function Session:apply(params)
     self.last_finish = { reason = ev.reason, error = ev.error }
   elseif kind == protocol.event.delegation then
     self:delegated_event(ev)
+  elseif kind == protocol.event.sessionUpdated then
+    -- The daemon titled the session after its first answer.
+    self.info = vim.tbl_extend("force", self.info or {}, { title = ev.title })
   end
   return kind
 end
@@ -371,6 +428,7 @@ end
 
 --- Every approval waiting for the user in this session: its own, then its sub-agents' (each
 --- with `asked_by`, the task of the sub-agent that asks).
+---@return table[]
 function Session:pending_approvals()
   local all = vim.list_extend({}, self.approvals)
   for _, d in ipairs(self.delegated) do
@@ -380,6 +438,7 @@ function Session:pending_approvals()
 end
 
 --- Takes one `session/event` notification of this session.
+---@param params table `session/event` params
 function Session:event(params)
   if self.fetching or not self.loaded then
     table.insert(self.buffered, params)
@@ -422,6 +481,8 @@ end
 
 --- Reads the transcript after the last committed entry. `reset` (attach, daemon restart)
 --- also forgets streamed state, since a restarted daemon numbers its events from the store.
+---@param reset boolean
+---@param done fun(err: table?)?
 ---@param reset boolean
 ---@param done fun(err: table?)?
 function Session:refetch(reset, done)
@@ -519,6 +580,7 @@ end
 
 --- Reads the page of entries before the oldest one held, when one remains, and puts it first.
 ---@param done fun(err: table?, loaded: boolean)?
+---@param done fun(err: table?, loaded: boolean)?
 function Session:load_older(done)
   local before = self.older_before
   if not before or self.loading_older then
@@ -560,6 +622,7 @@ function Session:load_older(done)
 end
 
 --- Refreshes the session's title, spend and changed files.
+---@param done fun(err: table?)?
 function Session:refresh_info(done)
   self.client:request(protocol.method.sessionGet, { sessionId = self.id }, function(err, info)
     if not err then
@@ -574,6 +637,8 @@ end
 
 --- The status of one tool call: its committed result, else what events said, else whether an
 --- approval waits for it.
+---@param call_id string
+---@return string status, string? output
 function Session:tool_status(call_id)
   local result = self.results[call_id]
   if result then

@@ -3,6 +3,7 @@
 --- rewrite only the lines from the first one that changed.
 local config = require("sidechat.config")
 local render = require("sidechat.render")
+local winbar = require("sidechat.winbar")
 
 local M = {}
 
@@ -62,6 +63,7 @@ function M.buffers()
   if not valid(st.transcript) then
     st.transcript = scratch("sidechat://transcript", "markdown")
     st.rendered = nil
+    vim.bo[st.transcript].formatlistpat = M.LIST_PATTERN
     vim.bo[st.transcript].modifiable = false
     local b = st.transcript
     map(b, "n", keys.open, api.open_under_cursor, "sidechat: open the changed file, or toggle a fold")
@@ -96,10 +98,19 @@ function M.is_open()
   return #windows_of(M.state.transcript) > 0
 end
 
+--- Where a wrapped line of the transcript continues: under the text of a list item, or of a
+--- table row such as `/help`'s ("  /model <id>      switch…": under "switch"), so that text
+--- the daemon sends unwrapped reads well at any width.
+M.LIST_PATTERN = [[^\s*\(/\S\+\(\s[^ ]\+\)\?\s\{2,}\|[-*+]\s\+\|\d\+[.)]\s\+\|>\s*\)]]
+
 local function set_window_options(win, transcript)
   local wo = vim.wo[win]
+  -- Clients wrap: the daemon never breaks lines to a width, so long lines wrap at words,
+  -- their continuations indented like their first line.
   wo.wrap = true
   wo.linebreak = true
+  wo.breakindent = true
+  wo.breakindentopt = "list:-1"
   wo.number = false
   wo.relativenumber = false
   wo.signcolumn = "no"
@@ -111,6 +122,7 @@ local function set_window_options(win, transcript)
     wo.foldlevel = 0
     wo.foldenable = true
     wo.conceallevel = 2
+    wo.winbar = winbar.text(M.state.session)
   else
     wo.winfixheight = true
   end
@@ -211,6 +223,7 @@ function M.redraw()
   folds = r.folds
   spans = r.spans
   st.rendered = r
+  M.update_winbar()
   -- Statusline items (require("sidechat").statusline()) follow the session too.
   vim.cmd("redrawstatus")
   if first > #old and first > #new then
@@ -221,6 +234,16 @@ function M.redraw()
   vim.api.nvim_buf_set_lines(st.transcript, first - 1, -1, false, vim.list_slice(new, first))
   vim.bo[st.transcript].modifiable = false
   M.follow(false, old_count)
+end
+
+--- Redraws the transcript window's winbar, and turns its spinner while the session works.
+function M.update_winbar()
+  local session = M.state.session
+  local bar = winbar.text(session)
+  for _, win in ipairs(windows_of(M.state.transcript)) do
+    vim.wo[win].winbar = bar
+  end
+  winbar.spin(session ~= nil and session.state == "running" and M.is_open(), M.update_winbar)
 end
 
 --- The transcript buffer's lines, as shown.

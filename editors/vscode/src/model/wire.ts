@@ -141,7 +141,7 @@ export type PriceSource = 'override' | 'builtin';
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "UsageKind".
  */
-export type UsageKind = 'turn' | 'summary';
+export type UsageKind = 'turn' | 'summary' | 'title';
 /**
  * What happened in a session.
  *
@@ -271,6 +271,10 @@ export type Event =
       childSessionId: string;
       childSeq: number;
       event: Event;
+    }
+  | {
+      kind: 'sessionUpdated';
+      title: string;
     };
 /**
  * Who a transcript entry belongs to.
@@ -1253,6 +1257,11 @@ export interface Session {
    * Which kind of client started the session, when it said.
    */
   origin?: SessionOrigin | null;
+  /**
+   * Whether older turns are folded automatically (see `session/update`'s `autoCompact`).
+   */
+  autoCompact: boolean;
+  tokensByKind: TokenUsage;
 }
 /**
  * `session/budget`: how full the model's context is before the next request.
@@ -1330,6 +1339,12 @@ export interface SessionCreateParams {
    * Which kind of client starts the session; kept and listed, never changed.
    */
   origin?: SessionOrigin | null;
+  /**
+   * Fold older turns automatically when a request would pass the history's share or the
+   * window (default from the config's `[defaults] auto_compact`: true). Off, a request
+   * that would pass the window is refused with its sizes, and `/compact` folds by hand.
+   */
+  autoCompact?: boolean | null;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -1581,6 +1596,11 @@ export interface SessionUpdateParams {
    * client gives its servers again this way (as `session/create` took them).
    */
   mcpServers?: McpServerParams[] | null;
+  /**
+   * Fold older turns automatically (true) or only by `/compact` (false), from the next
+   * request on.
+   */
+  autoCompact?: boolean | null;
 }
 
 /** Every request a client sends, with its params and result types. */
