@@ -181,6 +181,10 @@ pub struct Session {
     /// Which kind of client started the session, when it said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<SessionOrigin>,
+    /// Whether the session's commands run in the sandbox (unless the model asks to run one
+    /// outside it, which the user approves first).
+    #[serde(default)]
+    pub commands_sandboxed: bool,
 }
 
 /// One row of `session/list`.

@@ -234,6 +234,9 @@ pub struct PendingApproval {
     /// One line a prompt can show, e.g. `write notes.md (3 lines)`.
     pub summary: String,
     pub created_at: String,
+    /// For `run_command`: whether the command will run in the sandbox once allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandboxed: Option<bool>,
 }
 
 /// Input typed while a run works, not yet delivered to the model.

@@ -300,6 +300,8 @@ impl Store {
                         input,
                         summary: r.get(5)?,
                         created_at: rfc3339(r.get(6)?),
+                        // Known to the runtime, which fills it in (`Inner::with_sandbox`).
+                        sandboxed: None,
                     })
                 },
             )
@@ -453,6 +455,7 @@ mod tests {
             input: serde_json::json!({"path": "a.md"}),
             summary: "write a.md".into(),
             created_at: rfc3339(0),
+            sandboxed: None,
         };
         store.insert_approval(&approval, &session_id).unwrap();
         (session_id, message_id)

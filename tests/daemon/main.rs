@@ -36,6 +36,7 @@ mod protocol;
 mod providers;
 mod run_ends;
 mod runs;
+mod sandbox;
 mod secrets;
 mod seq;
 mod streams;
@@ -44,3 +45,4 @@ mod transcripts;
 mod two_daemons;
 #[path = "../support/upstream.rs"]
 mod upstream;
+mod workload;

@@ -410,6 +410,7 @@ export interface WireTypes {
   RequestId?: RequestId;
   RequestKindCost?: RequestKindCost;
   Role?: Role;
+  SandboxInfo?: SandboxInfo1;
   ServerCapabilities?: ServerCapabilities;
   ServerInfo?: ServerInfo;
   Session?: Session;
@@ -835,6 +836,10 @@ export interface PendingApproval {
    */
   summary: string;
   createdAt: string;
+  /**
+   * For `run_command`: whether the command will run in the sandbox once allowed.
+   */
+  sandboxed?: boolean | null;
 }
 /**
  * One committed message of a session's transcript.
@@ -911,6 +916,7 @@ export interface InitializeResult {
    * Configured accounts left out of `accounts`, with the reason.
    */
   unavailableAccounts?: UnavailableAccount[];
+  sandbox?: SandboxInfo;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -948,6 +954,20 @@ export interface UnavailableAccount {
    * What to fix, e.g. `ANTHROPIC_WORK_KEY is not set`.
    */
   reason: string;
+}
+/**
+ * Whether `run_command` runs sandboxed by default on this machine, and why (not).
+ */
+export interface SandboxInfo {
+  /**
+   * `true`: commands that no rule asks for run sandboxed without a prompt. `false`: the
+   * sandbox is off or missing, and commands ask.
+   */
+  active: boolean;
+  /**
+   * One line saying which, e.g. `Landlock ABI 7: commands run sandboxed (…)`.
+   */
+  detail: string;
 }
 /**
  * `initialized`'s params: none yet (the client sends `{}`), kept as an object so fields can
@@ -1084,6 +1104,23 @@ export interface PendingInterjection {
   createdAt: string;
 }
 /**
+ * The sandbox of `run_command` on this machine (`docs/sandbox.md`).
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "SandboxInfo".
+ */
+export interface SandboxInfo1 {
+  /**
+   * `true`: commands that no rule asks for run sandboxed without a prompt. `false`: the
+   * sandbox is off or missing, and commands ask.
+   */
+  active: boolean;
+  /**
+   * One line saying which, e.g. `Landlock ABI 7: commands run sandboxed (…)`.
+   */
+  detail: string;
+}
+/**
  * What a session's model requests used and cost so far.
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -1151,6 +1188,11 @@ export interface Session {
    * Which kind of client started the session, when it said.
    */
   origin?: SessionOrigin | null;
+  /**
+   * Whether the session's commands run in the sandbox (unless the model asks to run one
+   * outside it, which the user approves first).
+   */
+  commandsSandboxed?: boolean;
 }
 /**
  * `session/budget`: how full the model's context is before the next request.
