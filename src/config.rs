@@ -123,6 +123,8 @@ pub struct Config {
     pub mcp_servers: Vec<crate::mcp::ServerSpec>,
     /// The user's permission rules (`[permissions]`); a workspace's own are read per call.
     pub permissions: crate::permissions::Rules,
+    /// `[sandbox]`: where sandboxed commands may write, and whether they may connect.
+    pub sandbox: crate::sandbox::Settings,
 }
 
 /// Limits and budget settings for new sessions and every snapshot.
@@ -236,6 +238,47 @@ struct FileConfig {
     /// `permissions` read as rules, once the file's path is known.
     #[serde(skip)]
     rules: crate::permissions::Rules,
+    #[serde(default)]
+    sandbox: FileSandbox,
+    /// `sandbox` read, once checked.
+    #[serde(skip)]
+    sandbox_settings: crate::sandbox::Settings,
+}
+
+/// `[sandbox]` (`crate::sandbox`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSandbox {
+    enabled: Option<bool>,
+    /// Absolute paths, or paths starting with `~/`.
+    #[serde(default)]
+    writable: Vec<String>,
+    #[serde(default)]
+    network: bool,
+}
+
+impl FileSandbox {
+    /// The settings, each writable path absolute (`~/` is the home folder).
+    fn settings(&self) -> Result<crate::sandbox::Settings, String> {
+        let writable = self
+            .writable
+            .iter()
+            .map(|path| match path.strip_prefix("~/") {
+                Some(rest) => var("HOME")
+                    .map(|home| PathBuf::from(home).join(rest))
+                    .ok_or_else(|| format!("[sandbox] writable names {path:?}, but HOME is not set")),
+                None if Path::new(path).is_absolute() => Ok(PathBuf::from(path)),
+                None => Err(format!(
+                    "[sandbox] writable names {path:?}; write absolute paths or paths starting with ~/"
+                )),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(crate::sandbox::Settings {
+            enabled: self.enabled.unwrap_or(true),
+            writable,
+            network: self.network,
+        })
+    }
 }
 
 /// `[permissions]`: rules by list (`crate::permissions`).
@@ -533,6 +576,7 @@ impl Config {
             unavailable,
             mcp_servers,
             permissions: file.rules,
+            sandbox: file.sandbox_settings,
         }
     }
 
@@ -661,6 +705,13 @@ fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
         path: path.to_path_buf(),
         message: format!("[permissions] {e}"),
     })?;
+    file.sandbox_settings = file
+        .sandbox
+        .settings()
+        .map_err(|message| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })?;
     Ok(file)
 }
 

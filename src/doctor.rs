@@ -73,6 +73,10 @@ impl Checkup {
             report.line("");
             report.line("Accounts");
             accounts(&config, &mut report).await;
+            report.line("");
+            report.line("Sandbox");
+            let status = crate::sandbox::status(&config.sandbox, crate::sandbox::support());
+            report.field("commands", status.detail);
         }
         report.line("");
         match report.problems.len() {

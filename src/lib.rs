@@ -24,6 +24,7 @@ pub mod protocol;
 pub mod provider;
 pub mod rpc;
 pub mod runtime;
+pub mod sandbox;
 pub mod store;
 pub mod tools;
 pub mod util;

@@ -64,6 +64,19 @@ enum Command {
         #[arg(long, default_value = "schema")]
         out: PathBuf,
     },
+    /// How `run_command` starts a sandboxed command (`sidechat::sandbox`): restricts itself
+    /// with Landlock, then execs the command. Not for people, so hidden from `--help`.
+    #[command(name = "__sandbox-exec", hide = true)]
+    SandboxExec {
+        #[arg(long)]
+        workspace: PathBuf,
+        #[arg(long)]
+        writable: Vec<PathBuf>,
+        #[arg(long)]
+        network: bool,
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
 }
 
 /// Where the database lives when `--db` and `SIDECHAT_DB` are absent.
@@ -201,6 +214,14 @@ fn write_schema(out: PathBuf) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+/// Returns only when the command could not be run: the sandbox could not be set up (never run
+/// unconfined) or the program could not be started. 126 is the shell's "cannot execute".
+fn sandbox_exec(request: sidechat::sandbox::exec::Request) -> anyhow::Result<i32> {
+    let error = sidechat::sandbox::exec::run(request);
+    eprintln!("sidechat: {error}");
+    Ok(126)
+}
+
 fn main() {
     map_large_allocations();
     let cli = Cli::parse();
@@ -211,6 +232,17 @@ fn main() {
         Command::Sessions(args) => sidechat::client::run_sessions(args),
         Command::Doctor { db, integrity } => doctor(db, integrity),
         Command::Schema { out } => write_schema(out),
+        Command::SandboxExec {
+            workspace,
+            writable,
+            network,
+            command,
+        } => sandbox_exec(sidechat::sandbox::exec::Request {
+            workspace,
+            writable,
+            network,
+            command,
+        }),
     };
     match outcome {
         Ok(code) => std::process::exit(code),

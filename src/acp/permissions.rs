@@ -256,6 +256,7 @@ mod tests {
             created_at: "2026-01-01T00:00:00Z".into(),
             proposed_rule: proposed_rule.map(String::from),
             why_asked: None,
+            sandboxed: None,
         }
     }
 

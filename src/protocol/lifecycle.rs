@@ -107,6 +107,9 @@ pub struct InitializeResult {
     /// Configured accounts left out of `accounts`, with the reason.
     #[serde(default)]
     pub unavailable_accounts: Vec<UnavailableAccount>,
+    /// Whether `run_command` runs sandboxed by default on this machine, and why (not).
+    #[serde(default)]
+    pub sandbox: SandboxInfo,
 }
 
 /// `initialized`'s params: none yet (the client sends `{}`), kept as an object so fields can
@@ -151,4 +154,15 @@ mod tests {
             .collect();
         assert_eq!(ids, ["1e2", "-0.50", r#""x\u0079""#]);
     }
+}
+
+/// The sandbox of `run_command` on this machine (`docs/sandbox.md`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxInfo {
+    /// `true`: commands that no rule asks for run sandboxed without a prompt. `false`: the
+    /// sandbox is off or missing, and commands ask.
+    pub active: bool,
+    /// One line saying which, e.g. `Landlock ABI 7: commands run sandboxed (…)`.
+    pub detail: String,
 }

@@ -191,6 +191,10 @@ pub struct Session {
     /// The tokens of every model request of the session so far (turns, summaries, titles),
     /// by kind: the running totals beside `tokens`.
     pub tokens_by_kind: super::TokenUsage,
+    /// Whether the session's commands run in the sandbox (unless the model asks to run one
+    /// outside it, which the user approves first).
+    #[serde(default)]
+    pub commands_sandboxed: bool,
 }
 
 /// One row of `session/list`.

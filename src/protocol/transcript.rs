@@ -243,6 +243,9 @@ pub struct PendingApproval {
     /// what kept an allow rule from applying (e.g. a redirection writing outside the workspace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why_asked: Option<String>,
+    /// For `run_command`: whether the command will run in the sandbox once allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandboxed: Option<bool>,
 }
 
 /// Input typed while a run works, not yet delivered to the model.

@@ -152,10 +152,40 @@ pub fn describe(config: &Config) -> InitializeResult {
         accounts: config.account_infos(),
         default_account: config.default_account.clone(),
         unavailable_accounts: config.unavailable.clone(),
+        sandbox: {
+            let status = crate::sandbox::status(&config.sandbox, crate::sandbox::support());
+            SandboxInfo {
+                active: status.active,
+                detail: status.detail,
+            }
+        },
     }
 }
 
 impl Inner {
+    /// Whether `run_command` runs sandboxed by default (`crate::sandbox`).
+    pub(super) fn sandbox_active(&self) -> bool {
+        crate::sandbox::status(&self.config.sandbox, crate::sandbox::support()).active
+    }
+
+    /// Whether this `run_command` call runs in the sandbox: the sandbox is active and the
+    /// model did not ask to run it outside.
+    pub(super) fn runs_sandboxed(&self, tool: &str, input: &serde_json::Value) -> bool {
+        tool == crate::tools::RUN_COMMAND
+            && self.sandbox_active()
+            && !crate::tools::wants_outside_sandbox(input)
+    }
+
+    /// A pending approval saying whether its command will run sandboxed.
+    pub(super) fn with_sandbox(&self, approval: PendingApproval) -> PendingApproval {
+        let sandboxed = (approval.tool == crate::tools::RUN_COMMAND)
+            .then(|| self.runs_sandboxed(&approval.tool, &approval.input));
+        PendingApproval {
+            sandboxed,
+            ..approval
+        }
+    }
+
     /// Whether `notice` about the workspace's permission rules is new to the session (and
     /// marks it given).
     fn first_permission_notice(&self, session_id: &str, notice: &str) -> bool {

@@ -331,7 +331,13 @@ impl Runtime {
         };
         Ok(SessionTranscriptResult {
             state: self.state(&row)?,
-            pending_approvals: self.inner.store.pending_approvals(&row.id)?,
+            pending_approvals: self
+                .inner
+                .store
+                .pending_approvals(&row.id)?
+                .into_iter()
+                .map(|a| self.inner.with_sandbox(a))
+                .collect(),
             pending_interjections: self
                 .inner
                 .store
@@ -468,6 +474,7 @@ impl Runtime {
             created_at: rfc3339(row.created_at),
             updated_at: rfc3339(row.updated_at),
             last_seq: row.last_seq,
+            commands_sandboxed: self.inner.sandbox_active(),
         })
     }
 }

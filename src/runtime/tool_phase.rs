@@ -159,7 +159,11 @@ impl RunContext {
                 ToolOutcome::error(STOPPED_BEFORE),
             ));
         }
-        if let Some(refused) = self.refusal(call, &decision, prompt).await? {
+        let sandboxed = self.inner.runs_sandboxed(&call.name, &call.input);
+        if let Some(refused) = self
+            .command_refusal(call, &decision, sandboxed, prompt)
+            .await?
+        {
             return Ok(refused);
         }
         self.mark_running(call)?;
@@ -183,7 +187,12 @@ impl RunContext {
             tokio::select! {
                 biased;
                 _ = stop.wait_for(|s| *s) => return Ok((ToolCallStatus::Cancelled, ToolOutcome::error(STOPPED_DURING))),
-                outcome = tools::execute(workspace, &call.name, &call.input, &self.inner.store) => outcome,
+                outcome = async {
+                    match sandboxed {
+                        true => tools::execute_sandboxed(workspace, &call.input, &self.inner.store, &self.inner.config.sandbox).await,
+                        false => tools::execute(workspace, &call.name, &call.input, &self.inner.store).await,
+                    }
+                } => outcome,
             }
         };
         let status = if outcome.is_error {
@@ -192,6 +201,29 @@ impl RunContext {
             ToolCallStatus::Done
         };
         Ok((status, outcome))
+    }
+
+    /// [`Self::refusal`] with the sandbox's part: a command that runs sandboxed and that no
+    /// rule asks for runs without a prompt; one the model asks to run outside the sandbox
+    /// (`"sandbox": false`) always asks, whatever the rules or earlier answers say.
+    async fn command_refusal(
+        &mut self,
+        call: &ToolCallRow,
+        decision: &Decision,
+        sandboxed: bool,
+        prompt: &Prompt,
+    ) -> RuntimeResult<Option<(ToolCallStatus, ToolOutcome)>> {
+        if call.name != tools::RUN_COMMAND {
+            return self.refusal(call, decision, prompt).await;
+        }
+        if tools::wants_outside_sandbox(&call.input) {
+            let answer = self.approval(call, true, prompt).await?;
+            return self.refused_by(call, answer);
+        }
+        if sandboxed && matches!(decision, Decision::Allow(_) | Decision::Default { .. }) {
+            return Ok(None);
+        }
+        self.refusal(call, decision, prompt).await
     }
 
     /// The result of a call the user (or a stop) did not let run; `None` when it may run.
@@ -206,6 +238,15 @@ impl RunContext {
             Decision::Ask(_) => self.approval(call, true, prompt).await?,
             _ => self.approval(call, false, prompt).await?,
         };
+        self.refused_by(call, answer)
+    }
+
+    /// What the model is told of a call `answer` did not let run; `None` when it may run.
+    fn refused_by(
+        &self,
+        call: &ToolCallRow,
+        answer: Option<ApprovalDecision>,
+    ) -> RuntimeResult<Option<(ToolCallStatus, ToolOutcome)>> {
         Ok(match answer {
             Some(ApprovalDecision::Deny) => {
                 let output = match self.expired_output(call)? {
@@ -301,7 +342,9 @@ impl RunContext {
                 created_at: crate::util::rfc3339(crate::util::now_ms()),
                 proposed_rule: prompt.proposed_rule.clone(),
                 why_asked: prompt.why_asked.clone(),
+                sandboxed: None,
             };
+            let approval = self.inner.with_sandbox(approval);
             store.insert_approval(&approval, &self.session_id)?;
             store.set_tool_call_status(
                 &self.session_id,

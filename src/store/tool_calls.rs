@@ -335,6 +335,8 @@ impl Store {
                         created_at: rfc3339(r.get(6)?),
                         proposed_rule: r.get(7)?,
                         why_asked: r.get(8)?,
+                        // Known to the runtime, which fills it in (`Inner::with_sandbox`).
+                        sandboxed: None,
                     })
                 },
             )
@@ -512,6 +514,7 @@ mod tests {
             created_at: rfc3339(0),
             proposed_rule: None,
             why_asked: None,
+            sandboxed: None,
         };
         store.insert_approval(&approval, &session_id).unwrap();
         (session_id, message_id)

@@ -27,10 +27,23 @@ const OUTPUT_CAP: usize = 64 * 1024;
 /// Size of each read from a stream.
 const READ_CHUNK: usize = 16 * 1024;
 
+#[cfg(test)]
 pub async fn run(
     ws: &Workspace,
     input: &Value,
     ledger: &dyn CommandLedger,
+) -> Result<ToolOutcome, String> {
+    run_in(ws, input, ledger, None).await
+}
+
+/// Runs the command, inside the sandbox when `sandbox` is given ([`crate::sandbox`]): then
+/// the shell is started by this binary's hidden mode, restricted first, and a failure that
+/// looks like a refusal of the sandbox is told as one.
+pub async fn run_in(
+    ws: &Workspace,
+    input: &Value,
+    ledger: &dyn CommandLedger,
+    sandbox: Option<&crate::sandbox::Settings>,
 ) -> Result<ToolOutcome, String> {
     let command = str_arg(input, "command")
         .filter(|c| !c.trim().is_empty())
@@ -41,10 +54,21 @@ pub async fn run(
         .unwrap_or(DEFAULT_TIMEOUT_SECS)
         .clamp(1, MAX_TIMEOUT_SECS);
     let tag = crate::util::new_id("cmd");
-    let mut shell = tokio::process::Command::new("sh");
+    let mut shell = match sandbox {
+        Some(settings) => {
+            let binary = crate::sandbox::exec_binary()
+                .map_err(|e| format!("Cannot find the sidechat binary to run the sandbox: {e}"))?;
+            let mut shell = tokio::process::Command::new(binary);
+            shell.args(crate::sandbox::exec_args(ws.root(), settings, command));
+            shell
+        }
+        None => {
+            let mut shell = tokio::process::Command::new("sh");
+            shell.arg("-c").arg(command);
+            shell
+        }
+    };
     shell
-        .arg("-c")
-        .arg(command)
         .current_dir(ws.root())
         // Inherited by everything the command starts, wherever it goes.
         .env(COMMAND_VAR, &tag)
@@ -79,7 +103,10 @@ pub async fn run(
     let code = status
         .code()
         .map_or("a signal".to_string(), |c| c.to_string());
-    let output = format!("exit code: {code}{}", streams(&out, &err));
+    let mut output = format!("exit code: {code}{}", streams(&out, &err));
+    if sandbox.is_some() && crate::sandbox::refusal::refused(status.success(), &err.text()) {
+        output = format!("{}\n\n{}", output.trim_end(), crate::sandbox::refusal::TOLD);
+    }
     Ok(ToolOutcome {
         output: output.trim_end().to_string(),
         is_error: !status.success(),

@@ -60,6 +60,9 @@ impl ToolOutcome {
     }
 }
 
+/// The tool that runs shell commands, the one the sandbox applies to.
+pub const RUN_COMMAND: &str = "run_command";
+
 /// Whether a tool changes anything, and so needs the user's approval.
 pub fn needs_approval(tool: &str) -> bool {
     !matches!(tool, "read_file" | "list_directory" | "search_text")
@@ -119,7 +122,8 @@ pub fn specs() -> Vec<ToolSpec> {
             "Run a shell command in the workspace root. Needs the user's approval.",
             json!({"type": "object", "properties": {
                 "command": {"type": "string"},
-                "timeout_seconds": {"type": "integer", "description": "Default 120, at most 600"}
+                "timeout_seconds": {"type": "integer", "description": "Default 120, at most 600"},
+                "sandbox": {"type": "boolean", "description": "false runs the command outside the sandbox, after asking the user; only when a sandboxed run was refused"}
             }, "required": ["command"]}),
         ),
     ]
@@ -186,10 +190,30 @@ pub async fn execute(
         "write_file" => files::write(workspace, input).await,
         "edit_file" => files::edit(workspace, input).await,
         "search_text" => search::search(workspace, input).await,
-        "run_command" => command::run(workspace, input, ledger).await,
+        "run_command" => command::run_in(workspace, input, ledger, None).await,
         other => Err(format!("There is no tool named {other:?}.")),
     };
     outcome.unwrap_or_else(ToolOutcome::error)
+}
+
+/// Runs a `run_command` call inside the sandbox with `settings` ([`crate::sandbox`]).
+pub async fn execute_sandboxed(
+    workspace: Option<&Workspace>,
+    input: &Value,
+    ledger: &dyn crate::lifetime::CommandLedger,
+    settings: &crate::sandbox::Settings,
+) -> ToolOutcome {
+    let Some(workspace) = workspace else {
+        return execute(None, "run_command", input, ledger).await;
+    };
+    command::run_in(workspace, input, ledger, Some(settings))
+        .await
+        .unwrap_or_else(ToolOutcome::error)
+}
+
+/// Whether a `run_command` call asks to run outside the sandbox (`"sandbox": false`).
+pub fn wants_outside_sandbox(input: &Value) -> bool {
+    input.get("sandbox").and_then(Value::as_bool) == Some(false)
 }
 
 /// Cuts `text` to at most `max` bytes on a character boundary, saying so.

@@ -51,7 +51,7 @@ function answer(messages) {
     return { before: [chunk({ content: `Writing ${file[1]}.` }), toolCall('write_file', { path: file[1], content: `written by the model\n` }), chunk({}, 'tool_calls'), ...done] };
   }
   if (said.includes('command')) {
-    return { before: [toolCall('run_command', { command: 'echo from-the-command' }), chunk({}, 'tool_calls'), ...done] };
+    return { before: [toolCall('run_command', { command: 'echo from-the-command', sandbox: false }), chunk({}, 'tool_calls'), ...done] };
   }
   if (said.includes('at length')) {
     return { before: [chunk({ role: 'assistant', content: 'A long answer that' }), chunk({}, 'length'), ...done] };

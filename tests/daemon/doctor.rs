@@ -55,6 +55,13 @@ fn unavailable_reason(text: &str) -> String {
     reason.to_string()
 }
 
+/// What the report says of the sandbox, which depends on the machine's kernel
+/// (`sandbox::doctor_says_whether_commands_run_sandboxed` checks it).
+fn sandbox_line(text: &str) -> String {
+    let start = text.find("  commands    ").expect("a sandbox line") + "  commands    ".len();
+    text[start..].lines().next().unwrap().to_string()
+}
+
 #[tokio::test]
 async fn doctor_reports_the_database_and_each_account_without_keys() {
     let scratch = Scratch::new();
@@ -129,9 +136,13 @@ Accounts
   nokey
     cannot be used: {nokey}
 
+Sandbox
+  commands    {sandbox}
+
 2 problems: account down is unreachable: Connection refused (os error 111); account nokey cannot be used: {nokey}",
         version = env!("CARGO_PKG_VERSION"),
         nokey = unavailable_reason(&text),
+        sandbox = sandbox_line(&text),
     );
     assert_eq!(redacted(&text, &scratch), expected);
     assert_eq!(code, 1);

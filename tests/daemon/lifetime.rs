@@ -90,7 +90,8 @@ async fn until(mut condition: impl FnMut() -> bool) -> bool {
 /// A daemon running the markers' command (allowed), once all four `sleep`s run; the session.
 async fn running_command(scratch: &Scratch, markers: &Markers) -> (Daemon, String) {
     let script = json!({"turns": [
-        {"toolCalls": [{"name": "run_command", "input": {"command": markers.command()}}]},
+        // Outside the sandbox, so that it asks (and runs as a plain shell).
+        {"toolCalls": [{"name": "run_command", "input": {"command": markers.command(), "sandbox": false}}]},
         {"text": "Done."},
     ]});
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;

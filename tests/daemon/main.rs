@@ -37,6 +37,7 @@ mod protocol;
 mod providers;
 mod run_ends;
 mod runs;
+mod sandbox;
 mod secrets;
 mod seq;
 mod streams;
@@ -47,3 +48,4 @@ mod two_daemons;
 #[path = "../support/upstream.rs"]
 mod upstream;
 mod workspace_answers;
+mod workload;

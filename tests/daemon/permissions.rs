@@ -81,7 +81,7 @@ async fn answer_all(
 async fn rules_of_the_config_file_allow_deny_and_leave_the_rest_asked() {
     let scratch = Scratch::new();
     scratch.write_config(
-        "[permissions]\nallow = [\"run_command(echo *)\"]\ndeny = [\"run_command(rm *)\"]\n",
+        "[sandbox]\nenabled = false\n[permissions]\nallow = [\"run_command(echo *)\"]\ndeny = [\"run_command(rm *)\"]\n",
     );
     let (mut daemon, session) = daemon_making(
         &scratch,
@@ -130,6 +130,8 @@ async fn rules_of_the_config_file_allow_deny_and_leave_the_rest_asked() {
 #[tokio::test]
 async fn a_project_file_adds_ask_and_deny_and_its_allow_is_ignored_with_a_notice() {
     let scratch = Scratch::new();
+    // Without the sandbox, commands ask unless allowed.
+    scratch.write_config("[sandbox]\nenabled = false\n");
     let project = write_project(
         &scratch,
         "[permissions]\nallow = [\"run_command\"]\nask = [\"read_file(*.md)\"]\ndeny = [\"run_command(touch *)\"]\n",

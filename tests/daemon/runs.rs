@@ -621,7 +621,7 @@ async fn an_approval_survives_a_killed_daemon_and_resumes_the_run() {
 #[tokio::test]
 async fn a_run_killed_mid_tool_is_closed_with_a_result_for_every_call() {
     let scratch = Scratch::new();
-    let script = json!({"turns": [{"toolCalls": [{"name": "run_command", "input": {"command": "sleep 30"}}]}, {"text": "Recovered."}]});
+    let script = json!({"turns": [{"toolCalls": [{"name": "run_command", "input": {"command": "sleep 30", "sandbox": false}}]}, {"text": "Recovered."}]});
     let (mut daemon, session) = replay_daemon(&scratch, script.clone()).await;
     daemon.send(&session, "run it").await;
     let (_, approval) = daemon.until_approval().await;

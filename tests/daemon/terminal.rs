@@ -903,6 +903,7 @@ fn sessions_list_shows_the_newest_unless_asked_for_all() {
     let (status, listed, err) = sidechat(&scratch, &["sessions", "list"], None);
     assert_eq!((status, err.as_str()), (0, ""));
     assert_eq!(listed.lines().count(), 3);
+}
 
 #[test]
 fn the_approval_prompt_offers_the_workspace_rule_and_w_saves_an_edited_one() {

@@ -16,7 +16,7 @@ vim.fn.writefile({
         text = "Here it is.",
         usage = { input = 2000, output = 1000, cacheRead = 0, cacheWrite = 0, reasoning = 0 },
       },
-      { text = "Running it.", toolCalls = { { name = "run_command", input = { command = "echo hi" } } } },
+      { text = "Running it.", toolCalls = { { name = "run_command", input = { command = "echo hi", sandbox = false } } } },
       { text = "Denied, fine." },
       { text = table.concat(slow_text, " "), delayMs = 100 },
     },
@@ -80,7 +80,7 @@ H.run({
       H.wait("the spend", function()
         return sidechat.current().info.costUsd
       end)
-      H.eq("ctx 0% normal · $0.0070", sidechat.statusline(), "statusline")
+      H.eq("ctx 1% normal · $0.0070", sidechat.statusline(), "statusline")
       H.notes = {}
       vim.cmd("SidechatCost")
       H.wait("the cost", function()

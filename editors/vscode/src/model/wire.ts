@@ -413,6 +413,7 @@ export interface WireTypes {
   RuleInForce?: RuleInForce;
   RuleList?: RuleList;
   RuleSource?: RuleSource;
+  SandboxInfo?: SandboxInfo;
   ServerCapabilities?: ServerCapabilities;
   ServerInfo?: ServerInfo;
   Session?: Session;
@@ -859,6 +860,10 @@ export interface PendingApproval {
    * what kept an allow rule from applying (e.g. a redirection writing outside the workspace).
    */
   whyAsked?: string | null;
+  /**
+   * For `run_command`: whether the command will run in the sandbox once allowed.
+   */
+  sandboxed?: boolean | null;
 }
 /**
  * One committed message of a session's transcript.
@@ -935,6 +940,7 @@ export interface InitializeResult {
    * Configured accounts left out of `accounts`, with the reason.
    */
   unavailableAccounts?: UnavailableAccount[];
+  sandbox?: SandboxInfo;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -972,6 +978,23 @@ export interface UnavailableAccount {
    * What to fix, e.g. `ANTHROPIC_WORK_KEY is not set`.
    */
   reason: string;
+}
+/**
+ * The sandbox of `run_command` on this machine (`docs/sandbox.md`).
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "SandboxInfo".
+ */
+export interface SandboxInfo {
+  /**
+   * `true`: commands that no rule asks for run sandboxed without a prompt. `false`: the
+   * sandbox is off or missing, and commands ask.
+   */
+  active: boolean;
+  /**
+   * One line saying which, e.g. `Landlock ABI 7: commands run sandboxed (…)`.
+   */
+  detail: string;
 }
 /**
  * `initialized`'s params: none yet (the client sends `{}`), kept as an object so fields can
@@ -1262,6 +1285,11 @@ export interface Session {
    */
   autoCompact: boolean;
   tokensByKind: TokenUsage;
+  /**
+   * Whether the session's commands run in the sandbox (unless the model asks to run one
+   * outside it, which the user approves first).
+   */
+  commandsSandboxed?: boolean;
 }
 /**
  * `session/budget`: how full the model's context is before the next request.
