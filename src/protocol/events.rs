@@ -174,6 +174,11 @@ pub enum Event {
         child_seq: u64,
         event: Box<Event>,
     },
+    /// The model gave its plan (`update_plan`): the whole plan, which replaces the one before.
+    Plan {
+        call_id: String,
+        plan: super::Plan,
+    },
 }
 
 impl Event {
@@ -201,6 +206,7 @@ impl Event {
         "usage",
         "runFinished",
         "delegation",
+        "plan",
     ];
 }
 

@@ -239,6 +239,14 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX approvals_by_session ON approvals (session_id);
     CREATE INDEX pending_by_session ON pending_input (session_id);
     "#,
+    // 15: the latest plan a session's model gave (`update_plan`), as the protocol's JSON.
+    r#"
+    CREATE TABLE session_plans (
+        session_id  TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+        plan        TEXT NOT NULL,
+        updated_at  INTEGER NOT NULL
+    );
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

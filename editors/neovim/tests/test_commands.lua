@@ -80,7 +80,7 @@ H.run({
       H.wait("the spend", function()
         return sidechat.current().info.costUsd
       end)
-      H.eq("ctx 0% normal · $0.0070", sidechat.statusline(), "statusline")
+      H.eq("ctx 1% normal · $0.0070", sidechat.statusline(), "statusline")
       H.notes = {}
       vim.cmd("SidechatCost")
       H.wait("the cost", function()

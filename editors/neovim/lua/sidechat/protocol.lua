@@ -8,7 +8,7 @@ local M = {}
 
 M.version = 1
 
----@alias sidechat.EventKind "runStarted"|"messageStarted"|"textDelta"|"thinkingDelta"|"messageCompleted"|"toolCallStarted"|"toolCallUpdated"|"approvalRequested"|"approvalResolved"|"interjectionQueued"|"interjectionDelivered"|"interjectionPromoted"|"interjectionCancelled"|"notice"|"budget"|"compaction"|"noteDeleted"|"usage"|"runFinished"|"delegation"
+---@alias sidechat.EventKind "runStarted"|"messageStarted"|"textDelta"|"thinkingDelta"|"messageCompleted"|"toolCallStarted"|"toolCallUpdated"|"approvalRequested"|"approvalResolved"|"interjectionQueued"|"interjectionDelivered"|"interjectionPromoted"|"interjectionCancelled"|"notice"|"budget"|"compaction"|"noteDeleted"|"usage"|"runFinished"|"delegation"|"plan"
 ---@alias sidechat.Role "user"|"assistant"|"tool"|"note"|"notice"|"summary"
 ---@alias sidechat.ToolCallStatus "pending"|"awaitingApproval"|"running"|"done"|"error"|"denied"|"cancelled"
 ---@alias sidechat.FinishReason "end_turn"|"stopped"|"max_iterations"|"budget_spent"|"cut_off"|"error"|"refusal"
@@ -81,6 +81,8 @@ M.event = {
   --- the child published it (`childSeq` is its number in the child's own sequence, so a gap
   --- there is filled from the child's `session/transcript`).
   delegation = "delegation",
+  --- The model gave its plan (`update_plan`): the whole plan, which replaces the one before.
+  plan = "plan",
 }
 
 --- Fails on a name the protocol does not have (a typo would otherwise compare unequal forever).

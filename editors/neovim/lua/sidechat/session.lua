@@ -39,6 +39,7 @@ function M.new(client, id)
     waiting = {}, -- interjections not yet delivered: { pendingId, text }
     state = "idle",
     budget = nil, -- the latest budget snapshot
+    plan = nil, -- the model's latest plan from a `plan` event (else `info.plan`)
     compactions = {}, -- summary entry id -> its `compaction` event (reason, tokens), seen live
     notices = {}, -- { level, message } of a daemon that does not store its notices
     fetching = false,
@@ -193,6 +194,8 @@ function Session:apply(params)
     self.last_finish = { reason = ev.reason, error = ev.error }
   elseif kind == protocol.event.delegation then
     self:delegated_event(ev)
+  elseif kind == protocol.event.plan then
+    self.plan = ev.plan
   end
   return kind
 end

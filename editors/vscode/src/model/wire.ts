@@ -276,6 +276,11 @@ export type Event =
       childSessionId: string;
       childSeq: number;
       event: Event;
+    }
+  | {
+      kind: 'plan';
+      callId: string;
+      plan: Plan;
     };
 /**
  * Who a transcript entry belongs to.
@@ -299,6 +304,13 @@ export type MessageStatus = 'complete' | 'stopped' | 'failed';
  */
 export type FinishReason =
   ('end_turn' | 'stopped' | 'max_iterations' | 'budget_spent' | 'cut_off' | 'error') | 'refusal';
+/**
+ * Where one step of a [`Plan`] stands.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "PlanStepStatus".
+ */
+export type PlanStepStatus = 'pending' | 'in_progress' | 'completed';
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "ExitParams".
@@ -403,6 +415,9 @@ export interface WireTypes {
   NoticeLevel?: NoticeLevel;
   PendingApproval?: PendingApproval;
   PendingInterjection?: PendingInterjection;
+  Plan?: Plan;
+  PlanStep?: PlanStep;
+  PlanStepStatus?: PlanStepStatus;
   Pressure?: Pressure;
   PriceSource?: PriceSource1;
   ProviderKind?: ProviderKind;
@@ -878,6 +893,30 @@ export interface Reconciliation {
   learned: boolean;
 }
 /**
+ * The plan the model keeps for a multi-step task (its `update_plan` tool): the whole list
+ * each time, at most one step in progress.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "Plan".
+ */
+export interface Plan {
+  /**
+   * Why the plan is what it is now, when the model said.
+   */
+  explanation?: string | null;
+  steps: PlanStep[];
+}
+/**
+ * One step of a [`Plan`].
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "PlanStep".
+ */
+export interface PlanStep {
+  step: string;
+  status: PlanStepStatus;
+}
+/**
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "InitializeParams".
  */
@@ -1151,6 +1190,10 @@ export interface Session {
    * Which kind of client started the session, when it said.
    */
   origin?: SessionOrigin | null;
+  /**
+   * The latest plan the model gave with `update_plan`; absent until it gives one.
+   */
+  plan?: Plan | null;
 }
 /**
  * `session/budget`: how full the model's context is before the next request.
