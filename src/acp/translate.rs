@@ -7,7 +7,7 @@ use agent_client_protocol_schema::v1 as acp;
 use serde_json::Value;
 
 use crate::protocol::{Attachment, Block, Event, FinishReason, NoticeLevel, Role, ToolCallStatus};
-use crate::protocol::{PendingApproval, TranscriptEntry};
+use crate::protocol::{PendingApproval, Plan, PlanStepStatus, TranscriptEntry};
 
 /// The ACP kind of a built-in tool, so a client picks the right icon and treatment.
 pub fn tool_kind(tool: &str) -> acp::ToolKind {
@@ -16,6 +16,7 @@ pub fn tool_kind(tool: &str) -> acp::ToolKind {
         "write_file" | "edit_file" => acp::ToolKind::Edit,
         "search_text" => acp::ToolKind::Search,
         "run_command" => acp::ToolKind::Execute,
+        crate::tools::plan::UPDATE_PLAN => acp::ToolKind::Think,
         _ => acp::ToolKind::Other,
     }
 }
@@ -186,6 +187,7 @@ pub fn live_update(event: &Event) -> Option<acp::SessionUpdate> {
             message,
             message_id,
         } => Some(notice(message_id, *level, message)),
+        Event::Plan { plan, .. } => Some(acp::SessionUpdate::Plan(plan_update(plan))),
         // A slash command's answer is a note: the client shows it as the agent's message.
         // The daemon titled the session after its first answer.
         Event::SessionUpdated { title } => Some(acp::SessionUpdate::SessionInfoUpdate(
@@ -198,6 +200,35 @@ pub fn live_update(event: &Event) -> Option<acp::SessionUpdate> {
             )))
         }
         _ => None,
+    }
+}
+
+/// The model's plan as ACP's checklist. The protocol's steps have no priority; every entry is
+/// sent as `medium`, and the explanation rides in `_meta`.
+pub fn plan_update(plan: &Plan) -> acp::Plan {
+    let entries = plan
+        .steps
+        .iter()
+        .map(|s| {
+            let status = match s.status {
+                PlanStepStatus::Pending => acp::PlanEntryStatus::Pending,
+                PlanStepStatus::InProgress => acp::PlanEntryStatus::InProgress,
+                PlanStepStatus::Completed => acp::PlanEntryStatus::Completed,
+            };
+            acp::PlanEntry::new(s.step.clone(), acp::PlanEntryPriority::Medium, status)
+        })
+        .collect();
+    let update = acp::Plan::new(entries);
+    match &plan.explanation {
+        Some(explanation) => {
+            let mut meta = serde_json::Map::new();
+            meta.insert(
+                "sidechat".into(),
+                serde_json::json!({"explanation": explanation}),
+            );
+            update.meta(meta)
+        }
+        None => update,
     }
 }
 
@@ -399,6 +430,43 @@ mod tests {
 
     fn wire<T: serde::Serialize>(value: &T) -> Value {
         serde_json::to_value(value).unwrap()
+    }
+
+    #[test]
+    fn a_plan_becomes_a_plan_update_with_every_entry() {
+        use crate::protocol::PlanStep;
+        let event = Event::Plan {
+            call_id: "call_1".into(),
+            plan: Plan {
+                explanation: Some("two left".into()),
+                steps: vec![
+                    PlanStep {
+                        step: "Read".into(),
+                        status: PlanStepStatus::Completed,
+                    },
+                    PlanStep {
+                        step: "Fix".into(),
+                        status: PlanStepStatus::InProgress,
+                    },
+                    PlanStep {
+                        step: "Test".into(),
+                        status: PlanStepStatus::Pending,
+                    },
+                ],
+            },
+        };
+        assert_eq!(
+            wire(&live_update(&event).unwrap()),
+            json!({
+                "sessionUpdate": "plan",
+                "entries": [
+                    {"content": "Read", "priority": "medium", "status": "completed"},
+                    {"content": "Fix", "priority": "medium", "status": "in_progress"},
+                    {"content": "Test", "priority": "medium", "status": "pending"}
+                ],
+                "_meta": {"sidechat": {"explanation": "two left"}}
+            })
+        );
     }
 
     #[test]

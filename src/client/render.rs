@@ -16,7 +16,7 @@ use super::plural;
 use super::style::{Paint, Style};
 use crate::protocol::{
     ApprovalDecision, Block, CompactionMethod, Event, FinishReason, NoticeLevel, PendingApproval,
-    Pressure, Role, ToolCallStatus, TranscriptEntry,
+    Plan, PlanStepStatus, Pressure, Role, ToolCallStatus, TranscriptEntry,
 };
 
 /// Where drawn lines go: stdout, or above a line editor's prompt.
@@ -265,6 +265,11 @@ impl Screen {
                 );
                 self.styled(&[Paint::Dim], &line);
             }
+            Event::Plan { plan, .. } => {
+                self.settle();
+                let lines = self.plan_lines(plan);
+                self.out(lines);
+            }
             Event::RunFinished { reason, error } => {
                 self.settle();
                 self.text = None;
@@ -282,6 +287,30 @@ impl Screen {
             }
             _ => {}
         }
+    }
+
+    /// The model's plan as a compact list: a mark per step (`✓` done, `▸` in progress, `·`
+    /// pending), the step in progress in bold.
+    fn plan_lines(&self, plan: &Plan) -> Vec<String> {
+        let mut lines = vec![self.style.paint(
+            &[Paint::Dim],
+            &match &plan.explanation {
+                Some(why) => format!("  plan: {why}"),
+                None => "  plan:".to_string(),
+            },
+        )];
+        for step in &plan.steps {
+            let (mark, paint): (&str, &[Paint]) = match step.status {
+                PlanStepStatus::Completed => ("✓", &[Paint::Dim]),
+                PlanStepStatus::InProgress => ("▸", &[Paint::Bold]),
+                PlanStepStatus::Pending => ("·", &[]),
+            };
+            lines.push(
+                self.style
+                    .paint(paint, &format!("    {mark} {}", step.step)),
+            );
+        }
+        lines
     }
 
     fn notice_line(&self, level: NoticeLevel, message: &str) -> String {
@@ -542,6 +571,42 @@ mod tests {
                 &json!({"path": "a.md", "old_string": "x", "new_string": "y\nz"})
             ),
             "edit a.md (replace 1 line with 2 lines)"
+        );
+    }
+
+    #[test]
+    fn a_plan_is_a_compact_list() {
+        use crate::protocol::PlanStep;
+        let recorded = Recorded::default();
+        let mut screen = Screen::new(Box::new(recorded.clone()), Style::plain(80), false);
+        screen.event(&Event::Plan {
+            call_id: "c".into(),
+            plan: Plan {
+                explanation: Some("tests first".into()),
+                steps: vec![
+                    PlanStep {
+                        step: "Write the test".into(),
+                        status: PlanStepStatus::Completed,
+                    },
+                    PlanStep {
+                        step: "Fix the bug".into(),
+                        status: PlanStepStatus::InProgress,
+                    },
+                    PlanStep {
+                        step: "Run the suite".into(),
+                        status: PlanStepStatus::Pending,
+                    },
+                ],
+            },
+        });
+        assert_eq!(
+            *recorded.0.lock().unwrap(),
+            [
+                "  plan: tests first",
+                "    ✓ Write the test",
+                "    ▸ Fix the bug",
+                "    · Run the suite"
+            ]
         );
     }
 

@@ -40,6 +40,7 @@ const TOOLS: &[(&str, Key)] = &[
     ("list_directory", Key::Path),
     ("search_text", Key::Path),
     ("delegate", Key::None),
+    ("update_plan", Key::None),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

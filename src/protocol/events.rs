@@ -179,6 +179,11 @@ pub enum Event {
     SessionUpdated {
         title: String,
     },
+    /// The model gave its plan (`update_plan`): the whole plan, which replaces the one before.
+    Plan {
+        call_id: String,
+        plan: super::Plan,
+    },
 }
 
 impl Event {
@@ -207,6 +212,7 @@ impl Event {
         "runFinished",
         "delegation",
         "sessionUpdated",
+        "plan",
     ];
 }
 

@@ -195,6 +195,9 @@ pub struct Session {
     /// outside it, which the user approves first).
     #[serde(default)]
     pub commands_sandboxed: bool,
+    /// The latest plan the model gave with `update_plan`; absent until it gives one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Plan>,
 }
 
 /// One row of `session/list`.
@@ -344,4 +347,32 @@ pub struct SessionCostResult {
     /// The spend cap in force, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cap_usd: Option<f64>,
+}
+
+/// Where one step of a [`Plan`] stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanStepStatus {
+    Pending,
+    InProgress,
+    Completed,
+}
+
+/// One step of a [`Plan`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanStep {
+    pub step: String,
+    pub status: PlanStepStatus,
+}
+
+/// The plan the model keeps for a multi-step task (its `update_plan` tool): the whole list
+/// each time, at most one step in progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    /// Why the plan is what it is now, when the model said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<String>,
+    pub steps: Vec<PlanStep>,
 }

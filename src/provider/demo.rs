@@ -1,8 +1,9 @@
 //! The built-in offline demo model: what a new user talks to before configuring a provider.
 //!
 //! Deterministic and local. It streams its reply word by word, says in every reply that it is
-//! a demo, and when asked to list, read, search, create or edit a file or to run a command it
-//! calls the real tool, so approvals and tool results show exactly as with a real model.
+//! a demo, and when asked to list, read, search, create or edit a file, to run a command or to
+//! plan (`plan a; b; c`) it calls the real tool, so approvals and tool results show exactly as
+//! with a real model.
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -221,6 +222,24 @@ fn intent(line: &str) -> Option<Plan> {
                 json!({"path": first_word, "old_string": old, "new_string": new}),
             )
         }
+        // `plan read it; fix it; test it`: a plan of those steps, the first one in progress.
+        "plan" if !rest.is_empty() => {
+            let steps: Vec<Value> = rest
+                .split(';')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .enumerate()
+                .map(|(i, step)| {
+                    let status = if i == 0 { "in_progress" } else { "pending" };
+                    json!({"step": step, "status": status})
+                })
+                .collect();
+            call(
+                "Planning.",
+                crate::tools::plan::UPDATE_PLAN,
+                json!({"steps": steps}),
+            )
+        }
         "run" if !rest.is_empty() => call(
             &format!("Running `{rest}`."),
             "run_command",
@@ -409,6 +428,16 @@ mod tests {
         assert_eq!(
             plan(&user("run echo hi")).call,
             Some(("run_command".into(), json!({"command": "echo hi"})))
+        );
+        assert_eq!(
+            plan(&user("plan read it; fix it")).call,
+            Some((
+                "update_plan".into(),
+                json!({"steps": [
+                    {"step": "read it", "status": "in_progress"},
+                    {"step": "fix it", "status": "pending"}
+                ]})
+            ))
         );
         assert_eq!(plan(&user("hello there")).call, None);
     }

@@ -447,6 +447,16 @@ impl Runtime {
         })
     }
 
+    /// The session's latest plan; one that no longer reads (a newer build's) is left out.
+    fn plan(&self, session_id: &str) -> RuntimeResult<Option<Plan>> {
+        let Some(json) = self.inner.store.session_plan(session_id)? else {
+            return Ok(None);
+        };
+        Ok(serde_json::from_str(&json)
+            .inspect_err(|e| tracing::warn!(session_id, error = %e, "a stored plan does not read"))
+            .ok())
+    }
+
     fn session_view(&self, row: SessionRow) -> RuntimeResult<Session> {
         let lineage = self.inner.lineage(&row.id)?;
         Ok(Session {
@@ -457,6 +467,7 @@ impl Runtime {
             children: lineage.children,
             state: self.state(&row)?,
             changed_files: self.inner.changed_files_with_children(&row.id)?,
+            plan: self.plan(&row.id)?,
             mcp_servers: self.inner.mcp.statuses(&row.id),
             spend: self.spend(&row.id)?,
             tokens_by_kind: self.tokens_by_kind(&row.id)?,

@@ -176,6 +176,8 @@ impl RunContext {
                 _ = stop.wait_for(|s| *s) => return Ok((ToolCallStatus::Cancelled, ToolOutcome::error(STOPPED_DURING))),
                 outcome = mcp.call(&self.session_id, &call.name, &call.input) => outcome,
             }
+        } else if call.name == tools::plan::UPDATE_PLAN {
+            self.update_plan(call)?
         } else {
             let workspace = match workspace {
                 Some(Ok(ws)) => Some(ws),
@@ -224,6 +226,24 @@ impl RunContext {
             return Ok(None);
         }
         self.refusal(call, decision, prompt).await
+    }
+
+    /// Stores the plan an `update_plan` call gives and publishes it whole; a plan that is not
+    /// valid is a tool error the model reads, and the plan before stays.
+    fn update_plan(&self, call: &ToolCallRow) -> RuntimeResult<ToolOutcome> {
+        let plan = match tools::plan::parse(&call.input) {
+            Ok(plan) => plan,
+            Err(problem) => return Ok(ToolOutcome::error(problem)),
+        };
+        let json = serde_json::to_string(&plan)
+            .map_err(|e| RuntimeError::Internal(format!("a plan does not serialise: {e}")))?;
+        self.inner.store.set_session_plan(&self.session_id, &json)?;
+        let answer = tools::plan::answer(&plan);
+        self.emit(Event::Plan {
+            call_id: call.id.clone(),
+            plan,
+        });
+        Ok(ToolOutcome::ok(answer))
     }
 
     /// The result of a call the user (or a stop) did not let run; `None` when it may run.

@@ -280,6 +280,14 @@ const MIGRATIONS: &[&str] = &[
     UPDATE sessions SET title_state = 'placeholder' WHERE title = 'New chat';
     ALTER TABLE sessions ADD COLUMN auto_compact INTEGER;
     "#,
+    // 19: the latest plan a session's model gave (`update_plan`), as the protocol's JSON.
+    r#"
+    CREATE TABLE session_plans (
+        session_id  TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+        plan        TEXT NOT NULL,
+        updated_at  INTEGER NOT NULL
+    );
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

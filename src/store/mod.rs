@@ -22,6 +22,7 @@ mod mcp;
 mod messages;
 mod migrations;
 mod pending;
+mod plans;
 #[cfg(test)]
 mod query_plans;
 mod runs;

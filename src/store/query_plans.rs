@@ -159,6 +159,10 @@ fn every_table_that_refers_to_sessions_finds_a_sessions_rows_through_an_index() 
                 "SEARCH session_mcp_servers USING COVERING INDEX sqlite_autoindex_session_mcp_servers_1 (session_id=?)"
             ),
             expected(
+                "session_plans.session_id",
+                "SEARCH session_plans USING COVERING INDEX sqlite_autoindex_session_plans_1 (session_id=?)"
+            ),
+            expected(
                 "session_spend.session_id",
                 "SEARCH session_spend USING COVERING INDEX sqlite_autoindex_session_spend_1 (session_id=?)"
             ),

@@ -7,6 +7,7 @@ mod command;
 mod confined;
 mod files;
 mod paths;
+pub mod plan;
 #[cfg(test)]
 mod race_tests;
 mod replace;
@@ -65,7 +66,10 @@ pub const RUN_COMMAND: &str = "run_command";
 
 /// Whether a tool changes anything, and so needs the user's approval.
 pub fn needs_approval(tool: &str) -> bool {
-    !matches!(tool, "read_file" | "list_directory" | "search_text")
+    !matches!(
+        tool,
+        "read_file" | "list_directory" | "search_text" | plan::UPDATE_PLAN
+    )
 }
 
 /// The definitions the model is given.
@@ -126,6 +130,7 @@ pub fn specs() -> Vec<ToolSpec> {
                 "sandbox": {"type": "boolean", "description": "false runs the command outside the sandbox, after asking the user; only when a sandboxed run was refused"}
             }, "required": ["command"]}),
         ),
+        plan::spec(),
     ]
 }
 
@@ -159,6 +164,16 @@ pub fn summary(tool: &str, input: &Value) -> String {
                 ""
             };
             format!("run `{first}`{more}")
+        }
+        plan::UPDATE_PLAN => {
+            let steps = input
+                .get("steps")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            format!(
+                "plan ({steps} {})",
+                if steps == 1 { "step" } else { "steps" }
+            )
         }
         "delegate" => {
             let task = str_arg(input, "task").unwrap_or("");

@@ -376,6 +376,27 @@ test('a write asks permission; allowed, it runs and shows its diff', async () =>
   assert.match(text(updates, 'agent_message_chunk'), /^Writing notes\.md\.Done: /);
 });
 
+test('update_plan is a plan update with every entry, asked nothing', async () => {
+  const { sessionId: planning } = await agent.request('session/new', { cwd: workspace, mcpServers: [] });
+  const from = agent.updates.length;
+  const asked = agent.permissions.length;
+  const answer = await agent.request('session/prompt', { sessionId: planning, prompt: [{ type: 'text', text: 'plan this fix' }] });
+  assert.deepEqual(answer, { stopReason: 'end_turn' });
+  assert.equal(agent.permissions.length, asked);
+  const plans = agent.of(planning, from).filter((u) => u.sessionUpdate === 'plan');
+  assert.deepEqual(plans, [{
+    sessionUpdate: 'plan',
+    entries: [
+      { content: 'Read the code', priority: 'medium', status: 'completed' },
+      { content: 'Fix it', priority: 'medium', status: 'in_progress' },
+      { content: 'Test it', priority: 'medium', status: 'pending' },
+    ],
+    _meta: { sidechat: { explanation: 'one fix' } },
+  }]);
+  const call = agent.of(planning, from).find((u) => u.sessionUpdate === 'tool_call');
+  assert.equal(call.kind, 'think');
+});
+
 test('a write the user denies does not run, and the turn goes on', async () => {
   const from = agent.updates.length;
   agent.onPermission = async () => ({ outcome: { outcome: 'selected', optionId: 'deny' } });

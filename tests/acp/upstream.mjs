@@ -46,6 +46,10 @@ function answer(messages) {
   if (said.includes('delegate this')) {
     return { before: [toolCall('delegate', { task: 'write sub.md', tools: 'all' }), chunk({}, 'tool_calls'), ...done] };
   }
+  if (said.includes('plan this')) {
+    const steps = [{ step: 'Read the code', status: 'completed' }, { step: 'Fix it', status: 'in_progress' }, { step: 'Test it', status: 'pending' }];
+    return { before: [toolCall('update_plan', { explanation: 'one fix', steps }), chunk({}, 'tool_calls'), ...done] };
+  }
   const file = /\bwrite (\S+)/.exec(said);
   if (file) {
     return { before: [chunk({ content: `Writing ${file[1]}.` }), toolCall('write_file', { path: file[1], content: `written by the model\n` }), chunk({}, 'tool_calls'), ...done] };

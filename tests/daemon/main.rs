@@ -32,6 +32,7 @@ mod mcp;
 mod mcp_fixture;
 mod mixed_writes;
 mod permissions;
+mod plans;
 mod private_files;
 mod protocol;
 mod providers;

@@ -585,6 +585,50 @@ test('a delegation: the sub-agent works inside its call, its approval is answere
   }),
 );
 
+test('the plan: a checklist pinned above the composer while the run works, gone once it ends', { timeout: 120_000 }, () => {
+  const steps = [
+    { step: 'Read the notes', status: 'completed' },
+    { step: 'Write the summary', status: 'in_progress' },
+    { step: 'Check it', status: 'pending' },
+  ];
+  const script = {
+    turns: [
+      {
+        toolCalls: [
+          { name: 'update_plan', input: { explanation: 'notes first', steps } },
+          { name: 'write_file', input: { path: 'summary.md', content: 'short\n' } },
+        ],
+      },
+      { text: 'Written.' },
+    ],
+  };
+  return withChat('plan', { env: replayOf(script) }, async ({ daemon, chat, page }) => {
+    await send(page, 'summarise the notes');
+    // The write waits for approval: the run works, and the plan shows above the composer.
+    await page.waitForSelector('.approval', STEP);
+    await page.waitForSelector('.dock .plan li', STEP);
+    const shown = await page.$$eval('.dock .plan li', (items) =>
+      items.map((li) => [(li as HTMLElement).dataset.status, li.querySelector('.mark')?.textContent, li.querySelector('.step')?.textContent]),
+    );
+    assert.deepEqual(shown, [
+      ['completed', '✓', 'Read the notes'],
+      ['in_progress', '▸', 'Write the summary'],
+      ['pending', '○', 'Check it'],
+    ]);
+    assert.equal(await page.textContent('.dock .plan .explanation'), 'notes first');
+    // Pinned above the composer: the plan comes before it in the dock.
+    assert.equal(await page.$eval('.dock', (dock) => [...dock.children].indexOf(dock.querySelector('.plan') as Element) < [...dock.children].indexOf(dock.querySelector('.composer') as Element)), true);
+    await screenshot(page, '15-plan');
+    await page.click('.approval button.allow');
+    await untilIdle(page);
+    assert.equal(await page.locator('.dock .plan').isHidden(), true);
+    // The daemon keeps it: session/get holds the same plan.
+    const session = await daemon.request('session/get', { sessionId: chat.controller.activeSessionId ?? '' });
+    assert.deepEqual(session.plan, { explanation: 'notes first', steps });
+    assert.deepEqual(chat.pageErrors, []);
+  });
+});
+
 test('a missing daemon: the page names the path tried and opens the setting', { timeout: 120_000 }, () =>
   withChat('missing-daemon', { missingBinary: true }, async ({ scratch, chat }) => {
     await chat.page.waitForSelector('.banner[data-state="failed"]', STEP);

@@ -185,7 +185,11 @@ impl Inner {
         };
         match link {
             Some(link) if link.tools == ToolSet::ReadOnly => {
-                specs.retain(|s| self.runs_unasked(session_id, &s.name))
+                // A read-only task answers one question: it keeps no plan.
+                specs.retain(|s| {
+                    self.runs_unasked(session_id, &s.name)
+                        && s.name != crate::tools::plan::UPDATE_PLAN
+                })
             }
             Some(_) => {}
             None if self.store.delegation_off(session_id).unwrap_or(false) => {}

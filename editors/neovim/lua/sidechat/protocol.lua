@@ -8,7 +8,7 @@ local M = {}
 
 M.version = 1
 
----@alias sidechat.EventKind "runStarted"|"messageStarted"|"textDelta"|"thinkingDelta"|"messageCompleted"|"toolCallStarted"|"toolCallUpdated"|"approvalRequested"|"approvalResolved"|"interjectionQueued"|"interjectionDelivered"|"interjectionPromoted"|"interjectionCancelled"|"notice"|"budget"|"compaction"|"noteDeleted"|"usage"|"runFinished"|"delegation"|"sessionUpdated"
+---@alias sidechat.EventKind "runStarted"|"messageStarted"|"textDelta"|"thinkingDelta"|"messageCompleted"|"toolCallStarted"|"toolCallUpdated"|"approvalRequested"|"approvalResolved"|"interjectionQueued"|"interjectionDelivered"|"interjectionPromoted"|"interjectionCancelled"|"notice"|"budget"|"compaction"|"noteDeleted"|"usage"|"runFinished"|"delegation"|"sessionUpdated"|"plan"
 ---@alias sidechat.Role "user"|"assistant"|"tool"|"note"|"notice"|"summary"
 ---@alias sidechat.ToolCallStatus "pending"|"awaitingApproval"|"running"|"done"|"error"|"denied"|"cancelled"
 ---@alias sidechat.FinishReason "end_turn"|"stopped"|"max_iterations"|"budget_spent"|"cut_off"|"error"|"refusal"
@@ -86,6 +86,8 @@ M.event = {
   --- The session's title changed: the daemon titled it after its first answer (a title
   --- the user set is never replaced). Clients redraw the session's name from it.
   sessionUpdated = "sessionUpdated",
+  --- The model gave its plan (`update_plan`): the whole plan, which replaces the one before.
+  plan = "plan",
 }
 
 --- Fails on a name the protocol does not have (a typo would otherwise compare unequal forever).

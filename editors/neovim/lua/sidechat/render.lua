@@ -351,9 +351,11 @@ end
 
 --- The lines of the header and of the longest run of settled entries from the start, kept on
 --- the session and extended as entries settle.
-function M.prefix(session, header)
+function M.prefix(session, header, top)
+  top = top or {}
+  local key = table.concat(vim.list_extend({ header }, top), "\n")
   local p = session.render_prefix
-  local valid = p ~= nil and p.header == header and #p.entries <= #session.entries
+  local valid = p ~= nil and p.header == key and #p.entries <= #session.entries
   if valid then
     for i, entry in ipairs(p.entries) do
       if session.entries[i] ~= entry then
@@ -363,8 +365,11 @@ function M.prefix(session, header)
     end
   end
   if not valid then
-    p = { header = header, entries = {}, b = builder() }
+    p = { header = key, entries = {}, b = builder() }
     p.b:add(header)
+    for _, line in ipairs(top) do
+      p.b:add(line)
+    end
   end
   local k = #p.entries
   while k < #session.entries and settled(session, session.entries[k + 1]) do
@@ -406,13 +411,32 @@ local STATE_LINE = {
   unanswered = "_this turn has no answer yet: `R` or :SidechatResume answers it_",
 }
 
+local PLAN_MARK = { completed = "[x]", in_progress = "[~]", pending = "[ ]" }
+
+--- The model's latest plan (`update_plan`) as a checklist under the title; none without one.
+---@return string[]
+function M.plan(plan)
+  if not plan or #(plan.steps or {}) == 0 then
+    return {}
+  end
+  local lines = { "", "## Plan" }
+  if plan.explanation then
+    table.insert(lines, "_" .. plan.explanation .. "_")
+  end
+  for _, s in ipairs(plan.steps) do
+    local step = s.status == "in_progress" and ("**" .. s.step .. "**") or s.step
+    table.insert(lines, ("- %s %s"):format(PLAN_MARK[s.status] or "[ ]", step))
+  end
+  return lines
+end
+
 --- The transcript of `session`: lines, fold levels ("0", ">1", "1") and line meanings.
 ---@param session sidechat.Session
 ---@return { lines: string[], folds: table<integer, any>, spans: table<integer, table> }
 function M.session(session)
   local info = session.info or {}
   local header = "# " .. (info.title or "New chat") .. (info.model and (" (" .. info.model .. ")") or "")
-  local prefix = M.prefix(session, header)
+  local prefix = M.prefix(session, header, M.plan(session.plan or info.plan))
   -- The settled prefix is copied, not rebuilt: what streams below it costs the same however
   -- long the session.
   local b = builder()

@@ -84,6 +84,7 @@ function M.new(client, id)
     waiting = {}, -- interjections not yet delivered: { pendingId, text }
     state = "idle",
     budget = nil, -- the latest budget snapshot
+    plan = nil, -- the model's latest plan from a `plan` event (else `info.plan`)
     compactions = {}, -- summary entry id -> its `compaction` event (reason, tokens), seen live
     notices = {}, -- { level, message } of a daemon that does not store its notices
     fetching = false,
@@ -250,6 +251,8 @@ function Session:apply(params)
   elseif kind == protocol.event.sessionUpdated then
     -- The daemon titled the session after its first answer.
     self.info = vim.tbl_extend("force", self.info or {}, { title = ev.title })
+  elseif kind == protocol.event.plan then
+    self.plan = ev.plan
   end
   return kind
 end

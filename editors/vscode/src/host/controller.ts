@@ -314,6 +314,7 @@ export class ChatController {
     ]);
     if (this.active !== model) return;
     model.setChangedFiles(session.changedFiles);
+    model.setPlan(session.plan ?? undefined);
     this.ui.post({ type: 'session', session });
     this.ui.post({ type: 'budget', sessionId, snapshot: budget.snapshot });
     this.ui.post({ type: 'cost', sessionId, cost: cost.cost });
@@ -365,6 +366,7 @@ export class ChatController {
         const session = await this.daemon.request('session/get', { sessionId });
         if (this.active !== model) return;
         model.setChangedFiles(session.changedFiles);
+        model.setPlan(session.plan ?? undefined);
         this.ui.post({ type: 'session', session });
       });
     }

@@ -21,6 +21,7 @@ import type {
   NoticeLevel,
   PendingApproval,
   PendingInterjection,
+  Plan,
   SessionEventParams,
   SessionState,
   SessionTranscriptResult,
@@ -198,6 +199,8 @@ export class SessionModel {
   delegatedApprovals = new Map<string, DelegatedApproval>();
   waiting = new Map<string, Waiting>();
   changedFiles = new Map<string, ChangedFileView>();
+  /** The model's latest plan (`update_plan`), from a `plan` event or `session/get`. */
+  plan: Plan | undefined;
   /** Increases on any change of state, approvals, waiting messages, files, budget or cost. */
   chromeRev = 0;
 
@@ -390,6 +393,10 @@ export class SessionModel {
         this.setState(this.approvals.size > 0 ? 'awaitingApproval' : 'idle');
         applied.spendChanged = true;
         break;
+      case 'plan':
+        this.plan = event.plan;
+        this.chromeRev++;
+        break;
       case 'delegation':
         this.applyDelegated(event.callId, event.childSessionId, event.childSeq, event.event);
         // The sub-agent's spend counts in this session's cost.
@@ -517,6 +524,12 @@ export class SessionModel {
         return [changedFileKey(f), view];
       }),
     );
+    this.chromeRev++;
+  }
+
+  /** The plan `session/get` reports; absent there means the model gave none yet. */
+  setPlan(plan: Plan | undefined): void {
+    this.plan = plan;
     this.chromeRev++;
   }
 

@@ -275,6 +275,11 @@ export type Event =
   | {
       kind: 'sessionUpdated';
       title: string;
+    }
+  | {
+      kind: 'plan';
+      callId: string;
+      plan: Plan;
     };
 /**
  * Who a transcript entry belongs to.
@@ -298,6 +303,13 @@ export type MessageStatus = 'complete' | 'stopped' | 'failed';
  */
 export type FinishReason =
   ('end_turn' | 'stopped' | 'max_iterations' | 'budget_spent' | 'cut_off' | 'error') | 'refusal';
+/**
+ * Where one step of a [`Plan`] stands.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "PlanStepStatus".
+ */
+export type PlanStepStatus = 'pending' | 'in_progress' | 'completed';
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "ExitParams".
@@ -403,6 +415,9 @@ export interface WireTypes {
   PermissionsListResult?: PermissionsListResult;
   PermissionsRemoveParams?: PermissionsRemoveParams;
   PermissionsRemoveResult?: PermissionsRemoveResult;
+  Plan?: Plan;
+  PlanStep?: PlanStep;
+  PlanStepStatus?: PlanStepStatus;
   Pressure?: Pressure;
   PriceSource?: PriceSource;
   ProviderKind?: ProviderKind;
@@ -907,6 +922,30 @@ export interface Reconciliation {
   learned: boolean;
 }
 /**
+ * The plan the model keeps for a multi-step task (its `update_plan` tool): the whole list
+ * each time, at most one step in progress.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "Plan".
+ */
+export interface Plan {
+  /**
+   * Why the plan is what it is now, when the model said.
+   */
+  explanation?: string | null;
+  steps: PlanStep[];
+}
+/**
+ * One step of a [`Plan`].
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "PlanStep".
+ */
+export interface PlanStep {
+  step: string;
+  status: PlanStepStatus;
+}
+/**
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "InitializeParams".
  */
@@ -1290,6 +1329,10 @@ export interface Session {
    * outside it, which the user approves first).
    */
   commandsSandboxed?: boolean;
+  /**
+   * The latest plan the model gave with `update_plan`; absent until it gives one.
+   */
+  plan?: Plan | null;
 }
 /**
  * `session/budget`: how full the model's context is before the next request.

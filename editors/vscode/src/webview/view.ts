@@ -226,6 +226,7 @@ export class ChatView {
   /** The `olderBefore` an older page was asked for, so a scroll asks for each page once. */
   private askedOlder: number | undefined;
   private readonly transcript = el('div', 'transcript');
+  private readonly plan = el('div', 'plan');
   private readonly approvals = el('div', 'approvals');
   private readonly files = el('div', 'files');
   private readonly waiting = el('div', 'waiting');
@@ -274,7 +275,7 @@ export class ChatView {
     buttons.append(this.sendButton, this.stopButton);
     composer.append(this.input, buttons);
     const dock = el('div', 'dock');
-    dock.append(this.approvals, this.files, this.waiting, this.errorBox, this.context, this.attachmentBox, this.slash, composer);
+    dock.append(this.plan, this.approvals, this.files, this.waiting, this.errorBox, this.context, this.attachmentBox, this.slash, composer);
     this.transcript.addEventListener('click', (e) => {
       const link = (e.target as HTMLElement).closest('a');
       if (link) {
@@ -351,6 +352,7 @@ export class ChatView {
       case 'session':
         if (this.model?.sessionId === message.session.id) {
           this.model.setChangedFiles(message.session.changedFiles);
+          this.model.setPlan(message.session.plan ?? undefined);
           this.title = message.session.title;
         }
         break;
@@ -397,6 +399,7 @@ export class ChatView {
     this.renderedChromeRev = chromeRev;
     this.renderHeader();
     this.renderBanner();
+    this.renderPlan();
     this.renderApprovals();
     this.renderFiles();
     this.renderWaiting();
@@ -745,6 +748,27 @@ export class ChatView {
         return card;
       }),
     );
+  }
+
+  /** The model's plan as a checklist, pinned above the composer while a run works. */
+  private renderPlan(): void {
+    const state = this.model?.state ?? 'idle';
+    const plan = this.model?.plan;
+    this.plan.replaceChildren();
+    const working = state === 'running' || state === 'awaitingApproval';
+    this.plan.hidden = !working || plan === undefined || plan.steps.length === 0;
+    if (this.plan.hidden || plan === undefined) return;
+    this.plan.append(el('div', 'label', 'Plan'));
+    if (plan.explanation) this.plan.append(el('div', 'explanation', plan.explanation));
+    const list = el('ul');
+    for (const step of plan.steps) {
+      const item = el('li');
+      item.dataset.status = step.status;
+      const mark = step.status === 'completed' ? '✓' : step.status === 'in_progress' ? '▸' : '○';
+      item.append(el('span', 'mark', mark), el('span', 'step', step.step));
+      list.append(item);
+    }
+    this.plan.append(list);
   }
 
   private renderFiles(): void {
