@@ -123,6 +123,32 @@ pub struct Config {
     pub mcp_servers: Vec<crate::mcp::ServerSpec>,
     /// The user's permission rules (`[permissions]`); a workspace's own are read per call.
     pub permissions: crate::permissions::Rules,
+    /// Project instructions (`[instructions]`): AGENTS.md files in the system prompt.
+    pub instructions: InstructionSettings,
+    /// The user's own folder of sidechat files (`$XDG_CONFIG_HOME/sidechat`): their AGENTS.md
+    /// and commands. `None` when neither XDG_CONFIG_HOME nor HOME is set.
+    pub user_dir: Option<PathBuf>,
+}
+
+/// `[instructions]`: whether AGENTS.md files reach the system prompt, and how much of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InstructionSettings {
+    pub enabled: bool,
+    /// The most bytes of instruction files sent; beyond it the outermost files are cut.
+    pub max_bytes: u64,
+}
+
+/// The instruction files' cap unless configured: 32 KiB, a few thousand tokens, so that
+/// instructions never crowd out the conversation they guide.
+pub const DEFAULT_INSTRUCTIONS_MAX_BYTES: u64 = 32 * 1024;
+
+impl Default for InstructionSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_bytes: DEFAULT_INSTRUCTIONS_MAX_BYTES,
+        }
+    }
 }
 
 /// Limits and budget settings for new sessions and every snapshot.
@@ -225,9 +251,19 @@ struct FileConfig {
     mcp_servers: BTreeMap<String, FileMcpServer>,
     #[serde(default)]
     permissions: FilePermissions,
+    #[serde(default)]
+    instructions: FileInstructions,
     /// `permissions` read as rules, once the file's path is known.
     #[serde(skip)]
     rules: crate::permissions::Rules,
+}
+
+/// `[instructions]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileInstructions {
+    enabled: Option<bool>,
+    max_bytes: Option<u64>,
 }
 
 /// `[permissions]`: rules by list (`crate::permissions`).
@@ -349,12 +385,17 @@ pub fn default_data_dir() -> Option<PathBuf> {
 
 /// `$XDG_CONFIG_HOME/sidechat/config.toml`, or `~/.config/sidechat/config.toml`.
 pub fn default_config_path() -> Option<PathBuf> {
-    var("SIDECHAT_CONFIG").map(PathBuf::from).or_else(|| {
-        var("XDG_CONFIG_HOME")
-            .map(PathBuf::from)
-            .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".config")))
-            .map(|dir| dir.join("sidechat").join("config.toml"))
-    })
+    var("SIDECHAT_CONFIG")
+        .map(PathBuf::from)
+        .or_else(|| user_dir().map(|dir| dir.join("config.toml")))
+}
+
+/// `$XDG_CONFIG_HOME/sidechat`, or `~/.config/sidechat`: the user's own sidechat files.
+pub fn user_dir() -> Option<PathBuf> {
+    var("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".config")))
+        .map(|dir| dir.join("sidechat"))
 }
 
 impl Config {
@@ -510,6 +551,14 @@ impl Config {
             unavailable,
             mcp_servers,
             permissions: file.rules,
+            instructions: InstructionSettings {
+                enabled: file.instructions.enabled.unwrap_or(true),
+                max_bytes: file
+                    .instructions
+                    .max_bytes
+                    .unwrap_or(DEFAULT_INSTRUCTIONS_MAX_BYTES),
+            },
+            user_dir: user_dir(),
         }
     }
 

@@ -181,6 +181,10 @@ pub struct Session {
     /// Which kind of client started the session, when it said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<SessionOrigin>,
+    /// The instruction files (AGENTS.md, CLAUDE.md) its requests carry, outermost first;
+    /// absent when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instructions: Vec<InstructionFile>,
 }
 
 /// One row of `session/list`.
@@ -326,4 +330,14 @@ pub struct SessionCostResult {
     /// The spend cap in force, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cap_usd: Option<f64>,
+}
+
+/// One instruction file in force for a session (see `Session::instructions`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstructionFile {
+    /// Absolute path of the file.
+    pub path: String,
+    /// How many of its bytes are sent (fewer than the file's size when the cap cut it).
+    pub bytes: u64,
 }

@@ -13,6 +13,7 @@ const HELP: &str = "Commands:
   /clear           the model starts fresh; earlier messages stay readable here
   /compact [focus] summarise the earlier turns now (optionally: what to keep in view)
   /new-context     the model starts afresh with a short note carried over from before
+  /instructions    the instruction files (AGENTS.md) sent with every request
   /help            this list
 Start a message with // to send a literal slash.";
 
@@ -82,6 +83,7 @@ impl Runtime {
         let argument = command.argument;
         let note = match command.name.as_str() {
             "help" => HELP.to_string(),
+            "instructions" => self.inner.describe_instructions(session),
             "cost" => describe_cost(&self.inner.cost_summary(&session.id)?, session.cap_usd),
             "model" if argument.is_empty() => format!(
                 "The model is {} (account {}). Type /model <id> to switch.",

@@ -11,6 +11,7 @@ mod compaction;
 mod delegation;
 mod error;
 mod events;
+mod instructions;
 mod lease;
 mod locked;
 mod mcp_tools;
@@ -76,6 +77,8 @@ struct Inner {
     /// Notices about a workspace's permission rules each session was given, by session: each
     /// is given once per daemon, not at every tool call.
     permission_notices: Mutex<std::collections::HashSet<(String, String)>>,
+    /// The instruction files (AGENTS.md) as last read.
+    instruction_files: instructions::InstructionFiles,
 }
 
 impl Runtime {
@@ -104,6 +107,7 @@ impl Runtime {
             locked_notices: Mutex::default(),
             deferred_usage: Mutex::default(),
             permission_notices: Mutex::default(),
+            instruction_files: instructions::InstructionFiles::default(),
         });
         recovery::recover(&inner)?;
         lease::start_heartbeat(&inner);

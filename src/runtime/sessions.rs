@@ -431,6 +431,7 @@ impl Runtime {
             state: self.state(&row)?,
             changed_files: self.inner.changed_files_with_children(&row.id)?,
             mcp_servers: self.inner.mcp.statuses(&row.id),
+            instructions: self.inner.instructions(&row).files,
             spend: self.spend(&row.id)?,
             id: row.id,
             title: row.title,

@@ -22,6 +22,7 @@ mod fuzz;
 mod harness;
 mod history;
 mod in_flight;
+mod instructions;
 mod interjections;
 mod lifetime;
 mod locked_database;

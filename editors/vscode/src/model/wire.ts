@@ -389,6 +389,7 @@ export interface WireTypes {
   InitializeParams?: InitializeParams;
   InitializeResult?: InitializeResult;
   InitializedParams?: InitializedParams;
+  InstructionFile?: InstructionFile;
   InterjectionCancelParams?: InterjectionCancelParams;
   InterjectionCancelResult?: InterjectionCancelResult;
   InterjectionStatus?: InterjectionStatus1;
@@ -507,6 +508,11 @@ export interface BudgetSnapshot {
    */
   usableTokens: number;
   systemTokens: number;
+  /**
+   * The project instructions (AGENTS.md files) sent with the system prompt; never
+   * compacted (absent: none).
+   */
+  instructionsTokens?: number;
   toolTokens: number;
   /**
    * What is sent before the current turn, as projected (older tool results reduced, a
@@ -958,6 +964,22 @@ export interface UnavailableAccount {
  */
 export interface InitializedParams {}
 /**
+ * One instruction file in force for a session (see `Session::instructions`).
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "InstructionFile".
+ */
+export interface InstructionFile {
+  /**
+   * Absolute path of the file.
+   */
+  path: string;
+  /**
+   * How many of its bytes are sent (fewer than the file's size when the cap cut it).
+   */
+  bytes: number;
+}
+/**
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "InterjectionCancelParams".
  */
@@ -1151,6 +1173,11 @@ export interface Session {
    * Which kind of client started the session, when it said.
    */
   origin?: SessionOrigin | null;
+  /**
+   * The instruction files (AGENTS.md, CLAUDE.md) its requests carry, outermost first;
+   * absent when there are none.
+   */
+  instructions?: InstructionFile[];
 }
 /**
  * `session/budget`: how full the model's context is before the next request.
