@@ -243,6 +243,8 @@ protocol_methods! {
         InterjectionCancel "interjection/cancel" (InterjectionCancelParams) -> InterjectionCancelResult => interjection_cancel;
         /// Deletes a carry-over note: it is never sent to a model again.
         NoteDelete "note/delete" (NoteDeleteParams) -> NoteDeleteResult => note_delete;
+        /// The slash commands the session's composer offers: built-in and custom.
+        SessionCommands "session/commands" (SessionIdParams) -> SessionCommandsResult => session_commands;
     }
     notifications {
         /// The client has read `initialize`'s answer.

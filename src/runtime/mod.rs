@@ -8,6 +8,7 @@ mod carry_over;
 mod chat;
 mod commands;
 mod compaction;
+mod custom_commands;
 mod delegation;
 mod error;
 mod events;
@@ -32,7 +33,7 @@ use std::sync::{Arc, Mutex};
 
 pub use crate::protocol::MAX_MESSAGE_BYTES;
 pub use accounting::count_blocks;
-pub use commands::is_command;
+pub use commands::{CommandStamp, is_command};
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::{EventSink, NoClient, RoomFuture};
 

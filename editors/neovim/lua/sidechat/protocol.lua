@@ -34,6 +34,7 @@ M.method = {
   approvalRespond    = "approval/respond", -- clientToServer
   interjectionCancel = "interjection/cancel", -- clientToServer
   noteDelete         = "note/delete", -- clientToServer
+  sessionCommands    = "session/commands", -- clientToServer
   initialized        = "initialized", -- clientToServer
   exit               = "exit", -- clientToServer
   cancelRequest      = "$/cancelRequest", -- clientToServer

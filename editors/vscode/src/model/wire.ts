@@ -66,6 +66,11 @@ export type Block =
       text: string;
     }
   | {
+      type: 'command';
+      name: string;
+      prompt: string;
+    }
+  | {
       type: 'notice';
       level: NoticeLevel;
       text: string;
@@ -129,6 +134,13 @@ export type BudgetEstimate1 = 'counted' | 'upperBound';
  * via the `definition` "RequestId".
  */
 export type RequestId = string | number;
+/**
+ * Where a slash command comes from.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "CommandSource".
+ */
+export type CommandSource = 'builtin' | 'project' | 'user';
 /**
  * Why a range of the transcript was folded (a `compaction` event's `reason`).
  *
@@ -379,6 +391,8 @@ export interface WireTypes {
   ChatSendResult?: ChatSendResult;
   ChatStopResult?: ChatStopResult;
   ClientInfo?: ClientInfo;
+  CommandInfo?: CommandInfo;
+  CommandSource?: CommandSource;
   CompactionMethod?: CompactionMethod;
   CompactionReason?: CompactionReason;
   CostSummary?: CostSummary;
@@ -415,6 +429,7 @@ export interface WireTypes {
   ServerInfo?: ServerInfo;
   Session?: Session;
   SessionBudgetResult?: SessionBudgetResult;
+  SessionCommandsResult?: SessionCommandsResult;
   SessionCostResult?: SessionCostResult;
   SessionCreateParams?: SessionCreateParams;
   SessionDeleteResult?: SessionDeleteResult;
@@ -679,6 +694,28 @@ export interface ChatStopResult {
 export interface ClientInfo {
   name: string;
   version?: string | null;
+}
+/**
+ * One slash command, for completion in a composer.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "CommandInfo".
+ */
+export interface CommandInfo {
+  /**
+   * Without the slash.
+   */
+  name: string;
+  description: string;
+  /**
+   * What the command takes, e.g. `<path>`; absent when it takes nothing.
+   */
+  argumentHint?: string | null;
+  source: CommandSource;
+  /**
+   * The command's file, for a custom command.
+   */
+  path?: string | null;
 }
 /**
  * The cost of a set of usage lines.
@@ -1191,6 +1228,19 @@ export interface SessionBudgetResult {
   snapshot: BudgetSnapshot;
 }
 /**
+ * `session/commands`: the slash commands a session's composer offers.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "SessionCommandsResult".
+ */
+export interface SessionCommandsResult {
+  sessionId: string;
+  /**
+   * Built-in commands first, then custom ones, each by name.
+   */
+  commands: CommandInfo[];
+}
+/**
  * `session/cost`: what the session's model requests cost, priced now.
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -1518,6 +1568,7 @@ export interface Requests {
   'interjection/cancel': { params: InterjectionCancelParams; result: InterjectionCancelResult };
   'note/delete': { params: NoteDeleteParams; result: NoteDeleteResult };
   'session/budget': { params: SessionIdParams; result: SessionBudgetResult };
+  'session/commands': { params: SessionIdParams; result: SessionCommandsResult };
   'session/cost': { params: SessionIdParams; result: SessionCostResult };
   'session/create': { params: SessionCreateParams; result: Session };
   'session/delete': { params: SessionIdParams; result: SessionDeleteResult };
