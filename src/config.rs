@@ -125,6 +125,32 @@ pub struct Config {
     pub permissions: crate::permissions::Rules,
     /// `[sandbox]`: where sandboxed commands may write, and whether they may connect.
     pub sandbox: crate::sandbox::Settings,
+    /// Project instructions (`[instructions]`): AGENTS.md files in the system prompt.
+    pub instructions: InstructionSettings,
+    /// The user's own folder of sidechat files (`$XDG_CONFIG_HOME/sidechat`): their AGENTS.md
+    /// and commands. `None` when neither XDG_CONFIG_HOME nor HOME is set.
+    pub user_dir: Option<PathBuf>,
+}
+
+/// `[instructions]`: whether AGENTS.md files reach the system prompt, and how much of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InstructionSettings {
+    pub enabled: bool,
+    /// The most bytes of instruction files sent; beyond it the outermost files are cut.
+    pub max_bytes: u64,
+}
+
+/// The instruction files' cap unless configured: 32 KiB, a few thousand tokens, so that
+/// instructions never crowd out the conversation they guide.
+pub const DEFAULT_INSTRUCTIONS_MAX_BYTES: u64 = 32 * 1024;
+
+impl Default for InstructionSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_bytes: DEFAULT_INSTRUCTIONS_MAX_BYTES,
+        }
+    }
 }
 
 /// Limits and budget settings for new sessions and every snapshot.
@@ -235,6 +261,8 @@ struct FileConfig {
     mcp_servers: BTreeMap<String, FileMcpServer>,
     #[serde(default)]
     permissions: FilePermissions,
+    #[serde(default)]
+    instructions: FileInstructions,
     /// `permissions` read as rules, once the file's path is known.
     #[serde(skip)]
     rules: crate::permissions::Rules,
@@ -279,6 +307,14 @@ impl FileSandbox {
             network: self.network,
         })
     }
+}
+
+/// `[instructions]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileInstructions {
+    enabled: Option<bool>,
+    max_bytes: Option<u64>,
 }
 
 /// `[permissions]`: rules by list (`crate::permissions`).
@@ -415,12 +451,17 @@ pub fn default_data_dir() -> Option<PathBuf> {
 
 /// `$XDG_CONFIG_HOME/sidechat/config.toml`, or `~/.config/sidechat/config.toml`.
 pub fn default_config_path() -> Option<PathBuf> {
-    var("SIDECHAT_CONFIG").map(PathBuf::from).or_else(|| {
-        var("XDG_CONFIG_HOME")
-            .map(PathBuf::from)
-            .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".config")))
-            .map(|dir| dir.join("sidechat").join("config.toml"))
-    })
+    var("SIDECHAT_CONFIG")
+        .map(PathBuf::from)
+        .or_else(|| user_dir().map(|dir| dir.join("config.toml")))
+}
+
+/// `$XDG_CONFIG_HOME/sidechat`, or `~/.config/sidechat`: the user's own sidechat files.
+pub fn user_dir() -> Option<PathBuf> {
+    var("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".config")))
+        .map(|dir| dir.join("sidechat"))
 }
 
 impl Config {
@@ -577,6 +618,14 @@ impl Config {
             mcp_servers,
             permissions: file.rules,
             sandbox: file.sandbox_settings,
+            instructions: InstructionSettings {
+                enabled: file.instructions.enabled.unwrap_or(true),
+                max_bytes: file
+                    .instructions
+                    .max_bytes
+                    .unwrap_or(DEFAULT_INSTRUCTIONS_MAX_BYTES),
+            },
+            user_dir: user_dir(),
         }
     }
 

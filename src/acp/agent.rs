@@ -44,6 +44,9 @@ pub struct State {
     pub opened: Opened,
 }
 
+/// How often an open session's command files are looked at for changes.
+const COMMAND_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
 pub struct Agent {
     pub(super) peer: Peer,
     pub(super) sink: Arc<AcpSink>,
@@ -96,6 +99,64 @@ impl Agent {
             acp::CLIENT_METHOD_NAMES.session_update,
             &acp::SessionNotification::new(session_id.to_string(), update),
         );
+    }
+
+    /// Sends the session's slash commands, built-in and custom; the stamp of its command
+    /// files they were read with.
+    async fn send_commands(&self, session_id: &str) -> Option<crate::runtime::CommandStamp> {
+        let runtime = self.runtime().await.ok()?;
+        let stamp = runtime.command_stamp(session_id).ok();
+        let custom = runtime
+            .commands(session_id)
+            .map(|listed| listed.commands)
+            .unwrap_or_default();
+        self.update(
+            session_id,
+            acp::SessionUpdate::AvailableCommandsUpdate(translate::available_commands(&custom)),
+        );
+        stamp
+    }
+
+    /// Sends the session's commands again whenever a command file changes, while the
+    /// connection lasts and the session is open on it. Polled: a folder of a few small files
+    /// costs a directory read every couple of seconds, and works on every file system.
+    async fn watch_commands(self: &Arc<Self>, session_id: &str) {
+        let Ok(runtime) = self.runtime().await else {
+            return;
+        };
+        let Ok(mut stamp) = runtime.command_stamp(session_id) else {
+            return;
+        };
+        {
+            let mut state = self.state.lock().await;
+            if !state.opened.watched.insert(session_id.to_string()) {
+                return;
+            }
+        }
+        let agent = Arc::downgrade(self);
+        let session_id = session_id.to_string();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(COMMAND_POLL).await;
+                let Some(agent) = agent.upgrade() else {
+                    return;
+                };
+                if agent.state.lock().await.opened.closed.contains(&session_id) {
+                    agent.state.lock().await.opened.watched.remove(&session_id);
+                    return;
+                }
+                let Ok(runtime) = agent.runtime().await else {
+                    return;
+                };
+                let Ok(now) = runtime.command_stamp(&session_id) else {
+                    return;
+                };
+                if now != stamp {
+                    stamp = now;
+                    agent.send_commands(&session_id).await;
+                }
+            }
+        });
     }
 
     /// Takes one request in arrival order. Prompts and steering reach the runtime before the
@@ -154,10 +215,8 @@ impl Agent {
             Then::Opened(id) => (id, false),
             Then::Reopened(id) => (id, true),
         };
-        self.update(
-            &session_id,
-            acp::SessionUpdate::AvailableCommandsUpdate(translate::available_commands()),
-        );
+        self.send_commands(&session_id).await;
+        self.watch_commands(&session_id).await;
         if reopened && let Err(e) = self.ask_pending(&session_id).await {
             tracing::warn!(session_id, error = %e.message, "cannot ask again for open approvals");
         }

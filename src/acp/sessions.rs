@@ -21,7 +21,9 @@ use crate::rpc::error::INVALID_PARAMS;
 #[derive(Default)]
 pub struct Opened {
     /// Sessions closed on this connection; loading or resuming opens them again.
-    closed: HashSet<String>,
+    pub(super) closed: HashSet<String>,
+    /// Sessions whose command files are watched for changes (`Agent::watch_commands`).
+    pub(super) watched: HashSet<String>,
     /// The MCP servers each session was given, kept for when MCP tools exist.
     mcp_servers: HashMap<String, Vec<acp::McpServer>>,
 }

@@ -387,14 +387,15 @@ pub fn title_from(text: &str) -> String {
     crate::context::title::from_words(text)
 }
 
-/// The slash commands a client may offer in its composer.
-pub fn available_commands() -> acp::AvailableCommandsUpdate {
+/// The slash commands a client may offer in its composer: the built-in ones, then the
+/// session's custom commands (`custom`: `session/commands`' custom entries).
+pub fn available_commands(custom: &[crate::protocol::CommandInfo]) -> acp::AvailableCommandsUpdate {
     let hint = |text: &str| {
         Some(acp::AvailableCommandInput::Unstructured(
             acp::UnstructuredCommandInput::new(text),
         ))
     };
-    acp::AvailableCommandsUpdate::new(vec![
+    let mut commands = vec![
         acp::AvailableCommand::new("cost", "What this session has cost so far"),
         acp::AvailableCommand::new("model", "Show or switch the model").input(hint("model id")),
         acp::AvailableCommand::new("system", "Set the system prompt; alone, remove it")
@@ -404,7 +405,20 @@ pub fn available_commands() -> acp::AvailableCommandsUpdate {
             "The model starts fresh; earlier messages stay readable",
         ),
         acp::AvailableCommand::new("help", "The list of commands"),
-    ])
+    ];
+    commands.extend(
+        custom
+            .iter()
+            .filter(|c| c.source != crate::protocol::CommandSource::Builtin)
+            .map(|c| {
+                let command = acp::AvailableCommand::new(c.name.clone(), c.description.clone());
+                match &c.argument_hint {
+                    Some(text) => command.input(hint(text)),
+                    None => command,
+                }
+            }),
+    );
+    acp::AvailableCommandsUpdate::new(commands)
 }
 
 /// The model selector: the session's model, and its account's default beside it.

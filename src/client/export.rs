@@ -91,6 +91,9 @@ pub fn markdown(session: &Session, transcript: &SessionTranscriptResult) -> Stri
                     };
                     out.push_str(&format!("**The user added** ({when}): {text}\n\n"));
                 }
+                Block::Command { name, .. } => {
+                    out.push_str(&format!("*(the custom command /{name})*\n\n"));
+                }
                 Block::Attachment { name, text } => {
                     out.push_str(&format!("**Attachment** `{name}`\n\n"));
                     code(&mut out, "", text);

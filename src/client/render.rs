@@ -488,6 +488,10 @@ impl Screen {
                             .paint(&[Paint::Dim], &format!("  ↳ you added: {first}")),
                     );
                 }
+                (_, Block::Command { name, .. }) => lines.push(
+                    self.style
+                        .paint(&[Paint::Dim], &format!("  (custom command /{name})")),
+                ),
                 (_, Block::Attachment { name, .. }) => lines.push(
                     self.style
                         .paint(&[Paint::Dim], &format!("  (attached {name})")),

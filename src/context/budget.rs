@@ -99,6 +99,8 @@ pub struct BudgetInput {
     pub response_reserve: u64,
     /// The system prompt as a message (see `CountCache::system_prompt`).
     pub system: Counted,
+    /// The project instructions sent with the system prompt: like it, sent whole every time.
+    pub instructions: Counted,
     pub tools: Counted,
     /// The stored messages that will be sent.
     pub history: HistoryTally,
@@ -124,6 +126,7 @@ impl BudgetInput {
             max_output: window.max_output,
             response_reserve: DEFAULT_RESPONSE_RESERVE,
             system: Counted::ZERO,
+            instructions: Counted::ZERO,
             tools: Counted::ZERO,
             history: HistoryTally::new(),
             latest_user: Counted::ZERO,
@@ -139,7 +142,11 @@ impl BudgetInput {
     pub fn snapshot(&self) -> BudgetSnapshot {
         let response_reserve = self.effective_reserve();
         let usable_tokens = self.context_window.saturating_sub(response_reserve);
-        let parts = self.system + self.tools + self.history.as_counted() + self.latest_user;
+        let parts = self.system
+            + self.instructions
+            + self.tools
+            + self.history.as_counted()
+            + self.latest_user;
         let raw_input_tokens = parts.tokens.saturating_add(REPLY_PRIMING_TOKENS);
         let correction_factor = self.applied_factor();
         let input_tokens = scale(raw_input_tokens, correction_factor);
@@ -151,6 +158,7 @@ impl BudgetInput {
             response_reserve,
             usable_tokens,
             system_tokens: self.system.tokens,
+            instructions_tokens: self.instructions.tokens,
             tool_tokens: self.tools.tokens,
             history_tokens: self.history.tokens(),
             history_messages: self.history.messages(),
@@ -174,6 +182,7 @@ impl BudgetInput {
         self.context_window
             .saturating_sub(self.effective_reserve())
             .saturating_sub(self.system.tokens)
+            .saturating_sub(self.instructions.tokens)
             .saturating_sub(self.tools.tokens)
             .saturating_sub(REPLY_PRIMING_TOKENS)
     }
@@ -344,6 +353,7 @@ mod tests {
         let window = model_window("gpt-4o", None);
         let mut input = BudgetInput::new(&window, TokenCounter::for_model("gpt-4o"));
         input.system = Counted::exact(1_200);
+        input.instructions = Counted::exact(400);
         input.tools = Counted::estimated(2_500);
         input.history = [Counted::exact(10_000), Counted::exact(20_000)]
             .into_iter()
@@ -351,8 +361,8 @@ mod tests {
         input.latest_user = Counted::exact(297);
         input.summary = Counted::exact(10_000);
         input.history_share = 0.5;
-        // 1,200 + 2,500 + 30,000 + 297 + 3 priming = 34,000 of 128,000 - 4,096 = 123,904.
-        // The history may fill half of 123,904 - 1,200 - 2,500 - 3 = 120,201.
+        // 1,200 + 400 + 2,500 + 30,000 + 297 + 3 priming = 34,400 of 128,000 - 4,096 = 123,904.
+        // The history may fill half of 123,904 - 1,200 - 400 - 2,500 - 3 = 119,801.
         assert_eq!(
             input.snapshot(),
             BudgetSnapshot {
@@ -360,19 +370,20 @@ mod tests {
                 response_reserve: 4_096,
                 usable_tokens: 123_904,
                 system_tokens: 1_200,
+                instructions_tokens: 400,
                 tool_tokens: 2_500,
                 history_tokens: 30_000,
                 history_messages: 2,
                 summary_tokens: 10_000,
-                history_limit_tokens: 60_100,
+                history_limit_tokens: 59_900,
                 latest_user_tokens: 297,
-                raw_input_tokens: 34_000,
-                input_tokens: 34_000,
+                raw_input_tokens: 34_400,
+                input_tokens: 34_400,
                 correction_factor: 1.0,
                 counted_by_estimate: false,
                 exact: false,
-                remaining_tokens: 89_904,
-                utilisation: 34_000.0 / 123_904.0,
+                remaining_tokens: 89_504,
+                utilisation: 34_400.0 / 123_904.0,
                 pressure: Pressure::Normal,
                 thresholds: Thresholds::DEFAULT,
                 estimate: BudgetEstimate::Counted,

@@ -7,6 +7,7 @@
 pub mod budget;
 pub mod carry_over;
 pub mod compaction;
+pub mod instructions;
 pub mod pieces;
 pub mod projection;
 pub mod redact;

@@ -281,7 +281,7 @@ pub fn project(entries: &[Stored], request: Request<'_>) -> Projection {
                     other => content(other),
                 })
                 .collect(),
-            false => entry.blocks.iter().filter_map(content).collect(),
+            false => model_blocks(&entry.blocks).filter_map(content).collect(),
         };
         push(&mut messages, role, content);
     }
@@ -443,6 +443,15 @@ fn thousands(n: usize) -> String {
     out
 }
 
+/// The blocks of a message the model reads: all of them, except the typed text of a custom
+/// command's message, whose `Command` block stands for it.
+pub fn model_blocks(blocks: &[Block]) -> impl Iterator<Item = &Block> {
+    let command = blocks.iter().any(|b| matches!(b, Block::Command { .. }));
+    blocks
+        .iter()
+        .filter(move |b| !(command && matches!(b, Block::Text { .. })))
+}
+
 fn content(block: &Block) -> Option<ModelContent> {
     match block {
         Block::Text { text } if text.trim().is_empty() => None,
@@ -477,6 +486,9 @@ fn content(block: &Block) -> Option<ModelContent> {
         }),
         Block::Attachment { name, text } => Some(ModelContent::Text {
             text: format!("Attached {name}:\n{text}"),
+        }),
+        Block::Command { prompt, .. } => Some(ModelContent::Text {
+            text: prompt.clone(),
         }),
         Block::Notice { .. } | Block::Summary { .. } => None,
     }

@@ -446,6 +446,7 @@ impl Default for CountCache {
 enum CachedKind {
     SystemPrompt,
     ToolDefinitions,
+    Instructions,
 }
 
 impl CountCache {
@@ -481,6 +482,13 @@ impl CountCache {
             definitions_json,
             || Counted::estimated(counter.count_text(definitions_json).tokens),
         )
+    }
+
+    /// Project instructions: text appended to the system message, so no framing of their own.
+    pub fn instructions(&self, counter: TokenCounter, text: &str) -> Counted {
+        self.get_or_count(CachedKind::Instructions, counter, text, || {
+            counter.count_text(text)
+        })
     }
 
     /// Number of cached counts.

@@ -116,6 +116,10 @@ pub struct BudgetSnapshot {
     /// `context_window - response_reserve`: what the prompt may fill.
     pub usable_tokens: u64,
     pub system_tokens: u64,
+    /// The project instructions (AGENTS.md files) sent with the system prompt; never
+    /// compacted (absent: none).
+    #[serde(default)]
+    pub instructions_tokens: u64,
     pub tool_tokens: u64,
     /// What is sent before the current turn, as projected (older tool results reduced, a
     /// summary in place of what it folded).

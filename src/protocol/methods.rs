@@ -247,6 +247,8 @@ protocol_methods! {
         PermissionsList "permissions/list" (PermissionsListParams) -> PermissionsListResult => permissions_list;
         /// Deletes a saved workspace answer.
         PermissionsRemove "permissions/remove" (PermissionsRemoveParams) -> PermissionsRemoveResult => permissions_remove;
+        /// The slash commands the session's composer offers: built-in and custom.
+        SessionCommands "session/commands" (SessionIdParams) -> SessionCommandsResult => session_commands;
     }
     notifications {
         /// The client has read `initialize`'s answer.

@@ -198,6 +198,10 @@ pub struct Session {
     /// The latest plan the model gave with `update_plan`; absent until it gives one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<Plan>,
+    /// The instruction files (AGENTS.md, CLAUDE.md) its requests carry, outermost first;
+    /// absent when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instructions: Vec<InstructionFile>,
 }
 
 /// One row of `session/list`.
@@ -375,4 +379,51 @@ pub struct Plan {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub explanation: Option<String>,
     pub steps: Vec<PlanStep>,
+}
+
+/// One instruction file in force for a session (see `Session::instructions`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstructionFile {
+    /// Absolute path of the file.
+    pub path: String,
+    /// How many of its bytes are sent (fewer than the file's size when the cap cut it).
+    pub bytes: u64,
+}
+
+/// Where a slash command comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum CommandSource {
+    /// sidechat's own.
+    Builtin,
+    /// `.sidechat/commands/NAME.md` in the workspace.
+    Project,
+    /// `$XDG_CONFIG_HOME/sidechat/commands/NAME.md`.
+    User,
+}
+
+/// One slash command, for completion in a composer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandInfo {
+    /// Without the slash.
+    pub name: String,
+    pub description: String,
+    /// What the command takes, e.g. `<path>`; absent when it takes nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argument_hint: Option<String>,
+    pub source: CommandSource,
+    /// The command's file, for a custom command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// `session/commands`: the slash commands a session's composer offers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionCommandsResult {
+    pub session_id: String,
+    /// Built-in commands first, then custom ones, each by name.
+    pub commands: Vec<CommandInfo>,
 }

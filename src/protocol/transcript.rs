@@ -155,6 +155,13 @@ pub enum Block {
         name: String,
         text: String,
     },
+    /// Marks a user message typed as a custom slash command (`/NAME …`): the message's text
+    /// is what was typed, shown as it was; the model reads `prompt`, the command file's
+    /// expansion, instead of that text.
+    Command {
+        name: String,
+        prompt: String,
+    },
     /// The one block of a `notice` entry: what the `notice` event said.
     Notice {
         level: super::NoticeLevel,

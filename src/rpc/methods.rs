@@ -49,6 +49,13 @@ impl Handler for Runtime {
         self.transcript(params)
     }
 
+    async fn session_commands(
+        self,
+        params: SessionIdParams,
+    ) -> Result<SessionCommandsResult, RuntimeError> {
+        self.commands(&params.session_id)
+    }
+
     async fn session_budget(
         self,
         params: SessionIdParams,

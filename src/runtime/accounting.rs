@@ -97,8 +97,7 @@ pub fn count_blocks_with(
     precounted: Precounted,
 ) -> Counted {
     let counter = TokenCounter::for_model(model);
-    let texts: Vec<Cow<'_, str>> = blocks
-        .iter()
+    let texts: Vec<Cow<'_, str>> = crate::context::projection::model_blocks(blocks)
         .filter_map(|block| match block {
             Block::Text { text } if precounted.text.is_none() => Some(Cow::Borrowed(text.as_str())),
             Block::Thinking { text, .. } if precounted.thinking.is_none() => {
@@ -121,6 +120,7 @@ pub fn count_blocks_with(
             Block::Attachment { name, text } => {
                 Some(Cow::Owned(format!("Attached {name}:\n{text}")))
             }
+            Block::Command { prompt, .. } => Some(Cow::Borrowed(prompt.as_str())),
             Block::ToolCall { .. } | Block::Notice { .. } => None,
         })
         .collect();

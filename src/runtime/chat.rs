@@ -71,13 +71,28 @@ impl Runtime {
         if params.text.trim().is_empty() {
             return Err(RuntimeError::InvalidParams("the message is empty".into()));
         }
+        let mut custom = None;
         if let Some(command) = super::commands::parse(&params.text) {
-            return self.command(&session, command, &params.text).await;
+            match self.custom_command(&session, &command) {
+                Some(file) => {
+                    if self.inner.runs.active_run(&session.id).is_some() {
+                        return Err(RuntimeError::InvalidParams(format!(
+                            "/{} waits for the next turn: a run is working, so send it once the run has finished",
+                            file.name
+                        )));
+                    }
+                    custom = Some(Block::Command {
+                        prompt: super::custom_commands::expand(&file.body, command.argument),
+                        name: file.name,
+                    });
+                }
+                None => return self.command(&session, command, &params.text).await,
+            }
         }
         if !may_keep {
             let turn = self.inner.runs.send_turn(&session.id);
             let _turn = turn.lock().await;
-            return self.send_now(session, params).await;
+            return self.send_now(session, params, custom).await;
         }
         let session_id = session.id.clone();
         let (answer, answered) = tokio::sync::oneshot::channel();
@@ -86,7 +101,7 @@ impl Runtime {
             let turn = runtime.inner.runs.send_turn(&session.id);
             let _turn = turn.lock().await;
             let session_id = session.id.clone();
-            let sent = runtime.send_now(session, params).await;
+            let sent = runtime.send_now(session, params, custom).await;
             // The client was answered `kept` meanwhile: a failure is news to it.
             if let Err(Err(e)) = answer.send(sent) {
                 runtime.tell_not_sent(&session_id, &e);
@@ -130,6 +145,7 @@ impl Runtime {
         &self,
         session: crate::store::SessionRow,
         mut params: ChatSendParams,
+        custom: Option<Block>,
     ) -> RuntimeResult<ChatSendResult> {
         if params.text.trim_start().starts_with("//") {
             params.text = params.text.trim_start()[1..].to_string();
@@ -148,6 +164,7 @@ impl Runtime {
             return Err(e);
         }
         let mut blocks = vec![Block::Text { text: params.text }];
+        blocks.extend(custom);
         blocks.extend(params.attachments.into_iter().map(|a| Block::Attachment {
             name: a.name,
             text: a.text,

@@ -13,6 +13,7 @@ const HELP: &str = "Commands:
   /compact [focus] summarise the earlier turns now (optionally: what to keep in view)
   /new-context     the model starts afresh with a short note carried over from before
   /permissions     every permission rule in force here and where it comes from
+  /instructions    the instruction files (AGENTS.md) sent with every request
   /help            this list
 Start a message with // to send a literal slash.";
 
@@ -80,8 +81,22 @@ impl Runtime {
         typed: &str,
     ) -> RuntimeResult<ChatSendResult> {
         let argument = command.argument;
+        let found = self.inner.command_folders(session).read();
+        if let Some(file) = found.shadowed.iter().find(|c| c.name == command.name) {
+            self.inner.notice(
+                &session.id,
+                None,
+                NoticeLevel::Info,
+                format!(
+                    "The command file {} is not used: /{} is a built-in command.",
+                    file.path.display(),
+                    command.name
+                ),
+            )?;
+        }
         let note = match command.name.as_str() {
-            "help" => HELP.to_string(),
+            "help" => help(&found),
+            "instructions" => self.inner.describe_instructions(session),
             "cost" => describe_cost(&self.inner.cost_summary(&session.id)?, session.cap_usd),
             "model" if argument.is_empty() => format!(
                 "The model is {} (account {}). Type /model <id> to switch.",
@@ -177,6 +192,82 @@ impl Runtime {
             pending_id: None,
             kept: false,
         })
+    }
+}
+
+/// What a session's command files looked like: each file's path, size and modification time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandStamp(Vec<(std::path::PathBuf, u64, Option<std::time::SystemTime>)>);
+
+/// The `/help` note: the built-in commands, then the custom ones.
+fn help(found: &super::custom_commands::Found) -> String {
+    let mut text = HELP.to_string();
+    if !found.commands.is_empty() {
+        text.push_str("\nCustom commands:");
+        for info in super::custom_commands::infos(found)
+            .into_iter()
+            .filter(|c| c.source != CommandSource::Builtin)
+        {
+            let name = match &info.argument_hint {
+                Some(hint) => format!("/{} {hint}", info.name),
+                None => format!("/{}", info.name),
+            };
+            text.push_str(&format!("\n  {name:<16} {}", info.description));
+        }
+    }
+    text
+}
+
+impl super::Inner {
+    /// Where the session's custom commands are: its workspace's and the user's folders.
+    pub(super) fn command_folders(&self, session: &SessionRow) -> super::custom_commands::Folders {
+        super::custom_commands::Folders {
+            project: session
+                .workspace_root
+                .as_deref()
+                .map(|root| super::custom_commands::project_dir(std::path::Path::new(root))),
+            user: self
+                .config
+                .user_dir
+                .as_deref()
+                .map(super::custom_commands::user_dir),
+        }
+    }
+}
+
+impl Runtime {
+    /// `session/commands`: the built-in and custom commands the session's composer offers.
+    pub fn commands(&self, session_id: &str) -> RuntimeResult<SessionCommandsResult> {
+        let session = self.session_row(session_id)?;
+        let found = self.inner.command_folders(&session).read();
+        Ok(SessionCommandsResult {
+            session_id: session.id,
+            commands: super::custom_commands::infos(&found),
+        })
+    }
+
+    /// The stamp of the session's command files: changes when a file is added, removed or
+    /// edited.
+    pub fn command_stamp(&self, session_id: &str) -> RuntimeResult<CommandStamp> {
+        let session = self.session_row(session_id)?;
+        Ok(CommandStamp(self.inner.command_folders(&session).stamp()))
+    }
+
+    /// The custom command `command` names, expanded: what the model reads instead of what was
+    /// typed. `None` for a built-in command or no command file.
+    pub(super) fn custom_command(
+        &self,
+        session: &SessionRow,
+        command: &Command<'_>,
+    ) -> Option<super::custom_commands::CustomCommand> {
+        if super::custom_commands::BUILTINS
+            .iter()
+            .any(|(name, ..)| *name == command.name)
+        {
+            return None;
+        }
+        let found = self.inner.command_folders(session).read();
+        found.commands.into_iter().find(|c| c.name == command.name)
     }
 }
 

@@ -159,9 +159,9 @@ fn too_large(prepared: &Prepared) -> Option<String> {
     (latest > room).then(|| {
         format!(
             "The message is {latest} tokens, more than the {room} tokens the model's window leaves for it \
-             ({} window, {} kept for the reply, {} system prompt, {} tools). It was not sent and stays in \
+             ({} window, {} kept for the reply, {} system prompt and instructions, {} tools). It was not sent and stays in \
              the transcript; send a shorter one, or split it.",
-            s.context_window, s.response_reserve, s.system_tokens, s.tool_tokens
+            s.context_window, s.response_reserve, s.system_tokens + s.instructions_tokens, s.tool_tokens
         )
     })
 }
@@ -179,8 +179,11 @@ fn over_window(prepared: &Prepared) -> Option<String> {
     }
     let s = &prepared.snapshot;
     let limits = format!(
-        "({} window, {} kept for the reply, {} system prompt, {} tools)",
-        s.context_window, s.response_reserve, s.system_tokens, s.tool_tokens
+        "({} window, {} kept for the reply, {} system prompt and instructions, {} tools)",
+        s.context_window,
+        s.response_reserve,
+        s.system_tokens + s.instructions_tokens,
+        s.tool_tokens
     );
     let latest = projection.latest.tokens;
     Some(match latest > room {

@@ -8,9 +8,11 @@ mod carry_over;
 mod chat;
 mod commands;
 mod compaction;
+mod custom_commands;
 mod delegation;
 mod error;
 mod events;
+mod instructions;
 mod lease;
 mod locked;
 mod mcp_tools;
@@ -33,7 +35,7 @@ use std::sync::{Arc, Mutex};
 
 pub use crate::protocol::MAX_MESSAGE_BYTES;
 pub use accounting::count_blocks;
-pub use commands::is_command;
+pub use commands::{CommandStamp, is_command};
 pub use error::{RuntimeError, RuntimeResult};
 pub use events::{EventSink, NoClient, RoomFuture};
 
@@ -82,6 +84,8 @@ struct Inner {
     /// a run reads its answer: a run never sees an answer its clients have not been told of,
     /// so `approvalResolved` always comes before the call it allowed starts.
     answering: Mutex<()>,
+    /// The instruction files (AGENTS.md) as last read.
+    instruction_files: instructions::InstructionFiles,
 }
 
 impl Runtime {
@@ -111,6 +115,7 @@ impl Runtime {
             deferred_usage: Mutex::default(),
             permission_notices: Mutex::default(),
             answering: Mutex::default(),
+            instruction_files: instructions::InstructionFiles::default(),
         });
         recovery::recover(&inner)?;
         lease::start_heartbeat(&inner);

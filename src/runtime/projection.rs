@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::accounting::count_blocks;
 use super::compaction::ExactFigures;
 use super::{Inner, RuntimeResult};
+use crate::context::instructions::Assembled;
 use crate::context::projection::{self, Projection, Request, Stored};
 use crate::context::{BudgetInput, Counted, TokenCounter, model_window, tracking_bounds};
 use crate::protocol::{BudgetSnapshot, TranscriptEntry};
@@ -23,6 +24,8 @@ pub struct Prepared {
     pub input: BudgetInput,
     /// The tool definitions the request sends (and the snapshot counts).
     pub tools: Vec<crate::provider::ToolSpec>,
+    /// The project instructions the request sends with the system prompt.
+    pub instructions: Arc<Assembled>,
 }
 
 impl Inner {
@@ -31,6 +34,7 @@ impl Inner {
         &self,
         session: &SessionRow,
         tools: &[crate::provider::ToolSpec],
+        instructions: &Assembled,
     ) -> BudgetInput {
         let account = self.config.account(&session.account);
         let window = model_window(&session.model, account.and_then(|a| a.context_window));
@@ -43,6 +47,12 @@ impl Inner {
             .unwrap_or(self.config.budget.history_share);
         if let Some(prompt) = &session.system_prompt {
             input.system = self.accounting.counts().system_prompt(counter, prompt);
+        }
+        if !instructions.text.is_empty() {
+            input.instructions = self
+                .accounting
+                .counts()
+                .instructions(counter, &instructions.text);
         }
         let definitions = serde_json::to_string(tools).unwrap_or_default();
         input.tools = self
@@ -103,7 +113,8 @@ impl Inner {
         interjections: &[String],
     ) -> Prepared {
         let tools = self.tool_specs(&session.id);
-        let mut input = self.budget_input(session, &tools);
+        let instructions = Arc::new(self.instructions(session));
+        let mut input = self.budget_input(session, &tools, &instructions);
         let projection = projection::project(
             entries,
             Request {
@@ -121,6 +132,7 @@ impl Inner {
             projection,
             input,
             tools,
+            instructions,
         }
     }
 

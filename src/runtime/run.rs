@@ -204,6 +204,11 @@ impl RunContext {
                     return Ok(RunEnd::BudgetSpent(limit));
                 }
             }
+            self.inner.tell_instruction_notices(
+                &self.session_id,
+                Some(&self.run_id),
+                &prepared.instructions,
+            )?;
             self.inner.store.set_run_steps(&self.run_id, self.steps)?;
             self.emit(Event::Budget {
                 snapshot: prepared.snapshot,
@@ -643,7 +648,10 @@ fn request(session: &SessionRow, prepared: Prepared, delegated: bool) -> ModelRe
     let snapshot = prepared.snapshot;
     ModelRequest {
         model: session.model.clone(),
-        system: session.system_prompt.clone(),
+        system: crate::context::instructions::system_prompt(
+            session.system_prompt.as_deref(),
+            &prepared.instructions,
+        ),
         messages: prepared.projection.messages,
         tools: prepared.tools,
         max_output_tokens: snapshot

@@ -469,6 +469,7 @@ impl Runtime {
             changed_files: self.inner.changed_files_with_children(&row.id)?,
             plan: self.plan(&row.id)?,
             mcp_servers: self.inner.mcp.statuses(&row.id),
+            instructions: self.inner.instructions(&row).files,
             spend: self.spend(&row.id)?,
             tokens_by_kind: self.tokens_by_kind(&row.id)?,
             auto_compact: self.inner.auto_compact(&row.id)?,

@@ -3,6 +3,7 @@
 // The rule against spawning around the reaper is the daemon's: a test process reaps nothing.
 #![allow(clippy::disallowed_methods)]
 
+mod acp_commands;
 mod acp_ids;
 mod backpressure;
 mod bad_input;
@@ -13,6 +14,7 @@ mod bytes;
 mod carry_over;
 mod clock;
 mod commands;
+mod custom_commands;
 mod delegation;
 mod doctor;
 mod environment;
@@ -23,6 +25,7 @@ mod fuzz;
 mod harness;
 mod history;
 mod in_flight;
+mod instructions;
 mod interjections;
 mod lifetime;
 mod locked_database;

@@ -36,6 +36,7 @@ M.method = {
   noteDelete         = "note/delete", -- clientToServer
   permissionsList    = "permissions/list", -- clientToServer
   permissionsRemove  = "permissions/remove", -- clientToServer
+  sessionCommands    = "session/commands", -- clientToServer
   initialized        = "initialized", -- clientToServer
   exit               = "exit", -- clientToServer
   cancelRequest      = "$/cancelRequest", -- clientToServer

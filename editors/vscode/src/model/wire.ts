@@ -62,6 +62,11 @@ export type Block =
       text: string;
     }
   | {
+      type: 'command';
+      name: string;
+      prompt: string;
+    }
+  | {
       type: 'notice';
       level: NoticeLevel;
       text: string;
@@ -121,6 +126,13 @@ export type Pressure = 'normal' | 'high' | 'critical';
  * via the `definition` "RequestId".
  */
 export type RequestId = string | number;
+/**
+ * Where a slash command comes from.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "CommandSource".
+ */
+export type CommandSource = 'builtin' | 'project' | 'user';
 /**
  * Why a range of the transcript was folded (a `compaction` event's `reason`).
  *
@@ -387,6 +399,8 @@ export interface WireTypes {
   ChatSendResult?: ChatSendResult;
   ChatStopResult?: ChatStopResult;
   ClientInfo?: ClientInfo;
+  CommandInfo?: CommandInfo;
+  CommandSource?: CommandSource;
   CompactionMethod?: CompactionMethod;
   CompactionReason?: CompactionReason;
   CostSummary?: CostSummary;
@@ -397,6 +411,7 @@ export interface WireTypes {
   InitializeParams?: InitializeParams;
   InitializeResult?: InitializeResult;
   InitializedParams?: InitializedParams;
+  InstructionFile?: InstructionFile;
   InterjectionCancelParams?: InterjectionCancelParams;
   InterjectionCancelResult?: InterjectionCancelResult;
   InterjectionStatus?: InterjectionStatus;
@@ -433,6 +448,7 @@ export interface WireTypes {
   ServerInfo?: ServerInfo;
   Session?: Session;
   SessionBudgetResult?: SessionBudgetResult;
+  SessionCommandsResult?: SessionCommandsResult;
   SessionCostResult?: SessionCostResult;
   SessionCreateParams?: SessionCreateParams;
   SessionDeleteResult?: SessionDeleteResult;
@@ -536,6 +552,11 @@ export interface BudgetSnapshot {
    */
   usableTokens: number;
   systemTokens: number;
+  /**
+   * The project instructions (AGENTS.md files) sent with the system prompt; never
+   * compacted (absent: none).
+   */
+  instructionsTokens?: number;
   toolTokens: number;
   /**
    * What is sent before the current turn, as projected (older tool results reduced, a
@@ -702,6 +723,28 @@ export interface ChatStopResult {
 export interface ClientInfo {
   name: string;
   version?: string | null;
+}
+/**
+ * One slash command, for completion in a composer.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "CommandInfo".
+ */
+export interface CommandInfo {
+  /**
+   * Without the slash.
+   */
+  name: string;
+  description: string;
+  /**
+   * What the command takes, e.g. `<path>`; absent when it takes nothing.
+   */
+  argumentHint?: string | null;
+  source: CommandSource;
+  /**
+   * The command's file, for a custom command.
+   */
+  path?: string | null;
 }
 /**
  * The cost of a set of usage lines.
@@ -1044,6 +1087,22 @@ export interface SandboxInfo {
  */
 export interface InitializedParams {}
 /**
+ * One instruction file in force for a session (see `Session::instructions`).
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "InstructionFile".
+ */
+export interface InstructionFile {
+  /**
+   * Absolute path of the file.
+   */
+  path: string;
+  /**
+   * How many of its bytes are sent (fewer than the file's size when the cap cut it).
+   */
+  bytes: number;
+}
+/**
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "InterjectionCancelParams".
  */
@@ -1333,6 +1392,11 @@ export interface Session {
    * The latest plan the model gave with `update_plan`; absent until it gives one.
    */
   plan?: Plan | null;
+  /**
+   * The instruction files (AGENTS.md, CLAUDE.md) its requests carry, outermost first;
+   * absent when there are none.
+   */
+  instructions?: InstructionFile[];
 }
 /**
  * `session/budget`: how full the model's context is before the next request.
@@ -1344,6 +1408,19 @@ export interface SessionBudgetResult {
   sessionId: string;
   model: string;
   snapshot: BudgetSnapshot;
+}
+/**
+ * `session/commands`: the slash commands a session's composer offers.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "SessionCommandsResult".
+ */
+export interface SessionCommandsResult {
+  sessionId: string;
+  /**
+   * Built-in commands first, then custom ones, each by name.
+   */
+  commands: CommandInfo[];
 }
 /**
  * `session/cost`: what the session's model requests cost, priced now.
@@ -1686,6 +1763,7 @@ export interface Requests {
   'permissions/list': { params: PermissionsListParams; result: PermissionsListResult };
   'permissions/remove': { params: PermissionsRemoveParams; result: PermissionsRemoveResult };
   'session/budget': { params: SessionIdParams; result: SessionBudgetResult };
+  'session/commands': { params: SessionIdParams; result: SessionCommandsResult };
   'session/cost': { params: SessionIdParams; result: SessionCostResult };
   'session/create': { params: SessionCreateParams; result: Session };
   'session/delete': { params: SessionIdParams; result: SessionDeleteResult };

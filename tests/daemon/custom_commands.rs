@@ -1,0 +1,215 @@
+//! Custom slash commands: `.sidechat/commands/NAME.md` (project) and
+//! `$XDG_CONFIG_HOME/sidechat/commands/NAME.md` (user) define `/NAME`; the model reads the
+//! expansion, the transcript keeps what was typed.
+
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use sidechat::protocol::{
+    ChatSend, CommandInfo, CommandSource, Event, SessionCommands, SessionCommandsResult,
+};
+
+use crate::harness::{Daemon, Options, Scratch, say, sid};
+
+/// A project command `review` and `fix`, a user command `review` (beaten by the project's)
+/// and `hello`, and a project `help.md` that the built-in shadows.
+fn commands(scratch: &Scratch) {
+    let project = scratch.workspace().join(".sidechat/commands");
+    let user = scratch.home().join(".config/sidechat/commands");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::create_dir_all(&user).unwrap();
+    std::fs::write(
+        project.join("review.md"),
+        "---\ndescription: Review a file\nargument-hint: <path> [focus]\n---\nReview $1, looking at $2. Everything: $ARGUMENTS\n",
+    )
+    .unwrap();
+    std::fs::write(project.join("fix.md"), "Fix the failing tests.\n").unwrap();
+    std::fs::write(user.join("review.md"), "The user's review.").unwrap();
+    std::fs::write(
+        user.join("hello.md"),
+        "---\ndescription: Say hello\n---\nSay hello to $ARGUMENTS.",
+    )
+    .unwrap();
+    std::fs::write(project.join("help.md"), "Not used.").unwrap();
+}
+
+async fn start(scratch: &Scratch) -> (Daemon, String) {
+    let script = json!({"turns": [], "fallback": {"text": "Done."}});
+    let daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
+    let session = daemon.create_session(scratch.replay_session()).await;
+    (daemon, session)
+}
+
+/// The texts of the newest request's last message.
+fn last_message_texts(scratch: &Scratch) -> Vec<String> {
+    let requests = scratch.requests();
+    let last = requests.last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    last["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["text"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+async fn last_user_blocks(daemon: &Daemon, session: &str) -> Value {
+    let transcript = daemon.transcript(session).await;
+    let user = transcript["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|e| e["role"] == "user")
+        .unwrap()
+        .clone();
+    user["blocks"].clone()
+}
+
+#[tokio::test]
+async fn a_command_expands_its_arguments_for_the_model_and_keeps_what_was_typed() {
+    let scratch = Scratch::new();
+    commands(&scratch);
+    let (mut daemon, session) = start(&scratch).await;
+    let typed = r#"/review src/lib.rs "error handling""#;
+    daemon.call::<ChatSend>(say(&session, typed)).await;
+    daemon.until_finished().await;
+    let prompt =
+        r#"Review src/lib.rs, looking at error handling. Everything: src/lib.rs "error handling""#;
+    assert_eq!(last_message_texts(&scratch), vec![format!("{prompt}\n")]);
+    assert_eq!(
+        last_user_blocks(&daemon, &session).await,
+        json!([
+            {"type": "text", "text": typed},
+            {"type": "command", "name": "review", "prompt": format!("{prompt}\n")}
+        ])
+    );
+
+    // The user's command, where the project has none of that name.
+    daemon
+        .call::<ChatSend>(say(&session, "/HELLO the team"))
+        .await;
+    daemon.until_finished().await;
+    assert_eq!(
+        last_message_texts(&scratch),
+        vec!["Say hello to the team.".to_string()]
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn built_ins_win_with_a_notice_and_unknown_commands_reach_no_model() {
+    let scratch = Scratch::new();
+    commands(&scratch);
+    let (mut daemon, session) = start(&scratch).await;
+    daemon.call::<ChatSend>(say(&session, "/help")).await;
+    let events = daemon
+        .events_until(|e| matches!(e, Event::MessageCompleted { entry } if entry.role == sidechat::protocol::Role::Note))
+        .await;
+    let notices: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::Notice { message, .. } => Some(message.clone()),
+            _ => None,
+        })
+        .collect();
+    let help_file = scratch.workspace().join(".sidechat/commands/help.md");
+    assert_eq!(
+        notices,
+        vec![format!(
+            "The command file {} is not used: /help is a built-in command.",
+            help_file.display()
+        )]
+    );
+    let Some(Event::MessageCompleted { entry }) = events.last().map(|e| &e.event) else {
+        unreachable!()
+    };
+    let help = serde_json::to_value(&entry.blocks).unwrap()[0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        help.ends_with(
+            "Custom commands:\n  /fix             Fix the failing tests.\n  /hello           Say hello\n  /review <path> [focus] Review a file"
+        ),
+        "{help}"
+    );
+
+    daemon
+        .call::<ChatSend>(say(&session, "/nosuch thing"))
+        .await;
+    let transcript = daemon.transcript(&session).await;
+    let last = transcript["entries"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["role"], "notice");
+    assert!(scratch.requests().is_empty(), "nothing reached a model");
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn session_commands_lists_built_in_and_custom_commands() {
+    let scratch = Scratch::new();
+    commands(&scratch);
+    let (daemon, session) = start(&scratch).await;
+    let SessionCommandsResult { commands, .. } =
+        daemon.call::<SessionCommands>(sid(&session)).await;
+    let custom: Vec<CommandInfo> = commands
+        .iter()
+        .filter(|c| c.source != CommandSource::Builtin)
+        .cloned()
+        .collect();
+    let project = scratch.workspace().join(".sidechat/commands");
+    let user = scratch.home().join(".config/sidechat/commands");
+    assert_eq!(
+        custom,
+        vec![
+            CommandInfo {
+                name: "fix".into(),
+                description: "Fix the failing tests.".into(),
+                argument_hint: None,
+                source: CommandSource::Project,
+                path: Some(project.join("fix.md").display().to_string()),
+            },
+            CommandInfo {
+                name: "hello".into(),
+                description: "Say hello".into(),
+                argument_hint: None,
+                source: CommandSource::User,
+                path: Some(user.join("hello.md").display().to_string()),
+            },
+            CommandInfo {
+                name: "review".into(),
+                description: "Review a file".into(),
+                argument_hint: Some("<path> [focus]".into()),
+                source: CommandSource::Project,
+                path: Some(project.join("review.md").display().to_string()),
+            },
+        ]
+    );
+    let builtins: Vec<&str> = commands
+        .iter()
+        .filter(|c| c.source == CommandSource::Builtin)
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(
+        builtins,
+        vec![
+            "cost",
+            "model",
+            "system",
+            "clear",
+            "compact",
+            "new-context",
+            "instructions",
+            "help"
+        ]
+    );
+    let missing = daemon
+        .try_call::<SessionCommands>(sid("ses_missing"))
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code, -32001, "{missing:?}");
+    daemon.close().await;
+}
