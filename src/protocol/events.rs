@@ -174,6 +174,16 @@ pub enum Event {
         child_seq: u64,
         event: Box<Event>,
     },
+    /// `session/rewind` took the session back to just before the user message `messageId`:
+    /// the files it lists are back, and (unless only files were restored) the entries from
+    /// that message on are now marked rewound.
+    Rewound {
+        message_id: String,
+        restore: super::RewindRestore,
+        restored: Vec<super::RewoundFile>,
+        skipped: Vec<super::SkippedFile>,
+        rewound_messages: u64,
+    },
 }
 
 impl Event {
@@ -201,6 +211,7 @@ impl Event {
         "usage",
         "runFinished",
         "delegation",
+        "rewound",
     ];
 }
 

@@ -243,6 +243,10 @@ protocol_methods! {
         InterjectionCancel "interjection/cancel" (InterjectionCancelParams) -> InterjectionCancelResult => interjection_cancel;
         /// Deletes a carry-over note: it is never sent to a model again.
         NoteDelete "note/delete" (NoteDeleteParams) -> NoteDeleteResult => note_delete;
+        /// Takes the session back to just before a user message: files, conversation or both.
+        SessionRewind "session/rewind" (SessionRewindParams) -> SessionRewindResult => session_rewind;
+        /// A new session with the transcript up to a message, on the same workspace and model.
+        SessionFork "session/fork" (SessionForkParams) -> Session => session_fork;
     }
     notifications {
         /// The client has read `initialize`'s answer.

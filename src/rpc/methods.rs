@@ -99,6 +99,17 @@ impl Handler for Runtime {
     async fn note_delete(self, params: NoteDeleteParams) -> Result<NoteDeleteResult, RuntimeError> {
         self.delete_note(params)
     }
+
+    async fn session_rewind(
+        self,
+        params: SessionRewindParams,
+    ) -> Result<SessionRewindResult, RuntimeError> {
+        self.rewind(params).await
+    }
+
+    async fn session_fork(self, params: SessionForkParams) -> Result<Session, RuntimeError> {
+        self.fork(params)
+    }
 }
 
 impl From<RouteError<RuntimeError>> for ErrorObjectOwned {

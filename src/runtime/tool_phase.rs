@@ -146,10 +146,15 @@ impl RunContext {
                 }
                 None => None,
             };
+            let checkpoints = super::rewind::CallCheckpoints {
+                store: &self.inner.store,
+                session_id: &self.session_id,
+                call_id: &call.id,
+            };
             tokio::select! {
                 biased;
                 _ = stop.wait_for(|s| *s) => return Ok((ToolCallStatus::Cancelled, ToolOutcome::error(STOPPED_DURING))),
-                outcome = tools::execute(workspace, &call.name, &call.input, &self.inner.store) => outcome,
+                outcome = tools::execute(workspace, &call.name, &call.input, &self.inner.store, &checkpoints) => outcome,
             }
         };
         let status = if outcome.is_error {

@@ -34,6 +34,7 @@ mod permissions;
 mod private_files;
 mod protocol;
 mod providers;
+mod rewind;
 mod run_ends;
 mod runs;
 mod secrets;

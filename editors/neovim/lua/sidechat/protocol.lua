@@ -8,7 +8,7 @@ local M = {}
 
 M.version = 1
 
----@alias sidechat.EventKind "runStarted"|"messageStarted"|"textDelta"|"thinkingDelta"|"messageCompleted"|"toolCallStarted"|"toolCallUpdated"|"approvalRequested"|"approvalResolved"|"interjectionQueued"|"interjectionDelivered"|"interjectionPromoted"|"interjectionCancelled"|"notice"|"budget"|"compaction"|"noteDeleted"|"usage"|"runFinished"|"delegation"
+---@alias sidechat.EventKind "runStarted"|"messageStarted"|"textDelta"|"thinkingDelta"|"messageCompleted"|"toolCallStarted"|"toolCallUpdated"|"approvalRequested"|"approvalResolved"|"interjectionQueued"|"interjectionDelivered"|"interjectionPromoted"|"interjectionCancelled"|"notice"|"budget"|"compaction"|"noteDeleted"|"usage"|"runFinished"|"delegation"|"rewound"
 ---@alias sidechat.Role "user"|"assistant"|"tool"|"note"|"notice"|"summary"
 ---@alias sidechat.ToolCallStatus "pending"|"awaitingApproval"|"running"|"done"|"error"|"denied"|"cancelled"
 ---@alias sidechat.FinishReason "end_turn"|"stopped"|"max_iterations"|"budget_spent"|"cut_off"|"error"|"refusal"
@@ -34,6 +34,8 @@ M.method = {
   approvalRespond    = "approval/respond", -- clientToServer
   interjectionCancel = "interjection/cancel", -- clientToServer
   noteDelete         = "note/delete", -- clientToServer
+  sessionRewind      = "session/rewind", -- clientToServer
+  sessionFork        = "session/fork", -- clientToServer
   initialized        = "initialized", -- clientToServer
   exit               = "exit", -- clientToServer
   cancelRequest      = "$/cancelRequest", -- clientToServer
@@ -81,6 +83,10 @@ M.event = {
   --- the child published it (`childSeq` is its number in the child's own sequence, so a gap
   --- there is filled from the child's `session/transcript`).
   delegation = "delegation",
+  --- `session/rewind` took the session back to just before the user message `messageId`:
+  --- the files it lists are back, and (unless only files were restored) the entries from
+  --- that message on are now marked rewound.
+  rewound = "rewound",
 }
 
 --- Fails on a name the protocol does not have (a typo would otherwise compare unequal forever).
