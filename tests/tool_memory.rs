@@ -54,6 +54,7 @@ async fn a_command_printing_64_mib_costs_about_its_cap_in_memory() {
         "run_command",
         &input,
         &sidechat::lifetime::NoLedger,
+        &tools::NoCheckpoints,
     )
     .await;
     let growth = PEAK.load(Ordering::Relaxed) - before;

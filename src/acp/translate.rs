@@ -404,6 +404,16 @@ pub fn available_commands(custom: &[crate::protocol::CommandInfo]) -> acp::Avail
             "clear",
             "The model starts fresh; earlier messages stay readable",
         ),
+        acp::AvailableCommand::new(
+            "undo",
+            "Take back the last turn: its file changes and its messages",
+        ),
+        acp::AvailableCommand::new(
+            "rewind",
+            "List the turns with their changed files; with n, take back the last n",
+        )
+        .input(hint("number of turns")),
+        acp::AvailableCommand::new("fork", "A new session with this conversation so far"),
         acp::AvailableCommand::new("help", "The list of commands"),
     ];
     commands.extend(
@@ -530,6 +540,7 @@ mod tests {
             status: crate::protocol::MessageStatus::Complete,
             run_id: None,
             created_at: String::new(),
+            rewound: false,
         };
         let replayed: Vec<Value> = replay(&stored, None, &mut Default::default())
             .iter()
@@ -698,6 +709,7 @@ mod tests {
             status: crate::protocol::MessageStatus::Complete,
             run_id: None,
             created_at: String::new(),
+            rewound: false,
         };
         let entries = [
             entry("u1", Role::User, vec![Block::Text { text: "hi".into() }]),

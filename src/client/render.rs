@@ -657,6 +657,7 @@ mod tests {
                 status: crate::protocol::MessageStatus::Complete,
                 run_id: None,
                 created_at: "2026-01-01T00:00:00Z".into(),
+                rewound: false,
             },
         });
         screen.event(&Event::InterjectionQueued {

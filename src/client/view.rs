@@ -208,6 +208,7 @@ impl SessionView {
                 status: MessageStatus::Complete,
                 run_id: params.run_id.clone(),
                 created_at: String::new(),
+                rewound: false,
             }),
             Event::Compaction {
                 message_id,

@@ -232,6 +232,7 @@ mod tests {
                 status: MessageStatus::Complete,
                 run_id: None,
                 created_at: String::new(),
+                rewound: false,
             },
             tokens: Counted::ZERO,
         }

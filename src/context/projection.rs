@@ -527,6 +527,7 @@ mod tests {
                     status: MessageStatus::Complete,
                     run_id: run.map(str::to_string),
                     created_at: String::new(),
+                    rewound: false,
                 },
                 tokens,
             });

@@ -184,6 +184,16 @@ pub enum Event {
         call_id: String,
         plan: super::Plan,
     },
+    /// `session/rewind` took the session back to just before the user message `messageId`:
+    /// the files it lists are back, and (unless only files were restored) the entries from
+    /// that message on are now marked rewound.
+    Rewound {
+        message_id: String,
+        restore: super::RewindRestore,
+        restored: Vec<super::RewoundFile>,
+        skipped: Vec<super::SkippedFile>,
+        rewound_messages: u64,
+    },
 }
 
 impl Event {
@@ -213,6 +223,7 @@ impl Event {
         "delegation",
         "sessionUpdated",
         "plan",
+        "rewound",
     ];
 }
 

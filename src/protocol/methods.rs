@@ -249,6 +249,10 @@ protocol_methods! {
         PermissionsRemove "permissions/remove" (PermissionsRemoveParams) -> PermissionsRemoveResult => permissions_remove;
         /// The slash commands the session's composer offers: built-in and custom.
         SessionCommands "session/commands" (SessionIdParams) -> SessionCommandsResult => session_commands;
+        /// Takes the session back to just before a user message: files, conversation or both.
+        SessionRewind "session/rewind" (SessionRewindParams) -> SessionRewindResult => session_rewind;
+        /// A new session with the transcript up to a message, on the same workspace and model.
+        SessionFork "session/fork" (SessionForkParams) -> Session => session_fork;
     }
     notifications {
         /// The client has read `initialize`'s answer.

@@ -202,6 +202,9 @@ pub struct Session {
     /// absent when there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub instructions: Vec<InstructionFile>,
+    /// For a fork (`session/fork`): the session it was forked from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<String>,
 }
 
 /// One row of `session/list`.
@@ -224,6 +227,9 @@ pub struct SessionSummary {
     /// Which kind of client started the session, when it said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<SessionOrigin>,
+    /// For a fork (`session/fork`): the session it was forked from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<String>,
 }
 
 /// What a session's model requests used and cost so far.
@@ -426,4 +432,68 @@ pub struct SessionCommandsResult {
     pub session_id: String,
     /// Built-in commands first, then custom ones, each by name.
     pub commands: Vec<CommandInfo>,
+}
+
+/// What `session/rewind` takes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum RewindRestore {
+    /// The files the session's tools changed since the message, back to their content then.
+    Files,
+    /// The conversation, cut just before the message.
+    Conversation,
+    Both,
+}
+
+/// Params of `session/rewind`: take the session back to just before the user message
+/// `messageId`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRewindParams {
+    pub session_id: String,
+    /// A user message of the session, not already rewound.
+    pub message_id: String,
+    pub restore: RewindRestore,
+    /// Restore files that changed since the session last wrote them (by the user or another
+    /// program) instead of refusing.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// A file a rewind put back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RewoundFile {
+    /// Relative to the workspace root.
+    pub path: String,
+    /// The file did not exist before the message, so it was removed.
+    pub removed: bool,
+}
+
+/// A file a rewind left as it is, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SkippedFile {
+    pub path: String,
+    pub reason: String,
+}
+
+/// What `session/rewind` did; the `rewound` event says the same to every client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRewindResult {
+    pub restored: Vec<RewoundFile>,
+    pub skipped: Vec<SkippedFile>,
+    /// Transcript entries marked rewound (0 when only files were restored).
+    pub rewound_messages: u64,
+}
+
+/// Params of `session/fork`: a new session holding the transcript up to and including
+/// `messageId` (the whole transcript without it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionForkParams {
+    pub session_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
 }

@@ -194,6 +194,10 @@ pub struct TranscriptEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
     pub created_at: String,
+    /// Taken back by `session/rewind`: kept to read (clients show it folded), never sent to a
+    /// model again. Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rewound: bool,
 }
 
 /// Params of `note/delete`: a carry-over note (a `summary` entry of method `carryOver`).

@@ -120,6 +120,17 @@ impl Handler for Runtime {
     ) -> Result<PermissionsRemoveResult, RuntimeError> {
         self.remove_permission(params)
     }
+
+    async fn session_rewind(
+        self,
+        params: SessionRewindParams,
+    ) -> Result<SessionRewindResult, RuntimeError> {
+        self.rewind(params).await
+    }
+
+    async fn session_fork(self, params: SessionForkParams) -> Result<Session, RuntimeError> {
+        self.fork(params)
+    }
 }
 
 impl From<RouteError<RuntimeError>> for ErrorObjectOwned {

@@ -14,6 +14,10 @@ const HELP: &str = "Commands:
   /new-context     the model starts afresh with a short note carried over from before
   /permissions     every permission rule in force here and where it comes from
   /instructions    the instruction files (AGENTS.md) sent with every request
+  /undo            take back the last turn: its file changes and its messages
+  /rewind          list the turns with the files each changed
+  /rewind <n>      take back the last n turns (add --force to overwrite files changed since)
+  /fork            a new session with this conversation so far
   /help            this list
 Start a message with // to send a literal slash.";
 
@@ -147,6 +151,15 @@ impl Runtime {
             }
             "new-context" => self.new_context_command(session).await?,
             "permissions" => self.describe_permissions(session)?,
+            "undo" => self.rewind_command(session, "1", argument).await?,
+            "rewind" if argument.is_empty() => self.turns_note(session)?,
+            "rewind" => {
+                let (count, rest) = argument
+                    .split_once(char::is_whitespace)
+                    .unwrap_or((argument, ""));
+                self.rewind_command(session, count, rest).await?
+            }
+            "fork" => self.fork_command(session)?,
             "clear" => {
                 // A run, live or suspended on an approval after a restart, still needs the
                 // transcript it stands on: its next request must start with its own tool call.

@@ -23,6 +23,7 @@ mod promotion;
 mod recovery;
 mod registry;
 mod reply;
+mod rewind;
 mod run;
 mod run_end;
 mod sessions;

@@ -32,6 +32,7 @@ const INTERRUPTED: &str =
 /// queue no live daemon drives.
 pub fn recover(inner: &Arc<Inner>) -> RuntimeResult<()> {
     end_left_commands(&inner.store)?;
+    super::rewind::finish_open_rewinds(&inner.store)?;
     recover_abandoned(inner)
 }
 

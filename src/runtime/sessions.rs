@@ -174,6 +174,7 @@ impl Runtime {
                     .delegation_of_child(&row.id)?
                     .map(|d| d.parent_id);
                 Ok(SessionSummary {
+                    forked_from: self.inner.store.forked_from(&row.id)?,
                     parent_id,
                     origin: parse_origin(row.origin.as_deref()),
                     state: self.state(&row)?,
@@ -460,6 +461,7 @@ impl Runtime {
     fn session_view(&self, row: SessionRow) -> RuntimeResult<Session> {
         let lineage = self.inner.lineage(&row.id)?;
         Ok(Session {
+            forked_from: self.inner.store.forked_from(&row.id)?,
             origin: parse_origin(row.origin.as_deref()),
             delegation: lineage.offered,
             parent_id: lineage.parent_id,

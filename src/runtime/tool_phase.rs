@@ -186,13 +186,18 @@ impl RunContext {
                 }
                 None => None,
             };
+            let checkpoints = super::rewind::CallCheckpoints {
+                store: &self.inner.store,
+                session_id: &self.session_id,
+                call_id: &call.id,
+            };
             tokio::select! {
                 biased;
                 _ = stop.wait_for(|s| *s) => return Ok((ToolCallStatus::Cancelled, ToolOutcome::error(STOPPED_DURING))),
                 outcome = async {
                     match sandboxed {
                         true => tools::execute_sandboxed(workspace, &call.input, &self.inner.store, &self.inner.config.sandbox).await,
-                        false => tools::execute(workspace, &call.name, &call.input, &self.inner.store).await,
+                        false => tools::execute(workspace, &call.name, &call.input, &self.inner.store, &checkpoints).await,
                     }
                 } => outcome,
             }

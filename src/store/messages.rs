@@ -90,6 +90,7 @@ struct RawMessage {
     blocks: String,
     status: MessageStatus,
     created_at: i64,
+    rewound: bool,
 }
 
 /// The JSON text of `value` in a buffer of exactly its length: measured by a first pass that
@@ -123,6 +124,7 @@ fn raw(row: &Row<'_>) -> rusqlite::Result<RawMessage> {
         blocks: row.get(4)?,
         status: row.get(5)?,
         created_at: row.get(6)?,
+        rewound: row.get("rewound")?,
     })
 }
 
@@ -150,6 +152,7 @@ impl RawMessage {
             status: self.status,
             run_id: self.run_id,
             created_at: rfc3339(self.created_at),
+            rewound: self.rewound,
         })
     }
 }
@@ -267,6 +270,7 @@ impl Store {
             status: new.status,
             run_id: new.run_id.clone(),
             created_at: rfc3339(now),
+            rewound: false,
         };
         Ok((entry, extended))
             })
@@ -276,16 +280,17 @@ impl Store {
     /// next.
     pub fn last_model_message(&self, session_id: &str) -> StoreResult<Option<TranscriptEntry>> {
         self.read(|conn| {
-        let row = conn
+            let row = conn
             .query_row(
-                "SELECT id, seq, run_id, role, blocks, status, created_at FROM messages
-                 WHERE session_id = ?1 AND role NOT IN ('note', 'notice', 'summary') ORDER BY seq DESC LIMIT 1",
+                "SELECT id, seq, run_id, role, blocks, status, created_at, rewound FROM messages
+                 WHERE session_id = ?1 AND role NOT IN ('note', 'notice', 'summary') AND rewound = 0
+                 ORDER BY seq DESC LIMIT 1",
                 [session_id],
                 raw,
             )
             .optional()?;
-        row.map(RawMessage::into_entry).transpose()
-            })
+            row.map(RawMessage::into_entry).transpose()
+        })
     }
 
     /// When the newest message after `after_seq` that a model is sent was committed, in
@@ -300,6 +305,7 @@ impl Store {
                 .query_row(
                     "SELECT created_at FROM messages
                      WHERE session_id = ?1 AND seq > ?2 AND role IN ('user', 'assistant', 'tool')
+                       AND rewound = 0
                      ORDER BY seq DESC LIMIT 1",
                     params![session_id, after_seq as i64],
                     |r| r.get(0),
@@ -327,7 +333,7 @@ impl Store {
             let tx = conn.transaction()?;
             let found = tx
                 .query_row(
-                    "SELECT id, seq, run_id, role, blocks, status, created_at, session_id
+                    "SELECT id, seq, run_id, role, blocks, status, created_at, session_id, rewound
                      FROM messages WHERE id = ?1",
                     [id],
                     |r| Ok((raw(r)?, r.get::<_, String>(7)?)),
@@ -369,8 +375,8 @@ impl Store {
     ) -> StoreResult<Vec<(TranscriptEntry, Option<Counted>)>> {
         self.read(|conn| {
             let mut stmt = conn.prepare_cached(
-                "SELECT id, seq, run_id, role, blocks, status, created_at, tokens, tokens_exact
-                 FROM messages WHERE session_id = ?1 AND seq > ?2 ORDER BY seq",
+                "SELECT id, seq, run_id, role, blocks, status, created_at, tokens, tokens_exact, rewound
+                 FROM messages WHERE session_id = ?1 AND seq > ?2 AND rewound = 0 ORDER BY seq",
             )?;
             let rows = stmt
                 .query_map(params![session_id, after_seq as i64], counted_raw)?
@@ -397,8 +403,9 @@ impl Store {
         let note = self.read(|conn| {
             let first = conn
                 .query_row(
-                    "SELECT id, seq, run_id, role, blocks, status, created_at, tokens, tokens_exact
-                     FROM messages WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT 1",
+                    "SELECT id, seq, run_id, role, blocks, status, created_at, tokens, tokens_exact, rewound
+                     FROM messages WHERE session_id = ?1 AND seq > ?2 AND rewound = 0
+                     ORDER BY seq LIMIT 1",
                     params![session_id, context_start as i64],
                     counted_raw,
                 )
@@ -419,6 +426,7 @@ impl Store {
         let folded_through = self.read(|conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT blocks FROM messages WHERE session_id = ?1 AND seq > ?2 AND role = 'summary'
+                   AND rewound = 0
                  ORDER BY seq DESC",
             )?;
             let mut rows = stmt.query(params![session_id, context_start as i64])?;
@@ -496,12 +504,12 @@ impl Store {
 
 /// [`Store::messages_after`]'s query (its plan is checked in the store's tests).
 pub(super) const MESSAGES_AFTER: &str =
-    "SELECT id, seq, run_id, role, blocks, status, created_at FROM messages
+    "SELECT id, seq, run_id, role, blocks, status, created_at, rewound FROM messages
      WHERE session_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3";
 
 /// [`Store::messages_before`]'s query (its plan is checked in the store's tests).
 pub(super) const MESSAGES_BEFORE: &str =
-    "SELECT id, seq, run_id, role, blocks, status, created_at FROM messages
+    "SELECT id, seq, run_id, role, blocks, status, created_at, rewound FROM messages
      WHERE session_id = ?1 AND seq < ?2 AND seq > ?3 ORDER BY seq DESC LIMIT ?4";
 
 /// Raises the session's `last_seq` to `seq` and its reserved mark to `reserve_through`, and

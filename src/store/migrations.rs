@@ -287,6 +287,43 @@ const MIGRATIONS: &[&str] = &[
         plan        TEXT NOT NULL,
         updated_at  INTEGER NOT NULL
     );
+    // 20: checkpoints: each file's content before a tool changed it, stored once by its
+    // SHA-256, tied to the user turn it belongs to; the journal of rewinds, so a rewind a crash
+    // cut short is finished by the next daemon; rewound messages; a fork's origin.
+    r#"
+    CREATE TABLE checkpoint_blobs (
+        hash        TEXT PRIMARY KEY,       -- SHA-256 of content, hex
+        content     BLOB NOT NULL
+    );
+    CREATE TABLE checkpoints (
+        id          INTEGER PRIMARY KEY,
+        session_id  TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        turn_id     TEXT NOT NULL,          -- the user message the change belongs to
+        call_id     TEXT NOT NULL,
+        by_session  TEXT NOT NULL,          -- the session whose tool made it (a child's own id)
+        path        TEXT NOT NULL,          -- relative to the workspace root
+        before_hash TEXT,                   -- NULL: the file did not exist
+        before_mode INTEGER,
+        after_hash  TEXT,                   -- what the tool writes
+        restorable  INTEGER NOT NULL DEFAULT 1,
+        rewound_by  INTEGER,                -- the rewind that took it back
+        at          INTEGER NOT NULL
+    );
+    CREATE INDEX checkpoints_by_session ON checkpoints (session_id, id);
+    CREATE TABLE rewinds (
+        id          INTEGER PRIMARY KEY,
+        session_id  TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        message_id  TEXT NOT NULL,
+        target_seq  INTEGER NOT NULL,       -- the message's seq: what is taken back starts there
+        restore     TEXT NOT NULL,          -- files | conversation | both
+        plan        TEXT NOT NULL,          -- JSON: the files to put back
+        started_at  INTEGER NOT NULL,
+        finished_at INTEGER
+    );
+    CREATE INDEX rewinds_open ON rewinds (id) WHERE finished_at IS NULL;
+    CREATE INDEX rewinds_by_session ON rewinds (session_id);
+    ALTER TABLE messages ADD COLUMN rewound INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN forked_from TEXT;
     "#,
 ];
 

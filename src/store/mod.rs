@@ -14,9 +14,11 @@
 //! choose otherwise: what must not wait at all writes [`without_waiting`], and input the client
 //! was told is kept writes [`until_free`].
 
+mod checkpoints;
 mod command_processes;
 mod delegations;
 mod file_changes;
+mod forks;
 mod leases;
 mod mcp;
 mod messages;
@@ -44,6 +46,10 @@ use rusqlite::{Connection, OpenFlags};
 // A poisoned connection is still usable: every write is a transaction.
 use crate::util::{lock, off_worker};
 
+pub use checkpoints::{
+    MessagePlace, NewCheckpoint, PlannedFile, RestoreStep, RewindJournal, RewindScope, TurnFiles,
+    content_hash,
+};
 pub use command_processes::CommandRow;
 pub use delegations::{DelegationRow, EXPIRED, FailedCall, Lineage, ToolSet};
 pub use file_changes::{FileChange, FileDiffRow, SNAPSHOT_CAP};

@@ -123,6 +123,10 @@ fn every_table_that_refers_to_sessions_finds_a_sessions_rows_through_an_index() 
                 "SEARCH changed_files USING COVERING INDEX sqlite_autoindex_changed_files_1 (session_id=?)"
             ),
             expected(
+                "checkpoints.session_id",
+                "SEARCH checkpoints USING COVERING INDEX checkpoints_by_session (session_id=?)"
+            ),
+            expected(
                 "delegations.child_id",
                 "SEARCH delegations USING COVERING INDEX sqlite_autoindex_delegations_1 (child_id=?)"
             ),
@@ -141,6 +145,10 @@ fn every_table_that_refers_to_sessions_finds_a_sessions_rows_through_an_index() 
             expected(
                 "pending_input.session_id",
                 "SEARCH pending_input USING COVERING INDEX pending_by_session (session_id=?)"
+            ),
+            expected(
+                "rewinds.session_id",
+                "SEARCH rewinds USING COVERING INDEX rewinds_by_session (session_id=?)"
             ),
             expected(
                 "run_leases.session_id",

@@ -14,7 +14,9 @@ use serde_json::Value;
 use super::confined::open_in;
 use super::paths::shown;
 use super::replace::replace_in;
-use super::{FileSnapshot, OpenError, OpenedParent, ToolOutcome, Workspace, str_arg, truncate};
+use super::{
+    Checkpoints, FileSnapshot, OpenError, OpenedParent, ToolOutcome, Workspace, str_arg, truncate,
+};
 use crate::protocol::ChangedFile;
 
 /// Most bytes of a file shown to the model at once.
@@ -180,7 +182,11 @@ async fn replace(
     .await
 }
 
-pub async fn write(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> {
+pub async fn write(
+    ws: &Workspace,
+    input: &Value,
+    checkpoints: &dyn Checkpoints,
+) -> Result<ToolOutcome, String> {
     let requested = required(input, "path")?;
     let content = required(input, "content")?;
     let existing = {
@@ -188,6 +194,14 @@ pub async fn write(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String>
         blocking(move || open_existing(&ws, &requested, true)).await?
     };
     let Existing { parent, current } = existing;
+    let shown_path = shown(&parent.relative);
+    checkpoints.keep(
+        &shown_path,
+        current
+            .as_ref()
+            .map(|(bytes, mode)| (bytes.as_slice(), *mode)),
+        content.as_bytes(),
+    )?;
     let (old, mode) = match current {
         Some((bytes, mode)) => (
             Some(String::from_utf8_lossy(&bytes).into_owned()),
@@ -195,7 +209,6 @@ pub async fn write(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String>
         ),
         None => (None, None),
     };
-    let shown_path = shown(&parent.relative);
     replace(
         requested,
         parent.folder,
@@ -226,7 +239,11 @@ pub async fn write(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String>
     })
 }
 
-pub async fn edit(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> {
+pub async fn edit(
+    ws: &Workspace,
+    input: &Value,
+    checkpoints: &dyn Checkpoints,
+) -> Result<ToolOutcome, String> {
     let requested = required(input, "path")?;
     let old_string = required(input, "old_string")?;
     let new_string = required(input, "new_string")?;
@@ -257,6 +274,11 @@ pub async fn edit(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> 
     }
     let updated = text.replacen(old_string, new_string, 1);
     let shown_path = shown(&parent.relative);
+    checkpoints.keep(
+        &shown_path,
+        Some((text.as_bytes(), mode)),
+        updated.as_bytes(),
+    )?;
     replace(
         requested,
         parent.folder,
@@ -302,6 +324,7 @@ pub fn line_changes(old: &str, new: &str) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tools::NoCheckpoints;
     use serde_json::json;
 
     #[test]
@@ -315,13 +338,18 @@ mod tests {
     async fn write_then_edit_then_read() {
         let dir = tempfile::tempdir().unwrap();
         let ws = Workspace::new(dir.path()).unwrap();
-        let written = write(&ws, &json!({"path": "d/n.md", "content": "one\ntwo\n"}))
-            .await
-            .unwrap();
+        let written = write(
+            &ws,
+            &json!({"path": "d/n.md", "content": "one\ntwo\n"}),
+            &NoCheckpoints,
+        )
+        .await
+        .unwrap();
         assert_eq!(written.output, "Created d/n.md (+2 -0 lines).");
         let edited = edit(
             &ws,
             &json!({"path": "d/n.md", "old_string": "two", "new_string": "2\n3"}),
+            &NoCheckpoints,
         )
         .await
         .unwrap();
@@ -339,6 +367,7 @@ mod tests {
         let ambiguous = edit(
             &ws,
             &json!({"path": "d/n.md", "old_string": "\n", "new_string": ""}),
+            &NoCheckpoints,
         )
         .await;
         assert!(ambiguous.unwrap_err().contains("occurs 3 times"));
@@ -357,11 +386,14 @@ mod tests {
             let link = dir.path().join(name);
             std::fs::hard_link(&secret, &link).unwrap();
             let done = match tool {
-                "write" => write(&ws, &json!({"path": name, "content": "inside\n"})).await,
+                "write" => {
+                    let input = json!({"path": name, "content": "inside\n"});
+                    write(&ws, &input, &NoCheckpoints).await
+                }
                 _ => {
                     let input =
                         json!({"path": name, "old_string": "outside", "new_string": "inside"});
-                    edit(&ws, &input).await
+                    edit(&ws, &input, &NoCheckpoints).await
                 }
             };
             assert!(!done.unwrap().is_error);
@@ -374,6 +406,83 @@ mod tests {
                 "{tool}"
             );
         }
+    }
+
+    /// One kept change: the path, its content and mode before, and what is written.
+    type Kept = (String, Option<(Vec<u8>, u32)>, Vec<u8>);
+
+    /// Records what it is asked to keep; refuses when told to.
+    struct Recording {
+        kept: std::sync::Mutex<Vec<Kept>>,
+        refuse: bool,
+    }
+
+    impl Checkpoints for Recording {
+        fn keep(
+            &self,
+            path: &str,
+            before: Option<(&[u8], u32)>,
+            after: &[u8],
+        ) -> Result<(), String> {
+            if self.refuse {
+                return Err("no room".into());
+            }
+            let before = before.map(|(b, m)| (b.to_vec(), m & 0o777));
+            self.kept
+                .lock()
+                .unwrap()
+                .push((path.into(), before, after.to_vec()));
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn each_change_is_kept_before_it_is_made_and_a_refusal_stops_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(dir.path()).unwrap();
+        let kept = Recording {
+            kept: Default::default(),
+            refuse: false,
+        };
+        write(&ws, &json!({"path": "a.txt", "content": "one\n"}), &kept)
+            .await
+            .unwrap();
+        std::fs::set_permissions(
+            dir.path().join("a.txt"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        let input = json!({"path": "a.txt", "old_string": "one", "new_string": "two"});
+        edit(&ws, &input, &kept).await.unwrap();
+        assert_eq!(
+            kept.kept.into_inner().unwrap(),
+            vec![
+                ("a.txt".to_string(), None, b"one\n".to_vec()),
+                (
+                    "a.txt".to_string(),
+                    Some((b"one\n".to_vec(), 0o600)),
+                    b"two\n".to_vec()
+                ),
+            ]
+        );
+        let refusing = Recording {
+            kept: Default::default(),
+            refuse: true,
+        };
+        let refused = write(
+            &ws,
+            &json!({"path": "a.txt", "content": "three\n"}),
+            &refusing,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(
+            (
+                refused,
+                std::fs::read_to_string(dir.path().join("a.txt")).unwrap()
+            ),
+            ("no room".to_string(), "two\n".to_string())
+        );
     }
 
     #[tokio::test]

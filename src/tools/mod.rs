@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 pub use confined::{OpenError, OpenedFolder, OpenedParent};
 pub use paths::{PathError, Workspace, shown};
+pub use replace::replace_in;
 
 use crate::protocol::ChangedFile;
 use crate::provider::ToolSpec;
@@ -63,6 +64,24 @@ impl ToolOutcome {
 
 /// The tool that runs shell commands, the one the sandbox applies to.
 pub const RUN_COMMAND: &str = "run_command";
+
+/// Where a file tool keeps a file's content before changing it, so that the change can be
+/// taken back (`session/rewind`).
+pub trait Checkpoints: Send + Sync {
+    /// Keeps `path`'s content and permissions (`None`: there is no such file) before a tool
+    /// writes `after` there. An error stops the tool before it writes: a change that could not
+    /// be taken back is not made.
+    fn keep(&self, path: &str, before: Option<(&[u8], u32)>, after: &[u8]) -> Result<(), String>;
+}
+
+/// Keeps nothing: for tools run outside a daemon (tests of the tools).
+pub struct NoCheckpoints;
+
+impl Checkpoints for NoCheckpoints {
+    fn keep(&self, _: &str, _: Option<(&[u8], u32)>, _: &[u8]) -> Result<(), String> {
+        Ok(())
+    }
+}
 
 /// Whether a tool changes anything, and so needs the user's approval.
 pub fn needs_approval(tool: &str) -> bool {
@@ -187,12 +206,14 @@ pub fn summary(tool: &str, input: &Value) -> String {
 }
 
 /// Runs one tool call. Unknown tools and bad input are tool errors the model can read. A
-/// command is recorded in `ledger` while it runs.
+/// command is recorded in `ledger` while it runs; a file's content is kept in `checkpoints`
+/// before a tool changes it.
 pub async fn execute(
     workspace: Option<&Workspace>,
     tool: &str,
     input: &Value,
     ledger: &dyn crate::lifetime::CommandLedger,
+    checkpoints: &dyn Checkpoints,
 ) -> ToolOutcome {
     let Some(workspace) = workspace else {
         return ToolOutcome::error(
@@ -202,8 +223,8 @@ pub async fn execute(
     let outcome = match tool {
         "read_file" => files::read(workspace, input).await,
         "list_directory" => files::list(workspace, input).await,
-        "write_file" => files::write(workspace, input).await,
-        "edit_file" => files::edit(workspace, input).await,
+        "write_file" => files::write(workspace, input, checkpoints).await,
+        "edit_file" => files::edit(workspace, input, checkpoints).await,
         "search_text" => search::search(workspace, input).await,
         "run_command" => command::run_in(workspace, input, ledger, None).await,
         other => Err(format!("There is no tool named {other:?}.")),
@@ -219,7 +240,7 @@ pub async fn execute_sandboxed(
     settings: &crate::sandbox::Settings,
 ) -> ToolOutcome {
     let Some(workspace) = workspace else {
-        return execute(None, "run_command", input, ledger).await;
+        return execute(None, "run_command", input, ledger, &NoCheckpoints).await;
     };
     command::run_in(workspace, input, ledger, Some(settings))
         .await

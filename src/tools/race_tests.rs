@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
-use super::{Workspace, execute};
+use super::{NoCheckpoints, Workspace, execute};
 use crate::lifetime::NoLedger;
 
 /// How many tool calls race the swapping folder.
@@ -122,7 +122,7 @@ async fn writes_race(walk: bool) {
     let mut refused = 0;
     for i in 0..TRIES {
         let input = json!({"path": format!("sub/f{i}.txt"), "content": "inside\n"});
-        let outcome = execute(Some(&ws), "write_file", &input, &NoLedger).await;
+        let outcome = execute(Some(&ws), "write_file", &input, &NoLedger, &NoCheckpoints).await;
         if outcome.is_error {
             assert!(
                 outcome.output.contains("symbolic link"),
@@ -163,6 +163,7 @@ async fn reads_race(walk: bool) {
             "read_file",
             &json!({"path": "sub/note.txt"}),
             &NoLedger,
+            &NoCheckpoints,
         )
         .await;
         let listed = execute(
@@ -170,6 +171,7 @@ async fn reads_race(walk: bool) {
             "list_directory",
             &json!({"path": "sub"}),
             &NoLedger,
+            &NoCheckpoints,
         )
         .await;
         let searched = execute(
@@ -177,6 +179,7 @@ async fn reads_race(walk: bool) {
             "search_text",
             &json!({"pattern": "side", "path": "sub"}),
             &NoLedger,
+            &NoCheckpoints,
         )
         .await;
         for outcome in [read, listed, searched] {

@@ -39,6 +39,7 @@ mod plans;
 mod private_files;
 mod protocol;
 mod providers;
+mod rewind;
 mod run_ends;
 mod runs;
 mod sandbox;

@@ -8,7 +8,7 @@ local M = {}
 
 M.version = 1
 
----@alias sidechat.EventKind "runStarted"|"messageStarted"|"textDelta"|"thinkingDelta"|"messageCompleted"|"toolCallStarted"|"toolCallUpdated"|"approvalRequested"|"approvalResolved"|"interjectionQueued"|"interjectionDelivered"|"interjectionPromoted"|"interjectionCancelled"|"notice"|"budget"|"compaction"|"noteDeleted"|"usage"|"runFinished"|"delegation"|"sessionUpdated"|"plan"
+---@alias sidechat.EventKind "runStarted"|"messageStarted"|"textDelta"|"thinkingDelta"|"messageCompleted"|"toolCallStarted"|"toolCallUpdated"|"approvalRequested"|"approvalResolved"|"interjectionQueued"|"interjectionDelivered"|"interjectionPromoted"|"interjectionCancelled"|"notice"|"budget"|"compaction"|"noteDeleted"|"usage"|"runFinished"|"delegation"|"sessionUpdated"|"plan"|"rewound"
 ---@alias sidechat.Role "user"|"assistant"|"tool"|"note"|"notice"|"summary"
 ---@alias sidechat.ToolCallStatus "pending"|"awaitingApproval"|"running"|"done"|"error"|"denied"|"cancelled"
 ---@alias sidechat.FinishReason "end_turn"|"stopped"|"max_iterations"|"budget_spent"|"cut_off"|"error"|"refusal"
@@ -37,6 +37,8 @@ M.method = {
   permissionsList    = "permissions/list", -- clientToServer
   permissionsRemove  = "permissions/remove", -- clientToServer
   sessionCommands    = "session/commands", -- clientToServer
+  sessionRewind      = "session/rewind", -- clientToServer
+  sessionFork        = "session/fork", -- clientToServer
   initialized        = "initialized", -- clientToServer
   exit               = "exit", -- clientToServer
   cancelRequest      = "$/cancelRequest", -- clientToServer
@@ -89,6 +91,10 @@ M.event = {
   sessionUpdated = "sessionUpdated",
   --- The model gave its plan (`update_plan`): the whole plan, which replaces the one before.
   plan = "plan",
+  --- `session/rewind` took the session back to just before the user message `messageId`:
+  --- the files it lists are back, and (unless only files were restored) the entries from
+  --- that message on are now marked rewound.
+  rewound = "rewound",
 }
 
 --- Fails on a name the protocol does not have (a typo would otherwise compare unequal forever).

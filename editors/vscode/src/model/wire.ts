@@ -292,6 +292,14 @@ export type Event =
       kind: 'plan';
       callId: string;
       plan: Plan;
+    }
+  | {
+      kind: 'rewound';
+      messageId: string;
+      restore: RewindRestore;
+      restored: RewoundFile[];
+      skipped: SkippedFile[];
+      rewoundMessages: number;
     };
 /**
  * Who a transcript entry belongs to.
@@ -322,6 +330,13 @@ export type FinishReason =
  * via the `definition` "PlanStepStatus".
  */
 export type PlanStepStatus = 'pending' | 'in_progress' | 'completed';
+/**
+ * What `session/rewind` takes back.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "RewindRestore".
+ */
+export type RewindRestore = 'both' | 'files' | 'conversation';
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "ExitParams".
@@ -439,6 +454,8 @@ export interface WireTypes {
   Reconciliation?: Reconciliation;
   RequestId?: RequestId;
   RequestKindCost?: RequestKindCost;
+  RewindRestore?: RewindRestore;
+  RewoundFile?: RewoundFile;
   Role?: Role;
   RuleInForce?: RuleInForce;
   RuleList?: RuleList;
@@ -455,10 +472,13 @@ export interface WireTypes {
   SessionEventParams?: SessionEventParams;
   SessionFileDiffParams?: SessionFileDiffParams;
   SessionFileDiffResult?: SessionFileDiffResult;
+  SessionForkParams?: SessionForkParams;
   SessionIdParams?: SessionIdParams;
   SessionListParams?: SessionListParams;
   SessionListResult?: SessionListResult;
   SessionOrigin?: SessionOrigin;
+  SessionRewindParams?: SessionRewindParams;
+  SessionRewindResult?: SessionRewindResult;
   SessionState?: SessionState;
   SessionSummary?: SessionSummary;
   SessionTranscriptParams?: SessionTranscriptParams;
@@ -466,6 +486,7 @@ export interface WireTypes {
   SessionUpdateParams?: SessionUpdateParams;
   ShutdownParams?: ShutdownParams;
   ShutdownResult?: ShutdownResult;
+  SkippedFile?: SkippedFile;
   Thresholds?: Thresholds;
   TokenUsage?: TokenUsage;
   ToolCallStatus?: ToolCallStatus;
@@ -937,6 +958,11 @@ export interface TranscriptEntry {
   status: MessageStatus;
   runId?: string | null;
   createdAt: string;
+  /**
+   * Taken back by `session/rewind`: kept to read (clients show it folded), never sent to a
+   * model again. Absent when false.
+   */
+  rewound?: boolean;
 }
 /**
  * The estimate of a request beside what the provider reported.
@@ -987,6 +1013,32 @@ export interface Plan {
 export interface PlanStep {
   step: string;
   status: PlanStepStatus;
+}
+/**
+ * A file a rewind put back.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "RewoundFile".
+ */
+export interface RewoundFile {
+  /**
+   * Relative to the workspace root.
+   */
+  path: string;
+  /**
+   * The file did not exist before the message, so it was removed.
+   */
+  removed: boolean;
+}
+/**
+ * A file a rewind left as it is, and why.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "SkippedFile".
+ */
+export interface SkippedFile {
+  path: string;
+  reason: string;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -1397,6 +1449,10 @@ export interface Session {
    * absent when there are none.
    */
   instructions?: InstructionFile[];
+  /**
+   * For a fork (`session/fork`): the session it was forked from.
+   */
+  forkedFrom?: string | null;
 }
 /**
  * `session/budget`: how full the model's context is before the next request.
@@ -1568,6 +1624,17 @@ export interface SessionFileDiffResult {
   changes: number;
 }
 /**
+ * Params of `session/fork`: a new session holding the transcript up to and including
+ * `messageId` (the whole transcript without it).
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "SessionForkParams".
+ */
+export interface SessionForkParams {
+  sessionId: string;
+  messageId?: string | null;
+}
+/**
  * Params of every method that names one session and nothing else.
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -1647,6 +1714,44 @@ export interface SessionSummary {
    * Which kind of client started the session, when it said.
    */
   origin?: SessionOrigin | null;
+  /**
+   * For a fork (`session/fork`): the session it was forked from.
+   */
+  forkedFrom?: string | null;
+}
+/**
+ * Params of `session/rewind`: take the session back to just before the user message
+ * `messageId`.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "SessionRewindParams".
+ */
+export interface SessionRewindParams {
+  sessionId: string;
+  /**
+   * A user message of the session, not already rewound.
+   */
+  messageId: string;
+  restore: RewindRestore;
+  /**
+   * Restore files that changed since the session last wrote them (by the user or another
+   * program) instead of refusing.
+   */
+  force?: boolean;
+}
+/**
+ * What `session/rewind` did; the `rewound` event says the same to every client.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "SessionRewindResult".
+ */
+export interface SessionRewindResult {
+  restored: RewoundFile[];
+  skipped: SkippedFile[];
+  /**
+   * Transcript entries marked rewound (0 when only files were restored).
+   */
+  rewoundMessages: number;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -1768,8 +1873,10 @@ export interface Requests {
   'session/create': { params: SessionCreateParams; result: Session };
   'session/delete': { params: SessionIdParams; result: SessionDeleteResult };
   'session/fileDiff': { params: SessionFileDiffParams; result: SessionFileDiffResult };
+  'session/fork': { params: SessionForkParams; result: Session };
   'session/get': { params: SessionIdParams; result: Session };
   'session/list': { params: SessionListParams; result: SessionListResult };
+  'session/rewind': { params: SessionRewindParams; result: SessionRewindResult };
   'session/transcript': { params: SessionTranscriptParams; result: SessionTranscriptResult };
   'session/update': { params: SessionUpdateParams; result: Session };
   'shutdown': { params: ShutdownParams; result: ShutdownResult };
