@@ -202,6 +202,7 @@ test('a missing binary: an error naming the path, with a button that opens the s
   activateWith({ 'sidechat.path': '/nowhere/sidechat' });
   await until(() => __stub.errors[0], 'the error message');
   assert.equal(__stub.errors[0], 'sidechat was not found at /nowhere/sidechat (the sidechat.path setting).');
+  assert.deepEqual(__stub.errorItems, [['Open setting']]);
   await until(() => __stub.executed.find((c) => c[0] === 'workbench.action.openSettings'), 'the settings to open');
   assert.deepEqual(
     __stub.executed.find((c) => c[0] === 'workbench.action.openSettings'),
