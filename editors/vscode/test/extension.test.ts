@@ -13,7 +13,7 @@ import { __stub } from './stubs/vscode';
 import { activate, type ChatViewProvider } from '../src/host/extension';
 import { resolveBinary } from '../src/host/daemon';
 import type { DaemonStatus, HostToPage, PageToHost } from '../src/model/messages';
-import { Scratch, sidechatBinary } from './harness';
+import { Scratch, sidechatBinary, until } from './harness';
 
 const contexts: { subscriptions: { dispose(): unknown }[] }[] = [];
 const scratches: Scratch[] = [];
@@ -63,16 +63,6 @@ function fakeView() {
     },
   };
   return { view, posted, send: (message: PageToHost) => receive?.(message) ?? Promise.resolve() };
-}
-
-async function until<T>(find: () => T | undefined, what: string): Promise<T> {
-  const start = Date.now();
-  for (;;) {
-    const found = find();
-    if (found !== undefined) return found;
-    if (Date.now() - start > 30_000) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
 }
 
 test('activation serves a strict page, and the page drives the real daemon', { timeout: 120_000 }, async () => {

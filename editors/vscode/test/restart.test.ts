@@ -14,7 +14,7 @@ import type { Clock, Daemon } from '../src/host/daemon';
 import { tellFailures } from '../src/host/extension';
 import { RestartPolicy, type RestartDecision } from '../src/host/restart';
 import type { DaemonStatus } from '../src/model/messages';
-import { Scratch } from './harness';
+import { Scratch, until } from './harness';
 
 const cleanups: (() => Promise<void> | void)[] = [];
 
@@ -44,14 +44,6 @@ class TestClock implements Clock {
     const [timer] = this.timers.splice(0);
     timer.fn();
     return timer.ms;
-  }
-}
-
-async function until(condition: () => boolean, what: string): Promise<void> {
-  const start = Date.now();
-  while (!condition()) {
-    if (Date.now() - start > 30_000) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
   }
 }
 
