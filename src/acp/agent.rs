@@ -12,7 +12,7 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use super::dispatch::{self, Call, Notice};
-use super::error::{AcpError, Answer, to_value};
+use super::error::{AcpError, Answer, error_message, to_value};
 use super::permissions::Asking;
 use super::prompt_turn::Turns;
 use super::sessions::Opened;
@@ -20,7 +20,7 @@ use super::sink::AcpSink;
 use super::translate;
 use crate::config::Config;
 use crate::rpc::Peer;
-use crate::rpc::error::{INTERNAL_ERROR, INVALID_REQUEST, error_frame, result_frame};
+use crate::rpc::error::{INTERNAL_ERROR, INVALID_REQUEST, object_frame, result_frame};
 use crate::rpc::request_id::RequestId;
 use crate::runtime::Runtime;
 
@@ -85,7 +85,7 @@ impl Agent {
             .await;
         ready
             .as_ref()
-            .map_err(|e| AcpError::new(INTERNAL_ERROR, e.clone()))
+            .map_err(|e| error_message(INTERNAL_ERROR, e.clone()))
     }
 
     /// Records `initialize`; whether it had already been received.
@@ -200,7 +200,7 @@ impl Agent {
     fn reply(&self, id: &RequestId, answer: Answer) {
         let frame = match answer {
             Ok(result) => result_frame(id.json(), &result.to_string()),
-            Err(error) => error_frame(id.json(), error.code, &error.message, error.data),
+            Err(error) => object_frame(id.json(), &error),
         };
         self.peer.outbox().send(frame);
     }
@@ -218,7 +218,7 @@ impl Agent {
         self.send_commands(&session_id).await;
         self.watch_commands(&session_id).await;
         if reopened && let Err(e) = self.ask_pending(&session_id).await {
-            tracing::warn!(session_id, error = %e.message, "cannot ask again for open approvals");
+            tracing::warn!(session_id, error = %e.message(), "cannot ask again for open approvals");
         }
     }
 
@@ -231,7 +231,7 @@ impl Agent {
         then: &mut Then,
     ) -> Answer {
         if !dispatch::is_initialize(method) && !self.initialized.load(Ordering::SeqCst) {
-            return Err(AcpError::new(
+            return Err(error_message(
                 INVALID_REQUEST,
                 format!("send initialize before {method}"),
             ));
@@ -263,7 +263,7 @@ impl Agent {
             Ok(Notice::Cancel(cancel)) => self.cancel_later(cancel.session_id.0.to_string()),
             Ok(Notice::Ignored) => tracing::debug!(method, "ignored notification"),
             Err(e) => {
-                tracing::warn!(method, error = %e.message, "ignored a malformed notification")
+                tracing::warn!(method, error = %e.message(), "ignored a malformed notification")
             }
         }
     }

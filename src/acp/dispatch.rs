@@ -8,7 +8,7 @@ use agent_client_protocol_schema::MethodDispatchError;
 use agent_client_protocol_schema::v1 as acp;
 use serde_json::Value;
 
-use super::error::AcpError;
+use super::error::{AcpError, error_message};
 use crate::rpc::error::{INVALID_PARAMS, METHOD_NOT_FOUND};
 
 /// The extension method codex-acp and claude-agent-acp clients use to type while a turn runs.
@@ -107,19 +107,19 @@ pub fn decode_notification(method: &str, params: Option<Value>) -> Result<Notice
         Err(MethodDispatchError::InvalidPayload { source, .. }) => {
             Err(invalid_params(method, &source))
         }
-        Err(other) => Err(AcpError::new(INVALID_PARAMS, other.to_string())),
+        Err(other) => Err(error_message(INVALID_PARAMS, other.to_string())),
     }
 }
 
 fn invalid_params(method: &str, error: &serde_json::Error) -> AcpError {
-    AcpError::new(
+    error_message(
         INVALID_PARAMS,
         format!("Invalid params for {method}: {error}"),
     )
 }
 
 fn not_served(method: &str) -> AcpError {
-    AcpError::new(
+    error_message(
         METHOD_NOT_FOUND,
         format!("Method not found: sidechat acp does not serve {method}"),
     )
@@ -231,7 +231,7 @@ mod tests {
         .into_iter()
         .map(|(method, params)| {
             let error = decode(method, Some(params)).unwrap_err();
-            (error.code, error.message)
+            (error.code(), error.message().to_string())
         })
         .collect();
         let expected: Vec<(i32, String)> = [
@@ -268,7 +268,7 @@ mod tests {
         .into_iter()
         .map(|(method, params)| {
             let error = decode(method, params).unwrap_err();
-            (error.code, error.message)
+            (error.code(), error.message().to_string())
         })
         .collect();
         let codes: Vec<i32> = errors.iter().map(|(code, _)| *code).collect();
@@ -307,7 +307,7 @@ mod tests {
             .map(|d| match d {
                 Ok(Notice::Cancel(c)) => Ok(Some(c.session_id.0.to_string())),
                 Ok(Notice::Ignored) => Ok(None),
-                Err(e) => Err(e.code),
+                Err(e) => Err(e.code()),
             })
             .collect();
         assert_eq!(

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::agent::Agent;
 use super::dispatch::STEERING;
-use super::error::{AcpError, Answer, to_value};
+use super::error::{Answer, error_message, to_value};
 use crate::protocol::AccountInfo;
 use crate::rpc::error::INVALID_REQUEST;
 
@@ -45,7 +45,7 @@ impl Agent {
     /// Answers the connection's one `initialize`; a second is refused.
     pub(super) fn initialize(&self, params: acp::InitializeRequest) -> Answer {
         if self.mark_initialized() {
-            return Err(AcpError::new(
+            return Err(error_message(
                 INVALID_REQUEST,
                 "initialize was already received on this connection",
             ));

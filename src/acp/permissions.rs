@@ -12,7 +12,7 @@ use agent_client_protocol_schema::v1 as acp;
 use serde_json::Value;
 
 use super::agent::Agent;
-use super::error::AcpError;
+use super::error::{AcpError, runtime_error};
 use super::translate;
 use crate::protocol::{
     ApprovalDecision, ApprovalRespondParams, PendingApproval, SessionTranscriptParams,
@@ -117,13 +117,15 @@ impl Agent {
     /// a resume, or a restart of the agent).
     pub(super) async fn ask_pending(self: &Arc<Self>, session_id: &str) -> Result<(), AcpError> {
         let runtime = self.runtime().await?;
-        let transcript = runtime.transcript(SessionTranscriptParams {
-            session_id: session_id.to_string(),
-            after_seq: None,
-            before_seq: None,
-            limit: Some(1),
-        })?;
-        let session = runtime.get_session(session_id)?;
+        let transcript = runtime
+            .transcript(SessionTranscriptParams {
+                session_id: session_id.to_string(),
+                after_seq: None,
+                before_seq: None,
+                limit: Some(1),
+            })
+            .map_err(runtime_error)?;
+        let session = runtime.get_session(session_id).map_err(runtime_error)?;
         for approval in transcript.pending_approvals {
             self.ask(session_id, session.workspace_root.as_deref(), approval)
                 .await;

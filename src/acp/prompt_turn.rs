@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 
 use super::agent::Agent;
 use super::dispatch::SteeringParams;
-use super::error::{AcpError, Answer, to_value};
+use super::error::{AcpError, Answer, error_message, runtime_error, to_value};
 use super::translate;
 use crate::protocol::{ChatSendParams, FinishReason};
 use crate::rpc::error::{INTERNAL_ERROR, INVALID_PARAMS};
@@ -98,7 +98,7 @@ impl Turns {
     pub fn finished(&mut self, run_id: &str, reason: FinishReason, error: Option<&str>) {
         let waiters = self.by_run.remove(run_id);
         let outcome = translate::stop_reason(reason, error)
-            .map_err(|message| AcpError::new(INTERNAL_ERROR, message));
+            .map_err(|message| error_message(INTERNAL_ERROR, message));
         for waiter in waiters.into_iter().flatten() {
             let _ = waiter.send(outcome.clone());
         }
@@ -118,7 +118,7 @@ fn answer(outcome: Option<Outcome>) -> Answer {
     match outcome {
         Some(Ok(reason)) => to_value(&acp::PromptResponse::new(reason)),
         Some(Err(e)) => Err(e),
-        None => Err(AcpError::new(
+        None => Err(error_message(
             INTERNAL_ERROR,
             "the turn ended without an outcome: the agent is shutting down",
         )),
@@ -144,7 +144,7 @@ impl Agent {
         let session_id = params.session_id.0.to_string();
         let session = self.usable_session(&session_id).await?;
         let (text, attachments) = translate::prompt_text(&params.prompt)
-            .map_err(|e| AcpError::new(INVALID_PARAMS, e.0))?;
+            .map_err(|e| error_message(INVALID_PARAMS, e.0))?;
         let runtime = self.runtime().await?;
         let command = crate::runtime::is_command(&text);
         if session.title == "New chat" && !command {
@@ -159,7 +159,8 @@ impl Agent {
                 client_message_id: None,
                 attachments,
             })
-            .await?;
+            .await
+            .map_err(runtime_error)?;
         Ok(state.turns.wait(sent.pending_id, sent.run_id))
     }
 
@@ -183,7 +184,9 @@ impl Agent {
         }
         // Provisional: the daemon's title after the first answer replaces it (and reaches
         // the client as a `sessionUpdated` event, forwarded as a session info update).
-        let Some(session) = runtime.set_provisional_title(session_id, &title)? else {
+        let Some(session) = runtime
+            .set_provisional_title(session_id, &title)
+            .map_err(runtime_error)? else {
             return Ok(());
         };
         self.update(
@@ -202,7 +205,7 @@ impl Agent {
         let session_id = params.session_id;
         self.usable_session(&session_id).await?;
         let (text, attachments) = translate::prompt_text(&params.prompt)
-            .map_err(|e| AcpError::new(INVALID_PARAMS, e.0))?;
+            .map_err(|e| error_message(INVALID_PARAMS, e.0))?;
         let sent = self
             .runtime()
             .await?
@@ -212,7 +215,8 @@ impl Agent {
                 client_message_id: None,
                 attachments,
             })
-            .await?;
+            .await
+            .map_err(runtime_error)?;
         Ok(steering_outcome(sent.queued))
     }
 
@@ -320,11 +324,11 @@ mod tests {
         assert_eq!(
             received(&mut waits),
             vec![
-                Some(Err(AcpError::new(
+                Some(Err(error_message(
                     INTERNAL_ERROR,
                     "The model request failed: overloaded"
                 ))),
-                Some(Err(AcpError::new(
+                Some(Err(error_message(
                     INTERNAL_ERROR,
                     "the turn ended without an outcome: the agent is shutting down"
                 ))),

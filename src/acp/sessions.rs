@@ -10,7 +10,7 @@ use agent_client_protocol_schema::v1 as acp;
 use serde_json::json;
 
 use super::agent::{Agent, Then};
-use super::error::{AcpError, Answer, to_value};
+use super::error::{AcpError, Answer, error_message, runtime_error, session_not_found, to_value};
 use super::translate;
 use crate::protocol::{
     Session, SessionCreateParams, SessionListParams, SessionTranscriptParams, SessionUpdateParams,
@@ -31,7 +31,7 @@ pub struct Opened {
 /// The workspace root an ACP `cwd` names; it must be absolute.
 fn workspace_root(cwd: &Path) -> Result<String, AcpError> {
     if !cwd.is_absolute() {
-        return Err(AcpError::new(
+        return Err(error_message(
             INVALID_PARAMS,
             format!("cwd must be an absolute path, got {:?}", cwd.display()),
         ));
@@ -42,7 +42,7 @@ fn workspace_root(cwd: &Path) -> Result<String, AcpError> {
 /// The model `session/set_config_option` chooses; "model" is the one option offered.
 fn chosen_model(params: &acp::SetSessionConfigOptionRequest) -> Result<String, AcpError> {
     if &*params.config_id.0 != "model" {
-        return Err(AcpError::new(
+        return Err(error_message(
             INVALID_PARAMS,
             format!(
                 "unknown config option {:?}; sidechat offers \"model\"",
@@ -52,7 +52,7 @@ fn chosen_model(params: &acp::SetSessionConfigOptionRequest) -> Result<String, A
     }
     match &params.value {
         acp::SessionConfigOptionValue::ValueId { value } => Ok(value.0.to_string()),
-        _ => Err(AcpError::new(
+        _ => Err(error_message(
             INVALID_PARAMS,
             "the model option takes a model id, not a boolean",
         )),
@@ -76,11 +76,13 @@ impl Agent {
     ) -> Answer {
         let runtime = self.runtime().await?;
         let (mcp_servers, skipped) = super::mcp::servers(params.mcp_servers.clone());
-        let session = runtime.create_session(SessionCreateParams {
-            workspace_root: Some(workspace_root(&params.cwd)?),
-            mcp_servers: Some(mcp_servers),
-            ..SessionCreateParams::default()
-        })?;
+        let session = runtime
+            .create_session(SessionCreateParams {
+                workspace_root: Some(workspace_root(&params.cwd)?),
+                mcp_servers: Some(mcp_servers),
+                ..SessionCreateParams::default()
+            })
+            .map_err(runtime_error)?;
         for server in skipped {
             tracing::warn!(session_id = %session.id, server, "MCP server left out");
         }
@@ -107,18 +109,22 @@ impl Agent {
     ) -> Result<Session, AcpError> {
         let root = workspace_root(cwd)?;
         let runtime = self.runtime().await?;
-        let mut session = runtime.get_session(session_id)?;
+        let mut session = runtime.get_session(session_id).map_err(runtime_error)?;
         let (servers, skipped) = super::mcp::servers(mcp.clone());
-        runtime.set_mcp_servers(session_id, servers)?;
+        runtime
+            .set_mcp_servers(session_id, servers)
+            .map_err(runtime_error)?;
         for server in skipped {
             tracing::warn!(session_id, server, "MCP server left out");
         }
         if session.workspace_root.is_none() {
-            session = runtime.update_session(SessionUpdateParams {
-                session_id: session_id.to_string(),
-                workspace_root: Some(root),
-                ..SessionUpdateParams::default()
-            })?;
+            session = runtime
+                .update_session(SessionUpdateParams {
+                    session_id: session_id.to_string(),
+                    workspace_root: Some(root),
+                    ..SessionUpdateParams::default()
+                })
+                .map_err(runtime_error)?;
         }
         let mut state = self.state.lock().await;
         state.opened.closed.remove(session_id);
@@ -162,12 +168,14 @@ impl Agent {
         let mut tools = HashMap::new();
         let mut after = 0;
         loop {
-            let page = runtime.transcript(SessionTranscriptParams {
-                session_id: session.id.clone(),
-                after_seq: Some(after),
-                before_seq: None,
-                limit: Some(5000),
-            })?;
+            let page = runtime
+                .transcript(SessionTranscriptParams {
+                    session_id: session.id.clone(),
+                    after_seq: Some(after),
+                    before_seq: None,
+                    limit: Some(5000),
+                })
+                .map_err(runtime_error)?;
             for entry in &page.entries {
                 for update in translate::replay(entry, root, &mut tools) {
                     self.update(&session.id, update);
@@ -197,12 +205,14 @@ impl Agent {
     pub(super) async fn list_sessions(&self, params: acp::ListSessionsRequest) -> Answer {
         let runtime = self.runtime().await?;
         let workspace_root = params.cwd.as_deref().map(workspace_root).transpose()?;
-        let page = runtime.list_sessions(SessionListParams {
-            cursor: params.cursor,
-            limit: None,
-            workspace_root,
-            ..SessionListParams::default()
-        })?;
+        let page = runtime
+            .list_sessions(SessionListParams {
+                cursor: params.cursor,
+                limit: None,
+                workspace_root,
+                ..SessionListParams::default()
+            })
+            .map_err(runtime_error)?;
         // ACP needs a folder for every session. One created without a workspace (by another
         // client) is listed in the folder this agent runs in, where loading it would put it;
         // `_meta` says it has none yet.
@@ -229,7 +239,10 @@ impl Agent {
     /// requests withdrawn, and prompts for it refused until it is loaded again.
     pub(super) async fn close_session(&self, params: acp::CloseSessionRequest) -> Answer {
         let session_id = params.session_id.0.to_string();
-        self.runtime().await?.get_session(&session_id)?;
+        self.runtime()
+            .await?
+            .get_session(&session_id)
+            .map_err(runtime_error)?;
         self.state
             .lock()
             .await
@@ -244,14 +257,17 @@ impl Agent {
     /// connection.
     pub(super) async fn usable_session(&self, session_id: &str) -> Result<Session, AcpError> {
         if self.state.lock().await.opened.closed.contains(session_id) {
-            return Err(AcpError::session_not_found(
+            return Err(session_not_found(
                 session_id,
                 format!(
                     "session {session_id} was closed on this connection; load or resume it to use it again"
                 ),
             ));
         }
-        Ok(self.runtime().await?.get_session(session_id)?)
+        self.runtime()
+            .await?
+            .get_session(session_id)
+            .map_err(runtime_error)
     }
 
     pub(super) async fn set_config_option(
@@ -261,11 +277,15 @@ impl Agent {
         let session_id = params.session_id.0.to_string();
         self.usable_session(&session_id).await?;
         let model = chosen_model(&params)?;
-        let session = self.runtime().await?.update_session(SessionUpdateParams {
-            session_id,
-            model: Some(model),
-            ..SessionUpdateParams::default()
-        })?;
+        let session = self
+            .runtime()
+            .await?
+            .update_session(SessionUpdateParams {
+                session_id,
+                model: Some(model),
+                ..SessionUpdateParams::default()
+            })
+            .map_err(runtime_error)?;
         to_value(&acp::SetSessionConfigOptionResponse::new(
             self.config_options(&session),
         ))
@@ -287,7 +307,7 @@ mod tests {
             ),
             (
                 Ok("/w/project".to_string()),
-                Err(AcpError::new(
+                Err(error_message(
                     INVALID_PARAMS,
                     "cwd must be an absolute path, got \"relative/path\""
                 )),
@@ -310,11 +330,11 @@ mod tests {
             chosen,
             vec![
                 Ok("m1".to_string()),
-                Err(AcpError::new(
+                Err(error_message(
                     INVALID_PARAMS,
                     "unknown config option \"mode\"; sidechat offers \"model\""
                 )),
-                Err(AcpError::new(
+                Err(error_message(
                     INVALID_PARAMS,
                     "the model option takes a model id, not a boolean"
                 )),

@@ -8,7 +8,7 @@ import { ChatController, coalesceDeltas, type DaemonLike, type HostUi } from '..
 import type { HostToPage } from '../src/model/messages';
 import { SessionModel } from '../src/model/session';
 import type { Event, SessionEventParams } from '../src/model/wire';
-import { Scratch } from './harness';
+import { Scratch, until } from './harness';
 
 function numbered(events: Event[]): SessionEventParams[] {
   return events.map((event, i) => ({ sessionId: 's', seq: i + 1, runId: 'r', event }));
@@ -80,11 +80,7 @@ test('a gap in seq makes the host refetch, and the page ends as a fresh load wou
     await daemon.start();
     await controller.handle({ type: 'ready' });
     await controller.handle({ type: 'send', text: 'hello', attachments: [], clientMessageId: 'c1' });
-    const start = Date.now();
-    while (!posted.some((m) => m.type === 'merge')) {
-      if (Date.now() - start > 30_000) throw new Error('no refetch after the gap');
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
+    await until(() => posted.some((m) => m.type === 'merge'), 'the refetch after the gap');
     const merge = posted.find((m) => m.type === 'merge');
     assert.ok(dropped && merge?.type === 'merge' && merge.transcript.entries.some((e) => e.id === dropped));
 
@@ -132,11 +128,7 @@ test('a session opens at its newest page, and scrolling to the top loads the old
     const session = await daemon.request('session/create', { workspaceRoot: scratch.workspace });
     for (const [i, text] of ['one', 'two', 'three'].entries()) {
       await daemon.request('chat/send', { sessionId: session.id, text });
-      const start = Date.now();
-      while (finished <= i) {
-        if (Date.now() - start > 30_000) throw new Error(`turn ${text} did not finish`);
-        await new Promise((resolve) => setTimeout(resolve, 20));
-      }
+      await until(() => finished > i, `turn ${text} to finish`);
     }
     const whole = await daemon.request('session/transcript', { sessionId: session.id });
     assert.equal(whole.entries.length, 6);

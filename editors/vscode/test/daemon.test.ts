@@ -7,7 +7,7 @@ import type { ChildProcessWithoutNullStreams } from 'node:child_process';
 
 import type { Daemon } from '../src/host/daemon';
 import type { DaemonStatus } from '../src/model/messages';
-import { Scratch } from './harness';
+import { Scratch, until } from './harness';
 
 const cleanups: (() => Promise<void> | void)[] = [];
 
@@ -25,14 +25,6 @@ function daemonWithLog(firstDelayMs = 200) {
   daemon.onStatus((status) => seen.push(status));
   cleanups.push(() => scratch.dispose(), () => daemon.stop());
   return { daemon, lines, seen, starts: () => lines.filter((line) => line.startsWith('starting ')).length };
-}
-
-async function until(condition: () => boolean, what: string): Promise<void> {
-  const start = Date.now();
-  while (!condition()) {
-    if (Date.now() - start > 30_000) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
 }
 
 test('a crash: the status stays "crashed" until the daemon is ready, and a request in the back-off waits for the restart instead of starting a daemon of its own', { timeout: 120_000 }, async () => {
@@ -106,7 +98,8 @@ test('a request written as the daemon\'s input closes fails as that request, wit
   const child = (daemon as unknown as { child: ChildProcessWithoutNullStreams }).child;
   child.stdin.destroy();
   await assert.rejects(daemon.request('session/list', {}));
-  // Unhandled rejections are reported after the microtasks of the turn that made them.
-  await new Promise((resolve) => setTimeout(resolve, 50));
+  // Unhandled rejections are reported as the turn that made them ends (the request has failed,
+  // so its turn is over): the next turn of the event loop comes after any report of it.
+  await new Promise((resolve) => setImmediate(resolve));
   assert.deepEqual(unhandled.map(String), []);
 });

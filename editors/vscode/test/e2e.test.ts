@@ -11,7 +11,7 @@ import type { Server } from 'node:http';
 import type { Browser, Page } from 'playwright-core';
 
 import type { Daemon } from '../src/host/daemon';
-import { launchChromium, openChat, Scratch, screenshot, servePage } from './harness';
+import { launchChromium, openChat, Scratch, screenshot, servePage, until } from './harness';
 
 /** A guard against a hung step, not a performance assertion. */
 const STEP = { timeout: 30_000 };
@@ -644,20 +644,12 @@ test('a missing daemon: the page names the path tried and opens the setting', { 
  * Polls `predicate` in the page until it holds. (Playwright's waitForFunction compiles its
  * predicate with eval, which the page's Content Security Policy rightly refuses.)
  */
-async function waitIn(page: Page, predicate: (arg: number) => boolean, arg = 0, timeoutMs = 30_000): Promise<void> {
-  const start = Date.now();
-  while (!(await page.evaluate(predicate, arg))) {
-    if (Date.now() - start > timeoutMs) throw new Error(`page condition not met in time: ${predicate.toString()}`);
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
+async function waitIn(page: Page, predicate: (arg: number) => boolean, arg = 0): Promise<void> {
+  await until(() => page.evaluate(predicate, arg), `the page: ${predicate.toString()}`);
 }
 
-async function waitFor(condition: () => boolean, timeoutMs = 30_000): Promise<void> {
-  const start = Date.now();
-  while (!condition()) {
-    if (Date.now() - start > timeoutMs) throw new Error('condition not met in time');
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
+async function waitFor(condition: () => boolean): Promise<void> {
+  await until(condition, condition.toString());
 }
 
 test('an approval card saves an edited rule for the workspace (a refused one kept to fix), a matching write then asks nobody, and Deny tells the model the reason typed', { timeout: 120_000 }, () =>

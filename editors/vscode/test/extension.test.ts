@@ -13,7 +13,7 @@ import { __stub } from './stubs/vscode';
 import { activate, type ChatViewProvider } from '../src/host/extension';
 import { resolveBinary } from '../src/host/daemon';
 import type { DaemonStatus, HostToPage, PageToHost } from '../src/model/messages';
-import { Scratch, sidechatBinary } from './harness';
+import { Scratch, sidechatBinary, until } from './harness';
 
 const contexts: { subscriptions: { dispose(): unknown }[] }[] = [];
 const scratches: Scratch[] = [];
@@ -63,16 +63,6 @@ function fakeView() {
     },
   };
   return { view, posted, send: (message: PageToHost) => receive?.(message) ?? Promise.resolve() };
-}
-
-async function until<T>(find: () => T | undefined, what: string): Promise<T> {
-  const start = Date.now();
-  for (;;) {
-    const found = find();
-    if (found !== undefined) return found;
-    if (Date.now() - start > 30_000) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
 }
 
 test('activation serves a strict page, and the page drives the real daemon', { timeout: 120_000 }, async () => {
@@ -202,6 +192,7 @@ test('a missing binary: an error naming the path, with a button that opens the s
   activateWith({ 'sidechat.path': '/nowhere/sidechat' });
   await until(() => __stub.errors[0], 'the error message');
   assert.equal(__stub.errors[0], 'sidechat was not found at /nowhere/sidechat (the sidechat.path setting).');
+  assert.deepEqual(__stub.errorItems, [['Open setting']]);
   await until(() => __stub.executed.find((c) => c[0] === 'workbench.action.openSettings'), 'the settings to open');
   assert.deepEqual(
     __stub.executed.find((c) => c[0] === 'workbench.action.openSettings'),

@@ -28,6 +28,21 @@ export function sidechatBinary(): string {
   return bin;
 }
 
+/**
+ * Waits for what `find` looks for: resolves with its first answer that is neither `undefined`
+ * nor `false`, polling it (it may be async) until then. The guard only ends a wait that would
+ * otherwise hang; no test depends on how long anything takes.
+ */
+export async function until<T>(find: () => T | undefined | false | Promise<T | undefined | false>, what: string, guardMs = 60_000): Promise<T> {
+  const start = Date.now();
+  for (;;) {
+    const found = await find();
+    if (found !== undefined && found !== false) return found;
+    if (Date.now() - start > guardMs) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
 export function chromiumPath(): string {
   return process.env.CHROMIUM ?? '/usr/bin/chromium';
 }

@@ -1,21 +1,26 @@
 // The restart policy (the same as the Neovim plugin's): the waits it gives, when it gives up,
 // and a healthy run starting the count afresh; then the daemon process following it, against a
-// daemon that cannot start and against the real daemon, on a clock the test moves.
+// daemon that cannot start and against the real daemon, on a clock the test moves; and what the
+// user is offered once it is given up.
 
 import { afterEach, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { chmodSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-import type { Clock } from '../src/host/daemon';
+import * as vscode from 'vscode';
+import { __stub } from './stubs/vscode';
+import type { Clock, Daemon } from '../src/host/daemon';
+import { tellFailures } from '../src/host/extension';
 import { RestartPolicy, type RestartDecision } from '../src/host/restart';
 import type { DaemonStatus } from '../src/model/messages';
-import { Scratch } from './harness';
+import { Scratch, until } from './harness';
 
 const cleanups: (() => Promise<void> | void)[] = [];
 
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+  __stub.reset();
 });
 
 /** Time that moves when the test says, and timers that fire when the test says. */
@@ -39,14 +44,6 @@ class TestClock implements Clock {
     const [timer] = this.timers.splice(0);
     timer.fn();
     return timer.ms;
-  }
-}
-
-async function until(condition: () => boolean, what: string): Promise<void> {
-  const start = Date.now();
-  while (!condition()) {
-    if (Date.now() - start > 30_000) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
   }
 }
 
@@ -107,7 +104,7 @@ test('a daemon that exits at once: restarted after 0.5, 1, 2, 4 and 8 s, then gi
     { state: 'crashed', message: 'sidechat stopped unexpectedly (exit code 3); restarting in 2 s.', restartInMs: 2000 },
     { state: 'crashed', message: 'sidechat stopped unexpectedly (exit code 3); restarting in 4 s.', restartInMs: 4000 },
     { state: 'crashed', message: 'sidechat stopped unexpectedly (exit code 3); restarting in 8 s.', restartInMs: 8000 },
-    { state: 'failed', message: told, tried: [] },
+    { state: 'failed', message: told, tried: [], crashes: 6 },
   ]);
   assert.equal(lines.filter((line) => line.startsWith('starting ')).length, 6);
 
@@ -139,4 +136,62 @@ test('the real daemon killed: the wait doubles per crash, and a minute of health
   const waits = [await crashAfter(1_000), await crashAfter(1_000), await crashAfter(60_000), await crashAfter(59_999)];
   assert.deepEqual(waits, [500, 1000, 500, 1000]);
   assert.equal((await daemon.request('session/list', {})).sessions.length, 0);
+});
+
+/** A daemon whose binary exits at once, on `clock`, with its lines in `lines`. */
+function crashingDaemon(clock: TestClock, lines: string[]): Daemon {
+  const scratch = new Scratch();
+  cleanups.push(() => scratch.dispose());
+  const script = join(scratch.dir, 'crashing-sidechat');
+  writeFileSync(script, '#!/bin/sh\nexit 3\n');
+  chmodSync(script, 0o755);
+  const daemon = scratch.daemon({}, script);
+  daemon.configure({ clock, restart: {}, log: (line) => lines.push(line) });
+  cleanups.push(() => daemon.stop());
+  return daemon;
+}
+
+/** Starts `daemon` and lets it crash until it is given up and the user told (the answer may restart it at once). */
+async function crashUntilGivenUp(daemon: Daemon, clock: TestClock): Promise<void> {
+  await assert.rejects(daemon.start());
+  for (let crash = 1; crash <= 5; crash++) {
+    await until(() => clock.timers.length === 1, `the restart after crash ${crash}`);
+    clock.fire();
+  }
+  await until(() => __stub.errors.length === 1, 'giving up to be told');
+}
+
+test('given up after crashes, the message offers a restart and the log, not the setting; Restart starts it again with the whole allowance', { timeout: 120_000 }, async () => {
+  const clock = new TestClock();
+  const lines: string[] = [];
+  const daemon = crashingDaemon(clock, lines);
+  const output = vscode.window.createOutputChannel('sidechat');
+  cleanups.push(tellFailures(daemon, output as never));
+  __stub.errorChoice = 'Restart';
+
+  await crashUntilGivenUp(daemon, clock);
+  assert.deepEqual(__stub.errors, ['sidechat stopped unexpectedly (exit code 3), 6 times within 60 s; it is not restarted until you retry.']);
+  assert.deepEqual(__stub.errorItems, [['Restart', 'Show log']]);
+  // Restart: a seventh start, which crashes and waits the first delay again.
+  await until(() => clock.timers.length === 1, 'the restart the user asked for to crash');
+  assert.equal(lines.filter((line) => line.startsWith('starting ')).length, 7);
+  assert.equal(clock.fire(), 500);
+  assert.deepEqual(__stub.executed, []);
+  assert.equal(__stub.outputShown, 0);
+});
+
+test('given up after crashes, Show log shows the output and starts nothing', { timeout: 120_000 }, async () => {
+  const clock = new TestClock();
+  const lines: string[] = [];
+  const daemon = crashingDaemon(clock, lines);
+  const output = vscode.window.createOutputChannel('sidechat');
+  cleanups.push(tellFailures(daemon, output as never));
+  __stub.errorChoice = 'Show log';
+
+  await crashUntilGivenUp(daemon, clock);
+  await until(() => __stub.outputShown === 1, 'the log to be shown');
+  assert.deepEqual(__stub.errorItems, [['Restart', 'Show log']]);
+  assert.equal(lines.filter((line) => line.startsWith('starting ')).length, 6);
+  assert.deepEqual(clock.timers, []);
+  assert.equal(daemon.status.state, 'failed');
 });

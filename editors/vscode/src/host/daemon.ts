@@ -286,7 +286,7 @@ export class Daemon {
     if (!decision.restart) {
       const message = `sidechat stopped unexpectedly (${how}), ${decision.crashes} times within ${Math.round(this.policy.options.windowMs / 1000)} s; it is not restarted until you retry.`;
       this.options.log(message);
-      this.setStatus({ state: 'failed', message, tried: [] });
+      this.setStatus({ state: 'failed', message, tried: [], crashes: decision.crashes });
       return;
     }
     const restartInMs = decision.delayMs;

@@ -187,21 +187,38 @@ export function selectionAttachment(editor: vscode.TextEditor, workspaceRoot: st
   return { name: `${shown}:${lines}`, text: editor.document.getText(selection) };
 }
 
+/**
+ * Tells the user once each time the daemon stops for good, offering what helps: a missing or
+ * unstartable binary needs the `sidechat.path` setting; a daemon given up after crashing again
+ * and again was found and started, so the setting is no help there, but a restart (which gets
+ * the whole allowance again) and its log are. Returns the unsubscribe.
+ */
+export function tellFailures(daemon: Daemon, output: vscode.OutputChannel): () => void {
+  let lastState: DaemonStatus['state'] | undefined;
+  return daemon.onStatus((status) => {
+    if (status.state === 'failed' && lastState !== 'failed') {
+      if (status.crashes !== undefined) {
+        void vscode.window.showErrorMessage(status.message, 'Restart', 'Show log').then((choice) => {
+          if (choice === 'Restart') void daemon.restart();
+          else if (choice === 'Show log') output.show(true);
+        });
+      } else {
+        void vscode.window.showErrorMessage(status.message, 'Open setting').then((choice) => {
+          if (choice === 'Open setting') void vscode.commands.executeCommand('workbench.action.openSettings', 'sidechat.path');
+        });
+      }
+    }
+    lastState = status.state;
+  });
+}
+
 export function activate(context: vscode.ExtensionContext): void {
   const output = vscode.window.createOutputChannel('sidechat');
   const daemon = new Daemon(daemonOptions((line) => output.appendLine(line)));
   const diffs = new DiffContents();
   const provider = new ChatViewProvider(context, daemon, output, diffs);
 
-  let lastState: DaemonStatus['state'] | undefined;
-  const unsubscribe = daemon.onStatus((status) => {
-    if (status.state === 'failed' && lastState !== 'failed') {
-      void vscode.window.showErrorMessage(status.message, 'Open setting').then((choice) => {
-        if (choice === 'Open setting') void vscode.commands.executeCommand('workbench.action.openSettings', 'sidechat.path');
-      });
-    }
-    lastState = status.state;
-  });
+  const unsubscribe = tellFailures(daemon, output);
 
   context.subscriptions.push(
     output,

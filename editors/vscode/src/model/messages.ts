@@ -21,7 +21,11 @@ export type DaemonStatus =
   | { state: 'starting' }
   | { state: 'ready'; server: string; demo: boolean }
   | { state: 'crashed'; message: string; restartInMs: number }
-  | { state: 'failed'; message: string; tried: string[] };
+  /**
+   * Stopped until the user retries. `crashes` is set when restarting was given up after that many
+   * crashes within the restart window: the binary was found, so its setting is no help there.
+   */
+  | { state: 'failed'; message: string; tried: string[]; crashes?: number };
 
 export type HostToPage =
   | { type: 'daemon'; status: DaemonStatus }

@@ -39,6 +39,10 @@ export const __stub = {
   commands: new Map<string, Fn>(),
   executed: [] as unknown[][],
   errors: [] as string[],
+  /** The buttons each error message offered, in the order of `errors`. */
+  errorItems: [] as string[][],
+  /** How many times the output channel was shown. */
+  outputShown: 0,
   infos: [] as string[],
   errorChoice: undefined as string | undefined,
   warningChoice: undefined as string | undefined,
@@ -66,6 +70,8 @@ export const __stub = {
     this.commands.clear();
     this.executed = [];
     this.errors = [];
+    this.errorItems = [];
+    this.outputShown = 0;
     this.infos = [];
     this.errorChoice = undefined;
     this.warningChoice = undefined;
@@ -102,14 +108,16 @@ export const workspace = {
 export const window = {
   createOutputChannel: () => ({
     appendLine: (line: string) => void __stub.output.push(line),
+    show: () => void __stub.outputShown++,
     dispose: () => undefined,
   }),
   registerWebviewViewProvider: (id: string, provider: unknown) => {
     __stub.viewProviders.set(id, provider);
     return disposable;
   },
-  showErrorMessage: async (message: string) => {
+  showErrorMessage: async (message: string, ...items: string[]) => {
     __stub.errors.push(message);
+    __stub.errorItems.push(items);
     return __stub.errorChoice;
   },
   showInformationMessage: async (message: string) => {
