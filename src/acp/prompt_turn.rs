@@ -186,7 +186,8 @@ impl Agent {
         // the client as a `sessionUpdated` event, forwarded as a session info update).
         let Some(session) = runtime
             .set_provisional_title(session_id, &title)
-            .map_err(runtime_error)? else {
+            .map_err(runtime_error)?
+        else {
             return Ok(());
         };
         self.update(

@@ -52,5 +52,5 @@ mod transcripts;
 mod two_daemons;
 #[path = "../support/upstream.rs"]
 mod upstream;
-mod workspace_answers;
 mod workload;
+mod workspace_answers;
