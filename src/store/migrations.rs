@@ -287,6 +287,7 @@ const MIGRATIONS: &[&str] = &[
         plan        TEXT NOT NULL,
         updated_at  INTEGER NOT NULL
     );
+    "#,
     // 20: checkpoints: each file's content before a tool changed it, stored once by its
     // SHA-256, tied to the user turn it belongs to; the journal of rewinds, so a rewind a crash
     // cut short is finished by the next daemon; rewound messages; a fork's origin.
