@@ -97,7 +97,10 @@ async fn custom_commands_are_offered_and_offered_again_when_a_file_changes() {
         )
         .await;
     assert!(created["sessionId"].is_string(), "{created}");
-    let builtin = ["cost", "model", "system", "clear", "help"].map(String::from);
+    let builtin = [
+        "cost", "model", "system", "clear", "undo", "rewind", "fork", "help",
+    ]
+    .map(String::from);
     let with = |extra: &[&str]| {
         let mut names = builtin.to_vec();
         names.extend(extra.iter().map(|s| s.to_string()));

@@ -250,7 +250,8 @@ async fn pressure_follows_the_configured_thresholds_exactly() {
                 snapshot["pressure"].clone(),
                 snapshot["utilisation"].as_f64()
             ),
-            (json!(expected), Some(utilisation))
+            (json!(expected), Some(utilisation)),
+            "{snapshot}"
         );
         daemon.close().await;
     }

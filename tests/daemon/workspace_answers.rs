@@ -16,6 +16,10 @@ fn command(line: &str) -> Value {
     json!({"name": "run_command", "input": {"command": line}})
 }
 
+/// Commands ask here as they do without the sandbox (where the sandbox runs them, they ask
+/// only when a rule says so): these tests are about the answers to those prompts.
+const NO_SANDBOX: &str = "[sandbox]\nenabled = false\n";
+
 /// A replay daemon on the scratch database whose model makes `calls` in one turn, then says
 /// "done"; every session follows the same script.
 async fn daemon_making(scratch: &Scratch, calls: Vec<Value>) -> Daemon {
@@ -74,6 +78,7 @@ fn list(root: Option<&std::path::Path>) -> PermissionsListParams {
 #[tokio::test]
 async fn a_workspace_answer_survives_a_restart_and_applies_in_that_workspace_only() {
     let scratch = Scratch::new();
+    scratch.write_config(NO_SANDBOX);
     let other = scratch.dir.path().join("other");
     std::fs::create_dir(&other).unwrap();
     let other = other.canonicalize().unwrap();
@@ -88,6 +93,7 @@ async fn a_workspace_answer_survives_a_restart_and_applies_in_that_workspace_onl
             "input": {"command": "echo built --quiet"},
             "summary": "run `echo built --quiet`",
             "proposedRule": "run_command(echo built *)",
+            "sandboxed": false,
         })]
     );
     let listed = daemon.call::<PermissionsList>(list(None)).await;
@@ -168,6 +174,7 @@ async fn a_workspace_answer_survives_a_restart_and_applies_in_that_workspace_onl
 #[tokio::test]
 async fn an_edited_rule_is_saved_and_a_bad_one_is_refused_naming_the_problem() {
     let scratch = Scratch::new();
+    scratch.write_config(NO_SANDBOX);
     let mut daemon = daemon_making(
         &scratch,
         vec![command("echo first"), command("echo second")],
@@ -190,7 +197,7 @@ async fn an_edited_rule_is_saved_and_a_bad_one_is_refused_naming_the_problem() {
         refused(workspace_answer(&approval, Some("run_comand(echo *)"))).await,
         (
             -32602,
-            "invalid params: rule: the allow rule `run_comand(echo *)` names no tool: the tools are run_command, read_file, write_file, edit_file, list_directory, search_text, delegate and MCP tools (`mcp__SERVER__TOOL`, which may end in `*`)".to_string()
+            "invalid params: rule: the allow rule `run_comand(echo *)` names no tool: the tools are run_command, read_file, write_file, edit_file, list_directory, search_text, delegate, update_plan and MCP tools (`mcp__SERVER__TOOL`, which may end in `*`)".to_string()
         )
     );
     assert_eq!(
@@ -271,7 +278,9 @@ async fn a_deny_reason_reaches_the_model() {
 #[tokio::test]
 async fn the_prompt_says_why_an_allow_rule_did_not_apply_and_slash_permissions_lists_every_rule() {
     let scratch = Scratch::new();
-    scratch.write_config("[permissions]\nallow = [\"run_command(echo *)\"]\n");
+    scratch.write_config(&format!(
+        "{NO_SANDBOX}[permissions]\nallow = [\"run_command(echo *)\"]\n"
+    ));
     let config = scratch.home().join(".config/sidechat/config.toml");
     let project_dir = scratch.workspace().join(".sidechat");
     std::fs::create_dir_all(&project_dir).unwrap();
