@@ -640,6 +640,22 @@ test('a missing daemon: the page names the path tried and opens the setting', { 
   }),
 );
 
+test('a daemon given up after crashing: the banner offers Retry but not the setting, and Retry brings it back', { timeout: 120_000 }, () =>
+  withChat('given-up', {}, async ({ daemon, page }) => {
+    await waitIn(page, () => document.querySelector('.daemon-status')?.getAttribute('data-state') === 'ready');
+    // No restart allowed: the first crash is given up on.
+    daemon.configure({ restart: { maxRestarts: 0 } });
+    process.kill(daemon.pid ?? 0, 'SIGKILL');
+    await page.waitForSelector('.banner[data-state="failed"]', STEP);
+    assert.match((await page.textContent('.banner .message')) ?? '', /sidechat stopped unexpectedly \(SIGKILL\), 1 times within 60 s/);
+    assert.deepEqual(await page.$$eval('.banner button', (buttons) => buttons.map((b) => b.className)), ['retry']);
+    await screenshot(page, '16-given-up');
+    await page.click('.banner button.retry');
+    await waitIn(page, () => document.querySelector('.daemon-status')?.getAttribute('data-state') === 'ready');
+    assert.equal(await page.isHidden('.banner'), true);
+  }),
+);
+
 /**
  * Polls `predicate` in the page until it holds. (Playwright's waitForFunction compiles its
  * predicate with eval, which the page's Content Security Policy rightly refuses.)

@@ -664,10 +664,9 @@ export class ChatView {
     if (s.state === 'failed') {
       this.banner.append(el('div', 'message', s.message));
       if (s.tried.length > 0) this.banner.append(el('div', 'tried', `Tried: ${s.tried.join(', ')}`));
-      this.banner.append(
-        button('Open setting', 'open-settings', () => this.post({ type: 'openSettings' })),
-        button('Retry', 'retry', () => this.post({ type: 'restartDaemon' })),
-      );
+      // The setting helps only when the binary was not found; a daemon that kept crashing was.
+      if (s.crashes === undefined) this.banner.append(button('Open setting', 'open-settings', () => this.post({ type: 'openSettings' })));
+      this.banner.append(button('Retry', 'retry', () => this.post({ type: 'restartDaemon' })));
     } else if (s.state === 'crashed') {
       this.banner.append(el('div', 'message', s.message));
     }
