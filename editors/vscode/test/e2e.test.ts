@@ -656,6 +656,21 @@ test('a daemon given up after crashing: the banner offers Retry but not the sett
   }),
 );
 
+test('a title the daemon gives the chat after its first answer shows in the header and the session list', { timeout: 120_000 }, () => {
+  // The title comes well after the run ended (and the session list was fetched for it).
+  const script = { turns: [{ text: 'Run cargo check first.' }], title: { text: 'Title: "Fixing the build."', delayMs: 400 } };
+  const env = (scratch: Scratch) => ({ ...replayOf(script)(scratch), SIDECHAT_AUTO_TITLE: 'on' });
+  return withChat('title', { env }, async ({ page }) => {
+    await send(page, 'How do I fix the build?');
+    await untilReplies(page, 1);
+    await waitIn(page, () => document.querySelector('.session-title')?.textContent === '☰ Fixing the build');
+    await page.click('.session-title');
+    await page.waitForSelector('.sessions li button.open', STEP);
+    assert.deepEqual(await page.$$eval('.sessions li button.open', (items) => items.map((b) => b.textContent)), ['Fixing the build']);
+    await screenshot(page, '17-title');
+  });
+});
+
 /**
  * Polls `predicate` in the page until it holds. (Playwright's waitForFunction compiles its
  * predicate with eval, which the page's Content Security Policy rightly refuses.)

@@ -344,7 +344,8 @@ export class ChatController {
     const model = this.active;
     if (!model || params.sessionId !== model.sessionId) {
       const kind = params.event.kind;
-      if (kind === 'runStarted' || kind === 'runFinished') this.scheduleRefresh('sessions', () => this.refreshSessions());
+      // Another session's state or title shows in the session list.
+      if (kind === 'runStarted' || kind === 'runFinished' || kind === 'sessionUpdated') this.scheduleRefresh('sessions', () => this.refreshSessions());
       return;
     }
     if (this.buffered) {
@@ -383,7 +384,7 @@ export class ChatController {
       });
     }
     const kind = params.event.kind;
-    if (kind === 'runStarted' || kind === 'runFinished') this.scheduleRefresh('sessions', () => this.refreshSessions());
+    if (kind === 'runStarted' || kind === 'runFinished' || kind === 'sessionUpdated') this.scheduleRefresh('sessions', () => this.refreshSessions());
   }
 
   private async refetch(model: SessionModel, afterSeq: number): Promise<void> {

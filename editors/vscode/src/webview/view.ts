@@ -301,6 +301,13 @@ export class ChatView {
     }
   }
 
+  /** A session's new title (the daemon named it): the header when it is the open one, and the list. */
+  private retitle(sessionId: string, title: string): void {
+    if (this.model?.sessionId === sessionId) this.title = title;
+    this.sessions = this.sessions.map((s) => (s.id === sessionId ? { ...s, title } : s));
+    this.uiRev++;
+  }
+
   private flush(): void {
     this.scheduled = false;
     const queue = this.queue;
@@ -348,6 +355,7 @@ export class ChatView {
         break;
       case 'events':
         if (this.model?.sessionId === message.sessionId) for (const params of message.events) this.model.apply(params);
+        for (const { sessionId, event } of message.events) if (event.kind === 'sessionUpdated') this.retitle(sessionId, event.title);
         break;
       case 'session':
         if (this.model?.sessionId === message.session.id) {
