@@ -4,7 +4,7 @@
 
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Server } from 'node:http';
 
@@ -668,6 +668,35 @@ test('a title the daemon gives the chat after its first answer shows in the head
     await page.waitForSelector('.sessions li button.open', STEP);
     assert.deepEqual(await page.$$eval('.sessions li button.open', (items) => items.map((b) => b.textContent)), ['Fixing the build']);
     await screenshot(page, '17-title');
+  });
+});
+
+test('a run_command approval says whether it runs in the sandbox, and a "sandbox": false rerun that it runs outside', { timeout: 120_000 }, () => {
+  const script = {
+    turns: [
+      { toolCalls: [{ name: 'run_command', input: { command: 'echo inside' } }] },
+      { toolCalls: [{ name: 'run_command', input: { command: 'echo outside', sandbox: false } }] },
+      { text: 'Both ran.' },
+    ],
+  };
+  const env = (scratch: Scratch) => {
+    // An ask rule: the sandboxed command is asked too, so its card shows.
+    mkdirSync(join(scratch.dir, 'config', 'sidechat'), { recursive: true });
+    writeFileSync(join(scratch.dir, 'config', 'sidechat', 'config.toml'), '[permissions]\nask = ["run_command(echo *)"]\n');
+    return replayOf(script)(scratch);
+  };
+  return withChat('sandbox', { env }, async ({ page }) => {
+    await send(page, 'run both');
+    await page.waitForSelector('.approval', STEP);
+    const note = () => page.$eval('.approval .sandbox', (n) => [(n as HTMLElement).dataset.sandboxed, n.textContent]);
+    assert.deepEqual(await note(), ['true', 'Runs in the sandbox (writes only in the workspace and the temp folder).']);
+    await page.click('.approval button.allow');
+    await page.waitForSelector('.approval .preview:has-text("echo outside")', STEP);
+    assert.deepEqual(await note(), ['false', 'Runs outside the sandbox: the model asks to run this command without the sandbox, with all your rights.']);
+    await screenshot(page, '18-sandbox-off');
+    await page.click('.approval button.allow');
+    await untilReplies(page, 3);
+    await untilIdle(page);
   });
 });
 

@@ -80,6 +80,19 @@ export function approvalPreview(approval: Pick<PendingApproval, 'tool' | 'input'
   return { kind: 'json', lines: JSON.stringify(approval.input, null, 2).split('\n') };
 }
 
+/**
+ * Where an approved `run_command` will run, as the card says it; nothing for other tools or
+ * when the daemon did not say. A `"sandbox": false` call is the model asking to run a command
+ * outside the sandbox (usually a rerun of one the sandbox refused): said in so many words.
+ */
+export function sandboxNote(approval: Pick<PendingApproval, 'tool' | 'input' | 'sandboxed'>): string | undefined {
+  if (approval.tool !== 'run_command' || approval.sandboxed === undefined || approval.sandboxed === null) return undefined;
+  if (approval.sandboxed) return 'Runs in the sandbox (writes only in the workspace and the temp folder).';
+  const input = (approval.input ?? {}) as Record<string, unknown>;
+  if (input.sandbox === false) return 'Runs outside the sandbox: the model asks to run this command without the sandbox, with all your rights.';
+  return 'Runs outside the sandbox (the sandbox is off or unavailable here).';
+}
+
 const COMPACTION_REASONS: Record<string, string> = {
   share: 'the history passed its share of the window',
   window: 'the request would not have fit the window',
@@ -703,6 +716,12 @@ export class ChatView {
           pre.append(el('span', `line ${kind}`, `${line}\n`));
         }
         if (approval.whyAsked) card.append(el('div', 'why', approval.whyAsked));
+        const sandbox = sandboxNote(approval);
+        if (sandbox !== undefined) {
+          const note = el('div', 'sandbox', sandbox);
+          note.dataset.sandboxed = String(approval.sandboxed);
+          card.append(note);
+        }
         const id = approval.approvalId;
         // What the user typed survives a redraw (an error shown, a refused rule): kept by approval.
         const draft = this.approvalDrafts.get(id) ?? {};
