@@ -700,6 +700,25 @@ test('a run_command approval says whether it runs in the sandbox, and a "sandbox
   });
 });
 
+test('a custom command: the user message shows what was typed with a /name label, and the prompt the model read folded', { timeout: 120_000 }, () =>
+  withChat('custom-command', { env: () => ({ SIDECHAT_DEMO_DELAY_MS: '5' }) }, async ({ scratch, page }) => {
+    mkdirSync(join(scratch.workspace, '.sidechat', 'commands'), { recursive: true });
+    writeFileSync(join(scratch.workspace, '.sidechat', 'commands', 'review.md'), '---\ndescription: Review a file\n---\nReview $1 with care.\n');
+    await send(page, '/review notes.md');
+    await untilReplies(page, 1);
+    await untilIdle(page);
+    const user = '.entry.user >> nth=0';
+    assert.equal(await page.textContent(`${user} >> .command-label`), '/review');
+    assert.equal(await page.textContent(`${user} >> .text`), '/review notes.md');
+    assert.equal(await page.$eval('.entry.user details.command-prompt', (d) => (d as HTMLDetailsElement).open), false);
+    assert.equal(await page.isVisible('.entry.user details.command-prompt pre'), false);
+    await page.click('.entry.user details.command-prompt summary');
+    assert.equal(await page.isVisible('.entry.user details.command-prompt pre'), true);
+    assert.match((await page.textContent('.entry.user details.command-prompt pre')) ?? '', /^Review notes\.md with care\.\s*$/);
+    await screenshot(page, '19-custom-command');
+  }),
+);
+
 /**
  * Polls `predicate` in the page until it holds. (Playwright's waitForFunction compiles its
  * predicate with eval, which the page's Content Security Policy rightly refuses.)

@@ -46,6 +46,8 @@ export interface UserEntry extends EntryBase {
   attachments: string[];
   /** `interjection` when typed while a run worked and delivered with tool results. */
   source: 'turn' | 'interjection';
+  /** A custom slash command's use: its name and the prompt the model read for the typed text. */
+  command?: { name: string; prompt: string };
 }
 
 export interface AssistantEntry extends EntryBase {
@@ -707,7 +709,17 @@ export class SessionModel {
     } else if (role === 'user') {
       const attachments = wire.blocks.flatMap((b) => (b.type === 'attachment' ? [b.name] : []));
       if (text === '' && attachments.length === 0) return;
-      this.insert({ kind: 'user', key: wire.id, seq: wire.seq, rev: 0, text, attachments, source: 'turn' });
+      const command = wire.blocks.find((b) => b.type === 'command');
+      this.insert({
+        kind: 'user',
+        key: wire.id,
+        seq: wire.seq,
+        rev: 0,
+        text,
+        attachments,
+        source: 'turn',
+        ...(command?.type === 'command' ? { command: { name: command.name, prompt: command.prompt } } : {}),
+      });
     } else if (role === 'note') {
       this.insert({ kind: 'note', key: wire.id, seq: wire.seq, rev: 0, text });
     } else if (role === 'summary') {

@@ -516,8 +516,15 @@ export class ChatView {
         node.replaceChildren();
         node.classList.toggle('interjection', entry.source === 'interjection');
         if (entry.source === 'interjection') node.append(el('div', 'label', 'added while working'));
+        if (entry.command) node.append(el('span', 'command-label', `/${entry.command.name}`));
         for (const name of entry.attachments) node.append(el('span', 'chip', name));
         node.append(el('div', 'text', entry.text));
+        if (entry.command) {
+          // What the model read in place of the typed text, folded.
+          const prompt = el('details', 'command-prompt');
+          prompt.append(el('summary', undefined, 'Prompt'), el('pre', undefined, entry.command.prompt));
+          node.append(prompt);
+        }
         return;
       }
       case 'assistant':
