@@ -4,7 +4,7 @@
 
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Server } from 'node:http';
 
@@ -718,6 +718,65 @@ test('a custom command: the user message shows what was typed with a /name label
     await screenshot(page, '19-custom-command');
   }),
 );
+
+test('undo and fork: Fork from here opens a fork; Undo to here lists the files, restores them and folds the rewound messages; a file changed since is overwritten when the user says so', { timeout: 120_000 }, () => {
+  const write = (content: string) => ({ toolCalls: [{ name: 'write_file', input: { path: 'notes.md', content } }] });
+  const script = { turns: [write('one\n'), { text: 'Written.' }, write('two\n'), { text: 'Changed.' }] };
+  return withChat('undo', { env: replayOf(script) }, async ({ scratch, daemon, chat, page }) => {
+    const notes = join(scratch.workspace, 'notes.md');
+    for (const [i, text] of ['create notes.md', 'change it'].entries()) {
+      await send(page, text);
+      await page.waitForSelector('.approval', STEP);
+      await page.click('.approval button.allow');
+      await untilReplies(page, 2 * (i + 1));
+      await untilIdle(page);
+    }
+    assert.equal(readFileSync(notes, 'utf8'), 'two\n');
+    const original = chat.controller.activeSessionId ?? '';
+    const users = () => page.$$eval('.transcript .entry.user', (nodes) => nodes.map((n) => [n.querySelector('.text')?.textContent, (n as HTMLElement).hidden, n.querySelectorAll('.message-actions button').length]));
+    assert.deepEqual(await users(), [['create notes.md', false, 2], ['change it', false, 2]]);
+
+    // Fork from the first message: a new chat holding it, opened.
+    await page.click('.entry.user >> nth=0 >> button.fork');
+    await waitFor(() => chat.controller.activeSessionId !== original);
+    await waitIn(page, () => document.querySelectorAll('.transcript .entry').length === 1);
+    assert.deepEqual(await users(), [['create notes.md', false, 2]]);
+    const fork = await daemon.request('session/get', { sessionId: chat.controller.activeSessionId ?? '' });
+    assert.equal(fork.forkedFrom, original);
+    assert.equal(readFileSync(notes, 'utf8'), 'two\n', 'a fork touches no file');
+
+    // Back to the original; undo to the second message.
+    await page.click('.session-title');
+    await page.click(`.sessions li[data-session-id="${original}"] button.open`);
+    await waitFor(() => chat.controller.activeSessionId === original);
+    await waitIn(page, () => document.querySelectorAll('.transcript .entry.user').length === 2);
+    await page.click('.entry.user >> nth=1 >> button.undo');
+    await page.waitForSelector('.rewound-fold', STEP);
+    assert.deepEqual(chat.calls.confirms, ['Undo to here? The conversation from this message on is taken back. These files will be restored: notes.md.']);
+    assert.equal(readFileSync(notes, 'utf8'), 'one\n');
+    const fold = () => page.$eval('.rewound-fold', (n) => [(n as HTMLElement).dataset.open, n.textContent]);
+    assert.deepEqual(await fold(), ['false', '▸ 3 rewound messages']);
+    // Folded: hidden, and never to undo to or fork from.
+    assert.deepEqual(await users(), [['create notes.md', false, 2], ['change it', true, 0]]);
+    assert.equal(await page.locator('.transcript .entry.rewound').count(), 4);
+    assert.equal(await page.locator('.transcript .entry.rewound:visible').count(), 0);
+    await page.click('.rewound-fold button.toggle');
+    await waitIn(page, () => document.querySelector('.rewound-fold')?.getAttribute('data-open') === 'true');
+    assert.deepEqual(await fold(), ['true', '▾ 3 rewound messages']);
+    assert.deepEqual(await users(), [['create notes.md', false, 2], ['change it', false, 0]]);
+    await screenshot(page, '20-rewound');
+
+    // Someone else changes the file; undoing the first message is refused, then overwrites it.
+    writeFileSync(notes, 'mine\n');
+    await page.click('.entry.user >> nth=0 >> button.undo');
+    await waitIn(page, () => document.querySelectorAll('.transcript .entry.user.rewound').length === 2);
+    assert.equal(chat.calls.confirms.length, 3);
+    assert.equal(chat.calls.confirms[1], 'Undo to here? The conversation from this message on is taken back. These files will be restored: notes.md.');
+    assert.match(chat.calls.confirms[2], /these files changed since the session last wrote them: notes\.md; rewind with force to overwrite them/);
+    assert.equal(existsSync(notes), false, 'the file the session created is removed');
+    assert.deepEqual(chat.pageErrors, []);
+  });
+});
 
 /**
  * Polls `predicate` in the page until it holds. (Playwright's waitForFunction compiles its

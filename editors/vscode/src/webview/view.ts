@@ -221,6 +221,9 @@ export class ChatView {
   /** How many leading entries were last drawn as folded by a compaction. */
   private renderedFolded = 0;
   private readonly nodes = new Map<string, { node: HTMLElement; rev: number }>();
+  /** The fold in front of each run of rewound entries, by the run's first entry, and those opened. */
+  private readonly folds = new Map<string, HTMLElement>();
+  private readonly openFolds = new Set<string>();
   private readonly markdown = new WeakMap<HTMLElement, MarkdownBlock[]>();
   /** Formats entries drawn as plain text once they come near the visible part. */
   private readonly observer: IntersectionObserver;
@@ -440,6 +443,7 @@ export class ChatView {
     if (model !== this.renderedModel) {
       this.transcript.replaceChildren();
       this.nodes.clear();
+      this.folds.clear();
       this.renderedModel = model;
       this.renderedStructure = -1;
       this.renderedFolded = 0;
@@ -467,9 +471,7 @@ export class ChatView {
         this.renderedFolded = folded;
       }
       let cursor: ChildNode | null = this.transcript.firstChild;
-      for (const entry of entries) {
-        const node = this.nodes.get(entry.key)?.node;
-        if (!node) continue;
+      for (const node of this.withRewoundFolds(entries)) {
         if (node !== cursor) this.transcript.insertBefore(node, cursor);
         else cursor = cursor.nextSibling;
       }
@@ -484,6 +486,49 @@ export class ChatView {
       this.keepFromBottom = undefined;
     } else if (atBottom) this.scroller.scrollTop = this.scroller.scrollHeight;
     this.loadOlderAtTop();
+  }
+
+  /**
+   * The entries' nodes in order, each run of rewound entries behind a fold ("N rewound
+   * messages") that shows them when opened.
+   */
+  private withRewoundFolds(entries: Entry[]): HTMLElement[] {
+    const out: HTMLElement[] = [];
+    for (let i = 0; i < entries.length; i++) {
+      const entry = entries[i];
+      const node = this.nodes.get(entry.key)?.node;
+      if (!entry.rewound) {
+        if (node) out.push(node);
+        continue;
+      }
+      let end = i;
+      while (end < entries.length && entries[end].rewound) end++;
+      const run = entries.slice(i, end);
+      const foldKey = entry.key;
+      const open = this.openFolds.has(foldKey);
+      const messages = run.filter((e) => e.kind !== 'tool').length;
+      const fold = this.folds.get(foldKey) ?? el('div', 'rewound-fold');
+      this.folds.set(foldKey, fold);
+      fold.dataset.open = String(open);
+      fold.replaceChildren(
+        button(`${open ? '▾' : '▸'} ${messages === 1 ? '1 rewound message' : `${messages} rewound messages`}`, 'toggle', () => {
+          if (this.openFolds.has(foldKey)) this.openFolds.delete(foldKey);
+          else this.openFolds.add(foldKey);
+          this.renderedStructure = -1;
+          this.changed();
+        }, 'Taken back by an undo: kept to read, no longer sent to the model'),
+      );
+      out.push(fold);
+      for (const e of run) {
+        const n = this.nodes.get(e.key)?.node;
+        if (!n) continue;
+        n.classList.add('rewound');
+        n.hidden = !open;
+        out.push(n);
+      }
+      i = end - 1;
+    }
+    return out;
   }
 
   /** At the top of the transcript, with older entries not loaded: asks for the next page, once. */
@@ -519,6 +564,24 @@ export class ChatView {
         if (entry.command) node.append(el('span', 'command-label', `/${entry.command.name}`));
         for (const name of entry.attachments) node.append(el('span', 'chip', name));
         node.append(el('div', 'text', entry.text));
+        node.classList.toggle('rewound', entry.rewound === true);
+        // A turn of its own, still part of the conversation: it can be undone to or forked from.
+        if (entry.source === 'turn' && !entry.rewound && entry.seq !== undefined) {
+          const messageId = entry.key;
+          const actions = el('div', 'message-actions');
+          // Labelled by the stylesheet (from `data-label`): the message's text stays what was typed.
+          const action = (label: string, className: string, type: 'undo' | 'fork', title: string) => {
+            const b = button('', className, () => this.post({ type, messageId }), title);
+            b.dataset.label = label;
+            b.setAttribute('aria-label', label);
+            return b;
+          };
+          actions.append(
+            action('Undo to here', 'undo', 'undo', 'Take back the files and the conversation from this message on'),
+            action('Fork from here', 'fork', 'fork', 'A new chat with the conversation up to this message'),
+          );
+          node.append(actions);
+        }
         if (entry.command) {
           // What the model read in place of the typed text, folded.
           const prompt = el('details', 'command-prompt');
