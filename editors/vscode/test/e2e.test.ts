@@ -4,7 +4,7 @@
 
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Server } from 'node:http';
 
@@ -639,6 +639,144 @@ test('a missing daemon: the page names the path tried and opens the setting', { 
     await screenshot(chat.page, '10-missing-daemon');
   }),
 );
+
+test('a daemon given up after crashing: the banner offers Retry but not the setting, and Retry brings it back', { timeout: 120_000 }, () =>
+  withChat('given-up', {}, async ({ daemon, page }) => {
+    await waitIn(page, () => document.querySelector('.daemon-status')?.getAttribute('data-state') === 'ready');
+    // No restart allowed: the first crash is given up on.
+    daemon.configure({ restart: { maxRestarts: 0 } });
+    process.kill(daemon.pid ?? 0, 'SIGKILL');
+    await page.waitForSelector('.banner[data-state="failed"]', STEP);
+    assert.match((await page.textContent('.banner .message')) ?? '', /sidechat stopped unexpectedly \(SIGKILL\), 1 times within 60 s/);
+    assert.deepEqual(await page.$$eval('.banner button', (buttons) => buttons.map((b) => b.className)), ['retry']);
+    await screenshot(page, '16-given-up');
+    await page.click('.banner button.retry');
+    await waitIn(page, () => document.querySelector('.daemon-status')?.getAttribute('data-state') === 'ready');
+    assert.equal(await page.isHidden('.banner'), true);
+  }),
+);
+
+test('a title the daemon gives the chat after its first answer shows in the header and the session list', { timeout: 120_000 }, () => {
+  // The title comes well after the run ended (and the session list was fetched for it).
+  const script = { turns: [{ text: 'Run cargo check first.' }], title: { text: 'Title: "Fixing the build."', delayMs: 400 } };
+  const env = (scratch: Scratch) => ({ ...replayOf(script)(scratch), SIDECHAT_AUTO_TITLE: 'on' });
+  return withChat('title', { env }, async ({ page }) => {
+    await send(page, 'How do I fix the build?');
+    await untilReplies(page, 1);
+    await waitIn(page, () => document.querySelector('.session-title')?.textContent === '☰ Fixing the build');
+    await page.click('.session-title');
+    await page.waitForSelector('.sessions li button.open', STEP);
+    assert.deepEqual(await page.$$eval('.sessions li button.open', (items) => items.map((b) => b.textContent)), ['Fixing the build']);
+    await screenshot(page, '17-title');
+  });
+});
+
+test('a run_command approval says whether it runs in the sandbox, and a "sandbox": false rerun that it runs outside', { timeout: 120_000 }, () => {
+  const script = {
+    turns: [
+      { toolCalls: [{ name: 'run_command', input: { command: 'echo inside' } }] },
+      { toolCalls: [{ name: 'run_command', input: { command: 'echo outside', sandbox: false } }] },
+      { text: 'Both ran.' },
+    ],
+  };
+  const env = (scratch: Scratch) => {
+    // An ask rule: the sandboxed command is asked too, so its card shows.
+    mkdirSync(join(scratch.dir, 'config', 'sidechat'), { recursive: true });
+    writeFileSync(join(scratch.dir, 'config', 'sidechat', 'config.toml'), '[permissions]\nask = ["run_command(echo *)"]\n');
+    return replayOf(script)(scratch);
+  };
+  return withChat('sandbox', { env }, async ({ page }) => {
+    await send(page, 'run both');
+    await page.waitForSelector('.approval', STEP);
+    const note = () => page.$eval('.approval .sandbox', (n) => [(n as HTMLElement).dataset.sandboxed, n.textContent]);
+    assert.deepEqual(await note(), ['true', 'Runs in the sandbox (writes only in the workspace and the temp folder).']);
+    await page.click('.approval button.allow');
+    await page.waitForSelector('.approval .preview:has-text("echo outside")', STEP);
+    assert.deepEqual(await note(), ['false', 'Runs outside the sandbox: the model asks to run this command without the sandbox, with all your rights.']);
+    await screenshot(page, '18-sandbox-off');
+    await page.click('.approval button.allow');
+    await untilReplies(page, 3);
+    await untilIdle(page);
+  });
+});
+
+test('a custom command: the user message shows what was typed with a /name label, and the prompt the model read folded', { timeout: 120_000 }, () =>
+  withChat('custom-command', { env: () => ({ SIDECHAT_DEMO_DELAY_MS: '5' }) }, async ({ scratch, page }) => {
+    mkdirSync(join(scratch.workspace, '.sidechat', 'commands'), { recursive: true });
+    writeFileSync(join(scratch.workspace, '.sidechat', 'commands', 'review.md'), '---\ndescription: Review a file\n---\nReview $1 with care.\n');
+    await send(page, '/review notes.md');
+    await untilReplies(page, 1);
+    await untilIdle(page);
+    const user = '.entry.user >> nth=0';
+    assert.equal(await page.textContent(`${user} >> .command-label`), '/review');
+    assert.equal(await page.textContent(`${user} >> .text`), '/review notes.md');
+    assert.equal(await page.$eval('.entry.user details.command-prompt', (d) => (d as HTMLDetailsElement).open), false);
+    assert.equal(await page.isVisible('.entry.user details.command-prompt pre'), false);
+    await page.click('.entry.user details.command-prompt summary');
+    assert.equal(await page.isVisible('.entry.user details.command-prompt pre'), true);
+    assert.match((await page.textContent('.entry.user details.command-prompt pre')) ?? '', /^Review notes\.md with care\.\s*$/);
+    await screenshot(page, '19-custom-command');
+  }),
+);
+
+test('undo and fork: Fork from here opens a fork; Undo to here lists the files, restores them and folds the rewound messages; a file changed since is overwritten when the user says so', { timeout: 120_000 }, () => {
+  const write = (content: string) => ({ toolCalls: [{ name: 'write_file', input: { path: 'notes.md', content } }] });
+  const script = { turns: [write('one\n'), { text: 'Written.' }, write('two\n'), { text: 'Changed.' }] };
+  return withChat('undo', { env: replayOf(script) }, async ({ scratch, daemon, chat, page }) => {
+    const notes = join(scratch.workspace, 'notes.md');
+    for (const [i, text] of ['create notes.md', 'change it'].entries()) {
+      await send(page, text);
+      await page.waitForSelector('.approval', STEP);
+      await page.click('.approval button.allow');
+      await untilReplies(page, 2 * (i + 1));
+      await untilIdle(page);
+    }
+    assert.equal(readFileSync(notes, 'utf8'), 'two\n');
+    const original = chat.controller.activeSessionId ?? '';
+    const users = () => page.$$eval('.transcript .entry.user', (nodes) => nodes.map((n) => [n.querySelector('.text')?.textContent, (n as HTMLElement).hidden, n.querySelectorAll('.message-actions button').length]));
+    assert.deepEqual(await users(), [['create notes.md', false, 2], ['change it', false, 2]]);
+
+    // Fork from the first message: a new chat holding it, opened.
+    await page.click('.entry.user >> nth=0 >> button.fork');
+    await waitFor(() => chat.controller.activeSessionId !== original);
+    await waitIn(page, () => document.querySelectorAll('.transcript .entry').length === 1);
+    assert.deepEqual(await users(), [['create notes.md', false, 2]]);
+    const fork = await daemon.request('session/get', { sessionId: chat.controller.activeSessionId ?? '' });
+    assert.equal(fork.forkedFrom, original);
+    assert.equal(readFileSync(notes, 'utf8'), 'two\n', 'a fork touches no file');
+
+    // Back to the original; undo to the second message.
+    await page.click('.session-title');
+    await page.click(`.sessions li[data-session-id="${original}"] button.open`);
+    await waitFor(() => chat.controller.activeSessionId === original);
+    await waitIn(page, () => document.querySelectorAll('.transcript .entry.user').length === 2);
+    await page.click('.entry.user >> nth=1 >> button.undo');
+    await page.waitForSelector('.rewound-fold', STEP);
+    assert.deepEqual(chat.calls.confirms, ['Undo to here? The conversation from this message on is taken back. These files will be restored: notes.md.']);
+    assert.equal(readFileSync(notes, 'utf8'), 'one\n');
+    const fold = () => page.$eval('.rewound-fold', (n) => [(n as HTMLElement).dataset.open, n.textContent]);
+    assert.deepEqual(await fold(), ['false', '▸ 3 rewound messages']);
+    // Folded: hidden, and never to undo to or fork from.
+    assert.deepEqual(await users(), [['create notes.md', false, 2], ['change it', true, 0]]);
+    assert.equal(await page.locator('.transcript .entry.rewound').count(), 4);
+    assert.equal(await page.locator('.transcript .entry.rewound:visible').count(), 0);
+    await page.click('.rewound-fold button.toggle');
+    await waitIn(page, () => document.querySelector('.rewound-fold')?.getAttribute('data-open') === 'true');
+    assert.deepEqual(await fold(), ['true', '▾ 3 rewound messages']);
+    assert.deepEqual(await users(), [['create notes.md', false, 2], ['change it', false, 0]]);
+    await screenshot(page, '20-rewound');
+
+    // Someone else changes the file; undoing the first message is refused, then overwrites it.
+    writeFileSync(notes, 'mine\n');
+    await page.click('.entry.user >> nth=0 >> button.undo');
+    await waitIn(page, () => document.querySelectorAll('.transcript .entry.user.rewound').length === 2);
+    assert.equal(chat.calls.confirms.length, 3);
+    assert.equal(chat.calls.confirms[1], 'Undo to here? The conversation from this message on is taken back. These files will be restored: notes.md.');
+    assert.match(chat.calls.confirms[2], /these files changed since the session last wrote them: notes\.md; rewind with force to overwrite them/);
+    assert.equal(existsSync(notes), false, 'the file the session created is removed');
+    assert.deepEqual(chat.pageErrors, []);
+  });
+});
 
 /**
  * Polls `predicate` in the page until it holds. (Playwright's waitForFunction compiles its

@@ -28,7 +28,8 @@ export interface DaemonLike {
 /** What the controller needs of the editor. */
 export interface HostUi {
   post(message: HostToPage): void;
-  confirm(message: string): Promise<boolean>;
+  /** Asks before an action; `action` labels the button that agrees (default `Delete`). */
+  confirm(message: string, action?: string): Promise<boolean>;
   openDiff(path: string, before: string, after: string): Promise<void>;
   openSettings(): void;
   copy(text: string): void;
@@ -196,6 +197,36 @@ export class ChatController {
       case 'restartDaemon':
         await this.daemon.restart();
         return;
+      case 'undo':
+        return this.undo(message.messageId);
+      case 'fork': {
+        if (!this.active) return;
+        const fork = await this.daemon.request('session/fork', { sessionId: this.active.sessionId, messageId: message.messageId });
+        await this.load(fork.id);
+        await this.refreshSessions();
+        return;
+      }
+    }
+  }
+
+  /**
+   * Undo to a user message: says which files come back and asks, then rewinds files and
+   * conversation. Files someone changed since are refused by the daemon (-32602 naming them);
+   * the user may then overwrite them. The `rewound` event reloads the transcript in every view.
+   */
+  private async undo(messageId: string): Promise<void> {
+    const model = this.active;
+    if (!model) return;
+    const files = model.filesChangedFrom(messageId);
+    const restored = files.length > 0 ? `These files will be restored: ${files.join(', ')}.` : 'No file will be restored.';
+    if (!(await this.ui.confirm(`Undo to here? The conversation from this message on is taken back. ${restored}`, 'Undo'))) return;
+    const params = { sessionId: model.sessionId, messageId, restore: 'both' as const };
+    try {
+      await this.daemon.request('session/rewind', params);
+    } catch (error) {
+      if (!isRewindConflict(error)) throw error;
+      if (!(await this.ui.confirm(`${errorText(error)}.`, 'Overwrite'))) return;
+      await this.daemon.request('session/rewind', { ...params, force: true });
     }
   }
 
@@ -344,7 +375,8 @@ export class ChatController {
     const model = this.active;
     if (!model || params.sessionId !== model.sessionId) {
       const kind = params.event.kind;
-      if (kind === 'runStarted' || kind === 'runFinished') this.scheduleRefresh('sessions', () => this.refreshSessions());
+      // Another session's state or title shows in the session list.
+      if (kind === 'runStarted' || kind === 'runFinished' || kind === 'sessionUpdated') this.scheduleRefresh('sessions', () => this.refreshSessions());
       return;
     }
     if (this.buffered) {
@@ -383,7 +415,9 @@ export class ChatController {
       });
     }
     const kind = params.event.kind;
-    if (kind === 'runStarted' || kind === 'runFinished') this.scheduleRefresh('sessions', () => this.refreshSessions());
+    if (kind === 'runStarted' || kind === 'runFinished' || kind === 'sessionUpdated') this.scheduleRefresh('sessions', () => this.refreshSessions());
+    // A rewind marked entries rewound: the transcript is read again to show them folded.
+    if (kind === 'rewound') void this.serially(() => (this.active === model ? this.load(sessionId) : Promise.resolve()));
   }
 
   private async refetch(model: SessionModel, afterSeq: number): Promise<void> {
@@ -463,6 +497,12 @@ export function coalesceDeltas(events: SessionEventParams[]): SessionEventParams
   }
   close();
   return out;
+}
+
+/** A rewind refused because files changed since the session wrote them (force overwrites). */
+function isRewindConflict(error: unknown): boolean {
+  const code = typeof error === 'object' && error !== null && 'code' in error ? (error as { code: unknown }).code : undefined;
+  return code === -32602 && /changed since the session last wrote them/.test(errorText(error));
 }
 
 function errorText(error: unknown): string {

@@ -72,7 +72,7 @@ export class ChatViewProvider implements vscode.WebviewViewProvider {
     });
     const ui: HostUi = {
       post: (message) => void view.webview.postMessage(message),
-      confirm: async (message) => (await vscode.window.showWarningMessage(message, { modal: true }, 'Delete')) === 'Delete',
+      confirm: async (message, action = 'Delete') => (await vscode.window.showWarningMessage(message, { modal: true }, action)) === action,
       openDiff: async (path, before, after) => {
         const left = this.diffs.put(before, path, 'before');
         const right = this.diffs.put(after, path, 'after');

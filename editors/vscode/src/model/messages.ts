@@ -67,4 +67,8 @@ export type PageToHost =
   | { type: 'openSettings' }
   | { type: 'restartDaemon' }
   /** The transcript was scrolled to its top: the next older page, if any remains. */
-  | { type: 'loadOlder' };
+  | { type: 'loadOlder' }
+  /** Files and conversation back to before this user message (`session/rewind`), once confirmed. */
+  | { type: 'undo'; messageId: string }
+  /** A new session with the conversation up to this message (`session/fork`), then opened. */
+  | { type: 'fork'; messageId: string };

@@ -36,6 +36,8 @@ interface EntryBase {
   key: string;
   /** The `seq` that placed it; live entries not yet committed have none. */
   seq?: number;
+  /** Taken back by `session/rewind`: shown folded, never sent to a model again. */
+  rewound?: boolean;
   /** Increases whenever the entry changes, so a renderer redraws only what changed. */
   rev: number;
 }
@@ -46,6 +48,8 @@ export interface UserEntry extends EntryBase {
   attachments: string[];
   /** `interjection` when typed while a run worked and delivered with tool results. */
   source: 'turn' | 'interjection';
+  /** A custom slash command's use: its name and the prompt the model read for the typed text. */
+  command?: { name: string; prompt: string };
 }
 
 export interface AssistantEntry extends EntryBase {
@@ -642,8 +646,40 @@ export class SessionModel {
     }
   }
 
-  /** One committed transcript entry, as `session/transcript` or `messageCompleted` gives it. */
+  /** One committed transcript entry; a rewound one marks what it drew (its tool calls too). */
   private applyEntry(wire: TranscriptEntry): void {
+    if (!wire.rewound) return this.applyWireEntry(wire);
+    const known = new Set(this.order);
+    this.applyWireEntry(wire);
+    for (const key of this.order) {
+      const entry = this.entries.get(key);
+      if (entry && (key === wire.id || !known.has(key)) && !entry.rewound) {
+        entry.rewound = true;
+        this.touch(entry);
+      }
+    }
+  }
+
+  /**
+   * The files the session's write and edit calls changed from the user message `messageId` on
+   * (among the entries loaded), in the order first changed: what undoing to it puts back.
+   */
+  filesChangedFrom(messageId: string): string[] {
+    const entries = this.list();
+    const at = entries.findIndex((e) => e.key === messageId);
+    if (at < 0) return [];
+    const paths = new Set<string>();
+    for (const entry of entries.slice(at)) {
+      if (entry.kind !== 'tool' || entry.rewound || entry.status !== 'done') continue;
+      if (entry.tool !== 'write_file' && entry.tool !== 'edit_file') continue;
+      const path = (entry.input as { path?: unknown } | undefined)?.path;
+      if (typeof path === 'string') paths.add(path);
+    }
+    return [...paths];
+  }
+
+  /** One committed transcript entry, as `session/transcript` or `messageCompleted` gives it. */
+  private applyWireEntry(wire: TranscriptEntry): void {
     const role = wire.role as string;
     if (role === 'assistant') {
       const blocks: AssistantBlock[] = wire.blocks.flatMap((b) =>
@@ -707,7 +743,17 @@ export class SessionModel {
     } else if (role === 'user') {
       const attachments = wire.blocks.flatMap((b) => (b.type === 'attachment' ? [b.name] : []));
       if (text === '' && attachments.length === 0) return;
-      this.insert({ kind: 'user', key: wire.id, seq: wire.seq, rev: 0, text, attachments, source: 'turn' });
+      const command = wire.blocks.find((b) => b.type === 'command');
+      this.insert({
+        kind: 'user',
+        key: wire.id,
+        seq: wire.seq,
+        rev: 0,
+        text,
+        attachments,
+        source: 'turn',
+        ...(command?.type === 'command' ? { command: { name: command.name, prompt: command.prompt } } : {}),
+      });
     } else if (role === 'note') {
       this.insert({ kind: 'note', key: wire.id, seq: wire.seq, rev: 0, text });
     } else if (role === 'summary') {

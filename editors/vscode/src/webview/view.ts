@@ -80,6 +80,19 @@ export function approvalPreview(approval: Pick<PendingApproval, 'tool' | 'input'
   return { kind: 'json', lines: JSON.stringify(approval.input, null, 2).split('\n') };
 }
 
+/**
+ * Where an approved `run_command` will run, as the card says it; nothing for other tools or
+ * when the daemon did not say. A `"sandbox": false` call is the model asking to run a command
+ * outside the sandbox (usually a rerun of one the sandbox refused): said in so many words.
+ */
+export function sandboxNote(approval: Pick<PendingApproval, 'tool' | 'input' | 'sandboxed'>): string | undefined {
+  if (approval.tool !== 'run_command' || approval.sandboxed === undefined || approval.sandboxed === null) return undefined;
+  if (approval.sandboxed) return 'Runs in the sandbox (writes only in the workspace and the temp folder).';
+  const input = (approval.input ?? {}) as Record<string, unknown>;
+  if (input.sandbox === false) return 'Runs outside the sandbox: the model asks to run this command without the sandbox, with all your rights.';
+  return 'Runs outside the sandbox (the sandbox is off or unavailable here).';
+}
+
 const COMPACTION_REASONS: Record<string, string> = {
   share: 'the history passed its share of the window',
   window: 'the request would not have fit the window',
@@ -208,6 +221,9 @@ export class ChatView {
   /** How many leading entries were last drawn as folded by a compaction. */
   private renderedFolded = 0;
   private readonly nodes = new Map<string, { node: HTMLElement; rev: number }>();
+  /** The fold in front of each run of rewound entries, by the run's first entry, and those opened. */
+  private readonly folds = new Map<string, HTMLElement>();
+  private readonly openFolds = new Set<string>();
   private readonly markdown = new WeakMap<HTMLElement, MarkdownBlock[]>();
   /** Formats entries drawn as plain text once they come near the visible part. */
   private readonly observer: IntersectionObserver;
@@ -301,6 +317,13 @@ export class ChatView {
     }
   }
 
+  /** A session's new title (the daemon named it): the header when it is the open one, and the list. */
+  private retitle(sessionId: string, title: string): void {
+    if (this.model?.sessionId === sessionId) this.title = title;
+    this.sessions = this.sessions.map((s) => (s.id === sessionId ? { ...s, title } : s));
+    this.uiRev++;
+  }
+
   private flush(): void {
     this.scheduled = false;
     const queue = this.queue;
@@ -348,6 +371,7 @@ export class ChatView {
         break;
       case 'events':
         if (this.model?.sessionId === message.sessionId) for (const params of message.events) this.model.apply(params);
+        for (const { sessionId, event } of message.events) if (event.kind === 'sessionUpdated') this.retitle(sessionId, event.title);
         break;
       case 'session':
         if (this.model?.sessionId === message.session.id) {
@@ -419,6 +443,7 @@ export class ChatView {
     if (model !== this.renderedModel) {
       this.transcript.replaceChildren();
       this.nodes.clear();
+      this.folds.clear();
       this.renderedModel = model;
       this.renderedStructure = -1;
       this.renderedFolded = 0;
@@ -446,9 +471,7 @@ export class ChatView {
         this.renderedFolded = folded;
       }
       let cursor: ChildNode | null = this.transcript.firstChild;
-      for (const entry of entries) {
-        const node = this.nodes.get(entry.key)?.node;
-        if (!node) continue;
+      for (const node of this.withRewoundFolds(entries)) {
         if (node !== cursor) this.transcript.insertBefore(node, cursor);
         else cursor = cursor.nextSibling;
       }
@@ -463,6 +486,49 @@ export class ChatView {
       this.keepFromBottom = undefined;
     } else if (atBottom) this.scroller.scrollTop = this.scroller.scrollHeight;
     this.loadOlderAtTop();
+  }
+
+  /**
+   * The entries' nodes in order, each run of rewound entries behind a fold ("N rewound
+   * messages") that shows them when opened.
+   */
+  private withRewoundFolds(entries: Entry[]): HTMLElement[] {
+    const out: HTMLElement[] = [];
+    for (let i = 0; i < entries.length; i++) {
+      const entry = entries[i];
+      const node = this.nodes.get(entry.key)?.node;
+      if (!entry.rewound) {
+        if (node) out.push(node);
+        continue;
+      }
+      let end = i;
+      while (end < entries.length && entries[end].rewound) end++;
+      const run = entries.slice(i, end);
+      const foldKey = entry.key;
+      const open = this.openFolds.has(foldKey);
+      const messages = run.filter((e) => e.kind !== 'tool').length;
+      const fold = this.folds.get(foldKey) ?? el('div', 'rewound-fold');
+      this.folds.set(foldKey, fold);
+      fold.dataset.open = String(open);
+      fold.replaceChildren(
+        button(`${open ? '▾' : '▸'} ${messages === 1 ? '1 rewound message' : `${messages} rewound messages`}`, 'toggle', () => {
+          if (this.openFolds.has(foldKey)) this.openFolds.delete(foldKey);
+          else this.openFolds.add(foldKey);
+          this.renderedStructure = -1;
+          this.changed();
+        }, 'Taken back by an undo: kept to read, no longer sent to the model'),
+      );
+      out.push(fold);
+      for (const e of run) {
+        const n = this.nodes.get(e.key)?.node;
+        if (!n) continue;
+        n.classList.add('rewound');
+        n.hidden = !open;
+        out.push(n);
+      }
+      i = end - 1;
+    }
+    return out;
   }
 
   /** At the top of the transcript, with older entries not loaded: asks for the next page, once. */
@@ -495,8 +561,33 @@ export class ChatView {
         node.replaceChildren();
         node.classList.toggle('interjection', entry.source === 'interjection');
         if (entry.source === 'interjection') node.append(el('div', 'label', 'added while working'));
+        if (entry.command) node.append(el('span', 'command-label', `/${entry.command.name}`));
         for (const name of entry.attachments) node.append(el('span', 'chip', name));
         node.append(el('div', 'text', entry.text));
+        node.classList.toggle('rewound', entry.rewound === true);
+        // A turn of its own, still part of the conversation: it can be undone to or forked from.
+        if (entry.source === 'turn' && !entry.rewound && entry.seq !== undefined) {
+          const messageId = entry.key;
+          const actions = el('div', 'message-actions');
+          // Labelled by the stylesheet (from `data-label`): the message's text stays what was typed.
+          const action = (label: string, className: string, type: 'undo' | 'fork', title: string) => {
+            const b = button('', className, () => this.post({ type, messageId }), title);
+            b.dataset.label = label;
+            b.setAttribute('aria-label', label);
+            return b;
+          };
+          actions.append(
+            action('Undo to here', 'undo', 'undo', 'Take back the files and the conversation from this message on'),
+            action('Fork from here', 'fork', 'fork', 'A new chat with the conversation up to this message'),
+          );
+          node.append(actions);
+        }
+        if (entry.command) {
+          // What the model read in place of the typed text, folded.
+          const prompt = el('details', 'command-prompt');
+          prompt.append(el('summary', undefined, 'Prompt'), el('pre', undefined, entry.command.prompt));
+          node.append(prompt);
+        }
         return;
       }
       case 'assistant':
@@ -664,10 +755,9 @@ export class ChatView {
     if (s.state === 'failed') {
       this.banner.append(el('div', 'message', s.message));
       if (s.tried.length > 0) this.banner.append(el('div', 'tried', `Tried: ${s.tried.join(', ')}`));
-      this.banner.append(
-        button('Open setting', 'open-settings', () => this.post({ type: 'openSettings' })),
-        button('Retry', 'retry', () => this.post({ type: 'restartDaemon' })),
-      );
+      // The setting helps only when the binary was not found; a daemon that kept crashing was.
+      if (s.crashes === undefined) this.banner.append(button('Open setting', 'open-settings', () => this.post({ type: 'openSettings' })));
+      this.banner.append(button('Retry', 'retry', () => this.post({ type: 'restartDaemon' })));
     } else if (s.state === 'crashed') {
       this.banner.append(el('div', 'message', s.message));
     }
@@ -696,6 +786,12 @@ export class ChatView {
           pre.append(el('span', `line ${kind}`, `${line}\n`));
         }
         if (approval.whyAsked) card.append(el('div', 'why', approval.whyAsked));
+        const sandbox = sandboxNote(approval);
+        if (sandbox !== undefined) {
+          const note = el('div', 'sandbox', sandbox);
+          note.dataset.sandboxed = String(approval.sandboxed);
+          card.append(note);
+        }
         const id = approval.approvalId;
         // What the user typed survives a redraw (an error shown, a refused rule): kept by approval.
         const draft = this.approvalDrafts.get(id) ?? {};
