@@ -309,7 +309,14 @@ function Builder:entry(session, entry)
   if role == "user" and first and first.type == "interjection" and not first.promoted then
     -- Typed during the run and delivered with tool results: its own heading follows.
   elseif role == "user" then
-    self:heading("You", span)
+    -- A custom slash command shows what was typed, labelled with the command's name.
+    local label = ""
+    for _, block in ipairs(entry.blocks) do
+      if block.type == "command" then
+        label = " · /" .. block.name
+      end
+    end
+    self:heading("You" .. label, span)
   elseif role == "assistant" then
     self:heading("Assistant")
   elseif role == "note" then
