@@ -20,6 +20,13 @@ local function prefixed(text, prefix)
   return out
 end
 
+--- What the window says of a `run_command` approval's `sandboxed` (absent from daemons that do
+--- not say, and for other tools: nothing then).
+M.SANDBOXED = {
+  [true] = "# runs sandboxed: it may write only in the workspace and the temp folder, no network",
+  [false] = "# runs outside the sandbox, with your permissions",
+}
+
 --- The lines of the window for one approval, and the filetype they read best in.
 ---@return string[] lines
 ---@return string filetype
@@ -34,6 +41,11 @@ function M.body(approval)
   local filetype = "markdown"
   if tool == "run_command" then
     vim.list_extend(lines, prefixed(input.command, "$ "))
+    local where = M.SANDBOXED[approval.sandboxed]
+    if where then
+      table.insert(lines, "")
+      table.insert(lines, where)
+    end
     filetype = "sh"
   elseif tool == "write_file" then
     table.insert(lines, "+++ " .. (input.path or "?"))

@@ -35,6 +35,8 @@ M.defaults = {
     resume = "R", -- answer a turn left unanswered
     approvals = "ga", -- show the pending approval again
     older = "[[", -- load the page of older entries above the first one shown
+    undo = "u", -- a user message: files and conversation back to before it (asks first)
+    fork = "F", -- a user message: a new session holding the conversation up to it
     close = "q",
     -- approval window
     allow = "a",

@@ -14,6 +14,7 @@ M.LINKS = {
   SidechatMeter = "Number", -- context use and cost
   SidechatKey = "Special", -- a key that acts now
   SidechatHint = "Comment", -- what the key does
+  SidechatRewound = "Comment", -- rewound messages in the transcript (kept to read, not sent)
 }
 
 --- Links every group that has no definition of the user's.

@@ -569,6 +569,205 @@ M.diff_under_cursor = under_cursor("file", function(span)
   M.diff(span.path, nil, span.childSessionId)
 end)
 
+--- The tools whose changes a rewind puts back (the daemon keeps a checkpoint before each).
+local FILE_TOOLS = { write_file = true, edit_file = true }
+
+--- A user message's text, shortened to one line.
+local function turn_text(entry)
+  for _, block in ipairs(entry.blocks) do
+    if (block.type == "text" or block.type == "interjection") and block.text ~= "" then
+      return title_of(block.text) or ""
+    end
+  end
+  return ""
+end
+
+--- The shown session's turns that a rewind can take back (its user messages not rewound,
+--- oldest first), each with the files the file tools changed in it, as the loaded transcript
+--- shows them (a sub-agent's changes are not listed).
+---@param s sidechat.Session
+---@return { entry: table, text: string, files: string[] }[]
+function M.turns(s)
+  local turns = {}
+  local turn
+  for _, entry in ipairs(s.entries) do
+    if not entry.rewound then
+      if entry.role == "user" then
+        turn = { entry = entry, text = turn_text(entry), files = {} }
+        table.insert(turns, turn)
+      elseif turn then
+        for _, block in ipairs(entry.blocks) do
+          local result = block.type == "toolCall" and s.results[block.id]
+          local path = result and not result.isError and FILE_TOOLS[block.name] and block.input.path
+          if type(path) == "string" and not vim.tbl_contains(turn.files, path) then
+            table.insert(turn.files, path)
+          end
+        end
+      end
+    end
+  end
+  return turns
+end
+
+--- The files a rewind to before `message_id` puts back: those changed from that turn on.
+local function files_from(turns, message_id)
+  local files, from = {}, false
+  for _, t in ipairs(turns) do
+    from = from or t.entry.id == message_id
+    if from then
+      for _, f in ipairs(t.files) do
+        if not vim.tbl_contains(files, f) then
+          table.insert(files, f)
+        end
+      end
+    end
+  end
+  return files
+end
+
+--- "notes.md, a.md" or "no files".
+local function file_list(files)
+  return #files == 0 and "no files" or table.concat(files, ", ")
+end
+
+--- Takes the shown session back to just before the user message `message_id`: its files and
+--- its conversation (`session/rewind`, restore `both`). When files changed since the session
+--- wrote them, asks whether to overwrite them and sends it again with `force`.
+---@param message_id string
+---@param done fun(err: table?, result: table?)?
+function M.rewind(message_id, done, force)
+  local s = st.current
+  if not s then
+    return notify("no session is shown")
+  end
+  local params = { sessionId = s.id, messageId = message_id, restore = "both", force = force or nil }
+  M.client():request(protocol.method.sessionRewind, params, function(err, result)
+    if err and not force and err.code == -32602 and tostring(err.message):find("changed since", 1, true) then
+      return vim.ui.select({ "Overwrite them", "Cancel" }, {
+        prompt = err.message .. ". Overwrite them?",
+      }, function(choice)
+        if choice == "Overwrite them" then
+          M.rewind(message_id, done, true)
+        elseif done then
+          done(err)
+        end
+      end)
+    end
+    if err then
+      notify("cannot rewind: " .. err_text(err), vim.log.levels.ERROR)
+    else
+      local restored = vim.tbl_map(function(f)
+        return f.path .. (f.removed and " (removed)" or "")
+      end, result.restored)
+      local words = ("rewound %d %s; restored %s"):format(
+        result.rewoundMessages,
+        result.rewoundMessages == 1 and "message" or "messages",
+        file_list(restored)
+      )
+      for _, f in ipairs(result.skipped) do
+        words = words .. ("; left %s: %s"):format(f.path, f.reason)
+      end
+      notify(words)
+      s:refresh_info()
+    end
+    if done then
+      done(err, result)
+    end
+  end)
+end
+
+--- Asks (`vim.ui.select`, naming the files it puts back) and then takes the shown session back
+--- to before the user message `message_id` (without one, the last turn's).
+---@param message_id string?
+---@param done fun(err: table?, result: table?)?
+function M.undo(message_id, done)
+  local s = st.current
+  if not s then
+    return notify("no session is shown")
+  end
+  local turns = M.turns(s)
+  local turn
+  for _, t in ipairs(turns) do
+    if message_id == nil or t.entry.id == message_id then
+      turn = t
+    end
+  end
+  if not turn then
+    return notify("there is no turn to take back")
+  end
+  local files = files_from(turns, turn.entry.id)
+  vim.ui.select({ "Undo", "Cancel" }, {
+    prompt = ('Undo to before "%s"? Restores %s; the messages from there on are folded away'):format(
+      turn.text, file_list(files)),
+  }, function(choice)
+    if choice == "Undo" then
+      M.rewind(turn.entry.id, done)
+    elseif done then
+      done(nil, nil)
+    end
+  end)
+end
+
+--- Picks a turn of the shown session (newest first, each with the files it changed) with
+--- `vim.ui.select` and takes the session back to before it.
+---@param done fun(err: table?, result: table?)?
+function M.rewind_pick(done)
+  local s = st.current
+  if not s then
+    return notify("no session is shown")
+  end
+  local turns = M.turns(s)
+  if #turns == 0 then
+    return notify("there is no turn to take back")
+  end
+  local newest_first = {}
+  for i = #turns, 1, -1 do
+    table.insert(newest_first, turns[i])
+  end
+  vim.ui.select(newest_first, {
+    prompt = "Rewind to before (files and conversation)",
+    format_item = function(t)
+      return ("%s — %s"):format(t.text, #t.files == 0 and "no files changed" or table.concat(t.files, ", "))
+    end,
+  }, function(choice)
+    if choice then
+      M.rewind(choice.entry.id, done)
+    elseif done then
+      done(nil, nil)
+    end
+  end)
+end
+
+--- Forks the shown session (`session/fork`): a new session holding its conversation up to and
+--- including `message_id` (all of it without one), then shows it.
+---@param message_id string?
+---@param done fun(err: table?, session: sidechat.Session?)?
+function M.fork(message_id, done)
+  local s = st.current
+  if not s then
+    return notify("no session is shown")
+  end
+  M.client():request(protocol.method.sessionFork, { sessionId = s.id, messageId = message_id }, function(err, info)
+    if err then
+      notify("cannot fork: " .. err_text(err), vim.log.levels.ERROR)
+      return done and done(err)
+    end
+    notify(("forked into a new session: %s"):format(info.title))
+    M.attach(info.id, done)
+    view.open()
+  end)
+end
+
+--- The user message under the cursor: undo to before it (asks first).
+M.undo_under_cursor = under_cursor("user", function(span)
+  M.undo(span.messageId)
+end)
+
+--- The user message under the cursor: fork a new session at it.
+M.fork_under_cursor = under_cursor("user", function(span)
+  M.fork(span.messageId)
+end)
+
 local usd = require("sidechat.winbar").usd
 
 --- A statusline item: the shown session's context use and pressure, and its cost (or

@@ -131,20 +131,21 @@ function Builder:text(text, prefix, fold, span)
   end
 end
 
---- Appends the lines of another builder (one entry's, kept in a cache).
-function Builder:append(other)
+--- Appends the lines of another builder (one entry's, kept in a cache); `fold` is the level
+--- and `span` the meaning of the blank line before them (inside a fold of rewound messages).
+function Builder:append(other, fold, span)
   if #other.lines == 0 then
     return
   end
-  self:blank()
+  self:blank(fold, span)
   for i, line in ipairs(other.lines) do
     self:add(line, other.folds[i], other.spans[i])
   end
 end
 
-function Builder:blank()
+function Builder:blank(fold, span)
   if #self.lines > 0 and self.lines[#self.lines] ~= "" then
-    self:add("")
+    self:add("", fold, span)
   end
 end
 
@@ -303,10 +304,19 @@ function Builder:entry(session, entry)
   if role == "summary" and first and first.type == "summary" then
     return self:summary(session, entry, first)
   end
+  -- A user message's lines name it: `u` takes the session back to before it, `F` forks at it.
+  local span = role == "user" and { kind = "user", messageId = entry.id } or nil
   if role == "user" and first and first.type == "interjection" and not first.promoted then
     -- Typed during the run and delivered with tool results: its own heading follows.
   elseif role == "user" then
-    self:heading("You")
+    -- A custom slash command shows what was typed, labelled with the command's name.
+    local label = ""
+    for _, block in ipairs(entry.blocks) do
+      if block.type == "command" then
+        label = " · /" .. block.name
+      end
+    end
+    self:heading("You" .. label, span)
   elseif role == "assistant" then
     self:heading("Assistant")
   elseif role == "note" then
@@ -317,7 +327,7 @@ function Builder:entry(session, entry)
   for _, block in ipairs(entry.blocks) do
     local t = block.type
     if t == "text" then
-      self:text(block.text)
+      self:text(block.text, nil, 0, span)
     elseif t == "thinking" then
       self:thinking(block.text)
     elseif t == "toolCall" then
@@ -325,11 +335,11 @@ function Builder:entry(session, entry)
     elseif t == "interjection" then
       -- Promoted: it became (part of) a user turn of its own, under the "You" heading.
       if not block.promoted then
-        self:heading("You (during the run)")
+        self:heading("You (during the run)", span)
       end
-      self:text(block.text)
+      self:text(block.text, nil, 0, span)
     elseif t == "attachment" then
-      self:add(("📎 %s (%s)"):format(block.name, lines_word(attachment_lines(block.text))))
+      self:add(("📎 %s (%s)"):format(block.name, lines_word(attachment_lines(block.text))), 0, span)
     elseif t == "notice" then
       self:add(("_%s: %s_"):format(block.level, block.text))
     end
@@ -375,10 +385,51 @@ function M.prefix(session, header, top)
   while k < #session.entries and settled(session, session.entries[k + 1]) do
     k = k + 1
     p.entries[k] = session.entries[k]
-    p.b:append(M.entry(session, session.entries[k]))
+    M.append_entry(p.b, session, k)
   end
   session.render_prefix = p
   return p
+end
+
+--- "1 rewound message", "3 rewound messages".
+---@param n integer
+function M.rewound_heading(n)
+  return ("▸ %d rewound %s"):format(n, n == 1 and "message" or "messages")
+end
+
+--- Appends the session's `i`th entry. Rewound entries (`session/rewind`) sit in one fold per
+--- run of them, under a line saying how many they are, their lines dimmed.
+---@param b sidechat.Builder
+---@param session sidechat.Session
+---@param i integer
+function M.append_entry(b, session, i)
+  local entries = session.entries
+  local entry = entries[i]
+  if not entry.rewound then
+    return b:append(M.entry(session, entry))
+  end
+  if i == 1 or not entries[i - 1].rewound then
+    local n = 0
+    while entries[i + n] and entries[i + n].rewound do
+      n = n + 1
+    end
+    b:blank()
+    b:add(M.rewound_heading(n), ">1", { kind = "rewound" })
+  end
+  b:append(M.entry(session, entry), 1, { kind = "rewound" })
+end
+
+local NESTED = { [0] = 1, ["0"] = 1, [1] = 2, ["1"] = 2, [">1"] = ">2" }
+
+--- A rewound entry's lines one fold level deeper, each standing for the rewound entry (dimmed,
+--- and no longer a user message `u` or `F` act on).
+local function rewound(b, entry)
+  local out = builder()
+  local span = { kind = "rewound", messageId = entry.id }
+  for i, line in ipairs(b.lines) do
+    out:add(line, NESTED[b.folds[i]] or b.folds[i], span)
+  end
+  return out
 end
 
 --- One committed entry's lines, cached on the session once they cannot change, so a long
@@ -391,6 +442,9 @@ function M.entry(session, entry)
   end
   local b = builder()
   b:entry(session, entry)
+  if entry.rewound then
+    b = rewound(b, entry)
+  end
   if settled(session, entry) then
     cache[entry.id] = { entry = entry, lines = b }
   end
@@ -445,7 +499,7 @@ function M.session(session)
   table.move(prefix.b.folds, 1, n, 1, b.folds)
   table.move(prefix.b.spans, 1, n, 1, b.spans)
   for i = #prefix.entries + 1, #session.entries do
-    b:append(M.entry(session, session.entries[i]))
+    M.append_entry(b, session, i)
   end
   for _, message in ipairs(session.live) do
     b:live(message)

@@ -253,8 +253,32 @@ function Session:apply(params)
     self.info = vim.tbl_extend("force", self.info or {}, { title = ev.title })
   elseif kind == protocol.event.plan then
     self.plan = ev.plan
+  elseif kind == protocol.event.rewound then
+    self:mark_rewound(ev)
   end
   return kind
+end
+
+--- After `session/rewind`: the entries from the message on are now rewound (unless only files
+--- were restored), as `session/transcript` returns them from now on; new tables, so that their
+--- cached lines are drawn again (folded).
+---@param ev table the `rewound` event
+function Session:mark_rewound(ev)
+  if ev.restore == "files" then
+    return
+  end
+  local at = self.index[ev.messageId]
+  -- A message on an older page not loaded yet precedes every entry loaded.
+  local from = at and self.entries[at].seq or (self.older_before and 0)
+  if not from then
+    return
+  end
+  for i, entry in ipairs(self.entries) do
+    if entry.seq >= from and not entry.rewound then
+      self.entries[i] = vim.tbl_extend("force", entry, { rewound = true })
+    end
+  end
+  self.render_prefix = nil
 end
 
 --- Back to running once no approval, its own or a sub-agent's, is left to answer.

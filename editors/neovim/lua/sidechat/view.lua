@@ -18,6 +18,9 @@ M.state = {
 local folds = {}
 local spans = {}
 
+--- The namespace of the transcript's dimmed lines (rewound messages).
+M.ns = vim.api.nvim_create_namespace("sidechat_transcript")
+
 --- 'foldexpr' of the transcript: thinking and tool output fold away.
 function M.foldexpr()
   local level = folds[vim.v.lnum]
@@ -71,6 +74,8 @@ function M.buffers()
     map(b, "n", keys.withdraw, api.withdraw_under_cursor, "sidechat: withdraw the waiting message")
     map(b, "n", keys.delete_note, api.delete_note_under_cursor, "sidechat: delete the carry-over note")
     map(b, "n", keys.older, api.older, "sidechat: load older entries")
+    map(b, "n", keys.undo, api.undo_under_cursor, "sidechat: undo to before this message (files and conversation)")
+    map(b, "n", keys.fork, api.fork_under_cursor, "sidechat: fork a new session at this message")
     map(b, "n", keys.resume, api.resume_turn, "sidechat: answer the unanswered turn")
     map(b, "n", keys.approvals, api.show_approval, "sidechat: show the pending approval")
     map(b, "n", keys.stop, api.stop, "sidechat: stop the run")
@@ -233,7 +238,24 @@ function M.redraw()
   vim.bo[st.transcript].modifiable = true
   vim.api.nvim_buf_set_lines(st.transcript, first - 1, -1, false, vim.list_slice(new, first))
   vim.bo[st.transcript].modifiable = false
+  M.dim(st.transcript, r)
   M.follow(false, old_count)
+end
+
+--- Dims the lines of rewound messages (`session/rewind`): kept to read, no longer sent.
+function M.dim(buf, r)
+  vim.api.nvim_buf_clear_namespace(buf, M.ns, 0, -1)
+  for lnum, span in pairs(r.spans) do
+    if span.kind == "rewound" then
+      vim.api.nvim_buf_set_extmark(buf, M.ns, lnum - 1, 0, {
+        end_row = lnum,
+        end_col = 0,
+        hl_group = "SidechatRewound",
+        hl_eol = true,
+        priority = 200,
+      })
+    end
+  end
 end
 
 --- Redraws the transcript window's winbar, and turns its spinner while the session works.
