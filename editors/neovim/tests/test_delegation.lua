@@ -67,7 +67,8 @@ local WINDOW = {
   "+++ hello.txt",
   "+hi",
   "",
-  "a allow once · A allow always · d deny · q hide",
+  "w saves: write_file(hello.txt)",
+  "a allow once · A allow always · w always in this workspace · d deny · D deny, saying why · q hide",
 }
 
 local function approval_window(task)

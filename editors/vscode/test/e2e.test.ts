@@ -390,7 +390,12 @@ test('/compact: the summary entry, the compaction, folded entries and the summar
 );
 
 test('an approval answered in another view of the same daemon (Always) leaves this one, the run goes on here, and a later write asks nobody', { timeout: 120_000 }, () =>
-  withChat('approved-elsewhere', { env: () => ({ SIDECHAT_DEMO_DELAY_MS: '5' }) }, async ({ scratch, daemon, chat: here, openAnother }) => {
+  withChat('approved-elsewhere', { env: (scratch) => {
+    // Commands ask here as they do without the sandbox (where it runs them, none is asked).
+    mkdirSync(join(scratch.dir, 'config', 'sidechat'), { recursive: true });
+    writeFileSync(join(scratch.dir, 'config', 'sidechat', 'config.toml'), '[sandbox]\nenabled = false\n');
+    return { SIDECHAT_DEMO_DELAY_MS: '5' };
+  } }, async ({ scratch, daemon, chat: here, openAnother }) => {
     await send(here.page, 'create notes.md with hello');
     await here.page.waitForSelector('.approval', STEP);
     // A second client of the daemon (another view with its own controller) shows the same card.
