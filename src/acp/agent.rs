@@ -120,11 +120,18 @@ impl Agent {
     /// Sends the session's commands again whenever a command file changes, while the
     /// connection lasts and the session is open on it. Polled: a folder of a few small files
     /// costs a directory read every couple of seconds, and works on every file system.
-    async fn watch_commands(self: &Arc<Self>, session_id: &str) {
+    ///
+    /// `sent` is the stamp taken before the list last sent was read: a file changed after it
+    /// (even before this watch starts) is sent again, never missed.
+    async fn watch_commands(
+        self: &Arc<Self>,
+        session_id: &str,
+        sent: Option<crate::runtime::CommandStamp>,
+    ) {
         let Ok(runtime) = self.runtime().await else {
             return;
         };
-        let Ok(mut stamp) = runtime.command_stamp(session_id) else {
+        let Some(mut stamp) = sent.or_else(|| runtime.command_stamp(session_id).ok()) else {
             return;
         };
         {
@@ -215,8 +222,8 @@ impl Agent {
             Then::Opened(id) => (id, false),
             Then::Reopened(id) => (id, true),
         };
-        self.send_commands(&session_id).await;
-        self.watch_commands(&session_id).await;
+        let sent = self.send_commands(&session_id).await;
+        self.watch_commands(&session_id, sent).await;
         if reopened && let Err(e) = self.ask_pending(&session_id).await {
             tracing::warn!(session_id, error = %e.message(), "cannot ask again for open approvals");
         }
