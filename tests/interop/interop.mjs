@@ -126,6 +126,8 @@ async function step(number, name, body) {
 }
 
 let session;
+/** Whether this machine's daemon runs commands sandboxed, as `initialize` said. */
+let sandboxed;
 
 try {
   await step(1, 'initialize + initialized', async () => {
@@ -134,7 +136,11 @@ try {
       protocolVersion: 1,
       capabilities: {},
     });
-    const { capabilities, ...rest } = result;
+    // Whether commands run sandboxed depends on the machine's kernel: its shape is checked.
+    const { capabilities, sandbox, ...rest } = result;
+    assert.equal(typeof sandbox.active, 'boolean');
+    assert.equal(typeof sandbox.detail, 'string');
+    sandboxed = sandbox.active;
     assert.deepEqual(rest, {
       serverInfo: { name: 'sidechat', version },
       protocolVersion: 1,
@@ -171,6 +177,9 @@ try {
       unpricedRequests: 0,
       changedFiles: [],
       delegation: true,
+      autoCompact: true,
+      tokensByKind: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, reasoning: 0 },
+      commandsSandboxed: sandboxed,
     });
     assert.match(id, /^ses_[0-9a-f]{32}$/);
     assert.match(createdAt, /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/);
