@@ -172,6 +172,24 @@ impl Daemon {
         self.call::<ChatSend>(say(session, text)).await
     }
 
+    /// Each tool result of a session's transcript: its status and output.
+    pub async fn tool_results(&self, session: &str) -> Vec<(String, String)> {
+        let transcript = self.transcript(session).await;
+        transcript["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["role"] == "tool")
+            .flat_map(|e| e["blocks"].as_array().unwrap().clone())
+            .map(|b| {
+                (
+                    b["status"].as_str().unwrap().to_string(),
+                    b["output"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
     /// The whole `session/transcript` of a session, as JSON.
     pub async fn transcript(&self, session: &str) -> Value {
         json_of(

@@ -11,24 +11,6 @@ fn command(line: &str) -> Value {
     json!({"name": "run_command", "input": {"command": line}})
 }
 
-/// Each tool result of the transcript: its status and output.
-async fn results(daemon: &Daemon, session: &str) -> Vec<(String, String)> {
-    let transcript = daemon.transcript(session).await;
-    transcript["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["role"] == "tool")
-        .flat_map(|e| e["blocks"].as_array().unwrap().clone())
-        .map(|b| {
-            (
-                b["status"].as_str().unwrap().to_string(),
-                b["output"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
-
 /// Starts a replay daemon whose model makes `calls` in one turn, then says "done".
 async fn daemon_making(scratch: &Scratch, calls: Vec<Value>) -> (Daemon, String) {
     let script = json!({"turns": [{"toolCalls": calls}, {"text": "done"}]});
@@ -100,7 +82,7 @@ async fn rules_of_the_config_file_allow_deny_and_leave_the_rest_asked() {
         "hi\n"
     );
     assert!(!scratch.workspace().join("b.txt").exists());
-    let results = results(&daemon, &session).await;
+    let results = daemon.tool_results(&session).await;
     assert_eq!(
         results[1..].to_vec(),
         [
@@ -161,7 +143,7 @@ async fn a_project_file_adds_ask_and_deny_and_its_allow_is_ignored_with_a_notice
         )]
     );
     assert!(!scratch.workspace().join("made.txt").exists());
-    let results = results(&daemon, &session).await;
+    let results = daemon.tool_results(&session).await;
     assert_eq!(
         results[1],
         (
@@ -201,13 +183,14 @@ async fn deny_beats_ask_and_ask_beats_allow_across_both_files() {
     daemon.send(&session, "go").await;
     let (asked, _) = answer_all(&mut daemon, ApprovalDecision::Allow).await;
     assert_eq!(asked, ["write_file"], "only the write under src/ is asked");
-    let statuses: Vec<String> = results(&daemon, &session)
+    let statuses: Vec<String> = daemon
+        .tool_results(&session)
         .await
         .into_iter()
         .map(|(status, _)| status)
         .collect();
     assert_eq!(statuses, ["denied", "done", "done", "done"]);
-    let results = results(&daemon, &session).await;
+    let results = daemon.tool_results(&session).await;
     assert!(
         results[0].1.contains(&format!(
             "the deny rule `run_command(echo secret*)` in the project file {project}"
@@ -251,7 +234,8 @@ async fn an_ask_rule_asks_even_after_the_tool_was_allowed_for_the_session() {
     // The first answer allows write_file for the session: b.txt is not asked, src/c.rs is.
     let (asked, _) = answer_all(&mut daemon, ApprovalDecision::AllowAlways).await;
     assert_eq!(asked, ["write_file", "write_file"]);
-    let statuses: Vec<String> = results(&daemon, &session)
+    let statuses: Vec<String> = daemon
+        .tool_results(&session)
         .await
         .into_iter()
         .map(|(status, _)| status)

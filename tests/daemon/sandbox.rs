@@ -69,24 +69,6 @@ async fn approvals(daemon: &mut Daemon, decision: ApprovalDecision) -> Vec<Pendi
     }
 }
 
-/// Each tool result of the session: its status and output.
-async fn results(daemon: &Daemon, session: &str) -> Vec<(String, String)> {
-    let transcript = daemon.transcript(session).await;
-    transcript["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["role"] == "tool")
-        .flat_map(|e| e["blocks"].as_array().unwrap().clone())
-        .map(|b| {
-            (
-                b["status"].as_str().unwrap().to_string(),
-                b["output"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
-}
-
 fn pair(status: &str, output: &str) -> (String, String) {
     (status.to_string(), output.to_string())
 }
@@ -121,7 +103,7 @@ async fn sandboxed_commands_write_in_the_workspace_and_are_refused_outside_it_un
         "inside\n"
     );
     assert!(!outside.exists(), "the write outside was refused");
-    let results = results(&daemon, &session).await;
+    let results = daemon.tool_results(&session).await;
     assert_eq!(
         results,
         [
@@ -195,7 +177,7 @@ async fn curl_run(scratch: &Scratch, network: bool) -> (Vec<(String, String)>, u
     let asked = approvals(&mut daemon, ApprovalDecision::Deny).await;
     assert_eq!(asked, []);
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let results = results(&daemon, &session).await;
+    let results = daemon.tool_results(&session).await;
     daemon.close().await;
     (results, answering.join().unwrap())
 }
@@ -247,7 +229,7 @@ async fn a_command_the_sandbox_refused_reruns_outside_once_the_user_allows_it() 
         "only the rerun outside asks, and says it runs outside the sandbox"
     );
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "outside\n");
-    let results = results(&daemon, &session).await;
+    let results = daemon.tool_results(&session).await;
     assert_eq!(results[0].0, "error");
     assert!(results[0].1.ends_with(REFUSED), "{}", results[0].1);
     assert_eq!(results[1], pair("done", "exit code: 0"));
