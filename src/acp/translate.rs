@@ -127,12 +127,22 @@ pub fn tool_call_update(
 /// The tool call a permission request is about.
 pub fn permission_subject(approval: &PendingApproval, root: Option<&Path>) -> acp::ToolCallUpdate {
     let fields = acp::ToolCallUpdateFields::new()
-        .title(approval.summary.clone())
+        .title(permission_title(approval))
         .kind(tool_kind(&approval.tool))
         .status(acp::ToolCallStatus::Pending)
         .locations(locations(&approval.tool, &approval.input, root))
         .raw_input(approval.input.clone());
     acp::ToolCallUpdate::new(approval.call_id.clone(), fields)
+}
+
+/// The prompt's title: the call's summary, and for a command whether it will run in the
+/// sandbox, which is what the user weighs before allowing it (ACP has no field for it).
+fn permission_title(approval: &PendingApproval) -> String {
+    match approval.sandboxed {
+        Some(true) => format!("{} (runs sandboxed)", approval.summary),
+        Some(false) => format!("{} (runs outside the sandbox)", approval.summary),
+        None => approval.summary.clone(),
+    }
 }
 
 fn chunk(message_id: &str, text: &str) -> acp::ContentChunk {
@@ -454,6 +464,33 @@ mod tests {
 
     fn wire<T: serde::Serialize>(value: &T) -> Value {
         serde_json::to_value(value).unwrap()
+    }
+
+    /// The permission prompt's title tells whether a command will run in the sandbox.
+    #[test]
+    fn a_command_permission_title_says_whether_it_runs_sandboxed() {
+        let approval = |sandboxed: Option<bool>| PendingApproval {
+            approval_id: "a".into(),
+            run_id: "r".into(),
+            call_id: "c".into(),
+            tool: "run_command".into(),
+            input: json!({"command": "ls"}),
+            summary: "run ls".into(),
+            created_at: String::new(),
+            proposed_rule: None,
+            why_asked: None,
+            sandboxed,
+        };
+        let title =
+            |sandboxed| wire(&permission_subject(&approval(sandboxed), None))["title"].clone();
+        assert_eq!(
+            [title(Some(true)), title(Some(false)), title(None)],
+            [
+                json!("run ls (runs sandboxed)"),
+                json!("run ls (runs outside the sandbox)"),
+                json!("run ls")
+            ]
+        );
     }
 
     #[test]

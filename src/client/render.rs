@@ -368,6 +368,13 @@ impl Screen {
             )
         )];
         lines.extend(self.change_preview(&approval.tool, &approval.input));
+        if let Some(sandboxed) = approval.sandboxed {
+            let how = match sandboxed {
+                true => "will run in the sandbox (sidechat doctor says what it may reach)",
+                false => "will run outside the sandbox, unconfined",
+            };
+            lines.push(format!("    {}", self.style.paint(&[Paint::Dim], how)));
+        }
         if let Some(why) = &approval.why_asked {
             lines.push(format!("    {}", self.style.paint(&[Paint::Dim], why)));
         }
@@ -611,6 +618,46 @@ mod tests {
                 "    ▸ Fix the bug",
                 "    · Run the suite"
             ]
+        );
+    }
+
+    /// A command's prompt says whether it will run in the sandbox; other tools' say nothing
+    /// of it.
+    #[test]
+    fn a_command_prompt_says_whether_it_runs_sandboxed() {
+        let approval = |tool: &str, input: Value, sandboxed: Option<bool>| PendingApproval {
+            approval_id: "a".into(),
+            run_id: "r".into(),
+            call_id: "c".into(),
+            tool: tool.into(),
+            input,
+            summary: String::new(),
+            created_at: String::new(),
+            proposed_rule: None,
+            why_asked: None,
+            sandboxed,
+        };
+        let screen = Screen::new(Box::new(Recorded::default()), Style::plain(80), false);
+        let said = |a: PendingApproval| -> Vec<String> {
+            screen
+                .approval(&a)
+                .into_iter()
+                .filter(|l| l.contains("sandbox"))
+                .collect()
+        };
+        let ls = || json!({"command": "ls"});
+        assert_eq!(
+            said(approval("run_command", ls(), Some(true))),
+            ["    will run in the sandbox (sidechat doctor says what it may reach)"]
+        );
+        assert_eq!(
+            said(approval("run_command", ls(), Some(false))),
+            ["    will run outside the sandbox, unconfined"]
+        );
+        let write = json!({"path": "a.md", "content": "x"});
+        assert_eq!(
+            said(approval("write_file", write, None)),
+            Vec::<String>::new()
         );
     }
 

@@ -602,9 +602,13 @@ impl Dispatcher {
             let message = format!("Method not found: {method}");
             return error_frame(id.json(), METHOD_NOT_FOUND, &message, None);
         };
+        tracing::debug!(method, "request started");
         let running = run(params.text());
         drop(params);
-        match running.await {
+        let answer = running.await;
+        // With the start above, a request that never ends shows in the log as started alone.
+        tracing::debug!(method, ok = answer.is_ok(), "request answered");
+        match answer {
             Ok(result) => result_frame(id.json(), result.get()),
             Err(error) => object_frame(id.json(), &error),
         }

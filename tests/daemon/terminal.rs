@@ -100,10 +100,32 @@ impl Tmux {
             }
             assert!(
                 Instant::now() < deadline,
-                "the screen never showed {needle:?} {times} times:\n{screen}"
+                "the screen never showed {needle:?} {times} times:\n{screen}\n{}",
+                self.daemon_logs()
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// The end of each log the chat's daemons wrote, for a failure's message: what the
+    /// daemon was doing when the screen stopped changing.
+    fn daemon_logs(&self) -> String {
+        let dir = self.home.join(".local/share/sidechat/logs");
+        let Ok(read) = std::fs::read_dir(&dir) else {
+            return format!("(no daemon logs in {})", dir.display());
+        };
+        let mut logs = String::new();
+        for entry in read.filter_map(Result::ok) {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(80)..];
+            logs.push_str(&format!(
+                "--- {}\n{}\n",
+                entry.path().display(),
+                tail.join("\n")
+            ));
+        }
+        logs
     }
 
     fn wait_for(&self, needle: &str) -> String {
@@ -686,7 +708,12 @@ fn history_lines(scratch: &Scratch) -> Vec<String> {
 #[test]
 fn lines_typed_in_one_burst_all_reach_the_daemon_in_order() {
     let scratch = Scratch::new();
-    let terminal = Tmux::start(&scratch, "burst-lines", &chat_line(&scratch, "--new"));
+    // Debug logs, for the failure message should it ever stall.
+    let line = format!(
+        "export SIDECHAT_LOG=sidechat=debug; {}",
+        chat_line(&scratch, "--new")
+    );
+    let terminal = Tmux::start(&scratch, "burst-lines", &line);
     terminal.wait_for("› ");
     terminal.type_line("hello there");
     terminal.wait_for("(see the README).");
