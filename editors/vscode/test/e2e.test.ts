@@ -840,3 +840,40 @@ test('an approval card saves an edited rule for the workspace (a refused one kep
     ]);
   }),
 );
+
+test('a code block is coloured and named by its language, copies and inserts its code; a Markdown table is drawn as a table', { timeout: 120_000 }, () =>
+  withChat(
+    'code-and-tables',
+    { env: replayOf({ turns: [{ text: 'Try:\n\n```rust\nfn main() {\n    let n = 42; // the answer\n}\n```\n\n| tool | use |\n| --- | --- |\n| cargo | build |\n| rustc | compile |\n\n```\nplain text\n```\n' }] }) },
+    async ({ chat, page }) => {
+      await send(page, 'show me');
+      await page.waitForSelector('.entry.assistant[data-streaming="false"] pre.code[data-language="rust"]', STEP);
+      await untilIdle(page);
+      const rust = '.entry.assistant pre.code[data-language="rust"]';
+      assert.equal(await page.textContent(`${rust} .code-head .lang`), 'rust');
+      assert.deepEqual(await page.locator(`${rust} .hljs-keyword`).allTextContents(), ['fn', 'let']);
+      assert.deepEqual(await page.locator(`${rust} .hljs-number`).allTextContents(), ['42']);
+      assert.deepEqual(await page.locator(`${rust} .hljs-comment`).allTextContents(), ['// the answer']);
+      // A block naming no language: no label, no colours, the same buttons.
+      const plain = '.entry.assistant pre.code:not([data-language])';
+      assert.equal(await page.textContent(`${plain} .code-head .lang`), '');
+      assert.equal(await page.locator(`${plain} [class^="hljs-"]`).count(), 0);
+      const code = 'fn main() {\n    let n = 42; // the answer\n}\n';
+      await page.click(`${rust} button.copy`);
+      await page.click(`${rust} button.insert`);
+      await page.click(`${plain} button.insert`);
+      await waitFor(() => chat.calls.copies.length === 1 && chat.calls.inserts.length === 2);
+      assert.deepEqual(chat.calls.copies, [code]);
+      assert.deepEqual(chat.calls.inserts, [code, 'plain text\n']);
+      // The table, its header and rows as cells.
+      const rows = await page.$$eval('.entry.assistant .table-wrap table tr', (trs) => trs.map((tr) => [...tr.children].map((c) => `${c.tagName.toLowerCase()}:${c.textContent}`)));
+      assert.deepEqual(rows, [
+        ['th:tool', 'th:use'],
+        ['td:cargo', 'td:build'],
+        ['td:rustc', 'td:compile'],
+      ]);
+      await screenshot(page, '10-code-and-table');
+      assert.deepEqual(chat.pageErrors, []);
+    },
+  ),
+);

@@ -113,6 +113,23 @@ test('activation serves a strict page, and the page drives the real daemon', { t
   // Copy from a code block goes to the editor's clipboard.
   await send({ type: 'copy', text: 'cargo build' });
   assert.equal(__stub.clipboard, 'cargo build');
+
+  // Insert from a code block replaces each selection of the editor last used.
+  const edits: { at: unknown; text: string }[] = [];
+  const selections = [{ start: { line: 0, character: 0 }, end: { line: 0, character: 5 } }, { start: { line: 3, character: 2 }, end: { line: 3, character: 2 } }];
+  __stub.activeTextEditor = {
+    selections,
+    edit: async (build: (edit: { replace(at: unknown, text: string): void }) => void) => {
+      build({ replace: (at, text) => void edits.push({ at, text }) });
+      return true;
+    },
+  };
+  await send({ type: 'insert', text: 'fn main() {}\n' });
+  assert.deepEqual(edits, selections.map((at) => ({ at, text: 'fn main() {}\n' })));
+  // With no editor open, the user is told where the code would go.
+  __stub.activeTextEditor = undefined;
+  await send({ type: 'insert', text: 'x' });
+  assert.deepEqual(__stub.infos, ['Open a file to insert the code into.']);
 });
 
 test('changing a sidechat setting restarts the daemon with it, and the view follows', { timeout: 120_000 }, async () => {

@@ -130,6 +130,8 @@ export async function launchChromium(): Promise<Browser> {
 export interface UiCalls {
   diffs: { path: string; before: string; after: string }[];
   copies: string[];
+  /** Code the page asked to insert at the editor's cursor. */
+  inserts: string[];
   settingsOpened: number;
   confirms: string[];
 }
@@ -140,7 +142,7 @@ export interface UiCalls {
  */
 export async function openChat(browser: Browser, url: string, daemon: Daemon, workspaceRoot: string) {
   const page = await browser.newPage({ viewport: { width: 480, height: 900 } });
-  const calls: UiCalls = { diffs: [], copies: [], settingsOpened: 0, confirms: [] };
+  const calls: UiCalls = { diffs: [], copies: [], inserts: [], settingsOpened: 0, confirms: [] };
   const pageErrors: string[] = [];
   page.on('pageerror', (error) => pageErrors.push(String(error)));
   page.on('dialog', (dialog) => {
@@ -172,6 +174,7 @@ export async function openChat(browser: Browser, url: string, daemon: Daemon, wo
       calls.settingsOpened++;
     },
     copy: (text) => calls.copies.push(text),
+    insert: async (text) => void calls.inserts.push(text),
     openLink: () => undefined,
     log: () => undefined,
   };

@@ -33,6 +33,8 @@ export interface HostUi {
   openDiff(path: string, before: string, after: string): Promise<void>;
   openSettings(): void;
   copy(text: string): void;
+  /** Puts `text` at the cursor of the active editor, replacing its selection. */
+  insert(text: string): Promise<void>;
   openLink(href: string): void;
   log(line: string): void;
 }
@@ -187,6 +189,9 @@ export class ChatController {
       }
       case 'copy':
         this.ui.copy(message.text);
+        return;
+      case 'insert':
+        await this.ui.insert(message.text);
         return;
       case 'openLink':
         this.ui.openLink(message.href);

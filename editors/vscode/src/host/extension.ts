@@ -80,6 +80,7 @@ export class ChatViewProvider implements vscode.WebviewViewProvider {
       },
       openSettings: () => void vscode.commands.executeCommand('workbench.action.openSettings', 'sidechat.path'),
       copy: (text) => void vscode.env.clipboard.writeText(text),
+      insert: (text) => insertAtCursor(text),
       openLink: (href) => {
         if (/^https?:/i.test(href)) void vscode.env.openExternal(vscode.Uri.parse(href));
       },
@@ -253,4 +254,19 @@ export function activate(context: vscode.ExtensionContext): void {
 
 export function deactivate(): void {
   // The daemon is stopped by its disposable in `context.subscriptions`.
+}
+
+/**
+ * A code block's Insert: the code replaces each selection (at a bare cursor, goes in there) of
+ * the editor last used; the chat view has the focus, so that is the active or first visible one.
+ */
+async function insertAtCursor(text: string): Promise<void> {
+  const editor = vscode.window.activeTextEditor ?? vscode.window.visibleTextEditors[0];
+  if (!editor) {
+    void vscode.window.showInformationMessage('Open a file to insert the code into.');
+    return;
+  }
+  await editor.edit((edit) => {
+    for (const selection of editor.selections) edit.replace(selection, text);
+  });
 }

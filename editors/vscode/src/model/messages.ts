@@ -63,6 +63,8 @@ export type PageToHost =
   | { type: 'deleteSession'; sessionId: string }
   | { type: 'openDiff'; path: string; childSessionId?: string }
   | { type: 'copy'; text: string }
+  /** A code block's Insert: the code at the cursor (replacing the selection) of the active editor. */
+  | { type: 'insert'; text: string }
   | { type: 'openLink'; href: string }
   | { type: 'openSettings' }
   | { type: 'restartDaemon' }

@@ -11,7 +11,7 @@
 import { SessionModel, taskOf, type AssistantEntry, type DelegationView, type Entry, type SummaryEntry, type ToolEntry } from '../model/session';
 import type { DaemonStatus, HostToPage, PageToHost } from '../model/messages';
 import type { Attachment, CostSummary, PendingApproval, SessionSummary, ToolCallStatus } from '../model/wire';
-import { MarkdownBlock } from './markdown';
+import { MarkdownBlock, NO_CODE_ACTIONS, type CodeActions } from './markdown';
 
 export interface PageState {
   activeId?: string;
@@ -228,6 +228,10 @@ export class ChatView {
   /** Formats entries drawn as plain text once they come near the visible part. */
   private readonly observer: IntersectionObserver;
   private counter = 0;
+  private readonly codeActions: CodeActions = {
+    copy: (text) => this.post({ type: 'copy', text }),
+    insert: (text) => this.post({ type: 'insert', text }),
+  };
 
   private readonly root: HTMLElement;
   private readonly header = el('div', 'top');
@@ -632,7 +636,7 @@ export class ChatView {
           const details = el('details', 'summary-block');
           const heading = el('summary');
           heading.append(head);
-          const body = new MarkdownBlock((text) => this.post({ type: 'copy', text }));
+          const body = new MarkdownBlock(this.codeActions);
           body.update(entry.text, true);
           details.append(heading, body.el);
           parts.push(details);
@@ -661,9 +665,9 @@ export class ChatView {
           const details = el('details', 'thinking');
           details.append(el('summary', undefined, 'Thinking'), el('div', 'thinking-text'));
           node.append(details);
-          blocks.push(new MarkdownBlock(() => undefined));
+          blocks.push(new MarkdownBlock(NO_CODE_ACTIONS));
         } else {
-          const md = new MarkdownBlock((text) => this.post({ type: 'copy', text }));
+          const md = new MarkdownBlock(this.codeActions);
           node.append(md.el);
           blocks.push(md);
         }
