@@ -9,12 +9,20 @@ import { homedir } from 'node:os';
 import { relative } from 'node:path';
 import * as vscode from 'vscode';
 
-import type { DaemonStatus, PageToHost } from '../model/messages';
+import type { DaemonStatus, HostToPage, PageSettings, PageToHost } from '../model/messages';
 import { chatHtml, randomNonce } from '../webview/html';
 import { ChatController, type HostUi } from './controller';
 import { Daemon, type DaemonOptions } from './daemon';
 
 const DIFF_SCHEME = 'sidechat-diff';
+
+/** The settings `sidechat serve` is started with: a change restarts it. */
+const DAEMON_SETTINGS = ['path', 'extraArgs', 'env'];
+
+/** The page's settings from the `sidechat.*` settings. */
+export function pageSettings(): PageSettings {
+  return { showContextMeter: vscode.workspace.getConfiguration('sidechat').get<boolean>('showContextMeter') ?? true };
+}
 
 /** Daemon options from the `sidechat.*` settings. */
 export function daemonOptions(log: (line: string) => void): DaemonOptions {
@@ -92,6 +100,7 @@ export class ChatViewProvider implements vscode.WebviewViewProvider {
     });
     this.controller = controller;
     view.webview.onDidReceiveMessage(async (message: PageToHost) => {
+      if (message.type === 'ready') this.postSettings();
       await controller.handle(message);
       if (message.type === 'ready' && this.pendingAttachment) {
         controller.attach(this.pendingAttachment);
@@ -102,6 +111,11 @@ export class ChatViewProvider implements vscode.WebviewViewProvider {
       controller.dispose();
       if (this.controller === controller) this.controller = undefined;
     });
+  }
+
+  /** Tells the page the settings it follows (at its start and when they change). */
+  postSettings(): void {
+    void this.view?.webview.postMessage({ type: 'settings', settings: pageSettings() } satisfies HostToPage);
   }
 
   /** Puts the selection into the composer, opening the view first if needed. */
@@ -243,7 +257,9 @@ export function activate(context: vscode.ExtensionContext): void {
     vscode.commands.registerCommand('sidechat.restartDaemon', () => daemon.restart()),
     vscode.commands.registerCommand('sidechat.setRollover', () => provider.setRollover()),
     vscode.workspace.onDidChangeConfiguration((event) => {
-      if (event.affectsConfiguration('sidechat')) {
+      if (event.affectsConfiguration('sidechat.showContextMeter')) provider.postSettings();
+      // Only the settings the daemon is started with restart it.
+      if (DAEMON_SETTINGS.some((name) => event.affectsConfiguration(`sidechat.${name}`))) {
         daemon.configure(daemonOptions((line) => output.appendLine(line)));
         void daemon.restart();
       }
