@@ -1099,3 +1099,29 @@ test('the keyboard: Shift+Enter a new line and Enter sends, Up takes the last wa
     await page.waitForSelector('.approval', { state: 'detached', ...STEP });
   }),
 );
+
+test('a missing daemon in each theme: the banner drawn (screenshots) with no serious or critical axe violation', { timeout: 120_000 }, () =>
+  withChat('themes-missing-daemon', { missingBinary: true }, async ({ page }) => {
+    for (const theme of THEMES) {
+      await page.goto(`${served.url}?theme=${theme}`);
+      await page.waitForSelector('.banner[data-state="failed"] button.retry', STEP);
+      await screenshot(page, `theme-${theme}-missing-daemon`);
+      assert.deepEqual(await seriousViolations(page), [], `axe in the ${theme} theme, missing daemon`);
+    }
+  }),
+);
+
+test('the transcript is a polite live region, busy while a reply streams so it is read once whole', { timeout: 120_000 }, () =>
+  withChat('live-region', { env: () => ({ SIDECHAT_DEMO_DELAY_MS: '25' }) }, async ({ page }) => {
+    assert.deepEqual(
+      await page.$eval('.transcript', (t) => [t.getAttribute('role'), t.getAttribute('aria-live'), t.getAttribute('aria-label')]),
+      ['log', 'polite', 'Conversation'],
+    );
+    await send(page, 'tell me a story');
+    await page.waitForSelector('.entry.assistant[data-streaming="true"]', STEP);
+    assert.equal(await page.getAttribute('.transcript', 'aria-busy'), 'true');
+    await untilReplies(page, 1);
+    await untilIdle(page);
+    assert.equal(await page.getAttribute('.transcript', 'aria-busy'), 'false');
+  }),
+);
