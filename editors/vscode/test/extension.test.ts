@@ -132,7 +132,7 @@ test('activation serves a strict page, and the page drives the real daemon', { t
   assert.deepEqual(__stub.infos, ['Open a file to insert the code into.']);
 });
 
-test('changing a sidechat setting restarts the daemon with it, and the view follows', { timeout: 120_000 }, async () => {
+test('changing a sidechat setting the daemon starts with restarts it, and the view follows; the page\'s own setting (showContextMeter) only goes to the page', { timeout: 120_000 }, async () => {
   const scratch0 = new Scratch();
   scratches.push(scratch0);
   const env = { HOME: scratch0.dir, XDG_CONFIG_HOME: join(scratch0.dir, 'c'), XDG_DATA_HOME: join(scratch0.dir, 'd'), SIDECHAT_DEMO_DELAY_MS: '0', SIDECHAT_ACCOUNT: 'demo' };
@@ -148,6 +148,8 @@ test('changing a sidechat setting restarts the daemon with it, and the view foll
   await until(() => posted.find((m) => m.type === 'events' && m.events.some((e) => e.event.kind === 'runFinished')), 'the run to finish');
   const starts = () => __stub.output.filter((line) => line.startsWith('starting ')).length;
   assert.equal(starts(), 1);
+  // The page is told the settings it follows when it starts.
+  assert.deepEqual(posted.filter((m) => m.type === 'settings'), [{ type: 'settings', settings: { showContextMeter: true } }]);
 
   // Another extension's setting: the daemon keeps running. (A restart would stop it at once, so
   // the next request would find a new process.)
@@ -155,6 +157,15 @@ test('changing a sidechat setting restarts the daemon with it, and the view foll
   posted.length = 0;
   await send({ type: 'send', text: 'again', attachments: [], clientMessageId: 'c2' });
   await until(() => posted.find((m) => m.type === 'events' && m.events.some((e) => e.event.kind === 'runFinished')), 'the second run to finish');
+  assert.equal(starts(), 1);
+  assert.deepEqual(posted.filter((m) => m.type === 'daemon'), []);
+
+  // sidechat.showContextMeter is the page's: the page is told, the daemon keeps running.
+  posted.length = 0;
+  __stub.changeConfig({ 'sidechat.showContextMeter': false });
+  assert.deepEqual(posted.filter((m) => m.type === 'settings'), [{ type: 'settings', settings: { showContextMeter: false } }]);
+  await send({ type: 'send', text: 'once more', attachments: [], clientMessageId: 'c3' });
+  await until(() => posted.find((m) => m.type === 'events' && m.events.some((e) => e.event.kind === 'runFinished')), 'the third run to finish');
   assert.equal(starts(), 1);
   assert.deepEqual(posted.filter((m) => m.type === 'daemon'), []);
 
