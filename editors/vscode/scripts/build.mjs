@@ -46,7 +46,7 @@ await Promise.all([
     format: 'esm',
     target: 'node20',
     sourcemap: true,
-    external: ['playwright-core'],
+    external: ['playwright-core', 'esbuild', 'axe-core'],
     alias: { vscode: join(root, 'test/stubs/vscode.ts') },
     banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
     logLevel: 'warning',

@@ -72,6 +72,7 @@ test('a gap in seq makes the host refetch, and the page ends as a fresh load wou
     openDiff: async () => undefined,
     openSettings: () => undefined,
     copy: () => undefined,
+    insert: async () => undefined,
     openLink: () => undefined,
     log: () => undefined,
   };
@@ -115,6 +116,7 @@ test('a session opens at its newest page, and scrolling to the top loads the old
     openDiff: async () => undefined,
     openSettings: () => undefined,
     copy: () => undefined,
+    insert: async () => undefined,
     openLink: () => undefined,
     log: () => undefined,
   };

@@ -11,7 +11,8 @@ import type { Server } from 'node:http';
 import type { Browser, Page } from 'playwright-core';
 
 import type { Daemon } from '../src/host/daemon';
-import { launchChromium, openChat, Scratch, screenshot, servePage, until } from './harness';
+import type { Reconciliation } from '../src/model/wire';
+import { launchChromium, openChat, Scratch, screenshot, servePage, THEMES, until } from './harness';
 
 /** A guard against a hung step, not a performance assertion. */
 const STEP = { timeout: 30_000 };
@@ -322,7 +323,7 @@ test('thinking is folded, Markdown is formatted, and the context bar turns amber
     assert.equal(await colour(), 'rgb(204, 167, 0)');
     chat.post({ type: 'budget', sessionId, snapshot: { ...snapshot, pressure: 'critical', utilisation: 0.95 } });
     await page.waitForSelector('.context[data-pressure="critical"]', STEP);
-    assert.equal(await colour(), 'rgb(241, 76, 76)');
+    assert.equal(await colour(), 'rgb(248, 128, 112)');
     assert.notEqual(normal, 'rgb(204, 167, 0)');
     await screenshot(page, '09-thinking-and-critical');
     assert.deepEqual(chat.pageErrors, []);
@@ -838,5 +839,289 @@ test('an approval card saves an edited rule for the workspace (a refused one kep
     assert.deepEqual(denied.map((b) => (b.type === 'toolResult' ? b.output : '')), [
       'The user denied this tool call and said why: name it notes.txt\nDo not retry it as it was; take what the user said into account, and ask the user how to proceed if needed.',
     ]);
+  }),
+);
+
+test('a code block is coloured and named by its language, copies and inserts its code; a Markdown table is drawn as a table', { timeout: 120_000 }, () =>
+  withChat(
+    'code-and-tables',
+    { env: replayOf({ turns: [{ text: 'Try:\n\n```rust\nfn main() {\n    let n = 42; // the answer\n}\n```\n\n| tool | use |\n| --- | --- |\n| cargo | build |\n| rustc | compile |\n\n```\nplain text\n```\n' }] }) },
+    async ({ chat, page }) => {
+      await send(page, 'show me');
+      await page.waitForSelector('.entry.assistant[data-streaming="false"] pre.code[data-language="rust"]', STEP);
+      await untilIdle(page);
+      const rust = '.entry.assistant pre.code[data-language="rust"]';
+      assert.equal(await page.textContent(`${rust} .code-head .lang`), 'rust');
+      assert.deepEqual(await page.locator(`${rust} .hljs-keyword`).allTextContents(), ['fn', 'let']);
+      assert.deepEqual(await page.locator(`${rust} .hljs-number`).allTextContents(), ['42']);
+      assert.deepEqual(await page.locator(`${rust} .hljs-comment`).allTextContents(), ['// the answer']);
+      // A block naming no language: no label, no colours, the same buttons.
+      const plain = '.entry.assistant pre.code:not([data-language])';
+      assert.equal(await page.textContent(`${plain} .code-head .lang`), '');
+      assert.equal(await page.locator(`${plain} [class^="hljs-"]`).count(), 0);
+      const code = 'fn main() {\n    let n = 42; // the answer\n}\n';
+      await page.click(`${rust} button.copy`);
+      await page.click(`${rust} button.insert`);
+      await page.click(`${plain} button.insert`);
+      await waitFor(() => chat.calls.copies.length === 1 && chat.calls.inserts.length === 2);
+      assert.deepEqual(chat.calls.copies, [code]);
+      assert.deepEqual(chat.calls.inserts, [code, 'plain text\n']);
+      // The table, its header and rows as cells.
+      const rows = await page.$$eval('.entry.assistant .table-wrap table tr', (trs) => trs.map((tr) => [...tr.children].map((c) => `${c.tagName.toLowerCase()}:${c.textContent}`)));
+      assert.deepEqual(rows, [
+        ['th:tool', 'th:use'],
+        ['td:cargo', 'td:build'],
+        ['td:rustc', 'td:compile'],
+      ]);
+      await screenshot(page, '10-code-and-table');
+      assert.deepEqual(chat.pageErrors, []);
+    },
+  ),
+);
+
+test('the header: the title edited in place, the model picker from initialize, the context popover against session/budget, the automatic compaction switch, the meter hidden by its setting', { timeout: 120_000 }, () =>
+  withChat('header', { env: replayOf({ turns: [{ text: 'First answer.', usage: { input: 900, output: 12, cacheRead: 100, cacheWrite: 0, reasoning: 3 } }] }) }, async ({ daemon, chat, page }) => {
+    const budgets: Reconciliation[] = [];
+    daemon.onEvent((p) => {
+      if (p.event.kind === 'budget' && p.event.actual) budgets.push(p.event.actual);
+    });
+    await send(page, 'hello');
+    await untilReplies(page, 1);
+    await untilIdle(page);
+    const sessionId = chat.controller.activeSessionId ?? '';
+
+    // The title, edited in place: Enter renames the chat.
+    await page.click('button.edit-title');
+    await page.fill('input.title-edit', 'Header chat');
+    await page.press('input.title-edit', 'Enter');
+    await page.waitForSelector('button.session-title:text-is("☰ Header chat")', STEP);
+    await until(async () => (await daemon.request('session/get', { sessionId })).title === 'Header chat', 'the new title');
+    // Escape leaves it as it was.
+    await page.click('button.edit-title');
+    await page.fill('input.title-edit', 'Not this');
+    await page.press('input.title-edit', 'Escape');
+    assert.equal(await page.textContent('button.session-title'), '☰ Header chat');
+
+    // The popover's figures are the daemon's: the budget of the next request, part by part.
+    await page.click('.header-info .context');
+    await page.waitForSelector('.context-popover tr[data-segment="system"]', STEP);
+    assert.equal(await page.getAttribute('.header-info .context', 'aria-expanded'), 'true');
+    const expected = async () => {
+      const s = (await daemon.request('session/budget', { sessionId })).snapshot;
+      const summary = Math.min(s.summaryTokens, s.historyTokens);
+      return {
+        system: s.systemTokens,
+        instructions: s.instructionsTokens ?? 0,
+        tools: s.toolTokens,
+        summary,
+        history: s.historyTokens - summary,
+        turn: s.latestUserTokens,
+        estimate: s.inputTokens,
+        usable: s.usableTokens,
+      };
+    };
+    const shown = () =>
+      page.$$eval('.context-popover table.segments tr[data-segment]', (rows) =>
+        Object.fromEntries(rows.map((r) => [(r as HTMLElement).dataset.segment, Number((r as HTMLElement).dataset.tokens)])),
+      );
+    await until(async () => JSON.stringify(await shown()) === JSON.stringify(await expected()), 'the popover showing session/budget');
+    assert.deepEqual(await shown(), await expected());
+    const want = await expected();
+    assert.equal(await page.textContent('.context-popover tr[data-segment="usable"] td'), want.usable.toLocaleString('en-US'));
+    // The estimate before the last request against the provider's count, the difference signed.
+    await until(() => budgets.length > 0, 'a budget event with the provider actuals');
+    const actual = budgets[budgets.length - 1];
+    await page.waitForSelector(`.context-popover .reconcile[data-actual="${actual.actualInputTokens}"]`, STEP);
+    const sign = actual.difference > 0 ? '+' : actual.difference < 0 ? '−' : '±';
+    assert.equal(
+      await page.textContent('.context-popover .reconcile'),
+      `Last request: estimated ${actual.estimatedInputTokens.toLocaleString('en-US')}, provider reported ${actual.actualInputTokens.toLocaleString('en-US')} (${sign}${Math.abs(actual.difference).toLocaleString('en-US')})`,
+    );
+    // The chat's tokens by kind and its cost, as session/get and session/cost say.
+    const byKind = () =>
+      page.$$eval('.context-popover table.by-kind tr[data-kind]', (rows) =>
+        Object.fromEntries(rows.map((r) => [(r as HTMLElement).dataset.kind, Number((r as HTMLElement).dataset.tokens)])),
+      );
+    const session = await daemon.request('session/get', { sessionId });
+    await until(async () => JSON.stringify(await byKind()) === JSON.stringify(session.tokensByKind), 'tokens by kind');
+    const { cost } = await daemon.request('session/cost', { sessionId });
+    const requests = cost.byRequest.reduce((n, r) => n + r.lines, 0);
+    assert.ok(requests >= 1);
+    await waitIn(page, (n) => (document.querySelector('.context-popover .cost-line')?.textContent ?? '').endsWith(n === 1 ? ' · 1 request' : ` · ${n} requests`), requests);
+    await screenshot(page, '11-context-popover');
+
+    // The automatic compaction switch: session/update {autoCompact}, read back.
+    assert.equal(await page.isChecked('.context-popover label.auto-compact input'), true);
+    await page.click('.context-popover label.auto-compact input');
+    await until(async () => (await daemon.request('session/get', { sessionId })).autoCompact === false, 'autoCompact off');
+    await waitIn(page, () => (document.querySelector('.context-popover label.auto-compact input') as HTMLInputElement | null)?.checked === false);
+
+    // Escape closes the popover and gives the focus back to the meter.
+    await page.focus('.context-popover label.auto-compact input');
+    await page.keyboard.press('Escape');
+    await page.waitForSelector('.context-popover', { state: 'hidden', ...STEP });
+    assert.equal(await page.evaluate(() => document.activeElement?.classList.contains('context')), true);
+
+    // The model picker lists initialize's accounts and models; a choice is session/update.
+    const options = await page.$$eval('select.model-picker optgroup', (groups) =>
+      groups.map((g) => [(g as HTMLOptGroupElement).label, [...g.querySelectorAll('option')].map((o) => o.textContent)]),
+    );
+    assert.deepEqual(options, [
+      ['demo (demo)', ['demo']],
+      ['replay', ['replay']],
+    ]);
+    assert.equal(await page.inputValue('select.model-picker'), JSON.stringify(['replay', 'replay']));
+    await page.selectOption('select.model-picker', JSON.stringify(['demo', 'demo']));
+    await until(async () => {
+      const s = await daemon.request('session/get', { sessionId });
+      return s.account === 'demo' && s.model === 'demo';
+    }, 'the demo model chosen');
+    await send(page, 'and now?');
+    await untilReplies(page, 2);
+    assert.match((await page.textContent(lastAssistant)) ?? '', /\[demo model, offline\] You said: "and now\?"/);
+
+    // The setting hides the meter (the cost stays).
+    chat.post({ type: 'settings', settings: { showContextMeter: false } });
+    await page.waitForSelector('.header-info .context[data-meter="off"]', STEP);
+    assert.equal(await page.isVisible('.header-info .context .bar'), false);
+    assert.equal(await page.isVisible('.header-info .context .cost'), true);
+    assert.deepEqual(chat.pageErrors, []);
+  }),
+);
+
+/** axe-core's violations of the page with a serious or critical impact, as `rule: targets`. */
+async function seriousViolations(page: Page): Promise<string[]> {
+  // Evaluated through the debugging protocol, which the page's CSP does not govern.
+  await page.evaluate(readFileSync(require.resolve('axe-core/axe.min.js'), 'utf8'));
+  const violations = await page.evaluate(async () => {
+    const axe = (window as unknown as { axe: { run: (context: Document, options: unknown) => Promise<{ violations: { id: string; impact: string | null; nodes: { target: unknown[] }[] }[] }> } }).axe;
+    const result = await axe.run(document, { resultTypes: ['violations'] });
+    return result.violations.map((v) => ({ id: v.id, impact: v.impact, targets: v.nodes.map((n) => JSON.stringify(n.target)) }));
+  });
+  return violations.filter((v) => v.impact === 'serious' || v.impact === 'critical').map((v) => `${v.id}: ${v.targets.join(' ')}`);
+}
+
+test('light, dark and high-contrast: the main states drawn in each (screenshots), no serious or critical axe violation in any, roles labelled, a long message folded, the last entry whole', { timeout: 180_000 }, () =>
+  withChat('themes', { env: replayOf({ turns: [
+    { text: 'Here:\n\n```ts\nconst answer: number = 42;\n```\n\n| a | b |\n| - | - |\n| 1 | 2 |\n' },
+    { text: 'Writing it.', toolCalls: [{ name: 'write_file', input: { path: 'notes.md', content: 'hello\n' } }] },
+    { text: 'Done.' },
+  ] }) }, async ({ page }) => {
+    const long = Array.from({ length: 30 }, (_, i) => `line ${i + 1}`).join('\n');
+    await send(page, long);
+    await untilReplies(page, 1);
+    await untilIdle(page);
+    // The long message is folded to its first lines until "Show all".
+    const expand = '.entry.user button.expand';
+    assert.equal(await page.getAttribute(expand, 'data-label'), 'Show all (30 lines)');
+    const folded = await page.$eval('.entry.user .text', (e) => e.scrollHeight > e.clientHeight);
+    assert.equal(folded, true, 'the long message is cut to its first lines');
+    await page.click(expand);
+    assert.equal(await page.$eval('.entry.user .text', (e) => e.scrollHeight > e.clientHeight), false);
+    assert.equal(await page.getAttribute(expand, 'data-label'), 'Show less');
+
+    await send(page, 'write notes');
+    await page.waitForSelector('.approval', STEP);
+    // Roles at a glance.
+    assert.deepEqual(
+      await page.$$eval('.transcript .entry', (entries) => entries.map((e) => `${e.classList[1]}:${(e as HTMLElement).dataset.role}`)),
+      ['user:You', 'assistant:Model', 'user:You', 'assistant:Model', 'tool:Tool'],
+    );
+    // The newest entry is drawn whole at the bottom of the transcript.
+    const clipped = await page.evaluate(() => {
+      const scroller = document.querySelector('.transcript-scroller') as HTMLElement;
+      const entries = document.querySelectorAll('.transcript .entry');
+      const last = entries[entries.length - 1] as HTMLElement;
+      return last.getBoundingClientRect().bottom - scroller.getBoundingClientRect().bottom;
+    });
+    assert.ok(clipped <= 0, `the last entry reaches ${clipped}px past the transcript's bottom`);
+
+    for (const theme of THEMES) {
+      await page.goto(`${served.url}?theme=${theme}`);
+      await page.waitForSelector('.approval', STEP);
+      await page.waitForSelector('.header-info .context .bar', STEP);
+      await page.waitForSelector('.entry.assistant pre.code[data-language="ts"] .hljs-keyword', STEP);
+      await screenshot(page, `theme-${theme}-approval`);
+      assert.deepEqual(await seriousViolations(page), [], `axe in the ${theme} theme, approval card`);
+      await page.click('.header-info .context');
+      await page.waitForSelector('.context-popover tr[data-segment="system"]', STEP);
+      await screenshot(page, `theme-${theme}-context`);
+      assert.deepEqual(await seriousViolations(page), [], `axe in the ${theme} theme, context popover`);
+    }
+  }),
+);
+
+test('the keyboard: Shift+Enter a new line and Enter sends, Up takes the last waiting message back to edit, Escape stops, focus is visible', { timeout: 120_000 }, () =>
+  withChat('keyboard', { env: () => ({ SIDECHAT_DEMO_DELAY_MS: '25' }) }, async ({ page }) => {
+    await page.focus('textarea.input');
+    await page.keyboard.type('first line');
+    await page.keyboard.press('Shift+Enter');
+    await page.keyboard.type('second line');
+    await page.keyboard.press('Enter');
+    await page.waitForSelector('.entry.user', STEP);
+    assert.equal(await page.textContent('.entry.user .text'), 'first line\nsecond line');
+    await untilReplies(page, 1);
+    await untilIdle(page);
+
+    // Up in the empty composer: the last waiting message comes back to edit, withdrawn.
+    await send(page, 'create notes.md with hello');
+    await page.waitForSelector('.approval', STEP);
+    await send(page, 'also check the README');
+    await page.waitForSelector('.waiting-item[data-pending-id]', STEP);
+    await page.keyboard.press('ArrowUp');
+    await page.waitForSelector('.waiting-item[data-pending-id]', { state: 'detached', ...STEP });
+    assert.equal(await page.inputValue('textarea.input'), 'also check the README');
+    await page.keyboard.type(' too');
+    await page.keyboard.press('Enter');
+    await page.waitForSelector('.waiting-item[data-pending-id] .text:text-is("also check the README too")', STEP);
+
+    // The command menu by keyboard: Down enters it, Down moves, Enter picks.
+    await page.keyboard.type('/co');
+    await page.waitForSelector('.slash li', STEP);
+    await page.keyboard.press('ArrowDown');
+    await page.keyboard.press('ArrowDown');
+    await page.keyboard.press('Enter');
+    assert.equal(await page.inputValue('textarea.input'), '/compact');
+    assert.equal(await page.evaluate(() => document.activeElement?.classList.contains('input')), true);
+    await page.fill('textarea.input', '');
+
+    // Focus is visible on what the keyboard reaches.
+    await page.keyboard.press('Tab');
+    const outline = await page.evaluate(() => {
+      const active = document.activeElement as HTMLElement;
+      return `${active.className} ${getComputedStyle(active).outlineStyle}`;
+    });
+    assert.equal(outline, 'send solid');
+
+    // Escape stops the run (here, waiting for the approval).
+    await page.keyboard.press('Escape');
+    await untilIdle(page);
+    await page.waitForSelector('.approval', { state: 'detached', ...STEP });
+  }),
+);
+
+test('a missing daemon in each theme: the banner drawn (screenshots) with no serious or critical axe violation', { timeout: 120_000 }, () =>
+  withChat('themes-missing-daemon', { missingBinary: true }, async ({ page }) => {
+    for (const theme of THEMES) {
+      await page.goto(`${served.url}?theme=${theme}`);
+      await page.waitForSelector('.banner[data-state="failed"] button.retry', STEP);
+      await screenshot(page, `theme-${theme}-missing-daemon`);
+      assert.deepEqual(await seriousViolations(page), [], `axe in the ${theme} theme, missing daemon`);
+    }
+  }),
+);
+
+test('the transcript is a polite live region, busy while a reply streams so it is read once whole', { timeout: 120_000 }, () =>
+  withChat('live-region', { env: () => ({ SIDECHAT_DEMO_DELAY_MS: '25' }) }, async ({ page }) => {
+    assert.deepEqual(
+      await page.$eval('.transcript', (t) => [t.getAttribute('role'), t.getAttribute('aria-live'), t.getAttribute('aria-label')]),
+      ['log', 'polite', 'Conversation'],
+    );
+    await send(page, 'tell me a story');
+    await page.waitForSelector('.entry.assistant[data-streaming="true"]', STEP);
+    assert.equal(await page.getAttribute('.transcript', 'aria-busy'), 'true');
+    await untilReplies(page, 1);
+    await untilIdle(page);
+    assert.equal(await page.getAttribute('.transcript', 'aria-busy'), 'false');
   }),
 );

@@ -113,9 +113,26 @@ test('activation serves a strict page, and the page drives the real daemon', { t
   // Copy from a code block goes to the editor's clipboard.
   await send({ type: 'copy', text: 'cargo build' });
   assert.equal(__stub.clipboard, 'cargo build');
+
+  // Insert from a code block replaces each selection of the editor last used.
+  const edits: { at: unknown; text: string }[] = [];
+  const selections = [{ start: { line: 0, character: 0 }, end: { line: 0, character: 5 } }, { start: { line: 3, character: 2 }, end: { line: 3, character: 2 } }];
+  __stub.activeTextEditor = {
+    selections,
+    edit: async (build: (edit: { replace(at: unknown, text: string): void }) => void) => {
+      build({ replace: (at, text) => void edits.push({ at, text }) });
+      return true;
+    },
+  };
+  await send({ type: 'insert', text: 'fn main() {}\n' });
+  assert.deepEqual(edits, selections.map((at) => ({ at, text: 'fn main() {}\n' })));
+  // With no editor open, the user is told where the code would go.
+  __stub.activeTextEditor = undefined;
+  await send({ type: 'insert', text: 'x' });
+  assert.deepEqual(__stub.infos, ['Open a file to insert the code into.']);
 });
 
-test('changing a sidechat setting restarts the daemon with it, and the view follows', { timeout: 120_000 }, async () => {
+test('changing a sidechat setting the daemon starts with restarts it, and the view follows; the page\'s own setting (showContextMeter) only goes to the page', { timeout: 120_000 }, async () => {
   const scratch0 = new Scratch();
   scratches.push(scratch0);
   const env = { HOME: scratch0.dir, XDG_CONFIG_HOME: join(scratch0.dir, 'c'), XDG_DATA_HOME: join(scratch0.dir, 'd'), SIDECHAT_DEMO_DELAY_MS: '0', SIDECHAT_ACCOUNT: 'demo' };
@@ -131,6 +148,8 @@ test('changing a sidechat setting restarts the daemon with it, and the view foll
   await until(() => posted.find((m) => m.type === 'events' && m.events.some((e) => e.event.kind === 'runFinished')), 'the run to finish');
   const starts = () => __stub.output.filter((line) => line.startsWith('starting ')).length;
   assert.equal(starts(), 1);
+  // The page is told the settings it follows when it starts.
+  assert.deepEqual(posted.filter((m) => m.type === 'settings'), [{ type: 'settings', settings: { showContextMeter: true } }]);
 
   // Another extension's setting: the daemon keeps running. (A restart would stop it at once, so
   // the next request would find a new process.)
@@ -138,6 +157,15 @@ test('changing a sidechat setting restarts the daemon with it, and the view foll
   posted.length = 0;
   await send({ type: 'send', text: 'again', attachments: [], clientMessageId: 'c2' });
   await until(() => posted.find((m) => m.type === 'events' && m.events.some((e) => e.event.kind === 'runFinished')), 'the second run to finish');
+  assert.equal(starts(), 1);
+  assert.deepEqual(posted.filter((m) => m.type === 'daemon'), []);
+
+  // sidechat.showContextMeter is the page's: the page is told, the daemon keeps running.
+  posted.length = 0;
+  __stub.changeConfig({ 'sidechat.showContextMeter': false });
+  assert.deepEqual(posted.filter((m) => m.type === 'settings'), [{ type: 'settings', settings: { showContextMeter: false } }]);
+  await send({ type: 'send', text: 'once more', attachments: [], clientMessageId: 'c3' });
+  await until(() => posted.find((m) => m.type === 'events' && m.events.some((e) => e.event.kind === 'runFinished')), 'the third run to finish');
   assert.equal(starts(), 1);
   assert.deepEqual(posted.filter((m) => m.type === 'daemon'), []);
 
@@ -277,6 +305,11 @@ test('"Set idle rollover" sets the shown chat\'s rollover in the daemon, which s
     }, 'the session read back');
     return sessions[sessions.length - 1].rollover ?? 'off';
   };
+  // The run's end has the session read again (its tokens by kind): counted from after that.
+  await until(() => {
+    const finished = posted.findIndex((m) => m.type === 'events' && m.events.some((e) => e.event.kind === 'runFinished'));
+    return posted.slice(finished).some((m) => m.type === 'session');
+  }, 'the session read after the run');
   const before = posted.filter((m) => m.type === 'session').length;
 
   __stub.quickPickChoice = '1d';

@@ -83,18 +83,30 @@ export class Scratch {
   }
 }
 
-/** Serves the page the way the webview does: our HTML (with its CSP), script and stylesheet. */
+/** The themes the tests draw the page in: VS Code's default dark, light and high-contrast. */
+export const THEMES = ['dark', 'light', 'high-contrast'] as const;
+export type Theme = (typeof THEMES)[number];
+
+/**
+ * Serves the page the way the webview does: our HTML (with its CSP), script and stylesheet,
+ * and in front of the stylesheet the `--vscode-*` variables of a theme, as VS Code sets them
+ * (`?theme=light|dark|high-contrast`, dark by default).
+ */
 export async function servePage(): Promise<{ url: string; server: Server }> {
   const server = createServer((req, res) => {
     const origin = `http://${req.headers.host}`;
-    const path = (req.url ?? '/').split('?')[0];
+    const [path, query] = (req.url ?? '/').split('?');
     const files: Record<string, [string, string]> = {
       '/dist/webview.js': [join(EXTENSION_ROOT, 'dist', 'webview.js'), 'text/javascript'],
       '/media/chat.css': [join(EXTENSION_ROOT, 'media', 'chat.css'), 'text/css'],
     };
+    for (const theme of THEMES) files[`/theme/${theme}.css`] = [join(EXTENSION_ROOT, 'test', 'themes', `${theme}.css`), 'text/css'];
     if (path === '/') {
+      const asked = new URLSearchParams(query ?? '').get('theme');
+      const theme = THEMES.find((t) => t === asked) ?? 'dark';
+      const html = chatHtml({ cspSource: origin, nonce: randomNonce(), scriptUri: `${origin}/dist/webview.js`, styleUri: `${origin}/media/chat.css` });
       res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
-      res.end(chatHtml({ cspSource: origin, nonce: randomNonce(), scriptUri: `${origin}/dist/webview.js`, styleUri: `${origin}/media/chat.css` }));
+      res.end(html.replace('<link rel="stylesheet"', `<link rel="stylesheet" href="${origin}/theme/${theme}.css">\n<link rel="stylesheet"`).replace('<body>', `<body class="vscode-${theme}">`));
       return;
     }
     const file = files[path];
@@ -130,6 +142,8 @@ export async function launchChromium(): Promise<Browser> {
 export interface UiCalls {
   diffs: { path: string; before: string; after: string }[];
   copies: string[];
+  /** Code the page asked to insert at the editor's cursor. */
+  inserts: string[];
   settingsOpened: number;
   confirms: string[];
 }
@@ -140,7 +154,7 @@ export interface UiCalls {
  */
 export async function openChat(browser: Browser, url: string, daemon: Daemon, workspaceRoot: string) {
   const page = await browser.newPage({ viewport: { width: 480, height: 900 } });
-  const calls: UiCalls = { diffs: [], copies: [], settingsOpened: 0, confirms: [] };
+  const calls: UiCalls = { diffs: [], copies: [], inserts: [], settingsOpened: 0, confirms: [] };
   const pageErrors: string[] = [];
   page.on('pageerror', (error) => pageErrors.push(String(error)));
   page.on('dialog', (dialog) => {
@@ -172,6 +186,7 @@ export async function openChat(browser: Browser, url: string, daemon: Daemon, wo
       calls.settingsOpened++;
     },
     copy: (text) => calls.copies.push(text),
+    insert: async (text) => void calls.inserts.push(text),
     openLink: () => undefined,
     log: () => undefined,
   };

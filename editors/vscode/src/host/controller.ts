@@ -33,6 +33,8 @@ export interface HostUi {
   openDiff(path: string, before: string, after: string): Promise<void>;
   openSettings(): void;
   copy(text: string): void;
+  /** Puts `text` at the cursor of the active editor, replacing its selection. */
+  insert(text: string): Promise<void>;
   openLink(href: string): void;
   log(line: string): void;
 }
@@ -164,6 +166,18 @@ export class ChatController {
         await this.daemon.request('session/update', { sessionId: message.sessionId, title: message.title });
         await this.refreshSessions();
         return;
+      case 'updateSession': {
+        await this.daemon.request('session/update', { sessionId: message.sessionId, ...message.change });
+        // Read back: the page shows what the daemon holds, a model or switch it refused included.
+        const session = await this.daemon.request('session/get', { sessionId: message.sessionId });
+        if (this.active?.sessionId === session.id) this.ui.post({ type: 'session', session });
+        // A new model has another window and tokenizer.
+        if (message.change.model !== undefined || message.change.account !== undefined) {
+          const { snapshot } = await this.daemon.request('session/budget', { sessionId: session.id });
+          if (this.active?.sessionId === session.id) this.ui.post({ type: 'budget', sessionId: session.id, snapshot });
+        }
+        return;
+      }
       case 'deleteSession': {
         if (!(await this.ui.confirm('Delete this chat and its transcript?'))) return;
         await this.daemon.request('session/delete', { sessionId: message.sessionId });
@@ -187,6 +201,9 @@ export class ChatController {
       }
       case 'copy':
         this.ui.copy(message.text);
+        return;
+      case 'insert':
+        await this.ui.insert(message.text);
         return;
       case 'openLink':
         this.ui.openLink(message.href);
@@ -406,6 +423,14 @@ export class ChatController {
       this.scheduleRefresh('cost', async () => {
         const { cost } = await this.daemon.request('session/cost', { sessionId });
         if (this.active === model) this.ui.post({ type: 'cost', sessionId, cost });
+      });
+      // The session's tokens by kind, for the context popover.
+      this.scheduleRefresh('session', async () => {
+        const session = await this.daemon.request('session/get', { sessionId });
+        if (this.active !== model) return;
+        model.setChangedFiles(session.changedFiles);
+        model.setPlan(session.plan ?? undefined);
+        this.ui.post({ type: 'session', session });
       });
     }
     if (applied.budgetChanged) {

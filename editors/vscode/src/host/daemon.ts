@@ -269,7 +269,7 @@ export class Daemon {
       this.info = info;
       const demo = info.accounts.find((a) => a.name === info.defaultAccount)?.isDemo ?? false;
       options.log(`ready: ${info.serverInfo.name} ${info.serverInfo.version}`);
-      this.setStatus({ state: 'ready', server: `${info.serverInfo.name} ${info.serverInfo.version}`, demo });
+      this.setStatus({ state: 'ready', server: `${info.serverInfo.name} ${info.serverInfo.version}`, demo, accounts: info.accounts });
       return connection;
     });
   }

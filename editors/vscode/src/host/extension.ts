@@ -9,12 +9,20 @@ import { homedir } from 'node:os';
 import { relative } from 'node:path';
 import * as vscode from 'vscode';
 
-import type { DaemonStatus, PageToHost } from '../model/messages';
+import type { DaemonStatus, HostToPage, PageSettings, PageToHost } from '../model/messages';
 import { chatHtml, randomNonce } from '../webview/html';
 import { ChatController, type HostUi } from './controller';
 import { Daemon, type DaemonOptions } from './daemon';
 
 const DIFF_SCHEME = 'sidechat-diff';
+
+/** The settings `sidechat serve` is started with: a change restarts it. */
+const DAEMON_SETTINGS = ['path', 'extraArgs', 'env'];
+
+/** The page's settings from the `sidechat.*` settings. */
+export function pageSettings(): PageSettings {
+  return { showContextMeter: vscode.workspace.getConfiguration('sidechat').get<boolean>('showContextMeter') ?? true };
+}
 
 /** Daemon options from the `sidechat.*` settings. */
 export function daemonOptions(log: (line: string) => void): DaemonOptions {
@@ -80,6 +88,7 @@ export class ChatViewProvider implements vscode.WebviewViewProvider {
       },
       openSettings: () => void vscode.commands.executeCommand('workbench.action.openSettings', 'sidechat.path'),
       copy: (text) => void vscode.env.clipboard.writeText(text),
+      insert: (text) => insertAtCursor(text),
       openLink: (href) => {
         if (/^https?:/i.test(href)) void vscode.env.openExternal(vscode.Uri.parse(href));
       },
@@ -91,6 +100,7 @@ export class ChatViewProvider implements vscode.WebviewViewProvider {
     });
     this.controller = controller;
     view.webview.onDidReceiveMessage(async (message: PageToHost) => {
+      if (message.type === 'ready') this.postSettings();
       await controller.handle(message);
       if (message.type === 'ready' && this.pendingAttachment) {
         controller.attach(this.pendingAttachment);
@@ -101,6 +111,11 @@ export class ChatViewProvider implements vscode.WebviewViewProvider {
       controller.dispose();
       if (this.controller === controller) this.controller = undefined;
     });
+  }
+
+  /** Tells the page the settings it follows (at its start and when they change). */
+  postSettings(): void {
+    void this.view?.webview.postMessage({ type: 'settings', settings: pageSettings() } satisfies HostToPage);
   }
 
   /** Puts the selection into the composer, opening the view first if needed. */
@@ -242,7 +257,9 @@ export function activate(context: vscode.ExtensionContext): void {
     vscode.commands.registerCommand('sidechat.restartDaemon', () => daemon.restart()),
     vscode.commands.registerCommand('sidechat.setRollover', () => provider.setRollover()),
     vscode.workspace.onDidChangeConfiguration((event) => {
-      if (event.affectsConfiguration('sidechat')) {
+      if (event.affectsConfiguration('sidechat.showContextMeter')) provider.postSettings();
+      // Only the settings the daemon is started with restart it.
+      if (DAEMON_SETTINGS.some((name) => event.affectsConfiguration(`sidechat.${name}`))) {
         daemon.configure(daemonOptions((line) => output.appendLine(line)));
         void daemon.restart();
       }
@@ -253,4 +270,19 @@ export function activate(context: vscode.ExtensionContext): void {
 
 export function deactivate(): void {
   // The daemon is stopped by its disposable in `context.subscriptions`.
+}
+
+/**
+ * A code block's Insert: the code replaces each selection (at a bare cursor, goes in there) of
+ * the editor last used; the chat view has the focus, so that is the active or first visible one.
+ */
+async function insertAtCursor(text: string): Promise<void> {
+  const editor = vscode.window.activeTextEditor ?? vscode.window.visibleTextEditors[0];
+  if (!editor) {
+    void vscode.window.showInformationMessage('Open a file to insert the code into.');
+    return;
+  }
+  await editor.edit((edit) => {
+    for (const selection of editor.selections) edit.replace(selection, text);
+  });
 }

@@ -6,6 +6,7 @@
  */
 
 import type {
+  AccountInfo,
   Attachment,
   ApprovalDecision,
   CostSummary,
@@ -19,7 +20,8 @@ import type {
 /** Where the daemon is, as the page shows it. */
 export type DaemonStatus =
   | { state: 'starting' }
-  | { state: 'ready'; server: string; demo: boolean }
+  /** `accounts`: what `initialize` listed, for the model picker. */
+  | { state: 'ready'; server: string; demo: boolean; accounts: AccountInfo[] }
   | { state: 'crashed'; message: string; restartInMs: number }
   /**
    * Stopped until the user retries. `crashes` is set when restarting was given up after that many
@@ -46,7 +48,22 @@ export type HostToPage =
   /** A send finished: its local "sending" mark can go. */
   | { type: 'sent'; clientMessageId: string; queued: boolean; error?: string }
   | { type: 'attach'; attachment: Attachment }
-  | { type: 'error'; message: string };
+  | { type: 'error'; message: string }
+  /** The `sidechat.*` settings the page follows. */
+  | { type: 'settings'; settings: PageSettings };
+
+/** The settings of the page (VS Code's `sidechat.*`). */
+export interface PageSettings {
+  /** `sidechat.showContextMeter`: the context meter in the header. */
+  showContextMeter: boolean;
+}
+
+/** What the header changes of the open session (`session/update`). */
+export interface SessionChange {
+  account?: string;
+  model?: string;
+  autoCompact?: boolean;
+}
 
 export type PageToHost =
   | { type: 'ready'; activeId?: string }
@@ -60,9 +77,13 @@ export type PageToHost =
   | { type: 'newSession' }
   | { type: 'switchSession'; sessionId: string }
   | { type: 'renameSession'; sessionId: string; title: string }
+  /** The header's model picker or the context popover's automatic compaction switch. */
+  | { type: 'updateSession'; sessionId: string; change: SessionChange }
   | { type: 'deleteSession'; sessionId: string }
   | { type: 'openDiff'; path: string; childSessionId?: string }
   | { type: 'copy'; text: string }
+  /** A code block's Insert: the code at the cursor (replacing the selection) of the active editor. */
+  | { type: 'insert'; text: string }
   | { type: 'openLink'; href: string }
   | { type: 'openSettings' }
   | { type: 'restartDaemon' }

@@ -22,6 +22,7 @@ import type {
   PendingApproval,
   PendingInterjection,
   Plan,
+  Reconciliation,
   SessionEventParams,
   SessionState,
   SessionTranscriptResult,
@@ -197,6 +198,8 @@ export class SessionModel {
   /** The running run's id, when one is known. */
   runId: string | undefined;
   budget: BudgetSnapshot | undefined;
+  /** The last request's estimate beside what the provider reported (from a `budget` event). */
+  actual: Reconciliation | undefined;
   cost: CostSummary | undefined;
   approvals = new Map<string, PendingApproval>();
   /** Approvals the session's sub-agents wait for, answered from here as any other. */
@@ -360,6 +363,7 @@ export class SessionModel {
         break;
       case 'budget':
         this.budget = event.snapshot;
+        if (event.actual) this.actual = event.actual;
         this.chromeRev++;
         break;
       case 'usage':
@@ -396,6 +400,8 @@ export class SessionModel {
         }
         this.setState(this.approvals.size > 0 ? 'awaitingApproval' : 'idle');
         applied.spendChanged = true;
+        // What the next request would send now holds the run's messages.
+        applied.budgetChanged = true;
         break;
       case 'plan':
         this.plan = event.plan;

@@ -1,6 +1,8 @@
 /**
  * Assistant text as Markdown: markdown-it with raw HTML off (so `<script>` in a reply is shown
- * as text), then DOMPurify over its output as a second wall, then copy buttons on code blocks.
+ * as text), code blocks coloured by highlight.js (see `highlight.ts`), tables as tables, then
+ * DOMPurify over its output as a second wall, then on each code block its language and Copy and
+ * Insert-at-cursor buttons.
  *
  * A streaming message is rendered in chunks: the text up to its last blank line outside a code
  * fence is rendered once, chunk by chunk, and only the unfinished tail is rendered again on each
@@ -12,7 +14,25 @@
 import DOMPurify from 'dompurify';
 import MarkdownIt from 'markdown-it';
 
-const md = new MarkdownIt({ html: false, linkify: true, breaks: false });
+import { highlight } from './highlight';
+
+/** What a code block's buttons do with its code (the page posts it to the extension host). */
+export interface CodeActions {
+  copy(code: string): void;
+  /** Puts the code at the cursor of the active editor. */
+  insert(code: string): void;
+}
+
+/** Code blocks' buttons that do nothing (thinking, which shows no buttons' worth of code). */
+export const NO_CODE_ACTIONS: CodeActions = { copy: () => undefined, insert: () => undefined };
+
+const md = new MarkdownIt({
+  html: false,
+  linkify: true,
+  breaks: false,
+  // Empty: markdown-it escapes the code itself.
+  highlight: (code, info) => highlight(code, info) ?? '',
+});
 // Only links with a scheme or `www.`: a file name such as notes.md is not a web address.
 md.linkify.set({ fuzzyLink: false });
 
@@ -21,24 +41,49 @@ export function renderMarkdown(text: string): string {
   return DOMPurify.sanitize(md.render(text), { USE_PROFILES: { html: true } });
 }
 
-/** Fills `target` with the rendered text and gives each code block a copy button. */
-function fill(target: HTMLElement, text: string, onCopy: (text: string) => void): void {
+function codeButton(label: string, className: string, title: string, onClick: (button: HTMLButtonElement) => void): HTMLButtonElement {
+  const button = document.createElement('button');
+  button.className = className;
+  button.type = 'button';
+  button.textContent = label;
+  button.title = title;
+  button.addEventListener('click', () => onClick(button));
+  return button;
+}
+
+/**
+ * Fills `target` with the rendered text and heads each code block with its language (when the
+ * fence names one) and its Copy and Insert buttons. Wide tables scroll on their own.
+ */
+function fill(target: HTMLElement, text: string, actions: CodeActions): void {
   // A fragment straight from the sanitiser: no second HTML parse.
   target.replaceChildren(DOMPurify.sanitize(md.render(text), { USE_PROFILES: { html: true }, RETURN_DOM_FRAGMENT: true }));
   for (const pre of target.querySelectorAll('pre')) {
     const code = pre.textContent ?? '';
-    const button = document.createElement('button');
-    button.className = 'copy';
-    button.type = 'button';
-    button.textContent = 'Copy';
-    button.title = 'Copy the code';
-    button.addEventListener('click', () => {
-      onCopy(code);
-      button.textContent = 'Copied';
-      setTimeout(() => (button.textContent = 'Copy'), 1200);
-    });
+    const language = /(?:^|\s)language-(\S+)/.exec(pre.querySelector('code')?.className ?? '')?.[1];
+    const head = document.createElement('div');
+    head.className = 'code-head';
+    const label = document.createElement('span');
+    label.className = 'lang';
+    label.textContent = language ?? '';
+    head.append(
+      label,
+      codeButton('Copy', 'copy', 'Copy the code', (button) => {
+        actions.copy(code);
+        button.textContent = 'Copied';
+        setTimeout(() => (button.textContent = 'Copy'), 1200);
+      }),
+      codeButton('Insert', 'insert', 'Insert the code at the cursor in the editor', () => actions.insert(code)),
+    );
     pre.classList.add('code');
-    pre.prepend(button);
+    if (language) pre.dataset.language = language;
+    pre.prepend(head);
+  }
+  for (const table of target.querySelectorAll('table')) {
+    const wrap = document.createElement('div');
+    wrap.className = 'table-wrap';
+    table.replaceWith(wrap);
+    wrap.append(table);
   }
 }
 
@@ -60,7 +105,7 @@ export class MarkdownBlock {
   /** The text of the finished rendering, once there is one. */
   private finalText: string | undefined;
 
-  constructor(private readonly onCopy: (text: string) => void) {
+  constructor(private readonly actions: CodeActions) {
     this.el = document.createElement('div');
     this.el.className = 'markdown';
   }
@@ -73,7 +118,7 @@ export class MarkdownBlock {
       } else {
         this.reset();
         this.text = text;
-        fill(this.el, text, this.onCopy);
+        fill(this.el, text, this.actions);
       }
       this.finalText = text;
       return;
@@ -96,7 +141,7 @@ export class MarkdownBlock {
     if (this.boundary > this.stableEnd) {
       const chunk = document.createElement('div');
       chunk.className = 'chunk';
-      fill(chunk, text.slice(this.stableEnd, this.boundary), this.onCopy);
+      fill(chunk, text.slice(this.stableEnd, this.boundary), this.actions);
       this.el.insertBefore(chunk, this.tail ?? null);
       this.stableEnd = this.boundary;
     }
@@ -105,7 +150,7 @@ export class MarkdownBlock {
       this.tail.className = 'chunk tail';
       this.el.appendChild(this.tail);
     }
-    fill(this.tail, text.slice(this.stableEnd), this.onCopy);
+    fill(this.tail, text.slice(this.stableEnd), this.actions);
   }
 
   /** Moves `boundary` to the end of the last blank line outside a fence, over complete lines. */

@@ -9,9 +9,9 @@
  */
 
 import { SessionModel, taskOf, type AssistantEntry, type DelegationView, type Entry, type SummaryEntry, type ToolEntry } from '../model/session';
-import type { DaemonStatus, HostToPage, PageToHost } from '../model/messages';
-import type { Attachment, CostSummary, PendingApproval, SessionSummary, ToolCallStatus } from '../model/wire';
-import { MarkdownBlock } from './markdown';
+import type { DaemonStatus, HostToPage, PageSettings, PageToHost } from '../model/messages';
+import type { AccountInfo, Attachment, BudgetSnapshot, CostSummary, PendingApproval, Reconciliation, Session, SessionSummary, TokenUsage, ToolCallStatus } from '../model/wire';
+import { MarkdownBlock, NO_CODE_ACTIONS, type CodeActions } from './markdown';
 
 export interface PageState {
   activeId?: string;
@@ -44,6 +44,63 @@ function button(label: string, className: string, onClick: () => void, title?: s
 
 function formatTokens(n: number): string {
   return n.toLocaleString('en-US');
+}
+
+/** `1 request`, `2 requests`, `0 messages`: a count with its noun agreeing. */
+export function countOf(n: number, singular: string, plural = `${singular}s`): string {
+  return `${formatTokens(n)} ${n === 1 ? singular : plural}`;
+}
+
+/** A difference with its sign always shown: `+12`, `−795`, `±0`. */
+export function signed(n: number): string {
+  if (n === 0) return '±0';
+  return n > 0 ? `+${formatTokens(n)}` : `−${formatTokens(-n)}`;
+}
+
+/** One line of the context popover: a part of what the next request sends, in tokens. */
+export interface ContextRow {
+  key: 'system' | 'instructions' | 'tools' | 'summary' | 'history' | 'turn' | 'estimate' | 'usable';
+  label: string;
+  tokens: number;
+}
+
+/**
+ * The context popover's breakdown of a budget snapshot: each part as counted (before the
+ * correction factor), then the estimate the provider is expected to bill and the usable window.
+ */
+export function contextRows(s: BudgetSnapshot): ContextRow[] {
+  // The summary of compacted turns is part of the history; shown apart.
+  const summary = Math.min(s.summaryTokens, s.historyTokens);
+  const factor = s.correctionFactor === 1 ? '' : ` (× ${s.correctionFactor.toFixed(2)})`;
+  return [
+    { key: 'system', label: 'System prompt', tokens: s.systemTokens },
+    { key: 'instructions', label: 'Instructions (AGENTS.md)', tokens: s.instructionsTokens ?? 0 },
+    { key: 'tools', label: 'Tools', tokens: s.toolTokens },
+    { key: 'summary', label: 'Summary of older turns', tokens: summary },
+    { key: 'history', label: `History (${countOf(s.historyMessages, 'message')})`, tokens: s.historyTokens - summary },
+    { key: 'turn', label: 'This turn', tokens: s.latestUserTokens },
+    { key: 'estimate', label: s.exact ? 'Total' : `Estimate${factor}`, tokens: s.inputTokens },
+    { key: 'usable', label: 'Usable window', tokens: s.usableTokens },
+  ];
+}
+
+/** The last request's estimate against the provider's count, as the popover says it. */
+export function reconciliationLine(actual: Reconciliation | undefined): string {
+  if (!actual) return 'No request reported by the provider yet.';
+  return `Last request: estimated ${formatTokens(actual.estimatedInputTokens)}, provider reported ${formatTokens(actual.actualInputTokens)} (${signed(actual.difference)})`;
+}
+
+const TOKEN_KINDS: [keyof TokenUsage, string][] = [
+  ['input', 'Input'],
+  ['output', 'Output'],
+  ['cacheRead', 'Cache read'],
+  ['cacheWrite', 'Cache write'],
+  ['reasoning', 'Reasoning'],
+];
+
+/** How many model requests a cost summary counts. */
+export function requestsOf(cost: CostSummary | undefined): number {
+  return (cost?.byRequest ?? []).reduce((sum, r) => sum + r.lines, 0);
 }
 
 /** `$0.0123`, `$0.01 + unpriced`, `unpriced`, or nothing yet: never an amount for usage nothing priced. */
@@ -125,6 +182,33 @@ export function summaryDetail(entry: Pick<SummaryEntry, 'fromSeq' | 'toSeq' | 'c
     parts.push(`history ${formatTokens(c.tokensBefore)} → ${formatTokens(c.tokensAfter)} tokens`);
   }
   return parts.join(' · ');
+}
+
+/** Who an entry is from, as its label shows it. */
+export function roleLabel(entry: Pick<Entry, 'kind'> & { tool?: string }): string {
+  switch (entry.kind) {
+    case 'user':
+      return 'You';
+    case 'assistant':
+      return 'Model';
+    case 'tool':
+      return entry.tool === 'delegate' ? 'Sub-agent' : 'Tool';
+    case 'notice':
+      return 'Notice';
+    case 'note':
+      return 'Note';
+    case 'summary':
+      return 'Summary';
+  }
+}
+
+/** A user message longer than this (lines or characters) is shown folded, with "Show all". */
+const FOLD_LINES = 12;
+const FOLD_CHARS = 1500;
+
+/** Whether a user message is long enough to fold. */
+export function foldsLong(text: string): boolean {
+  return text.length > FOLD_CHARS || text.split('\n').length > FOLD_LINES;
 }
 
 /** How many entries of a load are formatted at once; the rest when they come into view. */
@@ -210,6 +294,13 @@ export class ChatView {
   private errors: string[] = [];
   private renaming: string | undefined;
   private sessionsOpen = false;
+  /** The open session as `session/get` last read it (model, switches, tokens by kind). */
+  private session: Session | undefined;
+  /** What `initialize` listed, for the model picker. */
+  private accounts: AccountInfo[] = [];
+  private settings: PageSettings = { showContextMeter: true };
+  private popoverOpen = false;
+  private editingTitle = false;
 
   private queue: HostToPage[] = [];
   private scheduled = false;
@@ -224,19 +315,37 @@ export class ChatView {
   /** The fold in front of each run of rewound entries, by the run's first entry, and those opened. */
   private readonly folds = new Map<string, HTMLElement>();
   private readonly openFolds = new Set<string>();
+  /** Long user messages the user unfolded, by entry key. */
+  private readonly unfolded = new Set<string>();
   private readonly markdown = new WeakMap<HTMLElement, MarkdownBlock[]>();
   /** Formats entries drawn as plain text once they come near the visible part. */
   private readonly observer: IntersectionObserver;
   private counter = 0;
+  private readonly codeActions: CodeActions = {
+    copy: (text) => this.post({ type: 'copy', text }),
+    insert: (text) => this.post({ type: 'insert', text }),
+  };
 
   private readonly root: HTMLElement;
   private readonly header = el('div', 'top');
   private readonly titleButton = el('button', 'session-title');
+  private readonly titleInput = el('input', 'title-edit');
+  private readonly editTitleButton: HTMLButtonElement;
+  /** The second header line: the model picker, the context meter and the cost. */
+  private readonly info = el('div', 'header-info');
+  private readonly modelPicker = el('select', 'model-picker');
+  private readonly popover = el('div', 'context-popover');
   private readonly statusLabel = el('span', 'daemon-status');
   private readonly sessionList = el('div', 'sessions');
   private readonly banner = el('div', 'banner');
   /** Scrolls the transcript; it follows the newest text unless the user has scrolled up. */
   private readonly scroller = el('div', 'transcript-scroller');
+  /**
+   * Whether the transcript follows its newest text: true until the user scrolls up, true again
+   * once they scroll back to the bottom. Content growing (a reply, an entry unfolded, an entry
+   * laid out at its real height) never turns it off, so the last entry is never left clipped.
+   */
+  private following = true;
   /** The scroller's distance from the bottom to restore once an older page is drawn above. */
   private keepFromBottom: number | undefined;
   /** The `olderBefore` an older page was asked for, so a scroll asks for each page once. */
@@ -266,20 +375,87 @@ export class ChatView {
       this.sessionsOpen = !this.sessionsOpen;
       this.changed();
     });
+    this.editTitleButton = button('✎', 'edit-title', () => this.startTitleEdit(), 'Rename this chat');
+    this.editTitleButton.setAttribute('aria-label', 'Rename this chat');
+    this.titleInput.type = 'text';
+    this.titleInput.hidden = true;
+    this.titleInput.setAttribute('aria-label', 'Chat title');
+    this.titleInput.addEventListener('keydown', (e) => {
+      if (e.key === 'Enter') {
+        e.preventDefault();
+        this.finishTitleEdit(true);
+      } else if (e.key === 'Escape') {
+        e.preventDefault();
+        e.stopPropagation();
+        this.finishTitleEdit(false);
+      }
+    });
+    this.titleInput.addEventListener('blur', () => this.finishTitleEdit(true));
+    this.modelPicker.setAttribute('aria-label', 'Model');
+    this.modelPicker.title = 'The model of this chat, from the next request on';
+    this.modelPicker.addEventListener('change', () => {
+      const sessionId = this.model?.sessionId;
+      if (!sessionId) return;
+      const [account, model] = JSON.parse(this.modelPicker.value) as [string, string];
+      this.post({ type: 'updateSession', sessionId, change: { account, model } });
+    });
+    this.context.setAttribute('role', 'button');
+    this.context.tabIndex = 0;
+    this.context.setAttribute('aria-haspopup', 'dialog');
+    this.context.title = 'Context and cost: details';
+    this.context.addEventListener('click', () => this.togglePopover());
+    this.context.addEventListener('keydown', (e) => {
+      if (e.key === 'Enter' || e.key === ' ') {
+        e.preventDefault();
+        this.togglePopover();
+      }
+    });
+    this.popover.setAttribute('role', 'dialog');
+    this.popover.setAttribute('aria-label', 'Context and cost');
+    this.popover.hidden = true;
+    this.popover.addEventListener('keydown', (e) => {
+      if (e.key === 'Escape') {
+        e.stopPropagation();
+        this.togglePopover();
+        this.context.focus();
+      }
+    });
+    this.info.append(this.modelPicker, this.context);
     this.header.append(
       this.titleButton,
+      this.titleInput,
+      this.editTitleButton,
       this.statusLabel,
       button('+', 'new-session', () => this.post({ type: 'newSession' }), 'New chat'),
     );
     this.sendButton = button('Send', 'send', () => this.submit(), 'Send (Enter)');
-    this.stopButton = button('Stop', 'stop', () => this.post({ type: 'stop' }), 'Stop the run');
+    this.stopButton = button('Stop', 'stop', () => this.post({ type: 'stop' }), 'Stop the run (Escape)');
     this.input.placeholder = 'Ask sidechat… (/ for commands, Shift+Enter for a new line)';
     this.input.rows = 3;
     this.input.value = state.get().draft ?? '';
+    this.input.setAttribute('aria-label', 'Message');
     this.input.addEventListener('keydown', (e) => {
       if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
         e.preventDefault();
         this.submit();
+      } else if (e.key === 'ArrowUp' && !e.isComposing && this.input.value === '' && this.editLastWaiting()) {
+        e.preventDefault();
+      } else if (e.key === 'ArrowDown' && !this.slash.hidden) {
+        e.preventDefault();
+        this.slash.querySelector<HTMLButtonElement>('button.pick')?.focus();
+      } else if (e.key === 'Escape' && !this.slash.hidden) {
+        e.preventDefault();
+        e.stopPropagation();
+        this.slash.hidden = true;
+      }
+    });
+    // Escape anywhere on the page (not taken by a field or the popover) stops the run.
+    root.addEventListener('keydown', (e) => {
+      if (e.key !== 'Escape' || e.defaultPrevented) return;
+      const state = this.model?.state;
+      if (state === 'running' || state === 'awaitingApproval') {
+        e.preventDefault();
+        this.post({ type: 'stop' });
       }
     });
     this.input.addEventListener('input', () => {
@@ -291,7 +467,7 @@ export class ChatView {
     buttons.append(this.sendButton, this.stopButton);
     composer.append(this.input, buttons);
     const dock = el('div', 'dock');
-    dock.append(this.plan, this.approvals, this.files, this.waiting, this.errorBox, this.context, this.attachmentBox, this.slash, composer);
+    dock.append(this.plan, this.approvals, this.files, this.waiting, this.errorBox, this.attachmentBox, this.slash, composer);
     this.transcript.addEventListener('click', (e) => {
       const link = (e.target as HTMLElement).closest('a');
       if (link) {
@@ -301,10 +477,44 @@ export class ChatView {
       }
     });
     this.slash.hidden = true;
+    // The command menu by keyboard: Down from the composer enters it, Up and Down move, Escape leaves.
+    this.slash.addEventListener('keydown', (e) => {
+      const picks = [...this.slash.querySelectorAll<HTMLButtonElement>('button.pick')];
+      const at = picks.indexOf(document.activeElement as HTMLButtonElement);
+      if (e.key === 'ArrowDown' || e.key === 'ArrowUp') {
+        e.preventDefault();
+        const next = at + (e.key === 'ArrowDown' ? 1 : -1);
+        if (next < 0) this.input.focus();
+        else picks[Math.min(next, picks.length - 1)]?.focus();
+      } else if (e.key === 'Escape') {
+        e.preventDefault();
+        e.stopPropagation();
+        this.input.focus();
+      }
+    });
     this.observer = new IntersectionObserver((seen) => this.formatDeferred(seen), { root: this.scroller, rootMargin: '1200px 0px' });
+    // Screen readers hear new entries; while a run works the log is busy, so a reply is read once whole.
+    this.transcript.setAttribute('role', 'log');
+    this.transcript.setAttribute('aria-live', 'polite');
+    this.transcript.setAttribute('aria-label', 'Conversation');
     this.scroller.append(this.transcript);
-    this.scroller.addEventListener('scroll', () => this.loadOlderAtTop(), { passive: true });
-    root.append(this.header, this.sessionList, this.banner, this.scroller, dock);
+    this.scroller.addEventListener(
+      'scroll',
+      () => {
+        this.following = this.scroller.scrollHeight - this.scroller.scrollTop - this.scroller.clientHeight < 40;
+        this.loadOlderAtTop();
+      },
+      { passive: true },
+    );
+    // Entries change height after they are drawn (formatted late, laid out once in view, unfolded),
+    // and the transcript's own box shrinks when a card, a banner or the popover appears: while
+    // following, the bottom stays in view.
+    const follow = new ResizeObserver(() => {
+      if (this.following && this.keepFromBottom === undefined) this.scroller.scrollTop = this.scroller.scrollHeight;
+    });
+    follow.observe(this.transcript);
+    follow.observe(this.scroller);
+    root.append(this.header, this.info, this.popover, this.sessionList, this.banner, this.scroller, dock);
     this.render();
   }
 
@@ -322,6 +532,36 @@ export class ChatView {
     if (this.model?.sessionId === sessionId) this.title = title;
     this.sessions = this.sessions.map((s) => (s.id === sessionId ? { ...s, title } : s));
     this.uiRev++;
+  }
+
+  private togglePopover(): void {
+    this.popoverOpen = !this.popoverOpen;
+    this.changed();
+  }
+
+  private startTitleEdit(): void {
+    if (!this.model) return;
+    this.editingTitle = true;
+    this.titleInput.value = this.title;
+    this.changed();
+    queueMicrotask(() => {
+      this.titleInput.focus();
+      this.titleInput.select();
+    });
+  }
+
+  /** Ends the title's edit; `keep`: renames the chat (`session/update`) when the text changed. */
+  private finishTitleEdit(keep: boolean): void {
+    if (!this.editingTitle) return;
+    this.editingTitle = false;
+    const title = this.titleInput.value.trim();
+    const sessionId = this.model?.sessionId;
+    if (keep && sessionId && title !== '' && title !== this.title) {
+      this.post({ type: 'renameSession', sessionId, title });
+      this.title = title;
+    }
+    this.changed();
+    queueMicrotask(() => this.editTitleButton.focus());
   }
 
   private flush(): void {
@@ -344,6 +584,10 @@ export class ChatView {
     switch (message.type) {
       case 'daemon':
         this.status = message.status;
+        if (message.status.state === 'ready') this.accounts = message.status.accounts ?? [];
+        break;
+      case 'settings':
+        this.settings = message.settings;
         break;
       case 'sessions':
         this.sessions = message.sessions;
@@ -353,6 +597,7 @@ export class ChatView {
         this.model = new SessionModel(message.sessionId);
         this.model.applyPage(message.transcript);
         this.cost = undefined;
+        this.session = undefined;
         this.title = this.sessions.find((s) => s.id === message.sessionId)?.title ?? '';
         this.state.set({ ...this.state.get(), activeId: message.sessionId });
         break;
@@ -378,6 +623,7 @@ export class ChatView {
           this.model.setChangedFiles(message.session.changedFiles);
           this.model.setPlan(message.session.plan ?? undefined);
           this.title = message.session.title;
+          this.session = message.session;
         }
         break;
       case 'budget':
@@ -400,6 +646,21 @@ export class ChatView {
     }
     // The model's own changes show in its `chromeRev`; a stream of deltas redraws no chrome.
     if (message.type !== 'events' && message.type !== 'merge') this.uiRev++;
+  }
+
+  /**
+   * Up in an empty composer: the last message still waiting for the model comes back into the
+   * composer to edit, withdrawn (`interjection/cancel`); sent again, it waits anew.
+   */
+  private editLastWaiting(): boolean {
+    const waiting = [...(this.model?.waiting.values() ?? [])].filter((w) => w.status !== 'leased');
+    const last = waiting[waiting.length - 1];
+    if (!last) return false;
+    this.post({ type: 'withdraw', pendingId: last.pendingId });
+    this.input.value = last.text;
+    this.state.set({ ...this.state.get(), draft: last.text });
+    this.input.setSelectionRange(last.text.length, last.text.length);
+    return true;
   }
 
   private submit(): void {
@@ -429,11 +690,14 @@ export class ChatView {
     this.renderWaiting();
     this.renderErrors();
     this.renderContext();
+    this.renderModelPicker();
+    this.renderPopover();
     this.renderAttachments();
     const state = this.model?.state ?? 'idle';
     const working = state === 'running' || state === 'awaitingApproval';
     this.stopButton.disabled = !working;
     this.root.dataset.state = state;
+    this.transcript.setAttribute('aria-busy', String(state === 'running'));
   }
 
   // ---- transcript ----------------------------------------------------------------------------
@@ -451,7 +715,7 @@ export class ChatView {
     if (!model) return;
     const entries = model.list();
     const structural = model.structureRev !== this.renderedStructure;
-    const atBottom = this.scroller.scrollHeight - this.scroller.scrollTop - this.scroller.clientHeight < 40;
+    const atBottom = this.following;
     const stale = entries.filter((entry) => this.nodes.get(entry.key)?.rev !== entry.rev);
     // A long transcript at once (a load): only the newest entries are formatted now; the
     // others show their text plain until they come near the visible part.
@@ -542,6 +806,8 @@ export class ChatView {
   private entryNode(entry: Entry): HTMLElement {
     const node = el('div', `entry ${entry.kind}`);
     node.dataset.key = entry.key;
+    // Shown by the stylesheet before the entry (so the entry's text stays what was said).
+    node.dataset.role = roleLabel(entry);
     return node;
   }
 
@@ -564,6 +830,28 @@ export class ChatView {
         if (entry.command) node.append(el('span', 'command-label', `/${entry.command.name}`));
         for (const name of entry.attachments) node.append(el('span', 'chip', name));
         node.append(el('div', 'text', entry.text));
+        // A long message folds to its first lines; "Show all" unfolds it (and stays so).
+        const long = foldsLong(entry.text);
+        node.classList.toggle('long', long);
+        node.classList.toggle('expanded', this.unfolded.has(entry.key));
+        if (long) {
+          const key = entry.key;
+          const lines = entry.text.split('\n').length;
+          const toggle = button('', 'expand', () => {
+            if (this.unfolded.has(key)) this.unfolded.delete(key);
+            else this.unfolded.add(key);
+            const open = this.unfolded.has(key);
+            node.classList.toggle('expanded', open);
+            toggle.dataset.label = open ? 'Show less' : `Show all (${countOf(lines, 'line')})`;
+            toggle.setAttribute('aria-label', toggle.dataset.label);
+            toggle.setAttribute('aria-expanded', String(open));
+          });
+          const open = this.unfolded.has(key);
+          toggle.dataset.label = open ? 'Show less' : `Show all (${countOf(lines, 'line')})`;
+          toggle.setAttribute('aria-label', toggle.dataset.label);
+          toggle.setAttribute('aria-expanded', String(open));
+          node.append(toggle);
+        }
         node.classList.toggle('rewound', entry.rewound === true);
         // A turn of its own, still part of the conversation: it can be undone to or forked from.
         if (entry.source === 'turn' && !entry.rewound && entry.seq !== undefined) {
@@ -596,6 +884,7 @@ export class ChatView {
       case 'tool': {
         node.replaceChildren();
         node.dataset.status = entry.status;
+        node.dataset.role = roleLabel(entry);
         const head = el('div', 'head');
         // A delegation's task is drawn in full below its head.
         const summary = entry.tool === 'delegate' ? 'Sub-agent' : entry.summary;
@@ -608,7 +897,7 @@ export class ChatView {
         }
         if (entry.output) {
           const details = el('details', 'output');
-          details.append(el('summary', undefined, 'Output'), el('pre', undefined, entry.output));
+          details.append(el('summary', undefined, `Output (${countOf(entry.output.replace(/\n$/, '').split('\n').length, 'line')})`), el('pre', undefined, entry.output));
           node.append(details);
         }
         return;
@@ -632,7 +921,7 @@ export class ChatView {
           const details = el('details', 'summary-block');
           const heading = el('summary');
           heading.append(head);
-          const body = new MarkdownBlock((text) => this.post({ type: 'copy', text }));
+          const body = new MarkdownBlock(this.codeActions);
           body.update(entry.text, true);
           details.append(heading, body.el);
           parts.push(details);
@@ -661,9 +950,9 @@ export class ChatView {
           const details = el('details', 'thinking');
           details.append(el('summary', undefined, 'Thinking'), el('div', 'thinking-text'));
           node.append(details);
-          blocks.push(new MarkdownBlock(() => undefined));
+          blocks.push(new MarkdownBlock(NO_CODE_ACTIONS));
         } else {
-          const md = new MarkdownBlock((text) => this.post({ type: 'copy', text }));
+          const md = new MarkdownBlock(this.codeActions);
           node.append(md.el);
           blocks.push(md);
         }
@@ -700,6 +989,9 @@ export class ChatView {
 
   private renderHeader(): void {
     this.titleButton.textContent = `☰ ${this.title || 'sidechat'}`;
+    this.titleButton.hidden = this.editingTitle;
+    this.titleInput.hidden = !this.editingTitle;
+    this.editTitleButton.hidden = this.editingTitle || !this.model;
     const s = this.status;
     this.statusLabel.textContent =
       s.state === 'ready' ? (s.demo ? 'demo model' : '') : s.state === 'starting' ? 'starting…' : s.state === 'crashed' ? 'restarting…' : 'not running';
@@ -936,6 +1228,7 @@ export class ChatView {
       return;
     }
     this.context.hidden = false;
+    this.context.dataset.meter = this.settings.showContextMeter ? 'on' : 'off';
     this.context.dataset.pressure = snapshot.pressure;
     const usable = Math.max(1, snapshot.usableTokens);
     const scale = Math.max(1, snapshot.inputTokens / usable);
@@ -943,25 +1236,27 @@ export class ChatView {
     const segment = (name: string, tokens: number) => {
       const part = el('span', `segment ${name}`);
       part.style.width = `${Math.max(0, (tokens * snapshot.correctionFactor) / usable / scale) * 100}%`;
-      part.title = `${name}: ${formatTokens(Math.round(tokens * snapshot.correctionFactor))} tokens`;
+      part.title = `${name}: ${countOf(Math.round(tokens * snapshot.correctionFactor), 'token')}`;
       part.dataset.tokens = String(tokens);
       return part;
     };
     const summary = Math.min(snapshot.summaryTokens, snapshot.historyTokens);
-    bar.append(segment('system', snapshot.systemTokens), segment('tools', snapshot.toolTokens));
+    bar.append(segment('system', snapshot.systemTokens));
+    if ((snapshot.instructionsTokens ?? 0) > 0) bar.append(segment('instructions', snapshot.instructionsTokens ?? 0));
+    bar.append(segment('tools', snapshot.toolTokens));
     // The summary of compacted turns is part of the history; shown apart once there is one.
     if (summary > 0) bar.append(segment('summary', summary));
     bar.append(segment('history', snapshot.historyTokens - summary), segment('latest', snapshot.latestUserTokens));
     const remaining = el('span', 'segment remaining');
     remaining.style.flex = '1';
-    remaining.title = `remaining: ${formatTokens(snapshot.remainingTokens)} tokens`;
+    remaining.title = `remaining: ${countOf(snapshot.remainingTokens, 'token')}`;
     bar.append(remaining);
     if (snapshot.historyLimitTokens > 0) {
       // Where the history's share of the window ends: past it, older turns are compacted.
-      const at = snapshot.systemTokens + snapshot.toolTokens + snapshot.historyLimitTokens;
+      const at = snapshot.systemTokens + (snapshot.instructionsTokens ?? 0) + snapshot.toolTokens + snapshot.historyLimitTokens;
       const limit = el('span', 'limit');
       limit.style.left = `${Math.min(1, (at * snapshot.correctionFactor) / usable / scale) * 100}%`;
-      limit.title = `older turns are compacted when the history passes ${formatTokens(Math.round(snapshot.historyLimitTokens * snapshot.correctionFactor))} tokens`;
+      limit.title = `older turns are compacted when the history passes ${countOf(Math.round(snapshot.historyLimitTokens * snapshot.correctionFactor), 'token')}`;
       limit.dataset.tokens = String(snapshot.historyLimitTokens);
       bar.append(limit);
     }
@@ -973,6 +1268,91 @@ export class ChatView {
       el('span', 'label', `${approx}${percent}% of ${formatTokens(snapshot.usableTokens)}`),
       el('span', 'cost', costLabel(this.cost)),
     );
+  }
+
+  /** Accounts and their models, the session's own selected (listed even when no account names it). */
+  private renderModelPicker(): void {
+    const session = this.session;
+    this.modelPicker.hidden = !session || this.accounts.length === 0;
+    if (!session || this.accounts.length === 0) return;
+    const current = JSON.stringify([session.account, session.model]);
+    const groups = this.accounts.map((account) => {
+      const group = el('optgroup');
+      group.label = account.isDemo ? `${account.name} (demo)` : account.name;
+      const models = [...new Set([account.defaultModel, ...(account.models ?? [])])];
+      if (account.name === session.account && !models.includes(session.model)) models.unshift(session.model);
+      for (const model of models) {
+        const option = el('option', undefined, model);
+        option.value = JSON.stringify([account.name, model]);
+        group.append(option);
+      }
+      return group;
+    });
+    this.modelPicker.replaceChildren(...groups);
+    this.modelPicker.value = current;
+  }
+
+  /** The context meter's popover: the parts of the next request, estimate against actual, tokens by kind, cost. */
+  private renderPopover(): void {
+    this.context.setAttribute('aria-expanded', String(this.popoverOpen));
+    this.popover.hidden = !this.popoverOpen;
+    if (!this.popoverOpen) {
+      this.popover.replaceChildren();
+      return;
+    }
+    const parts: HTMLElement[] = [];
+    const snapshot = this.model?.budget;
+    if (snapshot) {
+      const table = el('table', 'segments');
+      table.append(el('caption', undefined, 'What the next request sends, in tokens'));
+      for (const row of contextRows(snapshot)) {
+        const tr = el('tr');
+        tr.dataset.segment = row.key;
+        tr.dataset.tokens = String(row.tokens);
+        const head = el('th', undefined, row.label);
+        head.scope = 'row';
+        tr.append(head, el('td', 'tokens', formatTokens(row.tokens)));
+        table.append(tr);
+      }
+      parts.push(table);
+    } else {
+      parts.push(el('p', 'empty', 'Nothing counted yet.'));
+    }
+    const actual = this.model?.actual;
+    const reconcile = el('p', 'reconcile', reconciliationLine(actual));
+    if (actual) {
+      reconcile.dataset.estimated = String(actual.estimatedInputTokens);
+      reconcile.dataset.actual = String(actual.actualInputTokens);
+      reconcile.dataset.difference = String(actual.difference);
+    }
+    parts.push(reconcile);
+    const tokens = this.session?.tokensByKind;
+    if (tokens) {
+      const table = el('table', 'by-kind');
+      table.append(el('caption', undefined, 'This chat so far, tokens by kind'));
+      for (const [key, label] of TOKEN_KINDS) {
+        const tr = el('tr');
+        tr.dataset.kind = key;
+        tr.dataset.tokens = String(tokens[key]);
+        const head = el('th', undefined, label);
+        head.scope = 'row';
+        tr.append(head, el('td', 'tokens', formatTokens(tokens[key])));
+        table.append(tr);
+      }
+      parts.push(table);
+    }
+    parts.push(el('p', 'cost-line', `Cost: ${costLabel(this.cost) || 'no cost yet'} · ${countOf(requestsOf(this.cost), 'request')}`));
+    const session = this.session;
+    if (session) {
+      const toggle = el('label', 'auto-compact');
+      const box = el('input');
+      box.type = 'checkbox';
+      box.checked = session.autoCompact;
+      box.addEventListener('change', () => this.post({ type: 'updateSession', sessionId: session.id, change: { autoCompact: box.checked } }));
+      toggle.append(box, document.createTextNode(' Fold older turns automatically when the window fills'));
+      parts.push(toggle);
+    }
+    this.popover.replaceChildren(...parts);
   }
 
   private renderAttachments(): void {
@@ -997,13 +1377,17 @@ export class ChatView {
     this.slash.hidden = matches.length === 0 || (matches.length === 1 && value.startsWith(matches[0][0]) && value !== matches[0][0].trimEnd());
     this.slash.replaceChildren(
       ...matches.map(([name, help]) => {
+        // A button in each item, so the keyboard reaches the commands too (Tab from the composer).
         const item = el('li');
-        item.append(el('span', 'name', name.trimEnd()), el('span', 'help', help));
-        item.addEventListener('click', () => {
+        const pick = el('button', 'pick');
+        pick.type = 'button';
+        pick.append(el('span', 'name', name.trimEnd()), el('span', 'help', help));
+        pick.addEventListener('click', () => {
           this.input.value = name;
           this.input.focus();
           this.renderSlash();
         });
+        item.append(pick);
         return item;
       }),
     );

@@ -56,6 +56,7 @@ export const __stub = {
   viewProviders: new Map<string, unknown>(),
   contentProviders: new Map<string, unknown>(),
   activeTextEditor: undefined as unknown,
+  visibleTextEditors: [] as unknown[],
   workspaceFolders: undefined as { uri: Uri }[] | undefined,
   configListeners: [] as ((event: { affectsConfiguration(section: string): boolean }) => void)[],
   /** Changes settings as the Settings editor does, then tells the listeners which ones. */
@@ -83,6 +84,7 @@ export const __stub = {
     this.viewProviders.clear();
     this.contentProviders.clear();
     this.activeTextEditor = undefined;
+    this.visibleTextEditors = [];
     this.workspaceFolders = undefined;
     this.configListeners = [];
   },
@@ -138,6 +140,9 @@ export const window = {
   },
   get activeTextEditor() {
     return __stub.activeTextEditor;
+  },
+  get visibleTextEditors() {
+    return __stub.visibleTextEditors;
   },
 };
 
