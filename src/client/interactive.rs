@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use super::daemon::{Daemon, Notes, check_account, check_model};
 use super::input::{Input, Prompt};
-use super::open::{self, Ask, UNTITLED};
+use super::open::{self, Ask};
 use super::render::{Plain, Screen};
 use super::sessions::list_line;
 use super::style::{Paint, Style, terminal_height};
@@ -40,7 +40,7 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
         style,
         args.show_thinking,
     );
-    let (session, existed) = open::choose(&daemon, &args, Ask::User).await?;
+    let (session, existed) = open::choose(&daemon, &args, Ask::User, None).await?;
     banner(&mut screen, &daemon.init, &session);
     let mut chat = Chat {
         daemon,
@@ -160,6 +160,11 @@ impl Chat {
 
     fn event(&mut self, params: &SessionEventParams) {
         self.view.apply(params);
+        if let Event::SessionUpdated { title } = &params.event {
+            self.session.title = title.clone();
+            self.screen
+                .styled(&[Paint::Dim], &format!("This chat is now “{title}”."));
+        }
         if matches!(params.event, Event::RunFinished { .. }) {
             self.interrupts = 0;
         }
@@ -237,21 +242,6 @@ impl Chat {
             self.screen
                 .styled(&[Paint::Red], &format!("✗ not sent: {e}"));
             return Ok(());
-        }
-        if self.session.title == UNTITLED && !crate::runtime::is_command(text) {
-            let first = text.lines().next().unwrap_or(text);
-            let title = crate::tools::truncate(first, 60);
-            if let Ok(session) = self
-                .daemon
-                .call::<SessionUpdate>(SessionUpdateParams {
-                    session_id: self.session.id.clone(),
-                    title: Some(title),
-                    ..SessionUpdateParams::default()
-                })
-                .await
-            {
-                self.session = session;
-            }
         }
         Ok(())
     }

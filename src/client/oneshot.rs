@@ -9,14 +9,14 @@ use std::io::{IsTerminal, Read, Write};
 use anyhow::{Context, bail};
 
 use super::ChatArgs;
-use super::daemon::Daemon;
+use super::daemon::{Daemon, Notes};
 use super::interactive::as_event;
 use super::open::{self, Ask};
 use super::render::{Plain, Screen, describe_call};
 use super::style::{Paint, Style};
 use crate::protocol::{
-    ApprovalDecision, ApprovalRespond, ApprovalRespondParams, ChatSend, ChatSendParams, ChatStop,
-    Event, FinishReason, SessionIdParams, SessionUpdate, SessionUpdateParams,
+    ApprovalDecision, ApprovalRespond, ApprovalRespondParams, Block, ChatSend, ChatSendParams,
+    ChatStop, Event, FinishReason, Role, SessionEventParams, SessionIdParams,
 };
 
 /// The exit status for how a run ended.
@@ -65,7 +65,11 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
         bail!("nothing to send: pass -p TEXT or pipe the message on stdin");
     }
     let (daemon, mut notes) = Daemon::start(args.db.as_deref()).await?;
-    let (session, _) = open::choose(&daemon, &args, Ask::New).await?;
+    // One-shot sessions are named by their message at once: the daemon titles a session in
+    // the background after its answer, and this process closes the daemon before that.
+    let first = text.trim().lines().next().unwrap_or_default();
+    let title = crate::tools::truncate(first, 60);
+    let (session, _) = open::choose(&daemon, &args, Ask::New, Some(title)).await?;
     let stdout_is_terminal = std::io::stdout().is_terminal();
     // On a terminal everything is drawn as the chat draws it; otherwise stdout gets the
     // answer's text exactly and the rest goes to stderr.
@@ -85,7 +89,7 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
         }
     };
     screen.set_workspace(session.workspace_root.as_deref());
-    daemon
+    let sent = daemon
         .call::<ChatSend>(ChatSendParams {
             session_id: session.id.clone(),
             text: text.trim_end().to_string(),
@@ -94,16 +98,15 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
         })
         .await
         .context("not sent")?;
-    if session.title == open::UNTITLED {
-        let first = text.trim().lines().next().unwrap_or_default();
-        let title = crate::tools::truncate(first, 60);
-        let _ = daemon
-            .call::<SessionUpdate>(SessionUpdateParams {
-                session_id: session.id.clone(),
-                title: Some(title),
-                ..SessionUpdateParams::default()
-            })
-            .await;
+    // A slash command the daemon answered itself (`/cost`, `/help`, an unknown command)
+    // starts no run: its note is the whole answer, and no run's end will come to wait for.
+    if sent.run_id.is_none() && !sent.kept {
+        let answer = command_answer(&mut notes, &session.id, sent.message_id.as_deref()).await?;
+        daemon.close().await?;
+        return match answer {
+            Some(event) => print_command_answer(&event, args.json),
+            None => Ok(0),
+        };
     }
     let mut stdout = std::io::stdout();
     let mut stopping = false;
@@ -179,4 +182,60 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
     }
     daemon.close().await?;
     Ok(exit_code(reason))
+}
+
+/// The event of the note or notice a command wrote, `message_id` (sent before the call's
+/// answer, so already waiting among the notes); `None` when the command wrote none.
+async fn command_answer(
+    notes: &mut Notes,
+    session_id: &str,
+    message_id: Option<&str>,
+) -> anyhow::Result<Option<SessionEventParams>> {
+    let Some(message_id) = message_id else {
+        return Ok(None);
+    };
+    loop {
+        let Some(note) = notes.recv().await else {
+            bail!("the daemon exited before the command's answer arrived");
+        };
+        let Some(event) = as_event(&note) else {
+            continue;
+        };
+        let id = match &event.event {
+            Event::MessageCompleted { entry } => &entry.id,
+            Event::Notice { message_id, .. } => message_id,
+            _ => continue,
+        };
+        if event.session_id == session_id && id == message_id {
+            return Ok(Some(event));
+        }
+    }
+}
+
+/// Prints a command's note (or notice) to stdout, as a turn's answer would be (its event with
+/// `--json`), and returns the exit status: 0 for a note, 1 for a notice (an unknown command,
+/// a refusal).
+fn print_command_answer(event: &SessionEventParams, json: bool) -> anyhow::Result<i32> {
+    if json {
+        println!("{}", serde_json::to_string(event)?);
+    }
+    match &event.event {
+        Event::MessageCompleted { entry } => {
+            if !json {
+                for block in &entry.blocks {
+                    if let Block::Text { text } = block {
+                        println!("{text}");
+                    }
+                }
+            }
+            Ok(i32::from(entry.role == Role::Notice))
+        }
+        Event::Notice { message, .. } => {
+            if !json {
+                println!("{message}");
+            }
+            Ok(1)
+        }
+        _ => Ok(0),
+    }
 }

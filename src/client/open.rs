@@ -4,9 +4,6 @@ use super::daemon::{Daemon, check_account, check_model};
 use super::{ChatArgs, workspace_root};
 use crate::protocol::{Session, SessionCreate, SessionCreateParams, SessionOrigin, SessionSummary};
 
-/// The title of a session the terminal started, until its first message names it.
-pub const UNTITLED: &str = "Terminal chat";
-
 /// How a chat chooses when no flag says.
 #[derive(Debug, Clone, Copy)]
 pub enum Ask {
@@ -16,8 +13,14 @@ pub enum Ask {
     New,
 }
 
-/// The session to chat in, and whether it existed before.
-pub async fn choose(daemon: &Daemon, args: &ChatArgs, ask: Ask) -> anyhow::Result<(Session, bool)> {
+/// The session to chat in, and whether it existed before. A new session is named `title`, or
+/// left for the daemon to title after its first answer.
+pub async fn choose(
+    daemon: &Daemon,
+    args: &ChatArgs,
+    ask: Ask,
+    title: Option<String>,
+) -> anyhow::Result<(Session, bool)> {
     if let Some(account) = &args.account {
         check_account(&daemon.init, account)?;
     }
@@ -57,7 +60,7 @@ pub async fn choose(daemon: &Daemon, args: &ChatArgs, ask: Ask) -> anyhow::Resul
     }
     let session = daemon
         .call::<SessionCreate>(SessionCreateParams {
-            title: Some(UNTITLED.to_string()),
+            title,
             workspace_root: Some(folder),
             account: args.account.clone(),
             model: args.model.clone(),

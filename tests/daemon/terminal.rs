@@ -314,6 +314,28 @@ fn run_sidechat(
     )
 }
 
+/// A slash command in one-shot mode is answered by the daemon without a run: its note is
+/// printed and the chat exits, instead of waiting for a run's end that never comes.
+#[test]
+fn one_shot_mode_prints_a_commands_answer_and_exits() {
+    let scratch = Scratch::new();
+    let (status, out, err) = sidechat(&scratch, &["chat", "-p", "/cost"], None);
+    assert_eq!(status, 0, "{out}\n{err}");
+    assert!(out.starts_with("Cost of this session"), "{out}");
+
+    let (status, out, err) = sidechat(&scratch, &["chat", "-p", "/no-such-command"], None);
+    assert_eq!(status, 1, "{out}\n{err}");
+    assert!(out.starts_with("Unknown command /no-such-command"), "{out}");
+
+    let (status, out, err) = sidechat(&scratch, &["chat", "--json", "-p", "/cost"], None);
+    assert_eq!(status, 0, "{out}\n{err}");
+    let event: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (&event["event"]["kind"], &event["event"]["entry"]["role"]),
+        (&json!("messageCompleted"), &json!("note"))
+    );
+}
+
 #[test]
 fn one_shot_mode_runs_one_turn_and_denies_what_is_not_allowed() {
     let scratch = Scratch::new();
@@ -971,4 +993,38 @@ fn the_approval_prompt_offers_the_workspace_rule_and_w_saves_an_edited_one() {
     terminal.wait_for("✗ not run: denied");
     assert!(!workspace.join("draft.txt").exists());
     terminal.quit();
+}
+
+/// A chat the terminal starts is titled by the daemon after its first answer (the demo model
+/// titles from the first words), and the chat says so; a one-shot session is named by its
+/// message at once.
+#[test]
+fn the_daemon_titles_a_terminal_chat_and_a_one_shot_is_named_by_its_message() {
+    let scratch = Scratch::new();
+    let terminal = Tmux::start(&scratch, "titled", &chat_line(&scratch, "--new"));
+    terminal.wait_for("› ");
+    terminal.type_line("please explain how lifetimes work in rust");
+    terminal.wait_for("This chat is now “please explain how lifetimes work in”.");
+    terminal.quit();
+
+    let (status, _, err) = sidechat(&scratch, &["chat", "-p", "  count the words here"], None);
+    assert_eq!(status, 0, "{err}");
+    let (status, listed, err) = sidechat(&scratch, &["sessions", "list", "--json"], None);
+    assert_eq!(status, 0, "{err}");
+    let titles: Vec<String> = listed
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["title"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        titles,
+        [
+            "count the words here",
+            "please explain how lifetimes work in"
+        ]
+    );
 }
