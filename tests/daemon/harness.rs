@@ -418,6 +418,18 @@ pub fn text(content: &str) -> Value {
     crate::upstream::openai::chunk(json!({"role": "assistant", "content": content}), None)
 }
 
+/// A replay model's `run_command` call of `line`.
+pub fn run_command_call(line: &str) -> Value {
+    json!({"name": "run_command", "input": {"command": line}})
+}
+
+/// A replay daemon on the scratch database whose model makes `calls` in one turn, then says
+/// "done"; every session follows the same script.
+pub async fn daemon_making(scratch: &Scratch, calls: Vec<Value>) -> Daemon {
+    let script = json!({"turns": [{"toolCalls": calls}, {"text": "done"}]});
+    Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await
+}
+
 /// A new session working in the scratch workspace.
 pub async fn session(daemon: &Daemon, scratch: &Scratch) -> String {
     daemon

@@ -5,16 +5,11 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::protocol::{ApprovalDecision, ApprovalRespond, Event, NoticeLevel};
 
-use crate::harness::{Daemon, Options, Scratch, answer};
+use crate::harness::{Daemon, Scratch, answer, daemon_making, run_command_call};
 
-fn command(line: &str) -> Value {
-    json!({"name": "run_command", "input": {"command": line}})
-}
-
-/// Starts a replay daemon whose model makes `calls` in one turn, then says "done".
-async fn daemon_making(scratch: &Scratch, calls: Vec<Value>) -> (Daemon, String) {
-    let script = json!({"turns": [{"toolCalls": calls}, {"text": "done"}]});
-    let daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
+/// A replay daemon whose model makes `calls` in one turn, then says "done", and a session.
+async fn daemon_and_session(scratch: &Scratch, calls: Vec<Value>) -> (Daemon, String) {
+    let daemon = daemon_making(scratch, calls).await;
     let session = daemon.create_session(scratch.replay_session()).await;
     (daemon, session)
 }
@@ -65,12 +60,12 @@ async fn rules_of_the_config_file_allow_deny_and_leave_the_rest_asked() {
     scratch.write_config(
         "[sandbox]\nenabled = false\n[permissions]\nallow = [\"run_command(echo *)\"]\ndeny = [\"run_command(rm *)\"]\n",
     );
-    let (mut daemon, session) = daemon_making(
+    let (mut daemon, session) = daemon_and_session(
         &scratch,
         vec![
-            command("echo hi > out.txt"),
-            command("rm -f out.txt"),
-            command("echo a; touch b.txt"),
+            run_command_call("echo hi > out.txt"),
+            run_command_call("rm -f out.txt"),
+            run_command_call("echo a; touch b.txt"),
         ],
     )
     .await;
@@ -119,12 +114,12 @@ async fn a_project_file_adds_ask_and_deny_and_its_allow_is_ignored_with_a_notice
         "[permissions]\nallow = [\"run_command\"]\nask = [\"read_file(*.md)\"]\ndeny = [\"run_command(touch *)\"]\n",
     );
     std::fs::write(scratch.workspace().join("notes.md"), "n\n").unwrap();
-    let (mut daemon, session) = daemon_making(
+    let (mut daemon, session) = daemon_and_session(
         &scratch,
         vec![
             json!({"name": "read_file", "input": {"path": "notes.md"}}),
-            command("touch made.txt"),
-            command("echo unasked"),
+            run_command_call("touch made.txt"),
+            run_command_call("echo unasked"),
         ],
     )
     .await;
@@ -170,11 +165,11 @@ async fn deny_beats_ask_and_ask_beats_allow_across_both_files() {
         "[permissions]\ndeny = [\"run_command(echo secret*)\"]\n",
     );
     std::fs::create_dir(scratch.workspace().join("src")).unwrap();
-    let (mut daemon, session) = daemon_making(
+    let (mut daemon, session) = daemon_and_session(
         &scratch,
         vec![
-            command("echo secret"),
-            command("echo fine"),
+            run_command_call("echo secret"),
+            run_command_call("echo fine"),
             json!({"name": "write_file", "input": {"path": "top.txt", "content": "t"}}),
             json!({"name": "write_file", "input": {"path": "src/lib.rs", "content": "s"}}),
         ],
@@ -225,7 +220,7 @@ async fn an_ask_rule_asks_even_after_the_tool_was_allowed_for_the_session() {
     scratch.write_config("[permissions]\nask = [\"write_file(src/**)\"]\n");
     std::fs::create_dir(scratch.workspace().join("src")).unwrap();
     let write = |path: &str| json!({"name": "write_file", "input": {"path": path, "content": "x"}});
-    let (mut daemon, session) = daemon_making(
+    let (mut daemon, session) = daemon_and_session(
         &scratch,
         vec![write("a.txt"), write("b.txt"), write("src/c.rs")],
     )

@@ -13,14 +13,10 @@ use sidechat::protocol::{
     Initialized, InitializedParams, PendingApproval, SessionGet,
 };
 
-use crate::harness::{Daemon, Options, Scratch, answer, sid};
+use crate::harness::{Daemon, Options, Scratch, answer, run_command_call, sid};
 
 /// What the model is told after a command the sandbox refused.
 const REFUSED: &str = "Refused by the sandbox: this command ran sandboxed, where it may write only in the workspace, the temp folder and the configured folders, and may not open network connections. If it needs more, call run_command again with \"sandbox\": false to run it outside the sandbox; the user will be asked first.";
-
-fn command(line: &str) -> Value {
-    json!({"name": "run_command", "input": {"command": line}})
-}
 
 /// The environment of a daemon whose model plays `turns`: its temp folder is a folder of its
 /// own, so that `$HOME` (also in the scratch folder) is outside everything writable.
@@ -82,9 +78,9 @@ async fn sandboxed_commands_write_in_the_workspace_and_are_refused_outside_it_un
         &scratch,
         vec![
             json!({"toolCalls": [
-                command("echo inside > in.txt && cat in.txt"),
-                command("echo outside > \"$HOME/outside.txt\""),
-                command("echo temp > \"$TMPDIR/t.txt\" && cat \"$TMPDIR/t.txt\""),
+                run_command_call("echo inside > in.txt && cat in.txt"),
+                run_command_call("echo outside > \"$HOME/outside.txt\""),
+                run_command_call("echo temp > \"$TMPDIR/t.txt\" && cat \"$TMPDIR/t.txt\""),
             ]}),
             json!({"text": "done"}),
         ],
@@ -155,7 +151,7 @@ async fn curl_run(scratch: &Scratch, network: bool) -> (Vec<(String, String)>, u
     let (mut daemon, init) = start(
         scratch,
         vec![
-            json!({"toolCalls": [command(&format!("curl -sS --max-time 20 http://127.0.0.1:{port}/"))]}),
+            json!({"toolCalls": [run_command_call(&format!("curl -sS --max-time 20 http://127.0.0.1:{port}/"))]}),
             json!({"text": "done"}),
         ],
     )
@@ -206,7 +202,7 @@ async fn a_command_the_sandbox_refused_reruns_outside_once_the_user_allows_it() 
     let (mut daemon, _) = start(
         &scratch,
         vec![
-            json!({"toolCalls": [command(line)]}),
+            json!({"toolCalls": [run_command_call(line)]}),
             json!({"toolCalls": [{"name": "run_command", "input": {"command": line, "sandbox": false}}]}),
             json!({"text": "done"}),
         ],
@@ -264,7 +260,7 @@ async fn session_get_and_prompts_say_whether_commands_run_sandboxed() {
     let (mut daemon, init) = start(
         &on,
         vec![
-            json!({"toolCalls": [command("touch made.txt")]}),
+            json!({"toolCalls": [run_command_call("touch made.txt")]}),
             json!({"text": "done"}),
         ],
     )
@@ -299,7 +295,7 @@ async fn session_get_and_prompts_say_whether_commands_run_sandboxed() {
     let (mut daemon, init) = start(
         &off,
         vec![
-            json!({"toolCalls": [command("touch made.txt")]}),
+            json!({"toolCalls": [run_command_call("touch made.txt")]}),
             json!({"text": "done"}),
         ],
     )

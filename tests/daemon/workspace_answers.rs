@@ -10,22 +10,11 @@ use sidechat::protocol::{
     PermissionsRemoveParams, RuleInForce, RuleList, RuleSource, SessionCreateParams,
 };
 
-use crate::harness::{Daemon, Options, Scratch, answer};
-
-fn command(line: &str) -> Value {
-    json!({"name": "run_command", "input": {"command": line}})
-}
+use crate::harness::{Daemon, Scratch, answer, daemon_making, run_command_call};
 
 /// Commands ask here as they do without the sandbox (where the sandbox runs them, they ask
 /// only when a rule says so): these tests are about the answers to those prompts.
 const NO_SANDBOX: &str = "[sandbox]\nenabled = false\n";
-
-/// A replay daemon on the scratch database whose model makes `calls` in one turn, then says
-/// "done"; every session follows the same script.
-async fn daemon_making(scratch: &Scratch, calls: Vec<Value>) -> Daemon {
-    let script = json!({"turns": [{"toolCalls": calls}, {"text": "done"}]});
-    Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await
-}
 
 fn in_workspace(root: &std::path::Path) -> SessionCreateParams {
     SessionCreateParams {
@@ -83,7 +72,7 @@ async fn a_workspace_answer_survives_a_restart_and_applies_in_that_workspace_onl
     std::fs::create_dir(&other).unwrap();
     let other = other.canonicalize().unwrap();
     let workspace = scratch.workspace();
-    let mut daemon = daemon_making(&scratch, vec![command("echo built --quiet")]).await;
+    let mut daemon = daemon_making(&scratch, vec![run_command_call("echo built --quiet")]).await;
     let session = daemon.create_session(in_workspace(&workspace)).await;
     let asked = run_answering(&mut daemon, &session, |id| workspace_answer(id, None)).await;
     assert_eq!(
@@ -109,7 +98,7 @@ async fn a_workspace_answer_survives_a_restart_and_applies_in_that_workspace_onl
     assert_eq!(daemon.close().await, 0);
 
     // A new daemon, a new session in the same workspace: not asked.
-    let mut daemon = daemon_making(&scratch, vec![command("echo built --quiet")]).await;
+    let mut daemon = daemon_making(&scratch, vec![run_command_call("echo built --quiet")]).await;
     let again = daemon.create_session(in_workspace(&workspace)).await;
     let asked = run_answering(&mut daemon, &again, |id| answer(id, ApprovalDecision::Deny)).await;
     assert_eq!(asked, Vec::<Value>::new());
@@ -177,7 +166,10 @@ async fn an_edited_rule_is_saved_and_a_bad_one_is_refused_naming_the_problem() {
     scratch.write_config(NO_SANDBOX);
     let mut daemon = daemon_making(
         &scratch,
-        vec![command("echo first"), command("echo second")],
+        vec![
+            run_command_call("echo first"),
+            run_command_call("echo second"),
+        ],
     )
     .await;
     let session = daemon.create_session(scratch.replay_session()).await;
@@ -291,7 +283,11 @@ async fn the_prompt_says_why_an_allow_rule_did_not_apply_and_slash_permissions_l
     .unwrap();
     let outside = scratch.dir.path().join("outside.txt");
     let line = format!("echo hi > {}", outside.display());
-    let mut daemon = daemon_making(&scratch, vec![command(&line), command("touch a.txt")]).await;
+    let mut daemon = daemon_making(
+        &scratch,
+        vec![run_command_call(&line), run_command_call("touch a.txt")],
+    )
+    .await;
     let session = daemon.create_session(scratch.replay_session()).await;
     let asked = run_answering(&mut daemon, &session, |id| workspace_answer(id, None)).await;
     assert_eq!(
