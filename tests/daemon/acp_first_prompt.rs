@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
+use crate::first_request::until_requests;
 use crate::harness::{Scratch, clean_command, home_for};
 use crate::long_context::{env, text_reply};
 use crate::upstream::{Upstream, start};
@@ -103,16 +104,6 @@ impl Agent {
         let answer = self.answer(id).await;
         assert_eq!(answer.get("error"), None, "{method}: {answer}");
         answer["result"].clone()
-    }
-}
-
-/// Polls until `upstream` has had `n` requests (a guard against a hang only).
-async fn until_requests(upstream: &Upstream, n: usize) {
-    let mut polls = 0;
-    while upstream.bodies().len() < n {
-        polls += 1;
-        assert!(polls < 600, "the upstream never got request {n}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
 
