@@ -29,6 +29,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use sidechat::protocol::{
+    ChatSend, Exit, Initialize, Initialized, Notification, Request, SessionCreate, Shutdown,
+};
 
 #[path = "support/stdio.rs"]
 mod stdio;
@@ -131,9 +134,9 @@ impl Daemon {
     }
 
     fn stop(mut self) {
-        self.call("shutdown", Value::Null);
+        self.call(Shutdown::METHOD, Value::Null);
         self.requests
-            .send(&json!({"jsonrpc": "2.0", "method": "exit"}));
+            .send(&json!({"jsonrpc": "2.0", "method": Exit::METHOD}));
         drop(self.requests);
         let status = self.child.wait().expect("cannot reap the daemon");
         assert!(status.success(), "the daemon exited with {status}");
@@ -169,18 +172,19 @@ fn stream(
     let (fake, written) = start_upstream(body.clone());
     let mut daemon = Daemon::spawn(home, db, &fake.url);
     daemon.call(
-        "initialize",
+        Initialize::METHOD,
         json!({"clientInfo": {"name": "backpressure-bench", "version": "1"}, "protocolVersion": 1, "capabilities": {}}),
     );
     daemon
         .requests
-        .send(&json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}));
-    let session = daemon.call("session/create", json!({}));
+        .send(&json!({"jsonrpc": "2.0", "method": Initialized::METHOD, "params": {}}));
+    let session = daemon.call(SessionCreate::METHOD, json!({}));
     let session_id = session["id"].as_str().expect("a session id").to_owned();
     let started = Instant::now();
-    daemon
-        .requests
-        .start_call("chat/send", json!({"sessionId": session_id, "text": "go"}));
+    daemon.requests.start_call(
+        ChatSend::METHOD,
+        json!({"sessionId": session_id, "text": "go"}),
+    );
     let mut line = Vec::with_capacity(1024);
     let (mut next_delta, mut last_seq) = (0usize, None::<u64>);
     let (mut paused_rss_kib, mut upstream_share_at_resume) = (None, None);

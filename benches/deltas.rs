@@ -50,6 +50,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use sidechat::protocol::{
+    ChatSend, Exit, Initialize, Initialized, Notification, Request, SessionCreate, Shutdown,
+};
 
 #[path = "support/stdio.rs"]
 mod stdio;
@@ -289,9 +292,9 @@ impl Daemon {
 
     /// `shutdown` and `exit`; checks the daemon exits with 0.
     fn stop(mut self) {
-        self.call("shutdown", Value::Null);
+        self.call(Shutdown::METHOD, Value::Null);
         self.requests
-            .send(&json!({"jsonrpc": "2.0", "method": "exit"}));
+            .send(&json!({"jsonrpc": "2.0", "method": Exit::METHOD}));
         drop(self.requests);
         let status = self.child.wait().expect("cannot reap the daemon");
         assert!(status.success(), "the daemon exited with {status}");
@@ -365,13 +368,13 @@ fn stream_run(home: &Path, db: &Path, deltas: usize, feed: Feed) -> StreamRun {
     let upstream = start_upstream(deltas, feed);
     let mut daemon = Daemon::spawn(home, db, &upstream.url);
     daemon.call(
-        "initialize",
+        Initialize::METHOD,
         json!({"clientInfo": {"name": "deltas-bench", "version": "1"}, "protocolVersion": 1, "capabilities": {}}),
     );
     daemon
         .requests
-        .send(&json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}));
-    let session = daemon.call("session/create", json!({}));
+        .send(&json!({"jsonrpc": "2.0", "method": Initialized::METHOD, "params": {}}));
+    let session = daemon.call(SessionCreate::METHOD, json!({}));
     let session_id = session["id"].as_str().expect("a session id").to_owned();
     let settled = daemon.wait_until_idle();
 
@@ -383,9 +386,10 @@ fn stream_run(home: &Path, db: &Path, deltas: usize, feed: Feed) -> StreamRun {
     let mut line = Vec::with_capacity(1024);
     let before = daemon.usage();
     let started = Instant::now();
-    let send_id = daemon
-        .requests
-        .start_call("chat/send", json!({"sessionId": session_id, "text": "go"}));
+    let send_id = daemon.requests.start_call(
+        ChatSend::METHOD,
+        json!({"sessionId": session_id, "text": "go"}),
+    );
     let finished = loop {
         daemon.read_line(&mut line);
         let at = Instant::now();

@@ -13,18 +13,17 @@
 //! (`chat/send`, `session/prompt`) to the upstream having the request; the fresh run's whole
 //! path from spawn is reported beside it. Goal: the fresh median ≤ 3 × the warm median.
 
-#[allow(dead_code)]
 #[path = "support/stdio.rs"]
 mod stdio;
 #[path = "../tests/support/upstream.rs"]
 mod upstream;
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::time::{Duration, Instant};
 
+use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use serde_json::{Value, json};
+use sidechat::protocol::{ChatSend, Initialize, Initialized, Notification, Request, SessionCreate};
 
 const WARM_UP: usize = 2;
 const RUNS: usize = 15;
@@ -37,81 +36,24 @@ enum Front {
     Acp,
 }
 
-struct Process {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    next_id: u64,
-}
+/// `sidechat serve` or `sidechat acp`, as `front` says.
+struct Process(stdio::Process);
 
 impl Process {
     fn spawn(front: Front, home: &Path, upstream: &str) -> Self {
-        let mut command = stdio::serve_command(home, &home.join("sidechat.db"), upstream, "warn");
-        if let Front::Acp = front {
-            // The same environment, the ACP agent instead of `serve`.
-            let mut acp = std::process::Command::new(command.get_program());
-            acp.arg("acp").arg("--db").arg(home.join("sidechat.db"));
-            acp.env_clear();
-            for (key, value) in command.get_envs() {
-                if let Some(value) = value {
-                    acp.env(key, value);
-                }
-            }
-            acp.stdin(Stdio::piped()).stdout(Stdio::piped());
-            command = acp;
-        }
-        let mut child = command
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("cannot spawn sidechat");
-        let stdin = child.stdin.take().expect("piped stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        Self {
-            child,
-            stdin,
-            stdout,
-            next_id: 1,
-        }
+        let db = home.join("sidechat.db");
+        Self(stdio::Process::spawn(match front {
+            Front::Serve => stdio::serve_command(home, &db, upstream, "warn"),
+            Front::Acp => stdio::acp_command(home, &db, upstream, "warn"),
+        }))
     }
 
-    fn write(&mut self, message: &Value) {
-        let mut line = message.to_string();
-        line.push('\n');
-        self.stdin
-            .write_all(line.as_bytes())
-            .and_then(|()| self.stdin.flush())
-            .expect("write to sidechat");
-    }
-
-    /// Writes a request; its id.
-    fn request(&mut self, method: &str, params: Value) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.write(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        id
-    }
-
-    /// The result of request `id`; notifications on the way are skipped.
     fn result(&mut self, id: u64) -> Value {
-        let mut line = String::new();
-        loop {
-            line.clear();
-            let n = self.stdout.read_line(&mut line).expect("read sidechat");
-            assert!(n > 0, "sidechat closed its output");
-            let message: Value = serde_json::from_str(&line).expect("a JSON line");
-            if message["id"] == id && message.get("method").is_none() {
-                assert!(
-                    message.get("error").is_none(),
-                    "request {id} failed: {message}"
-                );
-                return message["result"].clone();
-            }
-        }
+        self.0.result(id)
     }
 
     fn call(&mut self, method: &str, params: Value) -> Value {
-        let id = self.request(method, params);
-        self.result(id)
+        self.0.call(method, params)
     }
 
     /// The handshake of `front`.
@@ -119,14 +61,14 @@ impl Process {
         match front {
             Front::Serve => {
                 self.call(
-                    "initialize",
+                    Initialize::METHOD,
                     json!({"clientInfo": {"name": "first-message-bench"}, "protocolVersion": 1, "capabilities": {}}),
                 );
-                self.write(&json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}));
+                self.0.notify(Initialized::METHOD, json!({}));
             }
             Front::Acp => {
                 self.call(
-                    "initialize",
+                    AGENT_METHOD_NAMES.initialize,
                     json!({"protocolVersion": 1, "clientCapabilities": {}, "clientInfo": {"name": "first-message-bench", "version": "1"}}),
                 );
             }
@@ -144,44 +86,42 @@ impl Process {
     ) -> (Duration, u64) {
         let (method, params) = match front {
             Front::Serve => {
-                let session = self.call("session/create", json!({}))["id"]
+                let session = self.call(SessionCreate::METHOD, json!({}))["id"]
                     .as_str()
                     .expect("an id")
                     .to_string();
                 (
-                    "chat/send",
+                    ChatSend::METHOD,
                     json!({"sessionId": session, "text": "Hello there, what does this project do?"}),
                 )
             }
             Front::Acp => {
                 let session = self.call(
-                    "session/new",
+                    AGENT_METHOD_NAMES.session_new,
                     json!({"cwd": home.display().to_string(), "mcpServers": []}),
                 )["sessionId"]
                     .as_str()
                     .expect("a session id")
                     .to_string();
                 (
-                    "session/prompt",
+                    AGENT_METHOD_NAMES.session_prompt,
                     json!({"sessionId": session, "prompt": [{"type": "text", "text": "Hello there, what does this project do?"}]}),
                 )
             }
         };
         let sent = Instant::now();
-        let id = self.request(method, params);
+        let id = self.0.request(method, params);
         while fake.seen().len() < requests {
             std::thread::sleep(Duration::from_micros(100));
         }
         (sent.elapsed(), id)
     }
 
-    fn close(mut self, front: Front) {
-        if let Front::Serve = front {
-            self.write(&json!({"jsonrpc": "2.0", "id": 0, "method": "shutdown"}));
-            self.write(&json!({"jsonrpc": "2.0", "method": "exit"}));
+    fn close(self, front: Front) {
+        match front {
+            Front::Serve => self.0.shut_down(),
+            Front::Acp => self.0.close(),
         }
-        drop(self.stdin);
-        let _ = self.child.wait();
     }
 }
 

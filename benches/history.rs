@@ -28,7 +28,6 @@
 //! bytes per message, and the WAL's size after the rounds of `chat/send` (steady use).
 
 // Only the daemon's command is used here; requests go through the client's `Connection`.
-#[allow(dead_code)]
 #[path = "support/stdio.rs"]
 mod stdio;
 #[path = "../tests/support/upstream.rs"]
@@ -42,7 +41,8 @@ use rusqlite::{Connection, params};
 use serde_json::{Value, json};
 use sidechat::client::Connection as RpcConnection;
 use sidechat::protocol::{
-    Block, CompactionMethod, FinishReason, Initialized, InitializedParams, MessageStatus, Role,
+    Block, ChatSend, CompactionMethod, FinishReason, Initialize, Initialized, InitializedParams,
+    MessageStatus, Request, Role, SessionGet, SessionList, SessionTranscript,
 };
 use sidechat::rpc::framing::Framing;
 use sidechat::store::{RunStatus, SCHEMA_VERSION, Store};
@@ -460,7 +460,7 @@ impl Daemon {
         let (conn, notes) = RpcConnection::spawn(command, Framing::Line).expect("cannot spawn");
         let daemon = Self { conn, notes };
         daemon
-            .call("initialize", json!({"protocolVersion": 1}))
+            .call(Initialize::METHOD, json!({"protocolVersion": 1}))
             .await;
         let initialized = started.elapsed();
         daemon
@@ -492,8 +492,11 @@ impl Daemon {
         arrivals: &Receiver<Instant>,
     ) -> Duration {
         let sent = Instant::now();
-        self.call("chat/send", json!({"sessionId": session, "text": text}))
-            .await;
+        self.call(
+            ChatSend::METHOD,
+            json!({"sessionId": session, "text": text}),
+        )
+        .await;
         self.until_finished(session).await;
         let arrived = arrivals
             .recv_timeout(Duration::from_secs(60))
@@ -585,15 +588,15 @@ impl Subject {
     async fn round(&mut self, upstream: &str, arrivals: &Receiver<Instant>, keep: bool) {
         let (mut daemon, initialize) = Daemon::spawn(&self.home, &self.db, upstream).await;
         let list_folder = daemon
-            .timed("session/list", json!({"workspaceRoot": self.folder}))
+            .timed(SessionList::METHOD, json!({"workspaceRoot": self.folder}))
             .await;
-        let list_all = daemon.timed("session/list", json!({})).await;
+        let list_all = daemon.timed(SessionList::METHOD, json!({})).await;
         let get = daemon
-            .timed("session/get", json!({"sessionId": self.largest}))
+            .timed(SessionGet::METHOD, json!({"sessionId": self.largest}))
             .await;
         let transcript = daemon
             .timed(
-                "session/transcript",
+                SessionTranscript::METHOD,
                 json!({"sessionId": self.largest, "beforeSeq": (1u64 << 53) - 1, "limit": 100}),
             )
             .await;

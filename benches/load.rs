@@ -51,6 +51,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use sidechat::protocol::{
+    ChatSend, Exit, Initialize, Initialized, Notification, Request, SessionCreate, SessionEvent,
+    Shutdown,
+};
 
 const SESSIONS: usize = 50;
 /// The session whose commits are slowed in the slow case; it asks short questions.
@@ -210,12 +214,12 @@ impl Daemon {
             lines,
         };
         daemon.call(
-            "initialize",
+            Initialize::METHOD,
             json!({"clientInfo": {"name": "load-bench", "version": "1"}, "protocolVersion": 1}),
         );
         daemon
             .requests
-            .send(&json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}));
+            .send(&json!({"jsonrpc": "2.0", "method": Initialized::METHOD, "params": {}}));
         daemon
     }
 
@@ -257,9 +261,9 @@ impl Daemon {
     }
 
     fn close(mut self) {
-        self.call("shutdown", Value::Null);
+        self.call(Shutdown::METHOD, Value::Null);
         self.requests
-            .send(&json!({"jsonrpc": "2.0", "method": "exit"}));
+            .send(&json!({"jsonrpc": "2.0", "method": Exit::METHOD}));
         let status = self.child.wait().expect("cannot reap the daemon");
         assert!(status.success(), "the daemon exited with {status}");
     }
@@ -301,7 +305,10 @@ fn round(home: &Path, db: &Path, plan: Plan, case: Case) -> RoundResult {
     let mut setup = Daemon::spawn(home, db, &server.url, None);
     let sessions: Vec<String> = (0..SESSIONS)
         .map(|tag| {
-            let created = setup.call("session/create", json!({"title": format!("load-{tag}")}));
+            let created = setup.call(
+                SessionCreate::METHOD,
+                json!({"title": format!("load-{tag}")}),
+            );
             created["id"].as_str().expect("a session id").to_owned()
         })
         .collect();
@@ -318,7 +325,7 @@ fn round(home: &Path, db: &Path, plan: Plan, case: Case) -> RoundResult {
     let mut result = RoundResult::default();
     let ask = |daemon: &mut Daemon, tag: usize| {
         daemon.requests.start_call(
-            "chat/send",
+            ChatSend::METHOD,
             json!({"sessionId": sessions[tag], "text": format!("load-{tag}")}),
         );
     };
@@ -356,7 +363,7 @@ fn round(home: &Path, db: &Path, plan: Plan, case: Case) -> RoundResult {
             );
             continue;
         }
-        if message["method"] != "session/event" {
+        if message["method"] != SessionEvent::METHOD {
             continue;
         }
         let params = &message["params"];

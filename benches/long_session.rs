@@ -24,7 +24,6 @@
 //! (so no config file of the machine is read), the provider variables and `SIDECHAT_LOG=warn`.
 
 // Only the daemon's command is used here; requests go through the client's `Connection`.
-#[allow(dead_code)]
 #[path = "support/stdio.rs"]
 mod stdio;
 #[path = "../tests/support/upstream.rs"]
@@ -36,7 +35,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sidechat::client::Connection;
-use sidechat::protocol::{Block, CompactionMethod, Initialized, InitializedParams, Role};
+use sidechat::protocol::{
+    Block, ChatSend, CompactionMethod, Initialize, Initialized, InitializedParams, Request, Role,
+    SessionCreate,
+};
 use sidechat::rpc::framing::Framing;
 use sidechat::runtime::count_blocks;
 use sidechat::store::{NewMessage, NewSession, Store};
@@ -183,7 +185,7 @@ impl Daemon {
         let (conn, notes) = Connection::spawn(command, Framing::Line).expect("cannot spawn");
         let daemon = Self { conn, notes };
         daemon
-            .call("initialize", json!({"protocolVersion": 1}))
+            .call(Initialize::METHOD, json!({"protocolVersion": 1}))
             .await;
         daemon
             .conn
@@ -208,8 +210,11 @@ impl Daemon {
         arrivals: &Receiver<Instant>,
     ) -> Duration {
         let sent = Instant::now();
-        self.call("chat/send", json!({"sessionId": session, "text": text}))
-            .await;
+        self.call(
+            ChatSend::METHOD,
+            json!({"sessionId": session, "text": text}),
+        )
+        .await;
         self.until_finished(session).await;
         let arrived = arrivals
             .recv_timeout(Duration::from_secs(60))
@@ -258,7 +263,9 @@ async fn main() {
     let mut long_samples = Vec::new();
     let mut new_samples = Vec::new();
     for round in 0..=rounds {
-        let fresh = daemon.call("session/create", json!({"title": "new"})).await;
+        let fresh = daemon
+            .call(SessionCreate::METHOD, json!({"title": "new"}))
+            .await;
         let fresh = fresh["id"].as_str().expect("an id").to_string();
         let text = format!("Round {round}: what changed since last time?");
         let (first, second) = match round % 2 {

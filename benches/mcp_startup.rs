@@ -12,21 +12,18 @@
 //! (`examples/mcp_fixture.rs`): four answer, one hangs (its start-up timeout is 600 s).
 //! Goal: the medians with servers ≤ 1.2 × the medians without.
 
-// Only the daemon's command is used here; this benchmark reads its own replies.
 #[path = "../tests/support/mcp_fixture.rs"]
 mod mcp_fixture;
-#[allow(dead_code)]
 #[path = "support/stdio.rs"]
 mod stdio;
 #[path = "../tests/support/upstream.rs"]
 mod upstream;
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
+use sidechat::protocol::{ChatSend, Initialize, Initialized, Notification, Request, SessionCreate};
 
 const SIDECHAT: &str = env!("CARGO_BIN_EXE_sidechat");
 const WARM_UP: usize = 2;
@@ -58,65 +55,6 @@ fn home(dir: &Path, name: &str, with_servers: bool) -> PathBuf {
     home
 }
 
-struct Daemon {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Daemon {
-    fn spawn(home: &Path, upstream: &str) -> Self {
-        let mut child = stdio::serve_command(home, &home.join("sidechat.db"), upstream, "warn")
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("cannot spawn `sidechat serve`");
-        let stdin = child.stdin.take().expect("piped stdin");
-        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        Self {
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    fn send(&mut self, message: &Value) {
-        let mut line = message.to_string();
-        line.push('\n');
-        self.stdin
-            .write_all(line.as_bytes())
-            .and_then(|()| self.stdin.flush())
-            .expect("write to the daemon");
-    }
-
-    fn request(&mut self, id: u64, method: &str, params: Value) {
-        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-    }
-
-    /// The result of request `id`; notifications on the way are skipped.
-    fn result(&mut self, id: u64) -> Value {
-        let mut line = String::new();
-        loop {
-            line.clear();
-            let n = self.stdout.read_line(&mut line).expect("read the daemon");
-            assert!(n > 0, "the daemon closed its output");
-            let message: Value = serde_json::from_str(&line).expect("a JSON line");
-            if message["id"] == id && message.get("method").is_none() {
-                assert!(
-                    message.get("error").is_none(),
-                    "request {id} failed: {message}"
-                );
-                return message["result"].clone();
-            }
-        }
-    }
-
-    fn close(mut self) {
-        self.send(&json!({"jsonrpc": "2.0", "id": 99, "method": "shutdown"}));
-        self.send(&json!({"jsonrpc": "2.0", "method": "exit"}));
-        let _ = self.child.wait();
-    }
-}
-
 /// One run: (spawn → initialize reply, chat/send → upstream request).
 fn run_once(home: &Path) -> (Duration, Duration) {
     let fake = upstream::start(vec![upstream::Reply::sse(&upstream::openai::text(
@@ -125,29 +63,33 @@ fn run_once(home: &Path) -> (Duration, Duration) {
         1,
     ))]);
     let started = Instant::now();
-    let mut daemon = Daemon::spawn(home, &fake.url);
-    daemon.request(
-        1,
-        "initialize",
+    let mut daemon = stdio::Process::spawn(stdio::serve_command(
+        home,
+        &home.join("sidechat.db"),
+        &fake.url,
+        "warn",
+    ));
+    daemon.call(
+        Initialize::METHOD,
         json!({"clientInfo": {"name": "mcp-bench"}, "protocolVersion": 1, "capabilities": {}}),
     );
-    daemon.result(1);
     let initialize = started.elapsed();
-    daemon.send(&json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}));
-    daemon.request(2, "session/create", json!({}));
-    let session = daemon.result(2)["id"].as_str().expect("an id").to_string();
+    daemon.notify(Initialized::METHOD, json!({}));
+    let session = daemon.call(SessionCreate::METHOD, json!({}))["id"]
+        .as_str()
+        .expect("an id")
+        .to_string();
     let sent = Instant::now();
-    daemon.request(
-        3,
-        "chat/send",
+    let id = daemon.request(
+        ChatSend::METHOD,
         json!({"sessionId": session, "text": "hello"}),
     );
     while fake.seen().is_empty() {
         std::thread::sleep(Duration::from_micros(100));
     }
     let first_request = sent.elapsed();
-    daemon.result(3);
-    daemon.close();
+    daemon.result(id);
+    daemon.shut_down();
     (initialize, first_request)
 }
 

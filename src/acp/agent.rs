@@ -37,6 +37,14 @@ pub enum Then {
 
 /// Who waits for which turn, which permission requests are open, and which sessions this
 /// connection opened; one lock, so a prompt's waiter is in before its run's end is handled.
+/// Sends one update of a session to the client on `peer`.
+pub(super) fn send_update(peer: &Peer, session_id: &str, update: acp::SessionUpdate) {
+    peer.notify(
+        acp::CLIENT_METHOD_NAMES.session_update,
+        &acp::SessionNotification::new(session_id.to_string(), update),
+    );
+}
+
 #[derive(Default)]
 pub struct State {
     pub turns: Turns,
@@ -95,10 +103,7 @@ impl Agent {
 
     /// Sends one update of a session.
     pub(super) fn update(&self, session_id: &str, update: acp::SessionUpdate) {
-        self.peer.notify(
-            acp::CLIENT_METHOD_NAMES.session_update,
-            &acp::SessionNotification::new(session_id.to_string(), update),
-        );
+        send_update(&self.peer, session_id, update);
     }
 
     /// Sends the session's slash commands, built-in and custom; the stamp of its command

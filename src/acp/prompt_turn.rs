@@ -10,14 +10,22 @@ use std::sync::Arc;
 use agent_client_protocol_schema::v1 as acp;
 use serde_json::json;
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
-use super::agent::Agent;
+use super::agent::{Agent, send_update};
 use super::dispatch::SteeringParams;
 use super::error::{AcpError, Answer, error_message, runtime_error, to_value};
 use super::translate;
 use crate::protocol::{ChatSendParams, FinishReason};
 use crate::rpc::error::{INTERNAL_ERROR, INVALID_PARAMS};
 use crate::runtime::Runtime;
+
+/// A prompt the runtime has taken, and the provisional title being given to its session
+/// (its first prompt names a new session), which the prompt's answer follows.
+pub struct Taken {
+    accepted: Accepted,
+    titling: Option<JoinHandle<()>>,
+}
 
 /// How the turn that took a prompt ended.
 pub type Outcome = Result<acp::StopReason, AcpError>;
@@ -140,16 +148,14 @@ impl Agent {
     pub(super) async fn accept_prompt(
         &self,
         params: acp::PromptRequest,
-    ) -> Result<Accepted, AcpError> {
+    ) -> Result<Taken, AcpError> {
         let session_id = params.session_id.0.to_string();
         let session = self.usable_session(&session_id).await?;
         let (text, attachments) = translate::prompt_text(&params.prompt)
             .map_err(|e| error_message(INVALID_PARAMS, e.0))?;
         let runtime = self.runtime().await?;
-        let command = crate::runtime::is_command(&text);
-        if session.title == "New chat" && !command {
-            self.retitle(runtime, &session_id, &text)?;
-        }
+        let titling = (session.title == "New chat" && !crate::runtime::is_command(&text))
+            .then(|| self.retitle(runtime, &session_id, &text));
         // Held while sending, so the run's end cannot be handled before its waiter is in.
         let mut state = self.state.lock().await;
         let sent = runtime
@@ -161,12 +167,20 @@ impl Agent {
             })
             .await
             .map_err(runtime_error)?;
-        Ok(state.turns.wait(sent.pending_id, sent.run_id))
+        tracing::debug!(session_id, run_id = ?sent.run_id, queued = sent.queued, "prompt taken");
+        Ok(Taken {
+            accepted: state.turns.wait(sent.pending_id, sent.run_id),
+            titling,
+        })
     }
 
-    /// The answer of an accepted prompt, once the turn that took it has ended.
-    pub(super) async fn finish_prompt(&self, accepted: Accepted) -> Answer {
-        match accepted {
+    /// The answer of an accepted prompt, once the turn that took it has ended (and the
+    /// provisional title it gave its session has been told).
+    pub(super) async fn finish_prompt(&self, taken: Taken) -> Answer {
+        if let Some(titling) = taken.titling {
+            let _ = titling.await;
+        }
+        match taken.accepted {
             Accepted::Command => {
                 // After the note's update, which was published before `send` returned.
                 self.sink.barrier().await;
@@ -176,29 +190,37 @@ impl Agent {
         }
     }
 
-    /// Names a new session after its first prompt, and tells the client.
-    fn retitle(&self, runtime: &Runtime, session_id: &str, text: &str) -> Result<(), AcpError> {
-        let title = translate::title_from(text);
-        if title.is_empty() {
-            return Ok(());
-        }
-        // Provisional: the daemon's title after the first answer replaces it (and reaches
-        // the client as a `sessionUpdated` event, forwarded as a session info update).
-        let Some(session) = runtime
-            .set_provisional_title(session_id, &title)
-            .map_err(runtime_error)?
-        else {
-            return Ok(());
-        };
-        self.update(
-            session_id,
-            acp::SessionUpdate::SessionInfoUpdate(
-                acp::SessionInfoUpdate::new()
-                    .title(session.title)
-                    .updated_at(session.updated_at),
-            ),
-        );
-        Ok(())
+    /// Names a new session after its first prompt, and tells the client, beside the prompt's
+    /// turn: the title is redacted, and a fresh process may still be compiling the redaction
+    /// patterns, which the prompt's request to the model must not wait for.
+    fn retitle(&self, runtime: &Runtime, session_id: &str, text: &str) -> JoinHandle<()> {
+        let (runtime, peer) = (runtime.clone(), self.peer.clone());
+        let (session_id, text) = (session_id.to_string(), text.to_string());
+        tokio::task::spawn_blocking(move || {
+            let title = translate::title_from(&text);
+            if title.is_empty() {
+                return;
+            }
+            // Provisional: the daemon's title after the first answer replaces it (and reaches
+            // the client as a `sessionUpdated` event, forwarded as a session info update).
+            let session = match runtime.set_provisional_title(&session_id, &title) {
+                Ok(Some(session)) => session,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(session_id, error = %e, "cannot title the session from its first prompt");
+                    return;
+                }
+            };
+            send_update(
+                &peer,
+                &session_id,
+                acp::SessionUpdate::SessionInfoUpdate(
+                    acp::SessionInfoUpdate::new()
+                        .title(session.title)
+                        .updated_at(session.updated_at),
+                ),
+            );
+        })
     }
 
     /// `_session/steering`: the prompt joins the running turn, or starts one when none runs.

@@ -133,9 +133,28 @@ pub fn warm() {
     patterns();
 }
 
+/// Test-only: `gate:<path>` keeps the patterns uncompiled until the file `path` exists, so a
+/// test can see that a first message does not wait for them. Unset in every real use.
+pub const REDACTION_VAR: &str = "SIDECHAT_TEST_REDACTION";
+
+/// Waits, under [`REDACTION_VAR`]'s gate, until its file exists.
+fn wait_for_gate() {
+    let Some(path) = std::env::var(REDACTION_VAR)
+        .ok()
+        .and_then(|v| v.strip_prefix("gate:").map(std::path::PathBuf::from))
+    else {
+        return;
+    };
+    tracing::info!(path = %path.display(), "{REDACTION_VAR} is set (tests only)");
+    while !path.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 fn patterns() -> &'static Patterns {
     static PATTERNS: OnceLock<Patterns> = OnceLock::new();
     PATTERNS.get_or_init(|| {
+        wait_for_gate();
         let compile = |list: &mut dyn Iterator<Item = String>| -> Vec<Regex> {
             list.filter_map(|p| Regex::new(&p).ok()).collect()
         };

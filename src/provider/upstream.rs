@@ -312,6 +312,7 @@ impl Exchange {
             .headers(self.headers.clone())
             .body(self.body.clone());
         let stall = self.settings.stall_timeout;
+        tracing::debug!("sending the request to the provider");
         let response = match tokio::time::timeout(stall, request.send()).await {
             Err(_) => return Err(Failure::lost(SseError::Stalled(sse::whole_seconds(stall)))),
             Ok(Err(error)) => return Err(Failure::connection(error)),

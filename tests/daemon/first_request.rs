@@ -74,7 +74,7 @@ fn stored_counts(db: &Path) -> Vec<Option<i64>> {
 }
 
 /// Polls until `upstream` has had `n` requests (a guard against a hang only).
-async fn until_requests(upstream: &Upstream, n: usize) {
+pub(crate) async fn until_requests(upstream: &Upstream, n: usize) {
     let mut polls = 0;
     while upstream.bodies().len() < n {
         polls += 1;

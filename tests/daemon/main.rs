@@ -4,6 +4,7 @@
 #![allow(clippy::disallowed_methods)]
 
 mod acp_commands;
+mod acp_first_prompt;
 mod acp_ids;
 mod backpressure;
 mod bad_input;
