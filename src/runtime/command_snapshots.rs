@@ -350,17 +350,23 @@ impl Before {
                 objects.push(sha);
             }
         }
+        // One content per object asked for, in order (else `read_objects` fails).
         let mut contents = read_objects(&self.repo, &objects).await?.into_iter();
+        let mut next = || {
+            contents
+                .next()
+                .ok_or_else(|| "git answered fewer objects than asked for".to_string())
+        };
         let mut kept = 0;
         for file in &changed {
             let before = match &file.before {
-                Some((mode, _)) => Some((contents.next().unwrap_or_default(), *mode)),
+                Some((mode, _)) => Some((next()?, *mode)),
                 None => None,
             };
-            let after = file
-                .after
-                .as_ref()
-                .map(|_| contents.next().unwrap_or_default());
+            let after = match &file.after {
+                Some(_) => Some(next()?),
+                None => None,
+            };
             store
                 .keep_checkpoint(&NewCheckpoint {
                     session_id,

@@ -298,7 +298,7 @@ impl Runtime {
         };
         let sorted = sort_plan(ws.as_ref(), plan, params.force);
         if params.dry_run {
-            return Ok(dry_run(store, session_id, &place, scope, sorted)?);
+            return dry_run(store, session_id, &place, scope, sorted);
         }
         if !sorted.conflicts.is_empty() {
             return Err(RuntimeError::InvalidParams(format!(
