@@ -82,7 +82,7 @@ fn main() {
                     call_id: "call",
                     path: &path,
                     before: Some((&current[f], 0o644)),
-                    after: &after,
+                    after: Some(&after),
                 })
                 .expect("a checkpoint");
             current[f] = after;

@@ -458,6 +458,11 @@ pub struct SessionRewindParams {
     /// program) instead of refusing.
     #[serde(default)]
     pub force: bool,
+    /// Change nothing: answer what the rewind would restore and leave (a file changed since
+    /// the session last wrote it is listed among `skipped` unless `force`), for a client's
+    /// confirmation.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
 }
 
 /// A file a rewind put back.

@@ -6,6 +6,7 @@
 mod accounting;
 mod carry_over;
 mod chat;
+mod command_snapshots;
 mod commands;
 mod compaction;
 mod custom_commands;
@@ -87,6 +88,8 @@ struct Inner {
     answering: Mutex<()>,
     /// The instruction files (AGENTS.md) as last read.
     instruction_files: instructions::InstructionFiles,
+    /// Snapshots of git work trees around commands, so a rewind puts back what they changed.
+    command_snapshots: command_snapshots::CommandSnapshots,
 }
 
 impl Runtime {
@@ -97,6 +100,7 @@ impl Runtime {
             crate::cost::PriceBook::builtin()
         });
         let configured_mcp = config.mcp_servers.clone();
+        let snapshots = command_snapshots::CommandSnapshots::new(store.command_snapshot_dir());
         let inner = Arc::new_cyclic(|weak| Inner {
             mcp: Arc::new(crate::mcp::Manager::new(
                 store.clone(),
@@ -117,6 +121,7 @@ impl Runtime {
             permission_notices: Mutex::default(),
             answering: Mutex::default(),
             instruction_files: instructions::InstructionFiles::default(),
+            command_snapshots: snapshots,
         });
         recovery::recover(&inner)?;
         lease::start_heartbeat(&inner);

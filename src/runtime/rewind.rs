@@ -35,7 +35,7 @@ impl Checkpoints for CallCheckpoints<'_> {
                 call_id: self.call_id,
                 path,
                 before,
-                after,
+                after: Some(after),
             })
             .map_err(|e| {
                 format!(
@@ -206,6 +206,37 @@ fn sort_plan(ws: Option<&Workspace>, plan: Vec<PlannedFile>, force: bool) -> Sor
     sorted
 }
 
+/// What a rewind would do, changing nothing: a conflict is one of the files it would leave.
+fn dry_run(
+    store: &Store,
+    session_id: &str,
+    place: &crate::store::MessagePlace,
+    scope: RewindScope,
+    sorted: Sorted,
+) -> RuntimeResult<SessionRewindResult> {
+    let mut skipped = sorted.skipped;
+    skipped.extend(sorted.conflicts.into_iter().map(|path| SkippedFile {
+        path,
+        reason: "changed since the session last wrote it; a forced rewind overwrites it".into(),
+    }));
+    let rewound_messages = match scope.conversation() {
+        true => store.live_messages_from(session_id, place.seq)?,
+        false => 0,
+    };
+    Ok(SessionRewindResult {
+        restored: sorted
+            .steps
+            .iter()
+            .map(|step| RewoundFile {
+                path: step.path.clone(),
+                removed: step.hash.is_none(),
+            })
+            .collect(),
+        skipped,
+        rewound_messages,
+    })
+}
+
 impl Runtime {
     /// `session/rewind`: takes the session back to just before a user message.
     pub async fn rewind(&self, params: SessionRewindParams) -> RuntimeResult<SessionRewindResult> {
@@ -266,6 +297,9 @@ impl Runtime {
             false => workspace_of(store, session_id)?,
         };
         let sorted = sort_plan(ws.as_ref(), plan, params.force);
+        if params.dry_run {
+            return dry_run(store, session_id, &place, scope, sorted);
+        }
         if !sorted.conflicts.is_empty() {
             return Err(RuntimeError::InvalidParams(format!(
                 "these files changed since the session last wrote them: {}; rewind with force to overwrite them",
@@ -456,6 +490,7 @@ impl Runtime {
                 message_id: turn.message_id.clone(),
                 restore: RewindRestore::Both,
                 force,
+                dry_run: false,
             })
             .await?;
         Ok(describe_rewind(back, &done))

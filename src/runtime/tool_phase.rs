@@ -191,15 +191,43 @@ impl RunContext {
                 session_id: &self.session_id,
                 call_id: &call.id,
             };
-            tokio::select! {
+            let snapshot = match (call.name == tools::RUN_COMMAND, workspace) {
+                (true, Some(ws)) => self.snapshot_before(ws.root()).await?,
+                _ => None,
+            };
+            let outcome = tokio::select! {
                 biased;
-                _ = stop.wait_for(|s| *s) => return Ok((ToolCallStatus::Cancelled, ToolOutcome::error(STOPPED_DURING))),
+                _ = stop.wait_for(|s| *s) => None,
                 outcome = async {
                     match sandboxed {
                         true => tools::execute_sandboxed(workspace, &call.input, &self.inner.store, &self.inner.config.sandbox).await,
                         false => tools::execute(workspace, &call.name, &call.input, &self.inner.store, &checkpoints).await,
                     }
-                } => outcome,
+                } => Some(outcome),
+            };
+            if let Some(before) = snapshot {
+                // Also when the command was stopped: what it changed until then is kept.
+                match before
+                    .keep_changes(&self.inner.store, &self.session_id, &call.id)
+                    .await
+                {
+                    Ok(files) if files > 0 => {
+                        tracing::debug!(call_id = %call.id, files, "kept the files a command changed");
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(call_id = %call.id, error = %e, "cannot keep the files a command changed; they cannot be rewound");
+                    }
+                }
+            }
+            match outcome {
+                Some(outcome) => outcome,
+                None => {
+                    return Ok((
+                        ToolCallStatus::Cancelled,
+                        ToolOutcome::error(STOPPED_DURING),
+                    ));
+                }
             }
         };
         let status = if outcome.is_error {
@@ -323,6 +351,30 @@ impl RunContext {
             }
         }
         Ok(in_force.rules)
+    }
+
+    /// The snapshot of the workspace before a command, when it is in a git work tree; a
+    /// workspace too large to snapshot is said once.
+    async fn snapshot_before(
+        &self,
+        root: &std::path::Path,
+    ) -> RuntimeResult<Option<super::command_snapshots::Before>> {
+        use super::command_snapshots::{MAX_FILES, Taken};
+        match self.inner.command_snapshots.before(root).await {
+            Taken::Snapshot(before) => Ok(Some(before)),
+            Taken::Nothing | Taken::TooLarge { first: false } => Ok(None),
+            Taken::TooLarge { first: true } => {
+                self.inner.notice(
+                    &self.session_id,
+                    Some(&self.run_id),
+                    NoticeLevel::Warning,
+                    format!(
+                        "The workspace has more than {MAX_FILES} files: the files commands change in it are not kept, so a rewind cannot put them back."
+                    ),
+                )?;
+                Ok(None)
+            }
+        }
     }
 
     /// Stores the call as running and tells the clients.

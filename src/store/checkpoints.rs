@@ -13,7 +13,7 @@
 use rusqlite::{OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
 
-use super::{Store, StoreError, StoreResult};
+use super::{Store, StoreError, StoreResult, blob_delta};
 use crate::util::now_ms;
 
 /// The SHA-256 of `bytes`, in lower-case hex: a content's name in `checkpoint_blobs`.
@@ -36,8 +36,8 @@ pub struct NewCheckpoint<'a> {
     pub path: &'a str,
     /// The content and permissions now; `None` when the file does not exist.
     pub before: Option<(&'a [u8], u32)>,
-    /// What the tool writes.
-    pub after: &'a [u8],
+    /// What the tool writes; `None` when the change removes the file (a command did).
+    pub after: Option<&'a [u8]>,
 }
 
 /// One file a rewind would take back: its content before the first change of the rewound
@@ -167,7 +167,98 @@ fn owning_turn(tx: &Transaction<'_>, session_id: &str) -> StoreResult<Option<(St
     Ok(turn)
 }
 
+/// The longest chain of deltas a kept content is rebuilt through: one whole content per this
+/// many versions of a file bounds what rebuilding an old version costs.
+const MAX_CHAIN: usize = 256;
+
+/// Keeps `bytes` (whose hash is `hash`) unless a content with that hash is kept already.
+///
+/// The newest version of a file is stored whole, and the version the session kept before it
+/// for the same path is rewritten as a delta against it (newest whole, older ones as deltas,
+/// as version control does): a rewind mostly wants recent versions, which then cost one
+/// lookup, while a small edit to a large file costs about the edit.
+fn keep_blob(
+    tx: &Transaction<'_>,
+    owner: &str,
+    path: &str,
+    hash: &str,
+    bytes: &[u8],
+) -> StoreResult<()> {
+    let inserted = tx.execute(
+        "INSERT OR IGNORE INTO checkpoint_blobs (hash, content) VALUES (?1, ?2)",
+        params![hash, bytes],
+    )?;
+    if inserted == 0 {
+        return Ok(());
+    }
+    let previous: Option<String> = tx
+        .query_row(
+            "SELECT before_hash FROM checkpoints
+             WHERE session_id = ?1 AND path = ?2 AND before_hash IS NOT NULL
+             ORDER BY id DESC LIMIT 1",
+            params![owner, path],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let Some(previous) = previous else {
+        return Ok(());
+    };
+    // Only a whole content is rewritten, so no delta's base ever turns into a delta of its
+    // own descendant (the new content is new: nothing is based on it yet).
+    let old: Option<(Vec<u8>, i64)> = tx
+        .query_row(
+            "SELECT content, chain FROM checkpoint_blobs WHERE hash = ?1 AND base IS NULL",
+            [&previous],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let Some((old, chain)) = old else {
+        return Ok(());
+    };
+    if chain as usize >= MAX_CHAIN {
+        return Ok(());
+    }
+    let delta = blob_delta::encode(bytes, &old);
+    if delta.len() * 2 > old.len() {
+        return Ok(());
+    }
+    tx.execute(
+        "UPDATE checkpoint_blobs SET content = ?2, base = ?3, chain = 0 WHERE hash = ?1",
+        params![previous, delta, hash],
+    )?;
+    tx.execute(
+        "UPDATE checkpoint_blobs SET chain = ?2 WHERE hash = ?1",
+        params![hash, chain + 1],
+    )?;
+    Ok(())
+}
+
+/// Deletes the kept contents no checkpoint needs any more, directly or as the base of a
+/// delta one needs: after a session's checkpoints went with it.
+pub(super) fn collect_blobs(tx: &Transaction<'_>) -> StoreResult<usize> {
+    Ok(tx.execute(
+        "WITH RECURSIVE live(hash) AS (
+             SELECT before_hash FROM checkpoints WHERE before_hash IS NOT NULL
+             UNION
+             SELECT b.base FROM checkpoint_blobs AS b JOIN live ON b.hash = live.hash
+             WHERE b.base IS NOT NULL
+         )
+         DELETE FROM checkpoint_blobs WHERE hash NOT IN (SELECT hash FROM live)",
+        [],
+    )?)
+}
+
 impl Store {
+    /// The folder beside the database file where snapshots of work trees around commands are
+    /// kept (`<database>-snapshots`); `None` for a database in memory.
+    pub fn command_snapshot_dir(&self) -> Option<std::path::PathBuf> {
+        self.read(|conn| Ok(conn.path().map(str::to_string)))
+            .ok()
+            .flatten()
+            .filter(|p| !p.is_empty())
+            .map(|p| std::path::PathBuf::from(format!("{p}-snapshots")))
+    }
+
     /// Where the message `id` stands, or `None` when there is no such message.
     pub fn message_place(&self, id: &str) -> StoreResult<Option<MessagePlace>> {
         self.read(|conn| {
@@ -188,6 +279,18 @@ impl Store {
         })
     }
 
+    /// How many of the session's messages from `seq` on are not rewound: what a rewind of
+    /// the conversation there would mark.
+    pub fn live_messages_from(&self, session_id: &str, seq: u64) -> StoreResult<u64> {
+        self.read(|conn| {
+            Ok(conn.query_row(
+                "SELECT COUNT(*) FROM messages WHERE session_id = ?1 AND seq >= ?2 AND rewound = 0",
+                params![session_id, seq as i64],
+                |r| r.get::<_, i64>(0),
+            )? as u64)
+        })
+    }
+
     /// Keeps a file's content before a tool changes it, tied to the turn the change belongs
     /// to. Fails when the session has no user turn to tie it to.
     pub fn keep_checkpoint(&self, new: &NewCheckpoint<'_>) -> StoreResult<()> {
@@ -202,10 +305,7 @@ impl Store {
             let (before_hash, before_mode) = match new.before {
                 Some((bytes, mode)) => {
                     let hash = content_hash(bytes);
-                    tx.execute(
-                        "INSERT OR IGNORE INTO checkpoint_blobs (hash, content) VALUES (?1, ?2)",
-                        params![hash, bytes],
-                    )?;
+                    keep_blob(&tx, &owner, new.path, &hash, bytes)?;
                     (Some(hash), Some(mode))
                 }
                 None => (None, None),
@@ -222,7 +322,7 @@ impl Store {
                     new.path,
                     before_hash,
                     before_mode,
-                    content_hash(new.after),
+                    new.after.map(content_hash),
                     now_ms()
                 ],
             )?;
@@ -284,16 +384,63 @@ impl Store {
         })
     }
 
-    /// A kept content, by its hash.
+    /// A kept content, by its hash: the stored bytes when whole, else rebuilt from the whole
+    /// content its chain of deltas ends at, and checked against the hash.
     pub fn checkpoint_blob(&self, hash: &str) -> StoreResult<Option<Vec<u8>>> {
         self.read(|conn| {
-            Ok(conn
-                .query_row(
-                    "SELECT content FROM checkpoint_blobs WHERE hash = ?1",
-                    [hash],
-                    |r| r.get(0),
-                )
-                .optional()?)
+            let mut stmt =
+                conn.prepare_cached("SELECT content, base FROM checkpoint_blobs WHERE hash = ?1")?;
+            let mut deltas: Vec<Vec<u8>> = Vec::new();
+            let mut next = hash.to_string();
+            let whole = loop {
+                let Some((content, base)) = stmt
+                    .query_row([&next], |r| {
+                        Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Option<String>>(1)?))
+                    })
+                    .optional()?
+                else {
+                    return match deltas.is_empty() {
+                        true => Ok(None),
+                        false => Err(StoreError::Corrupt(format!(
+                            "kept content {hash}: the base {next} of its delta is missing"
+                        ))),
+                    };
+                };
+                match base {
+                    None => break content,
+                    Some(base) => {
+                        if deltas.len() > MAX_CHAIN * 2 {
+                            return Err(StoreError::Corrupt(format!(
+                                "kept content {hash}: its chain of deltas does not end"
+                            )));
+                        }
+                        deltas.push(content);
+                        next = base;
+                    }
+                }
+            };
+            let mut content = whole;
+            for delta in deltas.iter().rev() {
+                content = blob_delta::apply(&content, delta)
+                    .map_err(|e| StoreError::Corrupt(format!("kept content {hash}: {e}")))?;
+            }
+            if content_hash(&content) != hash {
+                return Err(StoreError::Corrupt(format!(
+                    "kept content {hash} does not match its hash"
+                )));
+            }
+            Ok(Some(content))
+        })
+    }
+
+    /// How many kept contents there are and how many of them are stored as deltas.
+    pub fn checkpoint_blob_counts(&self) -> StoreResult<(u64, u64)> {
+        self.read(|conn| {
+            Ok(conn.query_row(
+                "SELECT COUNT(*), COUNT(base) FROM checkpoint_blobs",
+                [],
+                |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64)),
+            )?)
         })
     }
 
@@ -458,7 +605,7 @@ mod tests {
                 call_id: "c",
                 path,
                 before: before.map(|b| (b, 0o644)),
-                after,
+                after: Some(after),
             })
             .unwrap();
     }
@@ -502,6 +649,91 @@ mod tests {
             store.checkpoint_blob(&content_hash(b"v1")).unwrap(),
             Some(b"v1".to_vec())
         );
+    }
+
+    fn blob_count(store: &Store) -> (u64, u64) {
+        store.checkpoint_blob_counts().unwrap()
+    }
+
+    /// A file of `lines` 64-byte lines with line `edited` saying `turn`.
+    fn version(lines: usize, edited: usize, turn: usize) -> Vec<u8> {
+        (0..lines)
+            .map(|i| match i == edited {
+                true => format!("{:<63}\n", format!("line {i} turn {turn}")),
+                false => format!("{:<63}\n", format!("line {i}")),
+            })
+            .collect::<String>()
+            .into_bytes()
+    }
+
+    #[test]
+    fn edits_of_one_file_keep_each_content_once_and_as_small_deltas() {
+        let store = Store::open_in_memory().unwrap();
+        let id = session(&store);
+        let versions: Vec<Vec<u8>> = (0..30).map(|t| version(320, (t * 7) % 320, t)).collect();
+        for turn in 0..29 {
+            user(&store, &id, &format!("turn {turn}"));
+            keep(
+                &store,
+                &id,
+                "big.txt",
+                Some(&versions[turn]),
+                &versions[turn + 1],
+            );
+        }
+        // Going back to an earlier content stores nothing new.
+        user(&store, &id, "back");
+        keep(&store, &id, "big.txt", Some(&versions[3]), &versions[29]);
+        assert_eq!(
+            blob_count(&store),
+            (29, 28),
+            "29 contents, all but the newest deltas"
+        );
+        for (i, content) in versions[..29].iter().enumerate() {
+            assert_eq!(
+                store
+                    .checkpoint_blob(&content_hash(content))
+                    .unwrap()
+                    .as_deref(),
+                Some(content.as_slice()),
+                "version {i}"
+            );
+        }
+        let kept = store.checkpoint_bytes().unwrap() as usize;
+        assert!(
+            kept < versions[0].len() + 28 * 100,
+            "{kept} bytes kept for one 20 KB file and 28 one-line edits"
+        );
+    }
+
+    #[test]
+    fn deleting_a_session_deletes_the_contents_only_it_needed() {
+        let store = Store::open_in_memory().unwrap();
+        let gone = session(&store);
+        let stays = session(&store);
+        let versions: Vec<Vec<u8>> = (0..5).map(|t| version(100, t, t)).collect();
+        user(&store, &gone, "one");
+        for turn in 0..4 {
+            keep(
+                &store,
+                &gone,
+                "a.txt",
+                Some(&versions[turn]),
+                &versions[turn + 1],
+            );
+        }
+        user(&store, &stays, "one");
+        keep(&store, &stays, "b.txt", Some(&versions[1]), b"b");
+        assert_eq!(blob_count(&store), (4, 3));
+        assert!(store.delete_session(&gone).unwrap());
+        // versions[1] is a delta on versions[2], which on versions[3]: the chain stays whole.
+        assert_eq!(blob_count(&store), (3, 2));
+        assert_eq!(
+            store.checkpoint_blob(&content_hash(&versions[1])).unwrap(),
+            Some(versions[1].clone())
+        );
+        assert!(store.delete_session(&stays).unwrap());
+        assert_eq!(blob_count(&store), (0, 0));
     }
 
     #[test]

@@ -326,6 +326,18 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE messages ADD COLUMN rewound INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE sessions ADD COLUMN forked_from TEXT;
     "#,
+    // 21: kept contents as deltas: a content whose `base` is set holds the delta that rebuilds
+    // it from that base (the newer version of the same file), and `chain` on a whole content
+    // counts the deltas chained onto it. Existing contents stay whole; those no checkpoint
+    // needs (their sessions were deleted) go.
+    r#"
+    ALTER TABLE checkpoint_blobs ADD COLUMN base TEXT;
+    ALTER TABLE checkpoint_blobs ADD COLUMN chain INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX checkpoints_by_path ON checkpoints (session_id, path, id);
+    CREATE INDEX checkpoints_by_before ON checkpoints (before_hash) WHERE before_hash IS NOT NULL;
+    DELETE FROM checkpoint_blobs
+     WHERE hash NOT IN (SELECT before_hash FROM checkpoints WHERE before_hash IS NOT NULL);
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

@@ -14,6 +14,7 @@
 //! choose otherwise: what must not wait at all writes [`without_waiting`], and input the client
 //! was told is kept writes [`until_free`].
 
+mod blob_delta;
 mod checkpoints;
 mod command_processes;
 mod delegations;

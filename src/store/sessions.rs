@@ -275,9 +275,18 @@ impl Store {
         self.session(id)
     }
 
-    /// Deletes a session and, by cascade, everything that belongs to it.
+    /// Deletes a session and, by cascade, everything that belongs to it; then the kept file
+    /// contents no remaining checkpoint needs.
     pub fn delete_session(&self, id: &str) -> StoreResult<bool> {
-        self.write(|conn| Ok(conn.execute("DELETE FROM sessions WHERE id = ?1", [id])? > 0))
+        self.write(|conn| {
+            let tx = conn.transaction()?;
+            let deleted = tx.execute("DELETE FROM sessions WHERE id = ?1", [id])? > 0;
+            if deleted {
+                super::checkpoints::collect_blobs(&tx)?;
+            }
+            tx.commit()?;
+            Ok(deleted)
+        })
     }
 
     /// Rewrites the database file without its free pages (SQLite's `VACUUM`), then empties

@@ -554,6 +554,18 @@ test('session/list finds the sessions of a folder, with titles', async () => {
   assert.deepEqual(elsewhere.sessions, []);
 });
 
+test('/fork makes a new session that session/list shows in the same folder', async () => {
+  const from = agent.updates.length;
+  const answer = await agent.request('session/prompt', { sessionId, prompt: [{ type: 'text', text: '/fork' }] });
+  assert.deepEqual(answer, { stopReason: 'end_turn' });
+  const note = text(agent.of(sessionId, from), 'agent_message_chunk');
+  const fork = /Forked into session (ses_\w+)/.exec(note)?.[1];
+  assert.ok(fork, note);
+  const listed = await agent.request('session/list', { cwd: workspace });
+  const found = listed.sessions.find((s) => s.sessionId === fork);
+  assert.deepEqual({ ...found, updatedAt: undefined }, { sessionId: fork, cwd: workspace, title: 'stream a greeting (fork)', updatedAt: undefined });
+});
+
 test('a prompt sent mid-turn is queued, delivered, and both prompts answer', async () => {
   const { sessionId: busy } = await agent.request('session/new', { cwd: workspace, mcpServers: [] });
   const reached = upstream.reachedGate();

@@ -41,6 +41,7 @@ mod private_files;
 mod protocol;
 mod providers;
 mod rewind;
+mod rewind_commands;
 mod run_ends;
 mod runs;
 mod sandbox;

@@ -61,6 +61,7 @@ fn rewind(
         message_id: message.into(),
         restore,
         force,
+        dry_run: false,
     }
 }
 

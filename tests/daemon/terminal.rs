@@ -1028,3 +1028,37 @@ fn the_daemon_titles_a_terminal_chat_and_a_one_shot_is_named_by_its_message() {
         ]
     );
 }
+
+#[test]
+fn undo_in_the_terminal_takes_back_the_last_turn_and_its_file() {
+    let scratch = Scratch::new();
+    let workspace = scratch.workspace();
+    let terminal = Tmux::start(&scratch, "undo", &chat_line(&scratch, "--new"));
+    terminal.wait_for("› ");
+    terminal.type_line("create notes.md with kept");
+    terminal.wait_for("[a] allow once");
+    terminal.type_line("a");
+    terminal.wait_for("Done. The tool answered:");
+    terminal.type_line("edit notes.md replace kept with changed");
+    terminal.wait_for_count("[a] allow once", 2);
+    terminal.type_line("a");
+    terminal.wait_for_count("Done. The tool answered:", 2);
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("notes.md")).unwrap(),
+        "changed\n"
+    );
+
+    terminal.type_line("/undo");
+    let screen = terminal.wait_for("Took back the last turn");
+    assert!(screen.contains("  restored notes.md"), "{screen}");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("notes.md")).unwrap(),
+        "kept\n"
+    );
+    // Once more: the first turn goes too, and the file it created with it.
+    terminal.type_line("/undo");
+    let screen = terminal.wait_for_count("Took back the last turn", 2);
+    assert!(screen.contains("  removed notes.md"), "{screen}");
+    assert!(!workspace.join("notes.md").exists());
+    terminal.quit();
+}

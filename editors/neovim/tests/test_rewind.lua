@@ -241,4 +241,33 @@ H.run({
       H.eq(n, #sidechat.current().entries, "all of it")
     end,
   },
+  {
+    ":SidechatUndo names the files a command changed in a git work tree, as the daemon's dry run lists them",
+    function()
+      vim.fn.system({ "git", "init", "-q", H.ws })
+      H.eq(0, vim.v.shell_error, "git init")
+      local shown = sidechat.current()
+      sidechat.new_session()
+      H.wait("a new session", function()
+        return sidechat.current() ~= shown and sidechat.current().loaded
+      end)
+      local s = sidechat.current()
+      sidechat.send("run echo made > made.txt")
+      -- Sandboxed, the command runs without asking; without a sandbox it asks.
+      H.wait("the turn's end", function()
+        if #s:pending_approvals() > 0 then
+          sidechat.approve("allow")
+        end
+        return s.state == "idle" and #s.entries > 2
+      end)
+      H.eq("made\n", read("made.txt"), "the command wrote it")
+      local asked = answer_selects({ "Undo" })
+      vim.cmd("SidechatUndo")
+      H.wait("made.txt removed", function()
+        return read("made.txt") == nil
+      end)
+      H.eq('Undo to before "run echo made > made.txt"? Restores made.txt; the messages from there on are folded away',
+        asked[1].prompt, "the question names the command's file")
+    end,
+  },
 })

@@ -3,6 +3,9 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 
 import { ChatController, coalesceDeltas, type DaemonLike, type HostUi } from '../src/host/controller';
 import type { HostToPage } from '../src/model/messages';
@@ -164,6 +167,49 @@ test('a session opens at its newest page, and scrolling to the top loads the old
     fresh.applyTranscript(whole);
     const shape = (m: SessionModel) => m.list().map((e) => ({ ...e, rev: 0 }));
     assert.deepEqual(shape(page), shape(fresh));
+  } finally {
+    controller.dispose();
+    await daemon.stop();
+    scratch.dispose();
+  }
+});
+
+test('Undo to here names the files the daemon says it restores, a command’s in a git work tree too, and restores them', { timeout: 120_000 }, async () => {
+  const scratch = new Scratch();
+  execFileSync('git', ['init', '-q', scratch.workspace]);
+  const daemon = scratch.daemon({ SIDECHAT_DEMO_DELAY_MS: '0' });
+  const confirms: string[] = [];
+  const ui: HostUi = {
+    post: () => undefined,
+    confirm: async (message) => {
+      confirms.push(message);
+      return true;
+    },
+    openDiff: async () => undefined,
+    openSettings: () => undefined,
+    copy: () => undefined,
+    openLink: () => undefined,
+    log: () => undefined,
+  };
+  const controller = new ChatController(daemon, ui, { workspaceRoot: scratch.workspace, batchMs: 5 });
+  try {
+    await daemon.start();
+    let finished = 0;
+    daemon.onEvent((p) => {
+      if (p.event.kind === 'runFinished') finished++;
+      // Sandboxed, the command runs unasked; without a sandbox it asks.
+      if (p.event.kind === 'approvalRequested') void daemon.request('approval/respond', { approvalId: p.event.approval.approvalId, decision: 'allow' });
+    });
+    const session = await daemon.request('session/create', { workspaceRoot: scratch.workspace });
+    const sent = await daemon.request('chat/send', { sessionId: session.id, text: 'run echo made > made.txt' });
+    await until(() => finished > 0, 'the command’s turn to finish');
+    const made = join(scratch.workspace, 'made.txt');
+    assert.equal(readFileSync(made, 'utf8'), 'made\n');
+
+    await controller.handle({ type: 'ready' });
+    await controller.handle({ type: 'undo', messageId: sent.messageId ?? '' });
+    assert.deepEqual(confirms, ['Undo to here? The conversation from this message on is taken back. These files will be restored: made.txt.']);
+    await until(() => !existsSync(made), 'made.txt removed');
   } finally {
     controller.dispose();
     await daemon.stop();

@@ -695,16 +695,31 @@ function M.undo(message_id, done)
   if not turn then
     return notify("there is no turn to take back")
   end
-  local files = files_from(turns, turn.entry.id)
-  vim.ui.select({ "Undo", "Cancel" }, {
-    prompt = ('Undo to before "%s"? Restores %s; the messages from there on are folded away'):format(
-      turn.text, file_list(files)),
-  }, function(choice)
-    if choice == "Undo" then
-      M.rewind(turn.entry.id, done)
-    elseif done then
-      done(nil, nil)
+  -- The daemon's dry run names every file the rewind puts back, those commands and
+  -- sub-agents changed too; the transcript's own list stands in if it cannot answer.
+  local params = { sessionId = s.id, messageId = turn.entry.id, restore = "both", dryRun = true }
+  M.client():request(protocol.method.sessionRewind, params, function(err, planned)
+    local files = files_from(turns, turn.entry.id)
+    if not err and planned then
+      files = vim.tbl_map(function(f)
+        return f.path
+      end, planned.restored)
+      for _, f in ipairs(planned.skipped) do
+        if vim.startswith(f.reason, "changed since") then
+          table.insert(files, f.path)
+        end
+      end
     end
+    vim.ui.select({ "Undo", "Cancel" }, {
+      prompt = ('Undo to before "%s"? Restores %s; the messages from there on are folded away'):format(
+        turn.text, file_list(files)),
+    }, function(choice)
+      if choice == "Undo" then
+        M.rewind(turn.entry.id, done)
+      elseif done then
+        done(nil, nil)
+      end
+    end)
   end)
 end
 

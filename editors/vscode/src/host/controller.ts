@@ -228,13 +228,15 @@ export class ChatController {
 
   /**
    * Undo to a user message: says which files come back and asks, then rewinds files and
-   * conversation. Files someone changed since are refused by the daemon (-32602 naming them);
-   * the user may then overwrite them. The `rewound` event reloads the transcript in every view.
+   * conversation. The files are the daemon's own answer (a dry run), so those a command or a
+   * sub-agent changed are named too. Files someone changed since are refused by the daemon
+   * (-32602 naming them); the user may then overwrite them. The `rewound` event reloads the
+   * transcript in every view.
    */
   private async undo(messageId: string): Promise<void> {
     const model = this.active;
     if (!model) return;
-    const files = model.filesChangedFrom(messageId);
+    const files = await this.filesRestoredBy(model.sessionId, messageId);
     const restored = files.length > 0 ? `These files will be restored: ${files.join(', ')}.` : 'No file will be restored.';
     if (!(await this.ui.confirm(`Undo to here? The conversation from this message on is taken back. ${restored}`, 'Undo'))) return;
     const params = { sessionId: model.sessionId, messageId, restore: 'both' as const };
@@ -245,6 +247,16 @@ export class ChatController {
       if (!(await this.ui.confirm(`${errorText(error)}.`, 'Overwrite'))) return;
       await this.daemon.request('session/rewind', { ...params, force: true });
     }
+  }
+
+  /**
+   * The files undoing to `messageId` puts back, as the daemon's dry run answers: those it
+   * restores and those it would refuse as changed since (which the user may overwrite).
+   */
+  private async filesRestoredBy(sessionId: string, messageId: string): Promise<string[]> {
+    const planned = await this.daemon.request('session/rewind', { sessionId, messageId, restore: 'both', dryRun: true });
+    const changedSince = planned.skipped.filter((f) => f.reason.startsWith('changed since')).map((f) => f.path);
+    return [...planned.restored.map((f) => f.path), ...changedSince];
   }
 
   private async send(text: string, attachments: Attachment[], clientMessageId: string): Promise<void> {

@@ -1738,6 +1738,12 @@ export interface SessionRewindParams {
    * program) instead of refusing.
    */
   force?: boolean;
+  /**
+   * Change nothing: answer what the rewind would restore and leave (a file changed since
+   * the session last wrote it is listed among `skipped` unless `force`), for a client's
+   * confirmation.
+   */
+  dryRun?: boolean;
 }
 /**
  * What `session/rewind` did; the `rewound` event says the same to every client.
