@@ -257,7 +257,7 @@ pub fn replay(
             (Role::User, Block::Text { text }) | (Role::User, Block::Interjection { text, .. }) => {
                 acp::SessionUpdate::UserMessageChunk(chunk(&entry.id, text))
             }
-            (Role::User, Block::Attachment { name, text }) => {
+            (Role::User, Block::Attachment { name, text, .. }) => {
                 let resource = acp::EmbeddedResourceResource::TextResourceContents(
                     acp::TextResourceContents::new(text.clone(), name.clone()),
                 );

@@ -33,6 +33,7 @@ mod long_context;
 mod mcp;
 #[path = "../support/mcp_fixture.rs"]
 mod mcp_fixture;
+mod mentions;
 mod mixed_writes;
 mod permissions;
 mod plans;

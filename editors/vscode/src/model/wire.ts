@@ -60,6 +60,19 @@ export type Block =
       type: 'attachment';
       name: string;
       text: string;
+      /**
+       * The lines attached, when a mention named a range (`@path:L` or `@path:L-M`).
+       */
+      range?: LineRange | null;
+      /**
+       * For a mention: the bytes of the file (or folder listing) as it was read, so a
+       * client can show the chip's size and tell whether the file changed since.
+       */
+      size?: number | null;
+      /**
+       * For a mention: the SHA-256 (lower-case hex) of the file (or listing) as read.
+       */
+      hash?: string | null;
     }
   | {
       type: 'command';
@@ -431,6 +444,7 @@ export interface WireTypes {
   InterjectionCancelResult?: InterjectionCancelResult;
   InterjectionStatus?: InterjectionStatus;
   KindCosts?: KindCosts;
+  LineRange?: LineRange;
   McpServerParams?: McpServerParams;
   McpServerState?: McpServerState;
   McpServerStatus?: McpServerStatus;
@@ -555,6 +569,16 @@ export interface ApprovalRespondResult {
 export interface Attachment {
   name: string;
   text: string;
+}
+/**
+ * Lines of a file, from `start` to `end` inclusive, counted from 1.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "LineRange".
+ */
+export interface LineRange {
+  start: number;
+  end: number;
 }
 /**
  * The token budget of one request, as the editor shows it.
