@@ -29,6 +29,7 @@ mod run_end;
 mod sessions;
 mod titles;
 mod tool_phase;
+mod workspace_files;
 mod workspace_state;
 
 use std::collections::HashMap;
@@ -87,6 +88,8 @@ struct Inner {
     answering: Mutex<()>,
     /// The instruction files (AGENTS.md) as last read.
     instruction_files: instructions::InstructionFiles,
+    /// The workspaces' files as last listed, for `workspace/files`.
+    workspace_files: Arc<crate::mentions::FileIndex>,
 }
 
 impl Runtime {
@@ -117,6 +120,7 @@ impl Runtime {
             permission_notices: Mutex::default(),
             answering: Mutex::default(),
             instruction_files: instructions::InstructionFiles::default(),
+            workspace_files: Arc::default(),
         });
         recovery::recover(&inner)?;
         lease::start_heartbeat(&inner);

@@ -55,3 +55,4 @@ mod two_daemons;
 mod upstream;
 mod workload;
 mod workspace_answers;
+mod workspace_files;

@@ -508,6 +508,8 @@ export interface WireTypes {
   UnavailableAccount?: UnavailableAccount;
   UnpricedUsage?: UnpricedUsage;
   UsageKind?: UsageKind;
+  WorkspaceFilesParams?: WorkspaceFilesParams;
+  WorkspaceFilesResult?: WorkspaceFilesResult;
   WorkspaceRule?: WorkspaceRule;
 }
 /**
@@ -1879,6 +1881,35 @@ export interface SessionUpdateParams {
    */
   autoCompact?: boolean | null;
 }
+/**
+ * Params of `workspace/files`: the session's workspace files that best match `query`, for
+ * `@` completion in a composer.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "WorkspaceFilesParams".
+ */
+export interface WorkspaceFilesParams {
+  sessionId: string;
+  /**
+   * What was typed after the `@`; empty for the shortest paths.
+   */
+  query?: string;
+  /**
+   * How many files to answer: 50 unless given, at most [`MAX_WORKSPACE_FILES_LIMIT`].
+   */
+  limit?: number | null;
+}
+/**
+ * `workspace/files`: paths relative to the workspace root (with `/`), best match first.
+ * Files left out by `.gitignore` or `.ignore`, `.git` and symbolic links are not listed.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "WorkspaceFilesResult".
+ */
+export interface WorkspaceFilesResult {
+  sessionId: string;
+  files: string[];
+}
 
 /** Every request a client sends, with its params and result types. */
 export interface Requests {
@@ -1904,4 +1935,5 @@ export interface Requests {
   'session/transcript': { params: SessionTranscriptParams; result: SessionTranscriptResult };
   'session/update': { params: SessionUpdateParams; result: Session };
   'shutdown': { params: ShutdownParams; result: ShutdownResult };
+  'workspace/files': { params: WorkspaceFilesParams; result: WorkspaceFilesResult };
 }
