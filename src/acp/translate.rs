@@ -404,6 +404,13 @@ pub fn available_commands(custom: &[crate::protocol::CommandInfo]) -> acp::Avail
             "clear",
             "The model starts fresh; earlier messages stay readable",
         ),
+        acp::AvailableCommand::new("compact", "Summarise the earlier turns now")
+            .input(hint("what the summary should focus on")),
+        acp::AvailableCommand::new("new-context", "Start afresh with a short note carried over"),
+        acp::AvailableCommand::new(
+            "instructions",
+            "The instruction files (AGENTS.md) sent with every request",
+        ),
         acp::AvailableCommand::new(
             "undo",
             "Take back the last turn: its file changes and its messages",
