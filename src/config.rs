@@ -130,6 +130,27 @@ pub struct Config {
     /// The user's own folder of sidechat files (`$XDG_CONFIG_HOME/sidechat`): their AGENTS.md
     /// and commands. `None` when neither XDG_CONFIG_HOME nor HOME is set.
     pub user_dir: Option<PathBuf>,
+    /// `[mentions]`: how much `@`-mentions may attach to one message.
+    pub mentions: MentionSettings,
+}
+
+/// `[mentions]`: the cap on what the `@`-mentions of one message attach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MentionSettings {
+    /// The most bytes of file text one message's mentions attach; a mention past it is left
+    /// as typed, with a notice.
+    pub max_bytes: u64,
+}
+
+/// The mentions' cap unless configured: 256 KiB, as much as `read_file` shows at once.
+pub const DEFAULT_MENTIONS_MAX_BYTES: u64 = 256 * 1024;
+
+impl Default for MentionSettings {
+    fn default() -> Self {
+        Self {
+            max_bytes: DEFAULT_MENTIONS_MAX_BYTES,
+        }
+    }
 }
 
 /// `[instructions]`: whether AGENTS.md files reach the system prompt, and how much of them.
@@ -263,6 +284,8 @@ struct FileConfig {
     permissions: FilePermissions,
     #[serde(default)]
     instructions: FileInstructions,
+    #[serde(default)]
+    mentions: FileMentions,
     /// `permissions` read as rules, once the file's path is known.
     #[serde(skip)]
     rules: crate::permissions::Rules,
@@ -314,6 +337,13 @@ impl FileSandbox {
 #[serde(deny_unknown_fields)]
 struct FileInstructions {
     enabled: Option<bool>,
+    max_bytes: Option<u64>,
+}
+
+/// `[mentions]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileMentions {
     max_bytes: Option<u64>,
 }
 
@@ -626,6 +656,12 @@ impl Config {
                     .unwrap_or(DEFAULT_INSTRUCTIONS_MAX_BYTES),
             },
             user_dir: user_dir(),
+            mentions: MentionSettings {
+                max_bytes: file
+                    .mentions
+                    .max_bytes
+                    .unwrap_or(DEFAULT_MENTIONS_MAX_BYTES),
+            },
         }
     }
 

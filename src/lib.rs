@@ -18,6 +18,7 @@ mod json_text;
 pub mod lifetime;
 pub mod logging;
 pub mod mcp;
+pub mod mentions;
 pub mod permissions;
 pub mod private_files;
 pub mod protocol;

@@ -267,7 +267,7 @@ pub fn replay(
             (Role::User, Block::Text { text }) | (Role::User, Block::Interjection { text, .. }) => {
                 acp::SessionUpdate::UserMessageChunk(chunk(&entry.id, text))
             }
-            (Role::User, Block::Attachment { name, text }) => {
+            (Role::User, Block::Attachment { name, text, .. }) => {
                 let resource = acp::EmbeddedResourceResource::TextResourceContents(
                     acp::TextResourceContents::new(text.clone(), name.clone()),
                 );
@@ -413,6 +413,13 @@ pub fn available_commands(custom: &[crate::protocol::CommandInfo]) -> acp::Avail
         acp::AvailableCommand::new(
             "clear",
             "The model starts fresh; earlier messages stay readable",
+        ),
+        acp::AvailableCommand::new("compact", "Summarise the earlier turns now")
+            .input(hint("what the summary should focus on")),
+        acp::AvailableCommand::new("new-context", "Start afresh with a short note carried over"),
+        acp::AvailableCommand::new(
+            "instructions",
+            "The instruction files (AGENTS.md) sent with every request",
         ),
         acp::AvailableCommand::new(
             "undo",

@@ -94,7 +94,7 @@ pub fn markdown(session: &Session, transcript: &SessionTranscriptResult) -> Stri
                 Block::Command { name, .. } => {
                     out.push_str(&format!("*(the custom command /{name})*\n\n"));
                 }
-                Block::Attachment { name, text } => {
+                Block::Attachment { name, text, .. } => {
                     out.push_str(&format!("**Attachment** `{name}`\n\n"));
                     code(&mut out, "", text);
                 }

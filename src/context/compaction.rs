@@ -158,7 +158,7 @@ pub fn source_text(entries: &[Stored], plan: &Plan) -> String {
                 (Role::User, Block::Interjection { text, .. }) => {
                     format!("User (while the assistant worked): {text}")
                 }
-                (Role::User, Block::Attachment { name, text }) => {
+                (Role::User, Block::Attachment { name, text, .. }) => {
                     format!("User attached {name} ({} bytes)", text.len())
                 }
                 (Role::Assistant, Block::Text { text }) => format!("Assistant: {text}"),

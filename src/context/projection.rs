@@ -443,6 +443,19 @@ fn thousands(n: usize) -> String {
     out
 }
 
+/// What the model reads for an attachment: its name (and the lines, for a range), then its text.
+pub fn attachment_text(
+    name: &str,
+    range: Option<crate::protocol::LineRange>,
+    text: &str,
+) -> String {
+    match range {
+        Some(r) if r.start == r.end => format!("Attached {name} (line {}):\n{text}", r.start),
+        Some(r) => format!("Attached {name} (lines {}-{}):\n{text}", r.start, r.end),
+        None => format!("Attached {name}:\n{text}"),
+    }
+}
+
 /// The blocks of a message the model reads: all of them, except the typed text of a custom
 /// command's message, whose `Command` block stands for it.
 pub fn model_blocks(blocks: &[Block]) -> impl Iterator<Item = &Block> {
@@ -484,8 +497,10 @@ fn content(block: &Block) -> Option<ModelContent> {
         Block::Interjection { text, .. } => Some(ModelContent::Text {
             text: interjection_text(text),
         }),
-        Block::Attachment { name, text } => Some(ModelContent::Text {
-            text: format!("Attached {name}:\n{text}"),
+        Block::Attachment {
+            name, text, range, ..
+        } => Some(ModelContent::Text {
+            text: attachment_text(name, *range, text),
         }),
         Block::Command { prompt, .. } => Some(ModelContent::Text {
             text: prompt.clone(),

@@ -253,6 +253,8 @@ protocol_methods! {
         SessionRewind "session/rewind" (SessionRewindParams) -> SessionRewindResult => session_rewind;
         /// A new session with the transcript up to a message, on the same workspace and model.
         SessionFork "session/fork" (SessionForkParams) -> Session => session_fork;
+        /// The session's workspace files that best match a query, for `@` completion.
+        WorkspaceFiles "workspace/files" (WorkspaceFilesParams) -> WorkspaceFilesResult => workspace_files;
     }
     notifications {
         /// The client has read `initialize`'s answer.

@@ -502,3 +502,29 @@ pub struct SessionForkParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_id: Option<String>,
 }
+
+/// Params of `workspace/files`: the session's workspace files that best match `query`, for
+/// `@` completion in a composer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceFilesParams {
+    pub session_id: String,
+    /// What was typed after the `@`; empty for the shortest paths.
+    #[serde(default)]
+    pub query: String,
+    /// How many files to answer: 50 unless given, at most [`MAX_WORKSPACE_FILES_LIMIT`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// The most files one `workspace/files` answer holds.
+pub const MAX_WORKSPACE_FILES_LIMIT: u32 = 1000;
+
+/// `workspace/files`: paths relative to the workspace root (with `/`), best match first.
+/// Files left out by `.gitignore` or `.ignore`, `.git` and symbolic links are not listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkspaceFilesResult {
+    pub session_id: String,
+    pub files: Vec<String>,
+}

@@ -150,10 +150,21 @@ pub enum Block {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         promoted: bool,
     },
-    /// A text attached to a user message (e.g. a file the user picked).
+    /// A text attached to a user message (e.g. a file the user picked, or one an `@`-mention
+    /// in the text named).
     Attachment {
         name: String,
         text: String,
+        /// The lines attached, when a mention named a range (`@path:L` or `@path:L-M`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        range: Option<LineRange>,
+        /// For a mention: the bytes of the file (or folder listing) as it was read, so a
+        /// client can show the chip's size and tell whether the file changed since.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        size: Option<u64>,
+        /// For a mention: the SHA-256 (lower-case hex) of the file (or listing) as read.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hash: Option<String>,
     },
     /// Marks a user message typed as a custom slash command (`/NAME …`): the message's text
     /// is what was typed, shown as it was; the model reads `prompt`, the command file's
@@ -302,6 +313,14 @@ pub struct DelegatedApproval {
     /// The task the child was given.
     pub task: String,
     pub approval: PendingApproval,
+}
+
+/// Lines of a file, from `start` to `end` inclusive, counted from 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LineRange {
+    pub start: u64,
+    pub end: u64,
 }
 
 #[cfg(test)]

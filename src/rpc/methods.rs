@@ -49,6 +49,13 @@ impl Handler for Runtime {
         self.transcript(params)
     }
 
+    async fn workspace_files(
+        self,
+        params: WorkspaceFilesParams,
+    ) -> Result<WorkspaceFilesResult, RuntimeError> {
+        self.list_workspace_files(params).await
+    }
+
     async fn session_commands(
         self,
         params: SessionIdParams,

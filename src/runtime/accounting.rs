@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::{Inner, RuntimeResult};
-use crate::context::projection::{interjection_text, summary_text};
+use crate::context::projection::{attachment_text, interjection_text, summary_text};
 use crate::context::{
     Actuals, CorrectionTable, CountCache, Counted, Part, TokenCounter, upper_bounds,
 };
@@ -117,9 +117,9 @@ pub fn count_blocks_with(
                 messages,
                 ..
             } => Some(Cow::Owned(summary_text(*method, text, *messages))),
-            Block::Attachment { name, text } => {
-                Some(Cow::Owned(format!("Attached {name}:\n{text}")))
-            }
+            Block::Attachment {
+                name, text, range, ..
+            } => Some(Cow::Owned(attachment_text(name, *range, text))),
             Block::Command { prompt, .. } => Some(Cow::Borrowed(prompt.as_str())),
             Block::ToolCall { .. } | Block::Notice { .. } => None,
         })

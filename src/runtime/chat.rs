@@ -163,11 +163,21 @@ impl Runtime {
             self.inner.give_back(&session.id, &run_id);
             return Err(e);
         }
+        let mentioned = self.mentioned(&session, &params.text).await;
         let mut blocks = vec![Block::Text { text: params.text }];
         blocks.extend(custom);
+        blocks.extend(
+            mentioned
+                .attachments
+                .into_iter()
+                .map(crate::mentions::Attached::into_block),
+        );
         blocks.extend(params.attachments.into_iter().map(|a| Block::Attachment {
             name: a.name,
             text: a.text,
+            range: None,
+            size: None,
+            hash: None,
         }));
         let mut message = NewMessage::new(&session.id, Some(&run_id), Role::User, blocks);
         message.client_message_id = params.client_message_id;
@@ -178,6 +188,14 @@ impl Runtime {
                 return Err(e);
             }
         };
+        for why in mentioned.notices {
+            if let Err(e) = self
+                .inner
+                .notice(&session.id, Some(&run_id), NoticeLevel::Warning, why)
+            {
+                tracing::error!(session_id = %session.id, error = %e, "cannot store a mention's notice");
+            }
+        }
         spawn_run(
             self.inner.clone(),
             RunStart::New {
@@ -193,6 +211,38 @@ impl Runtime {
             pending_id: None,
             kept: false,
         })
+    }
+
+    /// The files, ranges and folders the text's `@`-mentions name, read below the session's
+    /// workspace root; nothing for a session without one (its mentions stay text).
+    async fn mentioned(
+        &self,
+        session: &crate::store::SessionRow,
+        text: &str,
+    ) -> crate::mentions::Resolved {
+        let Some(root) = session.workspace_root.as_deref() else {
+            return crate::mentions::Resolved::default();
+        };
+        if !text.contains('@') {
+            return crate::mentions::Resolved::default();
+        }
+        let workspace = match crate::tools::Workspace::new(std::path::Path::new(root)) {
+            Ok(workspace) => workspace,
+            Err(e) => {
+                return crate::mentions::Resolved {
+                    attachments: Vec::new(),
+                    notices: vec![format!("The message's @-mentions are left as typed: {e}")],
+                };
+            }
+        };
+        let max_bytes = self.inner.config.mentions.max_bytes;
+        let text = text.to_string();
+        tokio::task::spawn_blocking(move || crate::mentions::resolve(&workspace, &text, max_bytes))
+            .await
+            .unwrap_or_else(|e| crate::mentions::Resolved {
+                attachments: Vec::new(),
+                notices: vec![format!("The message's @-mentions are left as typed: {e}")],
+            })
     }
 
     /// While a run works (here, or in another daemon on the same database), queues the text as

@@ -30,6 +30,7 @@ mod run_end;
 mod sessions;
 mod titles;
 mod tool_phase;
+mod workspace_files;
 mod workspace_state;
 
 use std::collections::HashMap;
@@ -90,6 +91,8 @@ struct Inner {
     instruction_files: instructions::InstructionFiles,
     /// Snapshots of git work trees around commands, so a rewind puts back what they changed.
     command_snapshots: command_snapshots::CommandSnapshots,
+    /// The workspaces' files as last listed, for `workspace/files`.
+    workspace_files: Arc<crate::mentions::FileIndex>,
 }
 
 impl Runtime {
@@ -122,6 +125,7 @@ impl Runtime {
             answering: Mutex::default(),
             instruction_files: instructions::InstructionFiles::default(),
             command_snapshots: snapshots,
+            workspace_files: Arc::default(),
         });
         recovery::recover(&inner)?;
         lease::start_heartbeat(&inner);

@@ -68,7 +68,7 @@ pub async fn read(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> 
         .enumerate()
         .skip(offset - 1)
         .take(limit.unwrap_or(usize::MAX))
-        .map(|(i, line)| format!("{:>6}\t{line}", i + 1))
+        .map(|(i, line)| numbered(i + 1, line))
         .collect();
     if selected.is_empty() {
         return Ok(ToolOutcome::ok(format!(
@@ -78,40 +78,53 @@ pub async fn read(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> 
     Ok(ToolOutcome::ok(truncate(&selected.join("\n"), READ_CAP)))
 }
 
+/// One line as `read_file` shows it: its number, right-aligned, a tab, the line.
+pub fn numbered(number: usize, line: &str) -> String {
+    format!("{number:>6}\t{line}")
+}
+
 pub async fn list(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> {
     let requested = str_arg(input, "path").unwrap_or(".").to_string();
     let ws = ws.clone();
-    let (mut names, shown_path) = blocking(move || {
-        let cannot = |e: std::io::Error| format!("Cannot list {requested}: {e}");
-        let folder = ws
-            .open_folder(&requested)
-            .map_err(|e| e.shown(&format!("Cannot list {requested}")))?;
-        let entries = rustix::fs::Dir::read_from(&folder.fd).map_err(|e| cannot(e.into()))?;
-        let mut names = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| cannot(e.into()))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name == "." || name == ".." {
-                continue;
-            }
-            let is_dir = match entry.file_type() {
-                rustix::fs::FileType::Unknown => rustix::fs::statat(
-                    &folder.fd,
-                    entry.file_name(),
-                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
-                )
-                .map(|s| rustix::fs::FileType::from_raw_mode(s.st_mode).is_dir())
-                .unwrap_or(false),
-                kind => kind.is_dir(),
-            };
-            names.push(if is_dir { format!("{name}/") } else { name });
+    let (names, shown_path) = blocking(move || folder_names(&ws, &requested)).await?;
+    Ok(ToolOutcome::ok(listing(names, &shown_path)))
+}
+
+/// The names in a folder of the workspace, a folder's with a trailing `/`, and the folder's path
+/// as shown; blocking.
+pub fn folder_names(ws: &Workspace, requested: &str) -> Result<(Vec<String>, String), String> {
+    let cannot = |e: std::io::Error| format!("Cannot list {requested}: {e}");
+    let folder = ws
+        .open_folder(requested)
+        .map_err(|e| e.shown(&format!("Cannot list {requested}")))?;
+    let entries = rustix::fs::Dir::read_from(&folder.fd).map_err(|e| cannot(e.into()))?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| cannot(e.into()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == "." || name == ".." {
+            continue;
         }
-        Ok((names, shown(&folder.relative)))
-    })
-    .await?;
+        let is_dir = match entry.file_type() {
+            rustix::fs::FileType::Unknown => rustix::fs::statat(
+                &folder.fd,
+                entry.file_name(),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map(|s| rustix::fs::FileType::from_raw_mode(s.st_mode).is_dir())
+            .unwrap_or(false),
+            kind => kind.is_dir(),
+        };
+        names.push(if is_dir { format!("{name}/") } else { name });
+    }
+    Ok((names, shown(&folder.relative)))
+}
+
+/// A folder's listing as `list_directory` shows it: sorted, at most [`LIST_CAP`] names.
+pub fn listing(mut names: Vec<String>, shown_path: &str) -> String {
     names.sort();
     if names.is_empty() {
-        return Ok(ToolOutcome::ok(format!("{shown_path} is empty.")));
+        return format!("{shown_path} is empty.");
     }
     let total = names.len();
     names.truncate(LIST_CAP);
@@ -119,7 +132,7 @@ pub async fn list(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> 
     if total > LIST_CAP {
         output.push_str(&format!("\n… and {} more entries", total - LIST_CAP));
     }
-    Ok(ToolOutcome::ok(output))
+    output
 }
 
 /// A file about to be replaced: its opened folder, its name there, and what it holds now.

@@ -16,6 +16,7 @@ mod search;
 use serde_json::{Value, json};
 
 pub use confined::{OpenError, OpenedFolder, OpenedParent};
+pub use files::{folder_names, listing, numbered};
 pub use paths::{PathError, Workspace, shown};
 pub use replace::replace_in;
 

@@ -317,7 +317,7 @@ test('session/new opens a session in the workspace with the model and the comman
     options: [{ value: upstream.model, name: upstream.model }],
   }]);
   const commands = await agent.update((u) => u.sessionId === sessionId && u.update.sessionUpdate === 'available_commands_update', from);
-  assert.deepEqual(commands.update.availableCommands.map((c) => c.name), ['cost', 'model', 'system', 'clear', 'undo', 'rewind', 'fork', 'help']);
+  assert.deepEqual(commands.update.availableCommands.map((c) => c.name), ['cost', 'model', 'system', 'clear', 'compact', 'new-context', 'instructions', 'undo', 'rewind', 'fork', 'help']);
 });
 
 test('a prompt streams thoughts and text, a title and the usage with its cost, then ends the turn', async () => {

@@ -98,7 +98,17 @@ async fn custom_commands_are_offered_and_offered_again_when_a_file_changes() {
         .await;
     assert!(created["sessionId"].is_string(), "{created}");
     let builtin = [
-        "cost", "model", "system", "clear", "undo", "rewind", "fork", "help",
+        "cost",
+        "model",
+        "system",
+        "clear",
+        "compact",
+        "new-context",
+        "instructions",
+        "undo",
+        "rewind",
+        "fork",
+        "help",
     ]
     .map(String::from);
     let with = |extra: &[&str]| {

@@ -34,6 +34,7 @@ mod long_context;
 mod mcp;
 #[path = "../support/mcp_fixture.rs"]
 mod mcp_fixture;
+mod mentions;
 mod mixed_writes;
 mod permissions;
 mod plans;
@@ -56,3 +57,4 @@ mod two_daemons;
 mod upstream;
 mod workload;
 mod workspace_answers;
+mod workspace_files;

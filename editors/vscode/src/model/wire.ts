@@ -60,6 +60,19 @@ export type Block =
       type: 'attachment';
       name: string;
       text: string;
+      /**
+       * The lines attached, when a mention named a range (`@path:L` or `@path:L-M`).
+       */
+      range?: LineRange | null;
+      /**
+       * For a mention: the bytes of the file (or folder listing) as it was read, so a
+       * client can show the chip's size and tell whether the file changed since.
+       */
+      size?: number | null;
+      /**
+       * For a mention: the SHA-256 (lower-case hex) of the file (or listing) as read.
+       */
+      hash?: string | null;
     }
   | {
       type: 'command';
@@ -431,6 +444,7 @@ export interface WireTypes {
   InterjectionCancelResult?: InterjectionCancelResult;
   InterjectionStatus?: InterjectionStatus;
   KindCosts?: KindCosts;
+  LineRange?: LineRange;
   McpServerParams?: McpServerParams;
   McpServerState?: McpServerState;
   McpServerStatus?: McpServerStatus;
@@ -494,6 +508,8 @@ export interface WireTypes {
   UnavailableAccount?: UnavailableAccount;
   UnpricedUsage?: UnpricedUsage;
   UsageKind?: UsageKind;
+  WorkspaceFilesParams?: WorkspaceFilesParams;
+  WorkspaceFilesResult?: WorkspaceFilesResult;
   WorkspaceRule?: WorkspaceRule;
 }
 /**
@@ -555,6 +571,16 @@ export interface ApprovalRespondResult {
 export interface Attachment {
   name: string;
   text: string;
+}
+/**
+ * Lines of a file, from `start` to `end` inclusive, counted from 1.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "LineRange".
+ */
+export interface LineRange {
+  start: number;
+  end: number;
 }
 /**
  * The token budget of one request, as the editor shows it.
@@ -1861,6 +1887,35 @@ export interface SessionUpdateParams {
    */
   autoCompact?: boolean | null;
 }
+/**
+ * Params of `workspace/files`: the session's workspace files that best match `query`, for
+ * `@` completion in a composer.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "WorkspaceFilesParams".
+ */
+export interface WorkspaceFilesParams {
+  sessionId: string;
+  /**
+   * What was typed after the `@`; empty for the shortest paths.
+   */
+  query?: string;
+  /**
+   * How many files to answer: 50 unless given, at most [`MAX_WORKSPACE_FILES_LIMIT`].
+   */
+  limit?: number | null;
+}
+/**
+ * `workspace/files`: paths relative to the workspace root (with `/`), best match first.
+ * Files left out by `.gitignore` or `.ignore`, `.git` and symbolic links are not listed.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "WorkspaceFilesResult".
+ */
+export interface WorkspaceFilesResult {
+  sessionId: string;
+  files: string[];
+}
 
 /** Every request a client sends, with its params and result types. */
 export interface Requests {
@@ -1886,4 +1941,5 @@ export interface Requests {
   'session/transcript': { params: SessionTranscriptParams; result: SessionTranscriptResult };
   'session/update': { params: SessionUpdateParams; result: Session };
   'shutdown': { params: ShutdownParams; result: ShutdownResult };
+  'workspace/files': { params: WorkspaceFilesParams; result: WorkspaceFilesResult };
 }
