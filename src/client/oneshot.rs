@@ -64,7 +64,7 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
     if text.trim().is_empty() {
         bail!("nothing to send: pass -p TEXT or pipe the message on stdin");
     }
-    let (daemon, mut notes) = Daemon::start(args.db.as_deref()).await?;
+    let (daemon, mut notes) = Daemon::connect(args.db.as_deref(), args.connection_mode()).await?;
     let (session, _) = open::choose(&daemon, &args, Ask::New).await?;
     let stdout_is_terminal = std::io::stdout().is_terminal();
     // On a terminal everything is drawn as the chat draws it; otherwise stdout gets the

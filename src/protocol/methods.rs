@@ -253,6 +253,11 @@ protocol_methods! {
         SessionRewind "session/rewind" (SessionRewindParams) -> SessionRewindResult => session_rewind;
         /// A new session with the transcript up to a message, on the same workspace and model.
         SessionFork "session/fork" (SessionForkParams) -> Session => session_fork;
+        /// The session's events reach this connection from now on (a WebSocket connection;
+        /// stdio's one client gets every session's events anyway).
+        SessionSubscribe "session/subscribe" (SessionIdParams) -> SessionSubscribeResult => session_subscribe;
+        /// The session's events no longer reach this connection.
+        SessionUnsubscribe "session/unsubscribe" (SessionIdParams) -> SessionUnsubscribeResult => session_unsubscribe;
     }
     notifications {
         /// The client has read `initialize`'s answer.
