@@ -159,7 +159,7 @@ fn serve(
                 anyhow::Ok(listening)
             })
         });
-        let code = if options.no_stdio {
+        if options.no_stdio {
             serve_without_stdio(opening, listening).await
         } else {
             let opened = opening.clone();
@@ -173,8 +173,7 @@ fn serve(
                 stop_listening(listening.await).await;
             }
             code
-        };
-        code
+        }
     });
     // The stdin thread may still be blocked in read; exiting the process ends it.
     tokio.shutdown_background();
