@@ -8,9 +8,12 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+use futures::FutureExt;
 use sidechat::config::Config;
 use sidechat::protocol::generate_schema_files;
 use sidechat::rpc::ClientSink;
+use sidechat::rpc::listen::fanout::{Fanout, Listeners};
+use sidechat::rpc::listen::{self, Bound, ListenOptions};
 use sidechat::runtime::{EventSink, Runtime};
 use sidechat::store::Store;
 
@@ -23,7 +26,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Speak JSON-RPC 2.0 on stdin/stdout, as an editor extension spawns it.
+    /// Speak JSON-RPC 2.0 on stdin/stdout, as an editor extension spawns it; with `--listen`,
+    /// also over WebSocket to any number of clients.
     Serve {
         /// The SQLite database (default: $XDG_DATA_HOME/sidechat/sidechat.db).
         #[arg(long, env = "SIDECHAT_DB")]
@@ -31,6 +35,17 @@ enum Command {
         /// Also write logs to this file.
         #[arg(long)]
         log_file: Option<PathBuf>,
+        /// Also serve the protocol over WebSocket on this loopback `host:port` (port 0: any
+        /// free one). The URL and a token go to `$XDG_RUNTIME_DIR/sidechat/serve.json`.
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+        /// Allow `--listen` on an address other than a loopback one.
+        #[arg(long, requires = "listen")]
+        allow_remote: bool,
+        /// With `--listen`: no client on stdin/stdout; the daemon runs until SIGTERM, SIGHUP
+        /// or Ctrl-C.
+        #[arg(long, requires = "listen")]
+        no_stdio: bool,
     },
     /// Speak the Agent Client Protocol (v1) on stdin/stdout, as Zed, JetBrains IDEs and other
     /// ACP hosts spawn an agent. Same database and configuration as `serve`.
@@ -106,26 +121,119 @@ fn start(db: Option<PathBuf>, log_file: Option<PathBuf>) -> anyhow::Result<(Path
     Ok((db, Config::load()?))
 }
 
-fn serve(db: Option<PathBuf>, log_file: Option<PathBuf>) -> anyhow::Result<i32> {
+/// What `serve` was asked for besides the database and log file.
+struct ServeOptions {
+    listen: Option<ListenOptions>,
+    no_stdio: bool,
+}
+
+fn serve(
+    db: Option<PathBuf>,
+    log_file: Option<PathBuf>,
+    options: ServeOptions,
+) -> anyhow::Result<i32> {
     let (db, config) = start(db, log_file)?;
     let init = sidechat::runtime::describe(&config);
-    tracing::info!(db = %db.display(), "serving on stdio");
+    // A wrong address fails before anything starts.
+    let bound = options.listen.as_ref().map(Bound::bind).transpose()?;
+    tracing::info!(db = %db.display(), stdio = !options.no_stdio, "serving");
     sidechat::lifetime::begin();
     let tokio = async_runtime()?;
     let code = tokio.block_on(async move {
         sidechat::lifetime::watch();
-        let sink = Arc::new(ClientSink::default());
-        sidechat::rpc::serve(std::io::stdin(), std::io::stdout(), init, move |peer| {
-            sink.connect(peer);
-            // The store opens (and repairs what a crash left) while the handshake goes on.
-            tokio::task::spawn_blocking(move || open_runtime(&db, config, sink))
-        })
-        .await
+        let stdio = Arc::new(ClientSink::default());
+        let listeners = Arc::new(Listeners::default());
+        let sink = Arc::new(Fanout::new(stdio.clone(), listeners.clone()));
+        // The store opens (and repairs what a crash left) while the handshake goes on.
+        let db_path = db.clone();
+        let opening = tokio::task::spawn_blocking(move || open_runtime(&db, config, sink))
+            .map(|opened| opened.unwrap_or_else(|e| Err(format!("opening the store failed: {e}"))))
+            .boxed()
+            .shared();
+        let listening = bound.map(|bound| {
+            let (opening, init) = (opening.clone(), init.clone());
+            tokio::spawn(async move {
+                let runtime = opening.await.map_err(anyhow::Error::msg)?;
+                let listening = listen::start(bound, runtime, init, listeners, db_path).await?;
+                eprintln!("sidechat: listening on {}", listening.url);
+                anyhow::Ok(listening)
+            })
+        });
+        if options.no_stdio {
+            serve_without_stdio(opening, listening).await
+        } else {
+            let opened = opening.clone();
+            let code =
+                sidechat::rpc::serve(std::io::stdin(), std::io::stdout(), init, move |peer| {
+                    stdio.connect(peer);
+                    tokio::spawn(opened)
+                })
+                .await;
+            if let Some(listening) = listening {
+                stop_listening(listening.await).await;
+            }
+            code
+        }
     });
     // The stdin thread may still be blocked in read; exiting the process ends it.
     tokio.shutdown_background();
     sidechat::lifetime::end_descendants();
     Ok(code)
+}
+
+type Opening =
+    futures::future::Shared<futures::future::BoxFuture<'static, Result<Runtime, String>>>;
+type Listening = tokio::task::JoinHandle<anyhow::Result<listen::Listening>>;
+
+/// A daemon with WebSocket clients only: runs until a terminating signal, then shuts the
+/// runtime down as the end of stdio would. Exits 1 when it cannot listen.
+async fn serve_without_stdio(opening: Opening, listening: Option<Listening>) -> i32 {
+    let Some(mut listening) = listening else {
+        return 1;
+    };
+    let started = tokio::select! {
+        () = sidechat::lifetime::signals::ended() => None,
+        _ = tokio::signal::ctrl_c() => None,
+        started = &mut listening => Some(started),
+    };
+    let started = match started {
+        Some(Ok(Ok(listening))) => {
+            tokio::select! {
+                () = sidechat::lifetime::signals::ended() => {}
+                _ = tokio::signal::ctrl_c() => tracing::info!("ending on Ctrl-C"),
+            }
+            Ok(Ok(listening))
+        }
+        Some(failed) => failed,
+        None => listening.await,
+    };
+    let failed = !matches!(started, Ok(Ok(_)));
+    stop_listening(started).await;
+    match opening.await {
+        Ok(runtime) if !failed => {
+            runtime.shutdown().await;
+            0
+        }
+        Ok(runtime) => {
+            runtime.shutdown().await;
+            1
+        }
+        Err(_) => 1,
+    }
+}
+
+/// Stops the WebSocket server, or says why it never started.
+async fn stop_listening(
+    started: Result<anyhow::Result<listen::Listening>, tokio::task::JoinError>,
+) {
+    match started {
+        Ok(Ok(listening)) => listening.stop().await,
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "cannot listen");
+            eprintln!("sidechat: {e:#}");
+        }
+        Err(e) => tracing::error!(error = %e, "the listener failed"),
+    }
 }
 
 fn acp(db: Option<PathBuf>, log_file: Option<PathBuf>) -> anyhow::Result<i32> {
@@ -226,7 +334,20 @@ fn main() {
     map_large_allocations();
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Serve { db, log_file } => serve(db, log_file),
+        Command::Serve {
+            db,
+            log_file,
+            listen,
+            allow_remote,
+            no_stdio,
+        } => serve(
+            db,
+            log_file,
+            ServeOptions {
+                listen: listen.map(|addr| ListenOptions { addr, allow_remote }),
+                no_stdio,
+            },
+        ),
         Command::Acp { db, log_file } => acp(db, log_file),
         Command::Chat(args) => sidechat::client::run(args),
         Command::Sessions(args) => sidechat::client::run_sessions(args),

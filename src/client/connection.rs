@@ -1,4 +1,5 @@
-//! A JSON-RPC client for a spawned `sidechat serve`, framed as LSP editors frame it.
+//! A JSON-RPC client for a spawned `sidechat serve`, framed as LSP editors frame it, or for a
+//! listening daemon over WebSocket (`serve --listen`), one message per WebSocket message.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -17,15 +18,26 @@ use crate::util::lock;
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Value>>>>;
 
-/// A connection to a daemon child process.
+/// A connection to a daemon child process, or to a listening daemon.
 pub struct Connection {
-    child: Child,
-    stdin: tokio::sync::Mutex<ChildStdin>,
-    framing: Framing,
+    /// The daemon process, when this client spawned it.
+    child: Option<Child>,
+    writer: Writer,
     pending: Pending,
     next_id: AtomicU64,
     /// The last lines the daemon wrote to stderr, kept to explain why it failed to start.
     stderr_tail: StderrTail,
+}
+
+/// Where requests and notifications go.
+enum Writer {
+    /// A child's stdin, framed.
+    Stdio {
+        stdin: tokio::sync::Mutex<ChildStdin>,
+        framing: Framing,
+    },
+    /// A WebSocket's writing task: each text is one message.
+    WebSocket(mpsc::UnboundedSender<String>),
 }
 
 /// The newest lines of a child's stderr, bounded so a chatty daemon costs nothing.
@@ -111,9 +123,11 @@ impl Connection {
         });
         Ok((
             Self {
-                child,
-                stdin: tokio::sync::Mutex::new(stdin),
-                framing,
+                child: Some(child),
+                writer: Writer::Stdio {
+                    stdin: tokio::sync::Mutex::new(stdin),
+                    framing,
+                },
                 pending,
                 next_id: AtomicU64::new(1),
                 stderr_tail,
@@ -122,19 +136,92 @@ impl Connection {
         ))
     }
 
-    /// Writes raw bytes to the daemon, framing and all (for protocol tests).
+    /// Connects to a listening daemon at `url` (`ws://host:port/`) with its `token`;
+    /// notifications arrive on the receiver.
+    pub async fn attach(
+        url: &str,
+        token: &str,
+    ) -> anyhow::Result<(Self, mpsc::UnboundedReceiver<Value>)> {
+        use futures::{SinkExt, StreamExt};
+        use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
+        let mut request = url
+            .into_client_request()
+            .with_context(|| format!("{url} is not a WebSocket URL"))?;
+        request.headers_mut().insert(
+            "authorization",
+            format!("Bearer {token}")
+                .parse()
+                .context("the token is not a header value")?,
+        );
+        let (socket, _) = tokio_tungstenite::connect_async(request)
+            .await
+            .with_context(|| format!("cannot attach to the daemon at {url}"))?;
+        let (mut outgoing, mut incoming) = socket.split();
+        let (to_send, mut sending) = mpsc::unbounded_channel::<String>();
+        tokio::spawn(async move {
+            while let Some(text) = sending.recv().await {
+                if outgoing.send(Message::text(text)).await.is_err() {
+                    break;
+                }
+            }
+            let _ = outgoing.close().await;
+        });
+        let pending: Pending = Arc::default();
+        let (notes_tx, notes_rx) = mpsc::unbounded_channel();
+        let routing = pending.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(message)) = incoming.next().await {
+                let value = match &message {
+                    Message::Text(text) => serde_json::from_str::<Value>(text.as_str()),
+                    Message::Binary(bytes) => serde_json::from_slice::<Value>(bytes),
+                    Message::Close(_) => break,
+                    _ => continue,
+                };
+                if let Ok(value) = value {
+                    route(value, &routing, &notes_tx);
+                }
+            }
+            // The daemon is gone: requests still waiting fail instead of hanging.
+            lock(&routing).clear();
+        });
+        Ok((
+            Self {
+                child: None,
+                writer: Writer::WebSocket(to_send),
+                pending,
+                next_id: AtomicU64::new(1),
+                stderr_tail: StderrTail::default(),
+            },
+            notes_rx,
+        ))
+    }
+
+    /// Writes raw bytes to the daemon, framing and all (for protocol tests); over WebSocket,
+    /// as one text message.
     pub async fn write_raw(&self, bytes: &[u8]) -> anyhow::Result<()> {
-        let mut stdin = self.stdin.lock().await;
-        stdin.write_all(bytes).await?;
-        stdin.flush().await?;
-        Ok(())
+        match &self.writer {
+            Writer::Stdio { stdin, .. } => {
+                let mut stdin = stdin.lock().await;
+                stdin.write_all(bytes).await?;
+                stdin.flush().await?;
+                Ok(())
+            }
+            Writer::WebSocket(sender) => sender
+                .send(String::from_utf8_lossy(bytes).into_owned())
+                .map_err(|_| anyhow!("the connection to the daemon is closed")),
+        }
     }
 
     /// Sends one JSON value framed as this connection frames.
     pub async fn send_value(&self, value: &Value) -> anyhow::Result<()> {
-        let mut wire = Vec::new();
-        self.framing.encode(&value.to_string(), &mut wire);
-        self.write_raw(&wire).await
+        match &self.writer {
+            Writer::Stdio { framing, .. } => {
+                let mut wire = Vec::new();
+                framing.encode(&value.to_string(), &mut wire);
+                self.write_raw(&wire).await
+            }
+            Writer::WebSocket(_) => self.write_raw(value.to_string().as_bytes()).await,
+        }
     }
 
     /// Sends a request and waits for its response frame (result or error, whole).
@@ -195,11 +282,15 @@ impl Connection {
             .await
     }
 
-    /// `shutdown`, `exit`, and the daemon's exit code.
+    /// `shutdown`, `exit`, and the daemon's exit code. An attached client only leaves: the
+    /// daemon goes on serving others (0).
     pub async fn close(mut self) -> anyhow::Result<i32> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(0);
+        };
         let _ = self.call::<Shutdown>(None).await?;
         self.notify::<Exit>(None).await?;
-        let status = self.child.wait().await?;
+        let status = child.wait().await?;
         Ok(status.code().unwrap_or(-1))
     }
 
@@ -208,8 +299,9 @@ impl Connection {
         lock(&self.stderr_tail).iter().cloned().collect()
     }
 
-    pub fn child_mut(&mut self) -> &mut Child {
-        &mut self.child
+    /// The daemon process, when this client spawned it.
+    pub fn child_mut(&mut self) -> Option<&mut Child> {
+        self.child.as_mut()
     }
 }
 

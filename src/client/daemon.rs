@@ -13,6 +13,7 @@ use crate::protocol::{
     SessionTranscript, SessionTranscriptParams, SessionTranscriptResult,
 };
 use crate::rpc::framing::Framing;
+use crate::rpc::listen::discovery::{self, ServeFile};
 
 /// How many of the client's daemon log files are kept (one per process, newest kept).
 const KEPT_LOGS: usize = 10;
@@ -32,23 +33,47 @@ impl Daemon {
     /// connection closed".
     pub async fn start(db: Option<&Path>) -> anyhow::Result<(Self, Notes)> {
         let (connection, notes) = Connection::spawn(command(db)?, Framing::ContentLength)?;
-        let params = serde_json::to_value(InitializeParams {
-            client_info: Some(ClientInfo {
-                name: "sidechat-chat".into(),
-                version: Some(env!("CARGO_PKG_VERSION").into()),
-            }),
-            protocol_version: Some(1),
-            capabilities: None,
-        })?;
-        let answer = match connection.request(Initialize::METHOD, params).await {
-            Ok(answer) => answer,
+        let init = match handshake(&connection).await {
+            Ok(answer) => answer.map_err(|e| anyhow!("{}", e.message))?,
             Err(_) => return Err(start_failure(connection).await),
         };
-        let init = serde_json::from_value(answer.map_err(|e| anyhow!("{}", e.message))?)
-            .context("the daemon's initialize answer is not understood")?;
-        connection
-            .notify::<Initialized>(InitializedParams {})
-            .await?;
+        Ok((Self { connection, init }, notes))
+    }
+
+    /// A daemon reached as `mode` says: spawned, or attached to over WebSocket.
+    pub async fn connect(db: Option<&Path>, mode: ConnectionMode) -> anyhow::Result<(Self, Notes)> {
+        match mode {
+            ConnectionMode::Spawn => Self::start(db).await,
+            ConnectionMode::Attach => {
+                let file = listening_daemon(db)?;
+                Self::attach(&file).await
+            }
+            ConnectionMode::Auto => match listening_daemon(db) {
+                Ok(file) => match Self::attach(&file).await {
+                    Ok(attached) => Ok(attached),
+                    Err(e) => {
+                        tracing::info!(error = %e, "cannot attach; spawning a daemon");
+                        Self::start(db).await
+                    }
+                },
+                Err(e) => {
+                    tracing::debug!(error = %e, "no daemon to attach to; spawning one");
+                    Self::start(db).await
+                }
+            },
+        }
+    }
+
+    /// Attaches to the listening daemon `file` names and completes the handshake.
+    async fn attach(file: &ServeFile) -> anyhow::Result<(Self, Notes)> {
+        let (connection, notes) = Connection::attach(&file.url, &file.token).await?;
+        let init = handshake(&connection).await?.map_err(|e| {
+            anyhow!(
+                "the daemon at {} refused initialize: {}",
+                file.url,
+                e.message
+            )
+        })?;
         Ok((Self { connection, init }, notes))
     }
 
@@ -156,14 +181,77 @@ impl Daemon {
     }
 }
 
+/// `initialize` and `initialized`: the daemon's answer, or its error answer. The outer error
+/// is the connection's (the daemon went away).
+async fn handshake(
+    connection: &Connection,
+) -> anyhow::Result<Result<InitializeResult, super::RpcError>> {
+    let params = serde_json::to_value(InitializeParams {
+        client_info: Some(ClientInfo {
+            name: "sidechat-chat".into(),
+            version: Some(env!("CARGO_PKG_VERSION").into()),
+        }),
+        protocol_version: Some(1),
+        capabilities: None,
+    })?;
+    let answer = match connection.request(Initialize::METHOD, params).await? {
+        Ok(answer) => answer,
+        Err(e) => return Ok(Err(e)),
+    };
+    let init = serde_json::from_value(answer)
+        .context("the daemon's initialize answer is not understood")?;
+    connection
+        .notify::<Initialized>(InitializedParams {})
+        .await?;
+    Ok(Ok(init))
+}
+
+/// How `sidechat chat` reaches a daemon.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ConnectionMode {
+    /// Attach to a listening daemon on the same database if there is one, else spawn.
+    #[default]
+    Auto,
+    /// Spawn `sidechat serve` as an editor does.
+    Spawn,
+    /// Attach to the listening daemon `serve.json` names.
+    Attach,
+}
+
+/// The listening daemon `serve.json` names, if it serves the database this client would
+/// spawn a daemon on (`db`, or the default one).
+fn listening_daemon(db: Option<&Path>) -> anyhow::Result<ServeFile> {
+    let path = discovery::serve_file_path()?;
+    let file = discovery::read(&path).context(
+        "no listening daemon (start one with `sidechat serve --listen 127.0.0.1:0 --no-stdio`)",
+    )?;
+    let wanted = match db {
+        Some(db) => Some(db.to_path_buf()),
+        None => crate::config::default_data_dir().map(|dir| dir.join("sidechat.db")),
+    };
+    let same = |a: &Path, b: &Path| {
+        a == b
+            || a.canonicalize()
+                .ok()
+                .is_some_and(|a| b.canonicalize().is_ok_and(|b| a == b))
+    };
+    match (&file.db, wanted) {
+        (Some(serving), Some(wanted)) if !same(serving, &wanted) => bail!(
+            "the listening daemon at {} serves {}, not {}",
+            file.url,
+            serving.display(),
+            wanted.display()
+        ),
+        _ => Ok(file),
+    }
+}
+
 /// The daemon's own explanation of why it stopped before answering `initialize`.
 async fn start_failure(mut connection: Connection) -> anyhow::Error {
     // Its stderr is read to the end once it has exited.
-    let _ = tokio::time::timeout(
-        std::time::Duration::from_secs(5),
-        connection.child_mut().wait(),
-    )
-    .await;
+    if let Some(child) = connection.child_mut() {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), child.wait()).await;
+    }
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     let tail = connection.stderr_tail();
     // The error `main` prints (with the lines of its explanation), when there is one; else

@@ -33,7 +33,7 @@ Other /commands (/cost, /compact, /clear …) go to sidechat.
 Alt-Enter adds a new line; a pasted text stays one message.";
 
 pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
-    let (daemon, notes) = Daemon::start(args.db.as_deref()).await?;
+    let (daemon, notes) = Daemon::connect(args.db.as_deref(), args.connection_mode()).await?;
     let style = Style::detect();
     let mut screen = Screen::new(
         Box::new(Plain(std::io::stdout())),

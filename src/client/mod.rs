@@ -25,6 +25,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 pub use connection::{Connection, RpcError, read_frames};
+pub use daemon::ConnectionMode;
 pub use sessions::SessionsArgs;
 pub use view::SessionView;
 
@@ -69,6 +70,25 @@ pub struct ChatArgs {
     /// Show the model's thinking as it streams instead of one folded line.
     #[arg(long)]
     pub show_thinking: bool,
+    /// How to reach a daemon: `auto` attaches to a daemon listening (`serve --listen`) on
+    /// the same database when `serve.json` names one, and spawns one otherwise.
+    #[arg(long, value_enum, default_value_t = ConnectionMode::Auto)]
+    pub connection: ConnectionMode,
+    /// Attach to the listening daemon `serve.json` names (`--connection attach`); fails when
+    /// none listens.
+    #[arg(long, conflicts_with = "connection")]
+    pub attach: bool,
+}
+
+impl ChatArgs {
+    /// `--connection`, with `--attach` standing for `attach`.
+    pub fn connection_mode(&self) -> ConnectionMode {
+        if self.attach {
+            ConnectionMode::Attach
+        } else {
+            self.connection
+        }
+    }
 }
 
 /// Runs `sidechat chat` to completion; the process exit code.

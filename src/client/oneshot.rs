@@ -64,7 +64,7 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
     if text.trim().is_empty() {
         bail!("nothing to send: pass -p TEXT or pipe the message on stdin");
     }
-    let (daemon, mut notes) = Daemon::start(args.db.as_deref()).await?;
+    let (daemon, mut notes) = Daemon::connect(args.db.as_deref(), args.connection_mode()).await?;
     // One-shot sessions are named by their message at once: the daemon titles a session in
     // the background after its answer, and this process closes the daemon before that.
     let first = text.trim().lines().next().unwrap_or_default();

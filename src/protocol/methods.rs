@@ -255,6 +255,11 @@ protocol_methods! {
         SessionFork "session/fork" (SessionForkParams) -> Session => session_fork;
         /// The session's workspace files that best match a query, for `@` completion.
         WorkspaceFiles "workspace/files" (WorkspaceFilesParams) -> WorkspaceFilesResult => workspace_files;
+        /// The session's events reach this connection from now on (a WebSocket connection;
+        /// stdio's one client gets every session's events anyway).
+        SessionSubscribe "session/subscribe" (SessionIdParams) -> SessionSubscribeResult => session_subscribe;
+        /// The session's events no longer reach this connection.
+        SessionUnsubscribe "session/unsubscribe" (SessionIdParams) -> SessionUnsubscribeResult => session_unsubscribe;
     }
     notifications {
         /// The client has read `initialize`'s answer.

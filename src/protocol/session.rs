@@ -528,3 +528,20 @@ pub struct WorkspaceFilesResult {
     pub session_id: String,
     pub files: Vec<String>,
 }
+
+/// What `session/subscribe` answers: the session's events now reach this connection, and
+/// `lastSeq` is the seq of its latest event so far (0 for none), from which
+/// `session/transcript` fills in what came before.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSubscribeResult {
+    pub last_seq: u64,
+}
+
+/// What `session/unsubscribe` answers: whether the connection had been receiving the
+/// session's events.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionUnsubscribeResult {
+    pub subscribed: bool,
+}

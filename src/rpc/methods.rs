@@ -138,6 +138,29 @@ impl Handler for Runtime {
     async fn session_fork(self, params: SessionForkParams) -> Result<Session, RuntimeError> {
         self.fork(params)
     }
+
+    /// The runtime's part of a subscription: the session must exist. Which connection receives
+    /// the session's events is the transport's part (`rpc::listen`); stdio's one client
+    /// receives every session's events already.
+    async fn session_subscribe(
+        self,
+        params: SessionIdParams,
+    ) -> Result<SessionSubscribeResult, RuntimeError> {
+        let session = self.get_session(&params.session_id)?;
+        Ok(SessionSubscribeResult {
+            last_seq: session.last_seq,
+        })
+    }
+
+    /// The session must exist; `subscribed` is answered by the transport that keeps the
+    /// subscriptions (false on stdio, which has none).
+    async fn session_unsubscribe(
+        self,
+        params: SessionIdParams,
+    ) -> Result<SessionUnsubscribeResult, RuntimeError> {
+        self.get_session(&params.session_id)?;
+        Ok(SessionUnsubscribeResult { subscribed: false })
+    }
 }
 
 impl From<RouteError<RuntimeError>> for ErrorObjectOwned {
@@ -198,7 +221,7 @@ impl MethodTable {
         self.methods.get(name)
     }
 
-    #[cfg(test)]
+    /// Every method's name, for a transport that registers them with its own server.
     pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
         self.methods.keys().copied()
     }

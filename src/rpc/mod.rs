@@ -1,9 +1,11 @@
-//! JSON-RPC 2.0 over stdio: framing, transport, the dispatcher and the method table.
+//! JSON-RPC 2.0 over stdio: framing, transport, the dispatcher and the method table; and over
+//! WebSocket for many clients at once (`listen`).
 
 pub mod backlog;
 mod delta_frame;
 pub mod error;
 pub mod framing;
+pub mod listen;
 mod methods;
 pub mod peer;
 pub mod readable;

@@ -140,7 +140,7 @@ impl Peer {
 }
 
 /// Appends the notification `method` with `params` to `out`.
-fn write_notification<P: Serialize>(
+pub(crate) fn write_notification<P: Serialize>(
     out: &mut Vec<u8>,
     method: &str,
     params: &P,

@@ -49,7 +49,13 @@ async fn next_answer(daemon: &mut Daemon) -> Value {
 }
 
 async fn kill(mut daemon: Daemon) {
-    daemon.conn.child_mut().kill().await.unwrap();
+    daemon
+        .conn
+        .child_mut()
+        .expect("a spawned daemon")
+        .kill()
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

@@ -29,6 +29,7 @@ mod in_flight;
 mod instructions;
 mod interjections;
 mod lifetime;
+mod listen;
 mod locked_database;
 mod long_context;
 mod mcp;

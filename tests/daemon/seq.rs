@@ -27,7 +27,13 @@ async fn seq_keeps_increasing_after_a_daemon_killed_mid_stream() {
         seen.push(event.seq);
     }
     // SIGKILL: nothing gets to run on the way out.
-    daemon.conn.child_mut().kill().await.unwrap();
+    daemon
+        .conn
+        .child_mut()
+        .expect("a spawned daemon")
+        .kill()
+        .await
+        .unwrap();
     let highest_before = *seen.iter().max().unwrap();
 
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;

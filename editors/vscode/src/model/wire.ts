@@ -494,9 +494,11 @@ export interface WireTypes {
   SessionRewindParams?: SessionRewindParams;
   SessionRewindResult?: SessionRewindResult;
   SessionState?: SessionState;
+  SessionSubscribeResult?: SessionSubscribeResult;
   SessionSummary?: SessionSummary;
   SessionTranscriptParams?: SessionTranscriptParams;
   SessionTranscriptResult?: SessionTranscriptResult;
+  SessionUnsubscribeResult?: SessionUnsubscribeResult;
   SessionUpdateParams?: SessionUpdateParams;
   ShutdownParams?: ShutdownParams;
   ShutdownResult?: ShutdownResult;
@@ -1786,6 +1788,17 @@ export interface SessionRewindResult {
   rewoundMessages: number;
 }
 /**
+ * What `session/subscribe` answers: the session's events now reach this connection, and
+ * `lastSeq` is the seq of its latest event so far (0 for none), from which
+ * `session/transcript` fills in what came before.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "SessionSubscribeResult".
+ */
+export interface SessionSubscribeResult {
+  lastSeq: number;
+}
+/**
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "SessionTranscriptParams".
  */
@@ -1835,6 +1848,16 @@ export interface SessionTranscriptResult {
    * with `approval/respond` and the approval's id, as any other.
    */
   delegatedApprovals?: DelegatedApproval[];
+}
+/**
+ * What `session/unsubscribe` answers: whether the connection had been receiving the
+ * session's events.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "SessionUnsubscribeResult".
+ */
+export interface SessionUnsubscribeResult {
+  subscribed: boolean;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -1938,7 +1961,9 @@ export interface Requests {
   'session/get': { params: SessionIdParams; result: Session };
   'session/list': { params: SessionListParams; result: SessionListResult };
   'session/rewind': { params: SessionRewindParams; result: SessionRewindResult };
+  'session/subscribe': { params: SessionIdParams; result: SessionSubscribeResult };
   'session/transcript': { params: SessionTranscriptParams; result: SessionTranscriptResult };
+  'session/unsubscribe': { params: SessionIdParams; result: SessionUnsubscribeResult };
   'session/update': { params: SessionUpdateParams; result: Session };
   'shutdown': { params: ShutdownParams; result: ShutdownResult };
   'workspace/files': { params: WorkspaceFilesParams; result: WorkspaceFilesResult };
