@@ -79,6 +79,8 @@ pub struct Account {
     pub history_share: Option<f64>,
     /// The model that summarises older turns, when not the session's own.
     pub summary_model: Option<String>,
+    /// The reasoning effort of the account's sessions that set none (`effort = "high"`).
+    pub effort: Option<crate::protocol::Effort>,
 }
 
 impl Account {
@@ -408,6 +410,8 @@ struct FileAccount {
     history_share: Option<f64>,
     /// The model that summarises older turns (default: the session's model).
     summary_model: Option<String>,
+    /// The reasoning effort of sessions that set none: `minimal`, `low`, `medium`, `high`.
+    effort: Option<String>,
     /// Price overrides for the models this account serves (as the top-level `prices`).
     #[serde(default)]
     prices: HashMap<String, PriceOverride>,
@@ -526,6 +530,7 @@ impl Config {
             context_window: None,
             history_share: None,
             summary_model: None,
+            effort: None,
         }];
         let mut preferred = Vec::new();
         let mut prices = file.prices;
@@ -575,6 +580,7 @@ impl Config {
                 context_window: None,
                 history_share: None,
                 summary_model: None,
+                effort: None,
             });
             preferred.insert(0, "replay".into());
         }
@@ -799,6 +805,12 @@ fn file_account(name: &str, account: FileAccount) -> Result<Account, String> {
         },
         other => return Err(format!("unknown kind {other:?}; use anthropic or openai")),
     };
+    let effort = match account.effort.as_deref() {
+        None => None,
+        Some(name) => Some(crate::protocol::Effort::parse(name).ok_or_else(|| {
+            format!("effort {name:?} is not a level; use minimal, low, medium or high")
+        })?),
+    };
     Ok(Account {
         name: name.to_string(),
         kind,
@@ -806,6 +818,7 @@ fn file_account(name: &str, account: FileAccount) -> Result<Account, String> {
         context_window: account.context_window,
         history_share: account.history_share,
         summary_model: account.summary_model,
+        effort,
     })
 }
 
@@ -838,6 +851,7 @@ fn env_accounts() -> Vec<Account> {
             context_window: number("SIDECHAT_CONTEXT_WINDOW"),
             history_share: None,
             summary_model: var("SIDECHAT_SUMMARY_MODEL"),
+            effort: None,
         });
     }
     if var("OPENAI_API_KEY").is_some() || var("OPENAI_BASE_URL").is_some() {
@@ -859,6 +873,7 @@ fn env_accounts() -> Vec<Account> {
             context_window: number("SIDECHAT_CONTEXT_WINDOW"),
             history_share: None,
             summary_model: var("SIDECHAT_SUMMARY_MODEL"),
+            effort: None,
         });
     }
     accounts

@@ -10,6 +10,7 @@ mod commands;
 mod compaction;
 mod custom_commands;
 mod delegation;
+mod effort;
 mod error;
 mod events;
 mod instructions;
@@ -87,6 +88,8 @@ struct Inner {
     answering: Mutex<()>,
     /// The instruction files (AGENTS.md) as last read.
     instruction_files: instructions::InstructionFiles,
+    /// Sessions told that their model takes no reasoning effort, with the model: told once.
+    effort_notices: Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 impl Runtime {
@@ -117,6 +120,7 @@ impl Runtime {
             permission_notices: Mutex::default(),
             answering: Mutex::default(),
             instruction_files: instructions::InstructionFiles::default(),
+            effort_notices: Mutex::default(),
         });
         recovery::recover(&inner)?;
         lease::start_heartbeat(&inner);

@@ -326,6 +326,10 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE messages ADD COLUMN rewound INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE sessions ADD COLUMN forked_from TEXT;
     "#,
+    // 21: a session's own reasoning effort (`low`, `medium`, …); NULL: the account's default.
+    r#"
+    ALTER TABLE sessions ADD COLUMN effort TEXT;
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.
