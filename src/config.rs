@@ -129,6 +129,9 @@ pub struct Config {
     pub sandbox: crate::sandbox::Settings,
     /// Project instructions (`[instructions]`): AGENTS.md files in the system prompt.
     pub instructions: InstructionSettings,
+    /// `[tools.web_fetch]`: the hosts `web_fetch` may reach on this machine or a private
+    /// network.
+    pub web_fetch: crate::tools::web_fetch::Settings,
     /// The user's own folder of sidechat files (`$XDG_CONFIG_HOME/sidechat`): their AGENTS.md
     /// and commands. `None` when neither XDG_CONFIG_HOME nor HOME is set.
     pub user_dir: Option<PathBuf>,
@@ -273,6 +276,25 @@ struct FileConfig {
     /// `sandbox` read, once checked.
     #[serde(skip)]
     sandbox_settings: crate::sandbox::Settings,
+    #[serde(default)]
+    tools: FileTools,
+}
+
+/// `[tools]`: settings of the built-in tools.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTools {
+    #[serde(default)]
+    web_fetch: FileWebFetch,
+}
+
+/// `[tools.web_fetch]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileWebFetch {
+    /// Hosts that may resolve to loopback or private addresses (a local docs server, say).
+    #[serde(default)]
+    allow_hosts: Vec<String>,
 }
 
 /// `[sandbox]` (`crate::sandbox`).
@@ -632,6 +654,15 @@ impl Config {
                     .unwrap_or(DEFAULT_INSTRUCTIONS_MAX_BYTES),
             },
             user_dir: user_dir(),
+            web_fetch: crate::tools::web_fetch::Settings {
+                allow_hosts: file
+                    .tools
+                    .web_fetch
+                    .allow_hosts
+                    .iter()
+                    .map(|h| h.trim().to_ascii_lowercase())
+                    .collect(),
+            },
         }
     }
 
