@@ -79,6 +79,8 @@ pub struct Account {
     pub history_share: Option<f64>,
     /// The model that summarises older turns, when not the session's own.
     pub summary_model: Option<String>,
+    /// The reasoning effort of the account's sessions that set none (`effort = "high"`).
+    pub effort: Option<crate::protocol::Effort>,
 }
 
 impl Account {
@@ -127,6 +129,9 @@ pub struct Config {
     pub sandbox: crate::sandbox::Settings,
     /// Project instructions (`[instructions]`): AGENTS.md files in the system prompt.
     pub instructions: InstructionSettings,
+    /// `[tools.web_fetch]`: the hosts `web_fetch` may reach on this machine or a private
+    /// network.
+    pub web_fetch: crate::tools::web_fetch::Settings,
     /// The user's own folder of sidechat files (`$XDG_CONFIG_HOME/sidechat`): their AGENTS.md
     /// and commands. `None` when neither XDG_CONFIG_HOME nor HOME is set.
     pub user_dir: Option<PathBuf>,
@@ -294,6 +299,25 @@ struct FileConfig {
     /// `sandbox` read, once checked.
     #[serde(skip)]
     sandbox_settings: crate::sandbox::Settings,
+    #[serde(default)]
+    tools: FileTools,
+}
+
+/// `[tools]`: settings of the built-in tools.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTools {
+    #[serde(default)]
+    web_fetch: FileWebFetch,
+}
+
+/// `[tools.web_fetch]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileWebFetch {
+    /// Hosts that may resolve to loopback or private addresses (a local docs server, say).
+    #[serde(default)]
+    allow_hosts: Vec<String>,
 }
 
 /// `[sandbox]` (`crate::sandbox`).
@@ -438,6 +462,8 @@ struct FileAccount {
     history_share: Option<f64>,
     /// The model that summarises older turns (default: the session's model).
     summary_model: Option<String>,
+    /// The reasoning effort of sessions that set none: `minimal`, `low`, `medium`, `high`.
+    effort: Option<String>,
     /// Price overrides for the models this account serves (as the top-level `prices`).
     #[serde(default)]
     prices: HashMap<String, PriceOverride>,
@@ -556,6 +582,7 @@ impl Config {
             context_window: None,
             history_share: None,
             summary_model: None,
+            effort: None,
         }];
         let mut preferred = Vec::new();
         let mut prices = file.prices;
@@ -605,6 +632,7 @@ impl Config {
                 context_window: None,
                 history_share: None,
                 summary_model: None,
+                effort: None,
             });
             preferred.insert(0, "replay".into());
         }
@@ -661,6 +689,15 @@ impl Config {
                     .mentions
                     .max_bytes
                     .unwrap_or(DEFAULT_MENTIONS_MAX_BYTES),
+            },
+            web_fetch: crate::tools::web_fetch::Settings {
+                allow_hosts: file
+                    .tools
+                    .web_fetch
+                    .allow_hosts
+                    .iter()
+                    .map(|h| h.trim().to_ascii_lowercase())
+                    .collect(),
             },
         }
     }
@@ -835,6 +872,12 @@ fn file_account(name: &str, account: FileAccount) -> Result<Account, String> {
         },
         other => return Err(format!("unknown kind {other:?}; use anthropic or openai")),
     };
+    let effort = match account.effort.as_deref() {
+        None => None,
+        Some(name) => Some(crate::protocol::Effort::parse(name).ok_or_else(|| {
+            format!("effort {name:?} is not a level; use minimal, low, medium or high")
+        })?),
+    };
     Ok(Account {
         name: name.to_string(),
         kind,
@@ -842,6 +885,7 @@ fn file_account(name: &str, account: FileAccount) -> Result<Account, String> {
         context_window: account.context_window,
         history_share: account.history_share,
         summary_model: account.summary_model,
+        effort,
     })
 }
 
@@ -874,6 +918,7 @@ fn env_accounts() -> Vec<Account> {
             context_window: number("SIDECHAT_CONTEXT_WINDOW"),
             history_share: None,
             summary_model: var("SIDECHAT_SUMMARY_MODEL"),
+            effort: None,
         });
     }
     if var("OPENAI_API_KEY").is_some() || var("OPENAI_BASE_URL").is_some() {
@@ -895,6 +940,7 @@ fn env_accounts() -> Vec<Account> {
             context_window: number("SIDECHAT_CONTEXT_WINDOW"),
             history_share: None,
             summary_model: var("SIDECHAT_SUMMARY_MODEL"),
+            effort: None,
         });
     }
     accounts

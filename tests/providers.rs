@@ -231,6 +231,7 @@ fn hello_request() -> ModelRequest {
         tools: vec![],
         max_output_tokens: 256,
         delegated: false,
+        reasoning: None,
     }
 }
 
@@ -1049,6 +1050,7 @@ fn full_request() -> ModelRequest {
         ],
         max_output_tokens: 1024,
         delegated: false,
+        reasoning: None,
     }
 }
 

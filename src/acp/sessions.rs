@@ -186,6 +186,13 @@ impl Agent {
                 _ => break,
             }
         }
+        // The latest plan, as the client last saw it live: a checklist survives a reload.
+        if let Some(plan) = &session.plan {
+            self.update(
+                &session.id,
+                acp::SessionUpdate::Plan(translate::plan_update(plan)),
+            );
+        }
         if !session.title.is_empty() {
             self.update(
                 &session.id,

@@ -26,8 +26,8 @@ pub use tokens::{
     upper_bounds,
 };
 pub use window::{
-    DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_OUTPUT, FamilyEntry, ModelWindow, WindowError,
-    WindowSource, WindowTable, model_window,
+    DEFAULT_CONTEXT_WINDOW, DEFAULT_MAX_OUTPUT, FamilyEntry, ModelWindow, ReasoningStyle,
+    WindowError, WindowSource, WindowTable, model_window, reasoning_style,
 };
 
 /// The lower-cased spellings under which a model name is looked up in a prefix table.

@@ -70,6 +70,21 @@ pub struct FamilyEntry {
     /// Where the figure comes from when it is not models.json, or why it differs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// How the family takes a reasoning effort; absent when it takes none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<ReasoningStyle>,
+}
+
+/// How a model family is told how hard to think (`provider::effort` maps the levels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ReasoningStyle {
+    /// Anthropic's extended thinking: a budget of thinking tokens.
+    Thinking,
+    /// OpenAI's `reasoning_effort`: `low`, `medium`, `high`.
+    Effort,
+    /// `reasoning_effort` with `minimal` as well (the `gpt-5` models).
+    EffortMinimal,
 }
 
 #[derive(Deserialize)]
@@ -146,6 +161,14 @@ impl WindowTable {
         }
     }
 
+    /// How `model` takes a reasoning effort, by longest prefix; `None` for a family that takes
+    /// none and for a model the table does not know.
+    pub fn reasoning(&self, model: &str) -> Option<ReasoningStyle> {
+        let candidates = super::name_candidates(model, true);
+        super::longest_prefix(&self.families, |f| f.prefix.as_str(), &candidates)
+            .and_then(|entry| entry.reasoning)
+    }
+
     /// Like [`lookup`](Self::lookup), but an account's configured window wins whenever set.
     ///
     /// The override replaces the window only; the reply limit stays the family's, capped at the
@@ -163,6 +186,11 @@ impl WindowTable {
             None => found,
         }
     }
+}
+
+/// How `model` takes a reasoning effort, from the built-in table.
+pub fn reasoning_style(model: &str) -> Option<ReasoningStyle> {
+    WindowTable::builtin().reasoning(model)
 }
 
 /// The window of `model` from the built-in table, with the account's override if any.
@@ -219,6 +247,29 @@ mod tests {
         prefixes.sort_unstable();
         prefixes.dedup();
         assert_eq!(prefixes.len(), count);
+    }
+
+    #[test]
+    fn reasoning_styles_follow_the_families() {
+        let cases = [
+            ("claude-sonnet-4-5-20250929", Some(ReasoningStyle::Thinking)),
+            ("claude-3-7-sonnet-latest", Some(ReasoningStyle::Thinking)),
+            ("claude-3-5-haiku-latest", None),
+            ("gpt-5-mini", Some(ReasoningStyle::EffortMinimal)),
+            ("gpt-5.1", Some(ReasoningStyle::Effort)),
+            ("gpt-5-chat-latest", None),
+            ("o4-mini", Some(ReasoningStyle::Effort)),
+            ("o1-mini", None),
+            ("gpt-4o", None),
+            ("openai/gpt-oss-120b", Some(ReasoningStyle::Effort)),
+            ("llama3.1:8b", None),
+            ("my-local-finetune", None),
+        ];
+        let found: Vec<_> = cases
+            .iter()
+            .map(|(model, _)| (*model, reasoning_style(model)))
+            .collect();
+        assert_eq!(found, cases.to_vec());
     }
 
     #[test]

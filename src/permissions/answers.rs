@@ -39,6 +39,9 @@ pub fn propose(tool: &str, input: &Value, root: Option<&Path>) -> Option<String>
                 (Some(top), Some(_)) => format!("{tool}({}/**)", globset::escape(top)),
             }
         }
+        crate::tools::web_fetch::NAME => {
+            format!("{tool}({})", crate::tools::web_fetch::host_of(input)?)
+        }
         _ => tool.to_string(),
     };
     // A proposal is only offered when it reads back as a rule (a command word with a `)` at

@@ -41,12 +41,15 @@ const TOOLS: &[(&str, Key)] = &[
     ("search_text", Key::Path),
     ("delegate", Key::None),
     ("update_plan", Key::None),
+    ("web_fetch", Key::Host),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Key {
     Command,
     Path,
+    /// `web_fetch(host)`: the host of the call's URL, exactly (any case).
+    Host,
     None,
 }
 
@@ -104,6 +107,7 @@ enum Pattern {
     Any,
     Command(regex::Regex),
     Path(globset::GlobMatcher),
+    Host(String),
 }
 
 /// One rule, read.
@@ -170,6 +174,7 @@ impl Rule {
                 return Err(error(format!("gives a pattern, but {name} takes none")));
             }
             (Some(""), _) => return Err(error("has an empty pattern".into())),
+            (Some(pattern), Key::Host) => Pattern::Host(pattern.to_ascii_lowercase()),
             (Some(pattern), Key::Command) => Pattern::Command(
                 command_pattern(pattern)
                     .map_err(|e| error(format!("has a pattern that cannot be matched: {e}")))?,
@@ -227,7 +232,7 @@ impl Rule {
         match &self.pattern {
             Pattern::Any => true,
             Pattern::Command(regex) => regex.is_match(&words.join(" ")),
-            Pattern::Path(_) => false,
+            Pattern::Path(_) | Pattern::Host(_) => false,
         }
     }
 }
@@ -359,9 +364,14 @@ impl Rules {
             }
             _ => None,
         };
+        let host = match key {
+            Key::Host => crate::tools::web_fetch::host_of(input),
+            _ => None,
+        };
         let applies = |rule: &Rule| match &rule.pattern {
             Pattern::Any => true,
             Pattern::Path(glob) => path.as_deref().is_some_and(|p| glob.is_match(p)),
+            Pattern::Host(wanted) => host.as_deref() == Some(wanted.as_str()),
             Pattern::Command(_) => false,
         };
         for (list, decision) in [

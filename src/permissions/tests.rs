@@ -316,14 +316,14 @@ fn rules_that_cannot_be_read_are_errors_naming_the_rule() {
             error(List::Allow, "run_*"),
         ],
         [
-            "the allow rule `run_commnd(ls)` names no tool: the tools are run_command, read_file, write_file, edit_file, list_directory, search_text, delegate, update_plan and MCP tools (`mcp__SERVER__TOOL`, which may end in `*`)".to_string(),
+            "the allow rule `run_commnd(ls)` names no tool: the tools are run_command, read_file, write_file, edit_file, list_directory, search_text, delegate, update_plan, web_fetch and MCP tools (`mcp__SERVER__TOOL`, which may end in `*`)".to_string(),
             "the deny rule `run_command(ls` has no closing parenthesis at its end; write `tool(pattern)`".to_string(),
             "the ask rule `delegate(x)` gives a pattern, but delegate takes none".to_string(),
             "the allow rule `write_file(/etc/**)` gives an absolute path; patterns are relative to the workspace root".to_string(),
             "the allow rule `write_file(../x)` climbs out with `..`; patterns are relative to the workspace root".to_string(),
             "the allow rule `write_file(src/[)` has a pattern that is not a glob: error parsing glob 'src/[': unclosed character class; missing ']'".to_string(),
             "the allow rule `run_command()` has an empty pattern".to_string(),
-            "the allow rule `run_*` names no tool: the tools are run_command, read_file, write_file, edit_file, list_directory, search_text, delegate, update_plan and MCP tools (`mcp__SERVER__TOOL`, which may end in `*`)".to_string(),
+            "the allow rule `run_*` names no tool: the tools are run_command, read_file, write_file, edit_file, list_directory, search_text, delegate, update_plan, web_fetch and MCP tools (`mcp__SERVER__TOOL`, which may end in `*`)".to_string(),
         ]
     );
 }
@@ -352,7 +352,40 @@ fn a_project_file_adds_ask_and_deny_rules_and_ignores_allow() {
         project.notices,
         vec![
             "Ignored the allow rules of the project file /ws/.sidechat/config.toml (`run_command`): a project may only add ask and deny rules; allow rules belong in your own config file.".to_string(),
-            "Ignored a rule of the project file /ws/.sidechat/config.toml: the deny rule `nope` names no tool: the tools are run_command, read_file, write_file, edit_file, list_directory, search_text, delegate, update_plan and MCP tools (`mcp__SERVER__TOOL`, which may end in `*`).".to_string(),
+            "Ignored a rule of the project file /ws/.sidechat/config.toml: the deny rule `nope` names no tool: the tools are run_command, read_file, write_file, edit_file, list_directory, search_text, delegate, update_plan, web_fetch and MCP tools (`mcp__SERVER__TOOL`, which may end in `*`).".to_string(),
         ]
+    );
+}
+
+#[test]
+fn web_fetch_rules_match_the_host_of_the_url() {
+    let rules = match Rules::parse(
+        &strings(&["web_fetch(Docs.RS)"]),
+        &[],
+        &strings(&["web_fetch(evil.example)"]),
+        &origin(),
+    ) {
+        Ok(rules) => rules,
+        Err(e) => panic!("{e}"),
+    };
+    let decide = |url: &str| outcome(&rules.decide("web_fetch", &json!({ "url": url }), None));
+    assert_eq!(
+        [
+            decide("https://docs.rs/serde"),
+            decide("http://DOCS.rs:8080/x"),
+            decide("https://evil.example/"),
+            decide("https://docs.rs.evil.example/"),
+            decide("not a url"),
+        ],
+        [Allowed, Allowed, Denied, Asked, Asked]
+    );
+    let root = Path::new("/ws");
+    assert_eq!(
+        answers::propose(
+            "web_fetch",
+            &json!({"url": "https://Docs.rs/a?b"}),
+            Some(root)
+        ),
+        Some("web_fetch(docs.rs)".to_string())
     );
 }

@@ -78,6 +78,9 @@ pub struct SessionCreateParams {
     /// that would pass the window is refused with its sizes, and `/compact` folds by hand.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_compact: Option<bool>,
+    /// How hard the model thinks (default: the account's `effort`, else the provider's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<Effort>,
 }
 
 /// Tells "absent" (leave alone) from `null` (remove) in update params.
@@ -205,6 +208,10 @@ pub struct Session {
     /// For a fork (`session/fork`): the session it was forked from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<String>,
+    /// How hard the model thinks: the session's own setting, else the account's default;
+    /// absent when neither sets one (the provider's default applies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<Effort>,
 }
 
 /// One row of `session/list`.
@@ -331,6 +338,14 @@ pub struct SessionUpdateParams {
     /// request on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_compact: Option<bool>,
+    /// A new reasoning effort from the next request on; `null` goes back to the account's
+    /// default. `minimal` only for a model that has it.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub effort: Option<Option<Effort>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -544,4 +559,39 @@ pub struct SessionSubscribeResult {
 #[serde(rename_all = "camelCase")]
 pub struct SessionUnsubscribeResult {
     pub subscribed: bool,
+}
+
+/// How hard the model thinks before it answers: Anthropic's extended-thinking budget or
+/// OpenAI's `reasoning_effort` (see docs/tools.md for the figures). A model that takes neither
+/// ignores it, and the session is told once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Effort {
+    /// Only for models that have it (OpenAI's `gpt-5` family).
+    Minimal,
+    Low,
+    Medium,
+    High,
+}
+
+impl Effort {
+    /// Every level, lowest first.
+    pub const ALL: [Effort; 4] = [Effort::Minimal, Effort::Low, Effort::Medium, Effort::High];
+
+    /// The wire name (`low`, …), as the config file and `/effort` write it too.
+    pub fn name(self) -> &'static str {
+        match self {
+            Effort::Minimal => "minimal",
+            Effort::Low => "low",
+            Effort::Medium => "medium",
+            Effort::High => "high",
+        }
+    }
+
+    /// The level named `name` (any case).
+    pub fn parse(name: &str) -> Option<Effort> {
+        Effort::ALL
+            .into_iter()
+            .find(|e| e.name().eq_ignore_ascii_case(name.trim()))
+    }
 }

@@ -85,6 +85,9 @@ fn request_body(request: &ModelRequest) -> Value {
     if !request.tools.is_empty() {
         body["tools"] = tools(&request.tools);
     }
+    if let Some(super::effort::Reasoning::Thinking { budget_tokens }) = request.reasoning {
+        body["thinking"] = json!({"type": "enabled", "budget_tokens": budget_tokens});
+    }
     body
 }
 
@@ -529,6 +532,7 @@ mod tests {
             tools: vec![],
             max_output_tokens: 100,
             delegated: false,
+            reasoning: None,
         }
     }
 

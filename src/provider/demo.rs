@@ -402,6 +402,7 @@ mod tests {
             tools: vec![],
             max_output_tokens: 1000,
             delegated: false,
+            reasoning: None,
         }
     }
 

@@ -5,6 +5,7 @@
 
 pub mod anthropic;
 pub mod demo;
+pub mod effort;
 #[cfg(test)]
 mod fuzz;
 mod generator;
@@ -87,6 +88,10 @@ pub struct ModelRequest {
     /// The request is a delegated task's (a child session's). Real providers ignore it; the
     /// replay model answers such a request from its `delegated` script.
     pub delegated: bool,
+    /// How hard the model thinks, in the shape its provider takes ([`effort::plan`]); `None`
+    /// leaves it to the provider. A driver ignores a shape it does not speak.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<effort::Reasoning>,
 }
 
 /// Why the model stopped.

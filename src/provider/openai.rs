@@ -220,6 +220,9 @@ fn request_body(request: &ModelRequest, limit: LimitField) -> Value {
     if !request.tools.is_empty() {
         body["tools"] = tools(&request.tools);
     }
+    if let Some(super::effort::Reasoning::Effort { effort }) = request.reasoning {
+        body["reasoning_effort"] = json!(effort.name());
+    }
     body
 }
 
@@ -755,6 +758,7 @@ mod tests {
             tools: vec![],
             max_output_tokens: 64,
             delegated: false,
+            reasoning: None,
         };
         assert_eq!(
             request_body(&request, LimitField::for_model("llama", true)),

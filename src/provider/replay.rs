@@ -225,6 +225,7 @@ mod tests {
             tools: Vec::new(),
             max_output_tokens: 100,
             delegated,
+            reasoning: None,
         }
     }
 

@@ -182,6 +182,7 @@ impl Inner {
             tools: Vec::new(),
             max_output_tokens: NOTE_MAX_OUTPUT,
             delegated: false,
+            reasoning: None,
         };
         self.ask_summariser(session, request).await
     }

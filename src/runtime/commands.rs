@@ -8,6 +8,7 @@ use crate::store::{NewMessage, SessionRow, SessionUpdate};
 const HELP: &str = "Commands:
   /cost            what this session has cost so far
   /model <id>      switch the model (from the next request on); a name sidechat does not know needs /model --force <id>
+  /effort [level]  how hard the model thinks: minimal, low, medium, high, or default (the account's)
   /system <text>   set the system prompt; /system alone removes it
   /clear           the model starts fresh; earlier messages stay readable here
   /compact [focus] summarise the earlier turns now (optionally: what to keep in view)
@@ -125,6 +126,7 @@ impl Runtime {
                 })?;
                 format!("Model set to {model}; it answers from the next request on.")
             }
+            "effort" => self.effort_command(session, argument)?,
             "system" => {
                 let update = SessionUpdate {
                     system_prompt: Some(Some(argument.to_string()).filter(|a| !a.is_empty())),
@@ -213,6 +215,51 @@ impl Runtime {
 pub struct CommandStamp(Vec<(std::path::PathBuf, u64, Option<std::time::SystemTime>)>);
 
 /// The `/help` note: the built-in commands, then the custom ones.
+impl Runtime {
+    /// `/effort`: says the session's effort and how its model takes it; `/effort LEVEL` sets
+    /// it, `/effort default` goes back to the account's.
+    fn effort_command(&self, session: &SessionRow, argument: &str) -> RuntimeResult<String> {
+        let style = super::effort::describe_style(&session.model);
+        if argument.is_empty() {
+            let own = self.inner.store.session_effort(&session.id)?;
+            let said = match (own, self.inner.effort(session)?) {
+                (Some(_), Some(level)) => format!("The reasoning effort is {}.", level.name()),
+                (None, Some(level)) => format!(
+                    "The reasoning effort is {} (the account {}'s default).",
+                    level.name(),
+                    session.account
+                ),
+                (_, None) => {
+                    "No reasoning effort is set: the provider's default applies.".to_string()
+                }
+            };
+            return Ok(format!(
+                "{said} {style} Type /effort minimal|low|medium|high, or /effort default."
+            ));
+        }
+        let effort = match argument.to_ascii_lowercase().as_str() {
+            "default" => None,
+            name => Some(Effort::parse(name).ok_or_else(|| {
+                RuntimeError::InvalidParams(format!(
+                    "/effort takes minimal, low, medium, high or default, not {argument:?}"
+                ))
+            })?),
+        };
+        let updated = self.update_session(SessionUpdateParams {
+            session_id: session.id.clone(),
+            effort: Some(effort),
+            ..SessionUpdateParams::default()
+        })?;
+        Ok(match updated.effort {
+            Some(level) => format!(
+                "Reasoning effort set to {}; it applies from the next request on. {style}",
+                level.name()
+            ),
+            None => "Reasoning effort back to the provider's default.".to_string(),
+        })
+    }
+}
+
 fn help(found: &super::custom_commands::Found) -> String {
     let mut text = HELP.to_string();
     if !found.commands.is_empty() {

@@ -354,6 +354,7 @@ impl Inner {
             tools: Vec::new(),
             max_output_tokens: max_output.min(window.max_output) as u32,
             delegated: false,
+            reasoning: None,
         };
         let text = compaction::finish_summary(&self.ask_summariser(session, request).await?);
         let block = Block::Summary {

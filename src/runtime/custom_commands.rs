@@ -19,6 +19,11 @@ pub const BUILTINS: &[(&str, &str, &str)] = &[
         "switch the model (from the next request on)",
     ),
     (
+        "effort",
+        "[level]",
+        "how hard the model thinks: minimal, low, medium, high or default",
+    ),
+    (
         "system",
         "[text]",
         "set the system prompt; alone, remove it",

@@ -11,6 +11,7 @@ mod commands;
 mod compaction;
 mod custom_commands;
 mod delegation;
+mod effort;
 mod error;
 mod events;
 mod instructions;
@@ -93,6 +94,8 @@ struct Inner {
     command_snapshots: command_snapshots::CommandSnapshots,
     /// The workspaces' files as last listed, for `workspace/files`.
     workspace_files: Arc<crate::mentions::FileIndex>,
+    /// Sessions told that their model takes no reasoning effort, with the model: told once.
+    effort_notices: Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 impl Runtime {
@@ -126,6 +129,7 @@ impl Runtime {
             instruction_files: instructions::InstructionFiles::default(),
             command_snapshots: snapshots,
             workspace_files: Arc::default(),
+            effort_notices: Mutex::default(),
         });
         recovery::recover(&inner)?;
         lease::start_heartbeat(&inner);

@@ -299,7 +299,9 @@ impl RunContext {
             .store
             .delegation_of_child(&self.session_id)?
             .is_some();
-        let request = request(session, prepared, delegated);
+        let mut request = request(session, prepared, delegated);
+        self.inner
+            .apply_effort(session, &self.run_id, &snapshot, &mut request)?;
         let (streamed, end) = self
             .stream(driver.as_ref(), request, leased, &session.account)
             .await?;
@@ -659,5 +661,6 @@ fn request(session: &SessionRow, prepared: Prepared, delegated: bool) -> ModelRe
             .saturating_sub(snapshot.input_tokens)
             .clamp(1, MAX_OUTPUT_TOKENS as u64) as u32,
         delegated,
+        reasoning: None,
     }
 }

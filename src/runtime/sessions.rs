@@ -114,6 +114,12 @@ impl Runtime {
             .map(super::mcp_tools::check_servers)
             .transpose()?
             .unwrap_or_default();
+        if let Some(effort) = params.effort {
+            super::effort::check_effort(
+                params.model.as_deref().unwrap_or(&account.default_model),
+                effort,
+            )?;
+        }
         let untitled = params.title.is_none();
         let row = self.inner.store.insert_session(&NewSession {
             title: params
@@ -148,6 +154,11 @@ impl Runtime {
         }
         if let Some(on) = params.auto_compact {
             self.inner.store.set_auto_compact(&row.id, on)?;
+        }
+        if let Some(effort) = params.effort {
+            self.inner
+                .store
+                .set_session_effort(&row.id, Some(effort.name()))?;
         }
         self.inner.open_mcp(&row.id);
         self.session_view(row)
@@ -245,6 +256,17 @@ impl Runtime {
             .mcp_servers
             .map(super::mcp_tools::check_servers)
             .transpose()?;
+        if let Some(Some(effort)) = params.effort {
+            let model = match params
+                .model
+                .clone()
+                .or_else(|| account.map(|a| a.default_model.clone()))
+            {
+                Some(model) => model,
+                None => self.session_row(&params.session_id)?.model,
+            };
+            super::effort::check_effort(&model, effort)?;
+        }
         let titled = params.title.is_some();
         let update = SessionUpdate {
             title: params.title,
@@ -276,6 +298,11 @@ impl Runtime {
         }
         if let Some(on) = params.auto_compact {
             self.inner.store.set_auto_compact(&row.id, on)?;
+        }
+        if let Some(effort) = params.effort {
+            self.inner
+                .store
+                .set_session_effort(&row.id, effort.map(Effort::name))?;
         }
         if let Some(specs) = mcp_servers {
             self.replace_mcp_servers(&row.id, specs)?;
@@ -475,6 +502,7 @@ impl Runtime {
             spend: self.spend(&row.id)?,
             tokens_by_kind: self.tokens_by_kind(&row.id)?,
             auto_compact: self.inner.auto_compact(&row.id)?,
+            effort: self.inner.effort(&row)?,
             id: row.id,
             title: row.title,
             account: row.account,

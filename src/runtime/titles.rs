@@ -98,6 +98,7 @@ impl Inner {
             tools: Vec::new(),
             max_output_tokens: MAX_OUTPUT_TOKENS,
             delegated: false,
+            reasoning: None,
         };
         let answer = self
             .ask_for_text(&session, request, UsageKind::Title)

@@ -200,6 +200,7 @@ impl RunContext {
                 _ = stop.wait_for(|s| *s) => None,
                 outcome = async {
                     match sandboxed {
+                        _ if call.name == tools::web_fetch::NAME => tools::web_fetch::fetch(&call.input, &self.inner.config.web_fetch).await.unwrap_or_else(ToolOutcome::error),
                         true => tools::execute_sandboxed(workspace, &call.input, &self.inner.store, &self.inner.config.sandbox).await,
                         false => tools::execute(workspace, &call.name, &call.input, &self.inner.store, &checkpoints).await,
                     }
@@ -404,7 +405,10 @@ impl RunContext {
         let store = &self.inner.store;
         if !forced
             && (self.inner.runs_unasked(&self.session_id, &call.name)
-                || store.is_tool_allowed(&self.session_id, &call.name)?)
+                || store.is_tool_allowed(
+                    &self.session_id,
+                    &tools::session_key(&call.name, &call.input),
+                )?)
         {
             return Ok(Some(ApprovalDecision::Allow));
         }

@@ -338,6 +338,10 @@ const MIGRATIONS: &[&str] = &[
     DELETE FROM checkpoint_blobs
      WHERE hash NOT IN (SELECT before_hash FROM checkpoints WHERE before_hash IS NOT NULL);
     "#,
+    // 22: a session's own reasoning effort (`low`, `medium`, …); NULL: the account's default.
+    r#"
+    ALTER TABLE sessions ADD COLUMN effort TEXT;
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

@@ -29,6 +29,7 @@ mod plans;
 #[cfg(test)]
 mod query_plans;
 mod runs;
+mod session_effort;
 mod session_titles;
 mod sessions;
 mod spend;

@@ -388,9 +388,18 @@ impl Store {
                 super::workspace_rules::insert(&tx, root, rule)?;
             }
             if decision == ApprovalDecision::AllowAlways {
+                let input: serde_json::Value = tx
+                    .query_row(
+                        "SELECT input FROM tool_calls WHERE session_id = ?1 AND id = ?2",
+                        params![row.session_id, row.call_id],
+                        |r| r.get::<_, String>(0),
+                    )
+                    .optional()?
+                    .and_then(|input| serde_json::from_str(&input).ok())
+                    .unwrap_or(serde_json::Value::Null);
                 tx.execute(
                     "INSERT OR IGNORE INTO allowed_tools (session_id, tool) VALUES (?1, ?2)",
-                    params![row.session_id, row.tool],
+                    params![row.session_id, crate::tools::session_key(&row.tool, &input)],
                 )?;
             }
             tx.commit()?;

@@ -12,6 +12,7 @@ pub mod plan;
 mod race_tests;
 mod replace;
 mod search;
+pub mod web_fetch;
 
 use serde_json::{Value, json};
 
@@ -151,7 +152,17 @@ pub fn specs() -> Vec<ToolSpec> {
             }, "required": ["command"]}),
         ),
         plan::spec(),
+        web_fetch::spec(),
     ]
+}
+
+/// What an "allow for this session" answer to a call allows: the tool, or for `web_fetch` the
+/// tool on the call's host only (`web_fetch(host)`).
+pub fn session_key(tool: &str, input: &Value) -> String {
+    match tool {
+        web_fetch::NAME => format!("{tool}({})", web_fetch::host_of(input).unwrap_or_default()),
+        _ => tool.to_string(),
+    }
 }
 
 fn str_arg<'a>(input: &'a Value, key: &str) -> Option<&'a str> {
@@ -195,6 +206,10 @@ pub fn summary(tool: &str, input: &Value) -> String {
                 if steps == 1 { "step" } else { "steps" }
             )
         }
+        web_fetch::NAME => format!(
+            "fetch {}",
+            crate::tools::truncate(str_arg(input, "url").unwrap_or(""), 120)
+        ),
         "delegate" => {
             let task = str_arg(input, "task").unwrap_or("");
             format!(
@@ -276,7 +291,10 @@ mod tests {
             .map(|s| s.name)
             .filter(|n| needs_approval(n))
             .collect();
-        assert_eq!(asking, vec!["write_file", "edit_file", "run_command"]);
+        assert_eq!(
+            asking,
+            vec!["write_file", "edit_file", "run_command", "web_fetch"]
+        );
     }
 
     #[test]

@@ -397,6 +397,28 @@ test('update_plan is a plan update with every entry, asked nothing', async () =>
   assert.equal(call.kind, 'think');
 });
 
+test('session/load replays the latest plan as a plan update, after the history', async () => {
+  const { sessionId: planning } = await agent.request('session/new', { cwd: workspace, mcpServers: [] });
+  await agent.request('session/prompt', { sessionId: planning, prompt: [{ type: 'text', text: 'plan this fix' }] });
+  const from = agent.messages.length;
+  await agent.request('session/load', { sessionId: planning, cwd: workspace, mcpServers: [] });
+  const id = agent.sent.findLast((m) => m.method === 'session/load').id;
+  const answeredAt = agent.messages.findIndex((m, i) => i >= from && m.id === id && !('method' in m));
+  const replayed = agent.messages.slice(from, answeredAt).filter((m) => m.method === 'session/update').map((m) => m.params.update);
+  const plans = replayed.filter((u) => u.sessionUpdate === 'plan');
+  // The live plan update is part of the history as a tool call; the replay sends the plan once.
+  assert.deepEqual(plans, [{
+    sessionUpdate: 'plan',
+    entries: [
+      { content: 'Read the code', priority: 'medium', status: 'completed' },
+      { content: 'Fix it', priority: 'medium', status: 'in_progress' },
+      { content: 'Test it', priority: 'medium', status: 'pending' },
+    ],
+    _meta: { sidechat: { explanation: 'one fix' } },
+  }]);
+  assert.deepEqual(kinds(replayed).slice(-3), ['plan', 'session_info_update', 'usage_update']);
+});
+
 test('a write the user denies does not run, and the turn goes on', async () => {
   const from = agent.updates.length;
   agent.onPermission = async () => ({ outcome: { outcome: 'selected', optionId: 'deny' } });

@@ -198,6 +198,7 @@ async fn session_commands_lists_built_in_and_custom_commands() {
         vec![
             "cost",
             "model",
+            "effort",
             "system",
             "clear",
             "compact",

@@ -18,6 +18,7 @@ mod commands;
 mod custom_commands;
 mod delegation;
 mod doctor;
+mod effort;
 mod environment;
 mod event_order;
 mod file_diff;

@@ -189,7 +189,7 @@ async fn an_edited_rule_is_saved_and_a_bad_one_is_refused_naming_the_problem() {
         refused(workspace_answer(&approval, Some("run_comand(echo *)"))).await,
         (
             -32602,
-            "invalid params: rule: the allow rule `run_comand(echo *)` names no tool: the tools are run_command, read_file, write_file, edit_file, list_directory, search_text, delegate, update_plan and MCP tools (`mcp__SERVER__TOOL`, which may end in `*`)".to_string()
+            "invalid params: rule: the allow rule `run_comand(echo *)` names no tool: the tools are run_command, read_file, write_file, edit_file, list_directory, search_text, delegate, update_plan, web_fetch and MCP tools (`mcp__SERVER__TOOL`, which may end in `*`)".to_string()
         )
     );
     assert_eq!(

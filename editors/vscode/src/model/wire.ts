@@ -168,6 +168,15 @@ export type PriceSource = 'override' | 'builtin';
  */
 export type UsageKind = 'turn' | 'summary' | 'title';
 /**
+ * How hard the model thinks before it answers: Anthropic's extended-thinking budget or
+ * OpenAI's `reasoning_effort` (see docs/tools.md for the figures). A model that takes neither
+ * ignores it, and the session is told once.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "Effort".
+ */
+export type Effort = ('low' | 'medium' | 'high') | 'minimal';
+/**
  * What happened in a session.
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -433,6 +442,7 @@ export interface WireTypes {
   CompactionReason?: CompactionReason;
   CostSummary?: CostSummary;
   DelegatedApproval?: DelegatedApproval;
+  Effort?: Effort;
   Event?: Event;
   ExitParams?: ExitParams;
   FinishReason?: FinishReason;
@@ -1481,6 +1491,11 @@ export interface Session {
    * For a fork (`session/fork`): the session it was forked from.
    */
   forkedFrom?: string | null;
+  /**
+   * How hard the model thinks: the session's own setting, else the account's default;
+   * absent when neither sets one (the provider's default applies).
+   */
+  effort?: Effort | null;
 }
 /**
  * `session/budget`: how full the model's context is before the next request.
@@ -1577,6 +1592,10 @@ export interface SessionCreateParams {
    * that would pass the window is refused with its sizes, and `/compact` folds by hand.
    */
   autoCompact?: boolean | null;
+  /**
+   * How hard the model thinks (default: the account's `effort`, else the provider's own).
+   */
+  effort?: Effort | null;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -1909,6 +1928,11 @@ export interface SessionUpdateParams {
    * request on.
    */
   autoCompact?: boolean | null;
+  /**
+   * A new reasoning effort from the next request on; `null` goes back to the account's
+   * default. `minimal` only for a model that has it.
+   */
+  effort?: Effort | null;
 }
 /**
  * Params of `workspace/files`: the session's workspace files that best match `query`, for
