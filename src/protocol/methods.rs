@@ -253,6 +253,8 @@ protocol_methods! {
         SessionRewind "session/rewind" (SessionRewindParams) -> SessionRewindResult => session_rewind;
         /// A new session with the transcript up to a message, on the same workspace and model.
         SessionFork "session/fork" (SessionForkParams) -> Session => session_fork;
+        /// The bytes of an image a message of the session carries.
+        SessionImage "session/image" (SessionImageParams) -> SessionImageResult => session_image;
     }
     notifications {
         /// The client has read `initialize`'s answer.

@@ -131,6 +131,13 @@ impl Handler for Runtime {
     async fn session_fork(self, params: SessionForkParams) -> Result<Session, RuntimeError> {
         self.fork(params)
     }
+
+    async fn session_image(
+        self,
+        params: SessionImageParams,
+    ) -> Result<SessionImageResult, RuntimeError> {
+        self.image(params)
+    }
 }
 
 impl From<RouteError<RuntimeError>> for ErrorObjectOwned {

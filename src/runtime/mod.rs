@@ -12,6 +12,7 @@ mod custom_commands;
 mod delegation;
 mod error;
 mod events;
+mod images;
 mod instructions;
 mod lease;
 mod locked;

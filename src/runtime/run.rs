@@ -299,7 +299,8 @@ impl RunContext {
             .store
             .delegation_of_child(&self.session_id)?
             .is_some();
-        let request = request(session, prepared, delegated);
+        let mut request = request(session, prepared, delegated);
+        self.inner.fill_images(&mut request);
         let (streamed, end) = self
             .stream(driver.as_ref(), request, leased, &session.account)
             .await?;

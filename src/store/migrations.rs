@@ -326,6 +326,18 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE messages ADD COLUMN rewound INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE sessions ADD COLUMN forked_from TEXT;
     "#,
+    // 21: images sent with messages, stored once by the SHA-256 of their bytes; a message's
+    // `image` block names one by that id.
+    r#"
+    CREATE TABLE images (
+        id          TEXT PRIMARY KEY,       -- SHA-256 of data, hex
+        media_type  TEXT NOT NULL,
+        width       INTEGER NOT NULL,
+        height      INTEGER NOT NULL,
+        data        BLOB NOT NULL,
+        created_at  INTEGER NOT NULL
+    );
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

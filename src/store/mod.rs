@@ -19,6 +19,7 @@ mod command_processes;
 mod delegations;
 mod file_changes;
 mod forks;
+mod images;
 mod leases;
 mod mcp;
 mod messages;

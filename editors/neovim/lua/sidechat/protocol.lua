@@ -39,6 +39,7 @@ M.method = {
   sessionCommands    = "session/commands", -- clientToServer
   sessionRewind      = "session/rewind", -- clientToServer
   sessionFork        = "session/fork", -- clientToServer
+  sessionImage       = "session/image", -- clientToServer
   initialized        = "initialized", -- clientToServer
   exit               = "exit", -- clientToServer
   cancelRequest      = "$/cancelRequest", -- clientToServer
