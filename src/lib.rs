@@ -14,6 +14,7 @@ pub mod context;
 pub mod cost;
 pub mod doctor;
 pub mod http_client;
+pub mod images;
 mod json_text;
 pub mod lifetime;
 pub mod logging;

@@ -14,7 +14,11 @@ use crate::rpc::error::INVALID_REQUEST;
 fn response(accounts: Vec<AccountInfo>) -> acp::InitializeResponse {
     let capabilities = acp::AgentCapabilities::new()
         .load_session(true)
-        .prompt_capabilities(acp::PromptCapabilities::new().embedded_context(true))
+        .prompt_capabilities(
+            acp::PromptCapabilities::new()
+                .embedded_context(true)
+                .image(true),
+        )
         .mcp_capabilities(acp::McpCapabilities::new().http(true))
         .session_capabilities(
             acp::SessionCapabilities::new()
@@ -74,7 +78,7 @@ mod tests {
                 "protocolVersion": 1,
                 "agentCapabilities": {
                     "loadSession": true,
-                    "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
+                    "promptCapabilities": {"image": true, "audio": false, "embeddedContext": true},
                     "mcpCapabilities": {"http": true, "sse": false},
                     "sessionCapabilities": {"list": {}, "resume": {}, "close": {}},
                     "auth": {},

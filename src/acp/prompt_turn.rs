@@ -151,7 +151,11 @@ impl Agent {
     ) -> Result<Taken, AcpError> {
         let session_id = params.session_id.0.to_string();
         let session = self.usable_session(&session_id).await?;
-        let (text, attachments) = translate::prompt_text(&params.prompt)
+        let translate::Prompt {
+            text,
+            attachments,
+            images,
+        } = translate::prompt_text(&params.prompt)
             .map_err(|e| error_message(INVALID_PARAMS, e.0))?;
         let runtime = self.runtime().await?;
         let titling = (session.title == "New chat" && !crate::runtime::is_command(&text))
@@ -164,6 +168,7 @@ impl Agent {
                 text,
                 client_message_id: None,
                 attachments,
+                images,
             })
             .await
             .map_err(runtime_error)?;
@@ -227,7 +232,11 @@ impl Agent {
     pub(super) async fn steer(&self, params: SteeringParams) -> Answer {
         let session_id = params.session_id;
         self.usable_session(&session_id).await?;
-        let (text, attachments) = translate::prompt_text(&params.prompt)
+        let translate::Prompt {
+            text,
+            attachments,
+            images,
+        } = translate::prompt_text(&params.prompt)
             .map_err(|e| error_message(INVALID_PARAMS, e.0))?;
         let sent = self
             .runtime()
@@ -237,6 +246,7 @@ impl Agent {
                 text,
                 client_message_id: None,
                 attachments,
+                images,
             })
             .await
             .map_err(runtime_error)?;

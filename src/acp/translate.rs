@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use agent_client_protocol_schema::v1 as acp;
 use serde_json::Value;
 
-use crate::protocol::{Attachment, Block, Event, FinishReason, NoticeLevel, Role, ToolCallStatus};
+use crate::protocol::{
+    Attachment, Block, Event, FinishReason, ImageInput, NoticeLevel, Role, ToolCallStatus,
+};
 use crate::protocol::{PendingApproval, Plan, PlanStepStatus, TranscriptEntry};
 
 /// The ACP kind of a built-in tool, so a client picks the right icon and treatment.
@@ -341,12 +343,22 @@ pub fn stop_reason(reason: FinishReason, error: Option<&str>) -> Result<acp::Sto
 #[error("{0}")]
 pub struct PromptError(pub String);
 
-/// An ACP prompt as the composer's text and attachments: text blocks and links join the
-/// text, embedded text resources become attachments. Images, audio and binary resources are
-/// refused, as `initialize` does not offer them.
-pub fn prompt_text(prompt: &[acp::ContentBlock]) -> Result<(String, Vec<Attachment>), PromptError> {
+/// An ACP prompt as the composer's parts: its text, attachments and images.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prompt {
+    pub text: String,
+    pub attachments: Vec<Attachment>,
+    pub images: Vec<ImageInput>,
+}
+
+/// An ACP prompt as the composer's text, attachments and images: text blocks and links join
+/// the text, embedded text resources become attachments, image blocks images (checked by the
+/// daemon like any other). Audio and binary resources are refused, as `initialize` does not
+/// offer them.
+pub fn prompt_text(prompt: &[acp::ContentBlock]) -> Result<Prompt, PromptError> {
     let mut parts: Vec<String> = Vec::new();
     let mut attachments = Vec::new();
+    let mut images = Vec::new();
     for (index, block) in prompt.iter().enumerate() {
         match block {
             acp::ContentBlock::Text(text) => parts.push(text.text.clone()),
@@ -364,11 +376,10 @@ pub fn prompt_text(prompt: &[acp::ContentBlock]) -> Result<(String, Vec<Attachme
                     )));
                 }
             },
-            acp::ContentBlock::Image(_) => {
-                return Err(PromptError(format!(
-                    "prompt block {index} is an image; sidechat does not take images (promptCapabilities.image is false)"
-                )));
-            }
+            acp::ContentBlock::Image(image) => images.push(ImageInput {
+                media_type: image.mime_type.clone(),
+                data: image.data.clone(),
+            }),
             acp::ContentBlock::Audio(_) => {
                 return Err(PromptError(format!(
                     "prompt block {index} is audio; sidechat does not take audio (promptCapabilities.audio is false)"
@@ -387,7 +398,11 @@ pub fn prompt_text(prompt: &[acp::ContentBlock]) -> Result<(String, Vec<Attachme
             "the prompt has no text; send at least one non-empty text block".into(),
         ));
     }
-    Ok((text, attachments))
+    Ok(Prompt {
+        text,
+        attachments,
+        images,
+    })
 }
 
 /// A session's provisional title from the first prompt: its first line, redacted, at most
@@ -806,7 +821,7 @@ mod tests {
     }
 
     #[test]
-    fn prompts_become_text_and_attachments_and_bad_blocks_are_refused() {
+    fn prompts_become_text_attachments_and_images_and_bad_blocks_are_refused() {
         let prompt: Vec<acp::ContentBlock> = serde_json::from_value(json!([
             {"type": "text", "text": "Look at"},
             {"type": "resource_link", "name": "a.rs", "uri": "file:///ws/a.rs"},
@@ -815,22 +830,36 @@ mod tests {
         .unwrap();
         assert_eq!(
             prompt_text(&prompt),
-            Ok((
-                "Look at\n@file:///ws/a.rs".to_string(),
-                vec![Attachment {
+            Ok(Prompt {
+                text: "Look at\n@file:///ws/a.rs".to_string(),
+                attachments: vec![Attachment {
                     name: "file:///ws/b.rs".into(),
                     text: "fn b() {}".into()
-                }]
-            ))
+                }],
+                images: Vec::new(),
+            })
         );
         let image: Vec<acp::ContentBlock> = serde_json::from_value(json!([
+            {"type": "text", "text": "What is this?"},
             {"type": "image", "data": "AAAA", "mimeType": "image/png"}
         ]))
         .unwrap();
         assert_eq!(
             prompt_text(&image),
-            Err(PromptError("prompt block 0 is an image; sidechat does not take images (promptCapabilities.image is false)".into()))
+            Ok(Prompt {
+                text: "What is this?".to_string(),
+                attachments: Vec::new(),
+                images: vec![ImageInput {
+                    media_type: "image/png".into(),
+                    data: "AAAA".into()
+                }],
+            })
         );
+        let audio: Vec<acp::ContentBlock> = serde_json::from_value(json!([
+            {"type": "audio", "data": "AAAA", "mimeType": "audio/wav"}
+        ]))
+        .unwrap();
+        assert!(prompt_text(&audio).is_err());
         assert!(prompt_text(&[]).is_err());
     }
 

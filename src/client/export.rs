@@ -94,6 +94,15 @@ pub fn markdown(session: &Session, transcript: &SessionTranscriptResult) -> Stri
                 Block::Command { name, .. } => {
                     out.push_str(&format!("*(the custom command /{name})*\n\n"));
                 }
+                Block::Image {
+                    image_id,
+                    media_type,
+                    width,
+                    height,
+                    ..
+                } => out.push_str(&format!(
+                    "**Image** ({media_type}, {width}×{height}, `{image_id}`)\n\n"
+                )),
                 Block::Attachment { name, text, .. } => {
                     out.push_str(&format!("**Attachment** `{name}`\n\n"));
                     code(&mut out, "", text);

@@ -12,8 +12,8 @@ use super::view::SessionView;
 use super::{ChatArgs, plural};
 use crate::protocol::{
     ApprovalDecision, ApprovalRespond, ApprovalRespondParams, ChatResume, ChatSend, ChatSendParams,
-    ChatStop, Event, InitializeResult, Session, SessionEventParams, SessionIdParams, SessionState,
-    SessionUpdate, SessionUpdateParams,
+    ChatStop, Event, ImageInput, InitializeResult, Session, SessionEventParams, SessionIdParams,
+    SessionState, SessionUpdate, SessionUpdateParams,
 };
 
 /// How many of the folder's chats `/sessions` numbers: the newest, a screenful.
@@ -27,6 +27,7 @@ Commands:
   /account [NAME]    lists the accounts, or switches (to the account's default model)
   /stop              stops the run (Ctrl-C does too)
   /resume            answers a last message no run answered
+  /image PATH        attaches an image (PNG, JPEG, GIF, WebP) to your next message
   /quit              leaves (Ctrl-D does too)
   /help              this list
 Other /commands (/cost, /compact, /clear …) go to sidechat.
@@ -48,6 +49,7 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
         session,
         view: SessionView::default(),
         interrupts: 0,
+        images: Vec::new(),
     };
     if existed {
         chat.reattach().await?;
@@ -114,6 +116,8 @@ struct Chat {
     view: SessionView,
     /// Ctrl-C presses since the last line or run: the second one quits.
     interrupts: u32,
+    /// Images `/image` attached, sent with the next message.
+    images: Vec<ImageInput>,
 }
 
 impl Chat {
@@ -171,6 +175,47 @@ impl Chat {
         self.screen.event(&params.event);
     }
 
+    /// `/image PATH`: reads an image file to send with the next message. Its type comes from
+    /// its bytes; the daemon checks the rest (size, count, whether the model reads images).
+    fn attach_image(&mut self, path: &str) {
+        if path.is_empty() {
+            self.screen
+                .styled(&[Paint::Red], "✗ /image needs a path: /image PATH");
+            return;
+        }
+        let path = expand_home(path);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                self.screen.styled(
+                    &[Paint::Red],
+                    &format!("✗ cannot read {}: {e}", path.display()),
+                );
+                return;
+            }
+        };
+        let Some(media_type) = crate::images::media_type_of(&bytes) else {
+            self.screen.styled(
+                &[Paint::Red],
+                &format!("✗ {} is not a PNG, JPEG, GIF or WebP image", path.display()),
+            );
+            return;
+        };
+        self.images.push(ImageInput {
+            media_type: media_type.to_string(),
+            data: crate::images::input::encode(&bytes),
+        });
+        self.screen.styled(
+            &[Paint::Dim],
+            &format!(
+                "attached {} ({media_type}, {} bytes) to your next message ({} in all)",
+                path.display(),
+                bytes.len(),
+                plural(self.images.len() as u64, "image", "images"),
+            ),
+        );
+    }
+
     /// Ctrl-C: stops a run; at the prompt the line is cleared and a second press quits.
     async fn interrupt(&mut self) -> anyhow::Result<bool> {
         self.interrupts += 1;
@@ -206,6 +251,7 @@ impl Chat {
             "/title" => self.title(rest).await?,
             "/model" => self.model(rest).await?,
             "/account" => self.account(rest).await?,
+            "/image" => self.attach_image(rest),
             "/resume" => {
                 let said = self.daemon.call::<ChatResume>(self.session_id());
                 if let Err(e) = said.await {
@@ -232,15 +278,21 @@ impl Chat {
     }
 
     async fn send(&mut self, text: &str) -> anyhow::Result<()> {
+        let images = std::mem::take(&mut self.images);
         let sent = self.daemon.call::<ChatSend>(ChatSendParams {
             session_id: self.session.id.clone(),
             text: text.to_string(),
             client_message_id: None,
             attachments: Vec::new(),
+            images: images.clone(),
         });
         if let Err(e) = sent.await {
             self.screen
                 .styled(&[Paint::Red], &format!("✗ not sent: {e}"));
+            // Kept for the next try, unless they were what the daemon refused.
+            if !e.to_string().contains("image") {
+                self.images = images;
+            }
             return Ok(());
         }
         Ok(())
@@ -562,6 +614,14 @@ fn parse_answer(line: &str) -> Option<Typed> {
         decision,
         text: Some(rest.trim().to_string()),
     })
+}
+
+/// A path typed at the prompt, `~/` read as the home folder.
+fn expand_home(path: &str) -> std::path::PathBuf {
+    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => std::path::PathBuf::from(home).join(rest),
+        _ => std::path::PathBuf::from(path),
+    }
 }
 
 #[cfg(test)]

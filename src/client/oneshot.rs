@@ -95,6 +95,7 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
             text: text.trim_end().to_string(),
             client_message_id: None,
             attachments: Vec::new(),
+            images: Vec::new(),
         })
         .await
         .context("not sent")?;

@@ -503,6 +503,19 @@ impl Screen {
                     self.style
                         .paint(&[Paint::Dim], &format!("  (attached {name})")),
                 ),
+                (
+                    _,
+                    Block::Image {
+                        media_type,
+                        width,
+                        height,
+                        bytes,
+                        ..
+                    },
+                ) => lines.push(self.style.paint(
+                    &[Paint::Dim],
+                    &format!("  (image {media_type}, {width}×{height}, {bytes} bytes)"),
+                )),
                 (_, Block::Notice { level, text }) => lines.push(self.notice_line(*level, text)),
                 (_, Block::Summary { messages, .. }) => lines.push(self.style.paint(
                     &[Paint::Dim],

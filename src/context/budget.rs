@@ -108,6 +108,8 @@ pub struct BudgetInput {
     pub latest_user: Counted,
     /// The part of `history` that is a summary of older turns.
     pub summary: Counted,
+    /// The part of `history` and `latest_user` that is images.
+    pub images: u64,
     /// The share of the usable window less system prompt and tools the history may fill.
     pub history_share: f64,
     /// Whether the model's text is counted with a stand-in tokenizer; only then is
@@ -131,6 +133,7 @@ impl BudgetInput {
             history: HistoryTally::new(),
             latest_user: Counted::ZERO,
             summary: Counted::ZERO,
+            images: 0,
             history_share: 1.0,
             counted_by_estimate: !counter.is_exact(),
             correction_factor: 1.0,
@@ -173,6 +176,7 @@ impl BudgetInput {
             pressure: self.thresholds.pressure(utilisation),
             thresholds: self.thresholds,
             estimate: BudgetEstimate::Counted,
+            image_tokens: self.images,
         }
     }
 
@@ -360,6 +364,7 @@ mod tests {
             .collect();
         input.latest_user = Counted::exact(297);
         input.summary = Counted::exact(10_000);
+        input.images = 1_590;
         input.history_share = 0.5;
         // 1,200 + 400 + 2,500 + 30,000 + 297 + 3 priming = 34,400 of 128,000 - 4,096 = 123,904.
         // The history may fill half of 123,904 - 1,200 - 400 - 2,500 - 3 = 119,801.
@@ -387,6 +392,7 @@ mod tests {
                 pressure: Pressure::Normal,
                 thresholds: Thresholds::DEFAULT,
                 estimate: BudgetEstimate::Counted,
+                image_tokens: 1_590,
             }
         );
     }

@@ -505,6 +505,19 @@ fn content(block: &Block) -> Option<ModelContent> {
         Block::Command { prompt, .. } => Some(ModelContent::Text {
             text: prompt.clone(),
         }),
+        Block::Image {
+            image_id,
+            media_type,
+            width,
+            height,
+            ..
+        } => Some(ModelContent::Image {
+            image_id: image_id.clone(),
+            media_type: media_type.clone(),
+            width: *width,
+            height: *height,
+            data: String::new(),
+        }),
         Block::Notice { .. } | Block::Summary { .. } => None,
     }
 }

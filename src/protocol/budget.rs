@@ -152,6 +152,10 @@ pub struct BudgetSnapshot {
     /// Whether the figures are counted or upper bounds (absent: counted).
     #[serde(default)]
     pub estimate: BudgetEstimate,
+    /// The part of `history_tokens` and `latest_user_tokens` that is images, by the provider's
+    /// published formula (absent: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub image_tokens: u64,
 }
 
 /// The estimate of a request beside what the provider reported.
@@ -168,4 +172,8 @@ pub struct Reconciliation {
     pub correction_factor: f64,
     /// Whether this observation changed the factor.
     pub learned: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -65,6 +65,21 @@ pub struct ChatSendParams {
     /// a run works they wait for the next turn.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<Attachment>,
+    /// Images to send with the message (e.g. a pasted screenshot): PNG, JPEG, GIF or WebP, at
+    /// most 5 MiB each once decoded and 20 per message. Only for a new turn, like attachments,
+    /// and only to a model that accepts images.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImageInput>,
+}
+
+/// One image of a message, as a client sends it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageInput {
+    /// `image/png`, `image/jpeg`, `image/gif` or `image/webp`; it must be what the data is.
+    pub media_type: String,
+    /// The image's bytes in base64 (standard alphabet, with padding).
+    pub data: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -260,6 +260,8 @@ protocol_methods! {
         SessionSubscribe "session/subscribe" (SessionIdParams) -> SessionSubscribeResult => session_subscribe;
         /// The session's events no longer reach this connection.
         SessionUnsubscribe "session/unsubscribe" (SessionIdParams) -> SessionUnsubscribeResult => session_unsubscribe;
+        /// The bytes of an image a message of the session carries.
+        SessionImage "session/image" (SessionImageParams) -> SessionImageResult => session_image;
     }
     notifications {
         /// The client has read `initialize`'s answer.

@@ -191,6 +191,17 @@ pub enum Block {
         /// How many messages the range held.
         messages: u64,
     },
+    /// An image sent with a user message, by reference: `session/image` returns its bytes.
+    /// The same bytes are stored once however often they are sent.
+    Image {
+        /// The SHA-256 of the image's bytes, in hex.
+        image_id: String,
+        media_type: String,
+        width: u32,
+        height: u32,
+        /// Its size in bytes.
+        bytes: u64,
+    },
 }
 
 /// One committed message of a session's transcript.

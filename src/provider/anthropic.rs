@@ -163,6 +163,12 @@ fn block(content: &ModelContent) -> Option<Value> {
             "content": output,
             "is_error": is_error,
         }),
+        ModelContent::Image {
+            media_type, data, ..
+        } => json!({
+            "type": "image",
+            "source": {"type": "base64", "media_type": media_type, "data": data},
+        }),
     })
 }
 

@@ -57,6 +57,17 @@ pub enum ModelContent {
         output: String,
         is_error: bool,
     },
+    /// An image of a user message. The projection leaves `data` empty (it works from the
+    /// transcript, which holds references); the run fills it from the store just before the
+    /// request is sent.
+    Image {
+        image_id: String,
+        media_type: String,
+        width: u32,
+        height: u32,
+        /// The bytes in base64.
+        data: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -275,9 +275,34 @@ fn user_messages(message: &ModelMessage, out: &mut Vec<Value>) {
             out.push(json!({"role": "tool", "tool_call_id": call_id, "content": content}));
         }
     }
-    if let Some(text) = joined_text(message) {
-        out.push(json!({"role": "user", "content": text}));
+    let images: Vec<Value> = message
+        .content
+        .iter()
+        .filter_map(|content| match content {
+            ModelContent::Image {
+                media_type, data, ..
+            } => Some(json!({
+                "type": "image_url",
+                "image_url": {"url": format!("data:{media_type};base64,{data}"), "detail": "high"},
+            })),
+            _ => None,
+        })
+        .collect();
+    let text = joined_text(message);
+    if images.is_empty() {
+        if let Some(text) = text {
+            out.push(json!({"role": "user", "content": text}));
+        }
+        return;
     }
+    // Images need the array form of content; text-only turns keep the plain string, which
+    // every compatible server understands.
+    let mut parts: Vec<Value> = text
+        .map(|text| json!({"type": "text", "text": text}))
+        .into_iter()
+        .collect();
+    parts.extend(images);
+    out.push(json!({"role": "user", "content": parts}));
 }
 
 /// Thinking is dropped: the API has no way to send it back.

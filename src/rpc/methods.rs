@@ -161,6 +161,13 @@ impl Handler for Runtime {
         self.get_session(&params.session_id)?;
         Ok(SessionUnsubscribeResult { subscribed: false })
     }
+
+    async fn session_image(
+        self,
+        params: SessionImageParams,
+    ) -> Result<SessionImageResult, RuntimeError> {
+        self.image(params)
+    }
 }
 
 impl From<RouteError<RuntimeError>> for ErrorObjectOwned {

@@ -121,7 +121,7 @@ pub fn count_blocks_with(
                 name, text, range, ..
             } => Some(Cow::Owned(attachment_text(name, *range, text))),
             Block::Command { prompt, .. } => Some(Cow::Borrowed(prompt.as_str())),
-            Block::ToolCall { .. } | Block::Notice { .. } => None,
+            Block::ToolCall { .. } | Block::Notice { .. } | Block::Image { .. } => None,
         })
         .collect();
     let arguments: Vec<(&str, String)> = blocks
@@ -150,6 +150,17 @@ pub fn count_blocks_with(
             .iter()
             .map(|(name, arguments)| Part::ToolCall { name, arguments }),
     );
+    // Images by the provider's published formula: an estimate, as the provider's own
+    // scaling may round differently.
+    let formula = crate::images::ImageFormula::for_model(model);
+    parts.extend(crate::context::projection::model_blocks(blocks).filter_map(
+        |block| match block {
+            Block::Image { width, height, .. } => Some(Part::Counted(Counted::estimated(
+                crate::images::image_tokens(formula, *width, *height),
+            ))),
+            _ => None,
+        },
+    ));
     let role = match role {
         Role::Assistant => "assistant",
         Role::Tool => "tool",

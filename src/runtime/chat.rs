@@ -71,6 +71,7 @@ impl Runtime {
         if params.text.trim().is_empty() {
             return Err(RuntimeError::InvalidParams("the message is empty".into()));
         }
+        let images = super::images::check_send(&session.model, &params.images)?;
         let mut custom = None;
         if let Some(command) = super::commands::parse(&params.text) {
             match self.custom_command(&session, &command) {
@@ -92,7 +93,7 @@ impl Runtime {
         if !may_keep {
             let turn = self.inner.runs.send_turn(&session.id);
             let _turn = turn.lock().await;
-            return self.send_now(session, params, custom).await;
+            return self.send_now(session, params, custom, images).await;
         }
         let session_id = session.id.clone();
         let (answer, answered) = tokio::sync::oneshot::channel();
@@ -101,7 +102,7 @@ impl Runtime {
             let turn = runtime.inner.runs.send_turn(&session.id);
             let _turn = turn.lock().await;
             let session_id = session.id.clone();
-            let sent = runtime.send_now(session, params, custom).await;
+            let sent = runtime.send_now(session, params, custom, images).await;
             // The client was answered `kept` meanwhile: a failure is news to it.
             if let Err(Err(e)) = answer.send(sent) {
                 runtime.tell_not_sent(&session_id, &e);
@@ -146,6 +147,7 @@ impl Runtime {
         session: crate::store::SessionRow,
         mut params: ChatSendParams,
         custom: Option<Block>,
+        images: Vec<crate::images::CheckedImage>,
     ) -> RuntimeResult<ChatSendResult> {
         if params.text.trim_start().starts_with("//") {
             params.text = params.text.trim_start()[1..].to_string();
@@ -179,6 +181,13 @@ impl Runtime {
             size: None,
             hash: None,
         }));
+        match self.store_images(&images) {
+            Ok(images) => blocks.extend(images),
+            Err(e) => {
+                self.inner.give_back(&session.id, &run_id);
+                return Err(e);
+            }
+        }
         let mut message = NewMessage::new(&session.id, Some(&run_id), Role::User, blocks);
         message.client_message_id = params.client_message_id;
         let message = match self.inner.commit(message) {
@@ -307,7 +316,7 @@ impl Runtime {
             },
         };
         if let Some(working) = working {
-            if !params.attachments.is_empty() {
+            if !params.attachments.is_empty() || !params.images.is_empty() {
                 return Err(RuntimeError::InvalidParams(ATTACHMENTS_WAIT.into()));
             }
             let row = match self.inner.queue_announced(&session.id, || {
@@ -370,7 +379,7 @@ impl Runtime {
         lease: &crate::store::LeaseRow,
         params: &ChatSendParams,
     ) -> RuntimeResult<Option<ChatSendResult>> {
-        if !params.attachments.is_empty() {
+        if !params.attachments.is_empty() || !params.images.is_empty() {
             return Err(RuntimeError::elsewhere(lease));
         }
         let client_id = params.client_message_id.as_deref();

@@ -14,6 +14,7 @@ mod delegation;
 mod effort;
 mod error;
 mod events;
+mod images;
 mod instructions;
 mod lease;
 mod locked;

@@ -127,6 +127,8 @@ impl Inner {
         input.history = projection.history;
         input.summary = projection.summary;
         input.latest_user = projection.latest;
+        input.images =
+            crate::images::tokens::request_image_tokens(&session.model, &projection.messages);
         Prepared {
             snapshot: input.snapshot(),
             projection,

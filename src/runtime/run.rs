@@ -302,6 +302,7 @@ impl RunContext {
         let mut request = request(session, prepared, delegated);
         self.inner
             .apply_effort(session, &self.run_id, &snapshot, &mut request)?;
+        self.inner.fill_images(&mut request);
         let (streamed, end) = self
             .stream(driver.as_ref(), request, leased, &session.account)
             .await?;

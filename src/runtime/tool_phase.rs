@@ -82,14 +82,31 @@ impl RunContext {
                 summary: tools::summary(&call.name, &call.input),
             });
         }
+        let model = session
+            .as_ref()
+            .map(|s| s.model.clone())
+            .unwrap_or_default();
+        let mut images = Vec::new();
         for call in calls.iter().filter(|c| c.output.is_none()) {
             // Read for each call: a workspace answer to one call applies to the next.
             let rules = self.rules(root.as_deref())?;
             let decision = rules.decide(&call.name, &call.input, root.as_deref());
             let prompt = Prompt::of(call, &decision, root.as_deref());
-            let (status, outcome) = self
+            let (status, mut outcome) = self
                 .resolve_one(call, workspace.as_ref(), decision, &prompt)
                 .await?;
+            if let Some(image) = outcome.image.take() {
+                let told = match crate::images::accepts_images(&model) {
+                    true => {
+                        images.push(self.inner.store.put_image(&image)?);
+                        "It is attached to this result.".to_string()
+                    }
+                    false => {
+                        format!("The model {model} does not read images, so it is not attached.")
+                    }
+                };
+                outcome.output = format!("{} {told}", outcome.output);
+            }
             if let Some(change) = outcome.changed.as_ref().filter(|_| !outcome.is_error) {
                 self.inner
                     .store
@@ -120,12 +137,10 @@ impl RunContext {
             });
         }
         let resolved = self.inner.store.tool_calls_of_message(&assistant.id)?;
-        self.commit(
-            None,
-            Role::Tool,
-            result_blocks(&resolved),
-            MessageStatus::Complete,
-        )?;
+        let mut blocks = result_blocks(&resolved);
+        // The images the calls read go after all the results, as the providers want them.
+        blocks.extend(images);
+        self.commit(None, Role::Tool, blocks, MessageStatus::Complete)?;
         Ok(())
     }
 

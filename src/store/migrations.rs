@@ -342,6 +342,18 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE sessions ADD COLUMN effort TEXT;
     "#,
+    // 23: images sent with messages, stored once by the SHA-256 of their bytes; a message's
+    // `image` block names one by that id.
+    r#"
+    CREATE TABLE images (
+        id          TEXT PRIMARY KEY,       -- SHA-256 of data, hex
+        media_type  TEXT NOT NULL,
+        width       INTEGER NOT NULL,
+        height      INTEGER NOT NULL,
+        data        BLOB NOT NULL,
+        created_at  INTEGER NOT NULL
+    );
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

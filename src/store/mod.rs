@@ -20,6 +20,7 @@ mod command_processes;
 mod delegations;
 mod file_changes;
 mod forks;
+mod images;
 mod leases;
 mod mcp;
 mod messages;

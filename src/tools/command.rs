@@ -112,6 +112,7 @@ pub async fn run_in(
         is_error: !status.success(),
         changed: None,
         snapshot: None,
+        image: None,
     })
 }
 

@@ -21,6 +21,23 @@ use crate::protocol::ChangedFile;
 
 /// Most bytes of a file shown to the model at once.
 const READ_CAP: usize = 256 * 1024;
+/// An image file read: described in the result's text, its bytes carried beside it for a
+/// model that reads images (the run replaces the description for one that does not).
+fn read_image(
+    requested: &str,
+    media_type: &'static str,
+    bytes: Vec<u8>,
+) -> Result<ToolOutcome, String> {
+    let image = crate::images::input::check_bytes(0, media_type, bytes)
+        .map_err(|e| format!("{requested} is an image that cannot be shown to the model: {e}"))?;
+    let mut outcome = ToolOutcome::ok(format!(
+        "{requested} is an image ({}).",
+        crate::images::input::describe(&image)
+    ));
+    outcome.image = Some(image);
+    Ok(outcome)
+}
+
 /// Most entries a listing shows.
 const LIST_CAP: usize = 1000;
 
@@ -52,6 +69,9 @@ pub async fn read(ws: &Workspace, input: &Value) -> Result<ToolOutcome, String> 
         })
         .await?
     };
+    if let Some(media_type) = crate::images::media_type_of(&bytes) {
+        return read_image(&requested, media_type, bytes);
+    }
     let text =
         String::from_utf8(bytes).map_err(|_| format!("{requested} is not a UTF-8 text file."))?;
     let offset = input
@@ -237,6 +257,7 @@ pub async fn write(
         "Created"
     };
     Ok(ToolOutcome {
+        image: None,
         output: format!("{verb} {shown_path} (+{added} -{removed} lines)."),
         is_error: false,
         changed: Some(ChangedFile {
@@ -302,6 +323,7 @@ pub async fn edit(
     .await?;
     let (added, removed) = line_changes(&text, &updated);
     Ok(ToolOutcome {
+        image: None,
         output: format!("Edited {shown_path} (+{added} -{removed} lines)."),
         is_error: false,
         changed: Some(ChangedFile {

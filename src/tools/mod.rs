@@ -34,6 +34,9 @@ pub struct ToolOutcome {
     pub changed: Option<ChangedFile>,
     /// That file's text before and after, for a diff.
     pub snapshot: Option<FileSnapshot>,
+    /// An image the tool read (`read_file` on an image), sent to the model with the result
+    /// when the model reads images.
+    pub image: Option<crate::images::CheckedImage>,
 }
 
 /// A changed file's text before and after one write or edit.
@@ -51,6 +54,7 @@ impl ToolOutcome {
             is_error: false,
             changed: None,
             snapshot: None,
+            image: None,
         }
     }
 
@@ -60,6 +64,7 @@ impl ToolOutcome {
             is_error: true,
             changed: None,
             snapshot: None,
+            image: None,
         }
     }
 }

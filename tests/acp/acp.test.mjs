@@ -292,7 +292,7 @@ test('initialize answers with honest capabilities', async () => {
   assert.deepEqual(init.agentInfo, { name: 'sidechat', version: init.agentInfo.version });
   assert.deepEqual(init.authMethods, []);
   assert.deepEqual(init.agentCapabilities.loadSession, true);
-  assert.deepEqual(init.agentCapabilities.promptCapabilities, { image: false, audio: false, embeddedContext: true });
+  assert.deepEqual(init.agentCapabilities.promptCapabilities, { image: true, audio: false, embeddedContext: true });
   assert.deepEqual(init.agentCapabilities.sessionCapabilities, { list: {}, resume: {}, close: {} });
   assert.equal(init._meta.sidechat.promptWhileRunning, 'interjection');
   assert.equal(init._meta.sidechat.steering, '_session/steering');
@@ -632,7 +632,7 @@ test('the model is a config option the client can set', async () => {
 test('bad input gets a clear error and the connection goes on', async () => {
   await assert.rejects(agent.request('session/fork', { sessionId }), (e) => e.code === -32601 && /session\/fork/.test(e.message));
   await assert.rejects(agent.request('session/prompt', { sessionId: 'ses_nope', prompt: [{ type: 'text', text: 'hi' }] }), (e) => e.code === -32002 && /ses_nope/.test(e.message));
-  await assert.rejects(agent.request('session/prompt', { sessionId, prompt: [{ type: 'image', data: 'AAAA', mimeType: 'image/png' }] }), (e) => e.code === -32602 && /image/.test(e.message));
+  await assert.rejects(agent.request('session/prompt', { sessionId, prompt: [{ type: 'text', text: 'see' }, { type: 'image', data: 'AAAA', mimeType: 'image/png' }] }), (e) => e.code === -32602 && /image 0: the data is not a PNG/.test(e.message));
   await assert.rejects(agent.request('session/prompt', { sessionId, prompt: [] }), (e) => e.code === -32602 && /no text/.test(e.message));
   await assert.rejects(agent.request('session/prompt', { sessionId, prompt: [{ type: 'bogus', text: 'hi' }] }), (e) => e.code === -32602 && /session\/prompt.*bogus/.test(e.message));
   await assert.rejects(agent.request('session/new', { cwd: 'relative/path', mcpServers: [] }), (e) => e.code === -32602 && /absolute/.test(e.message));

@@ -284,6 +284,7 @@ pub fn send_with_id(session: &str, text: &str, client_message_id: &str) -> ChatS
         text: text.into(),
         client_message_id: Some(client_message_id.into()),
         attachments: Vec::new(),
+        images: Vec::new(),
     }
 }
 
@@ -294,6 +295,7 @@ pub fn say(session: &str, text: &str) -> ChatSendParams {
         text: text.into(),
         client_message_id: None,
         attachments: Vec::new(),
+        images: Vec::new(),
     }
 }
 

@@ -136,6 +136,7 @@ async fn input_waits_for_a_locked_database_and_a_stop_answers_at_once() {
         text: "and the tests".into(),
         client_message_id: Some("c-1".into()),
         attachments: Vec::new(),
+        images: Vec::new(),
     };
     let (notice, queued) = answered_after_a_notice(
         &mut a,
@@ -385,6 +386,7 @@ async fn a_locked_notice_is_stored_once_the_database_is_free_after_every_try_fai
         text: "are you there".into(),
         client_message_id: None,
         attachments: Vec::new(),
+        images: Vec::new(),
     };
     let (notice, kept) = {
         let request = a
@@ -633,6 +635,7 @@ async fn the_locked_notice_goes_out_live_agrees_with_the_answer_and_both_are_sto
         text: "are you there".into(),
         client_message_id: Some("c-1".into()),
         attachments: Vec::new(),
+        images: Vec::new(),
     };
     let notice = {
         let send = a

@@ -26,6 +26,7 @@ mod first_request;
 mod fuzz;
 mod harness;
 mod history;
+mod images;
 mod in_flight;
 mod instructions;
 mod interjections;

@@ -68,6 +68,7 @@ async fn hammer(daemon: &Daemon, name: &str, shared: &[String]) -> Vec<(String, 
                         text: text.clone(),
                         client_message_id: None,
                         attachments: Vec::new(),
+                        images: Vec::new(),
                     };
                     (
                         ChatSend::METHOD,

@@ -1062,3 +1062,39 @@ fn undo_in_the_terminal_takes_back_the_last_turn_and_its_file() {
     assert!(!workspace.join("notes.md").exists());
     terminal.quit();
 }
+
+#[test]
+fn an_image_attached_with_slash_image_goes_with_the_next_message() {
+    let scratch = Scratch::new();
+    let bytes = crate::images::png(320, 200);
+    std::fs::write(scratch.workspace().join("shot.png"), &bytes).unwrap();
+    std::fs::write(scratch.workspace().join("notes.txt"), "not an image").unwrap();
+    let (terminal, _) = replay_chat(
+        &scratch,
+        "image",
+        json!({"turns": [{"text": "A small picture."}]}),
+        "--new",
+    );
+    terminal.type_line("/image notes.txt");
+    terminal.wait_for("✗ notes.txt is not a PNG, JPEG, GIF or WebP image");
+    terminal.type_line("/image shot.png");
+    terminal
+        .wait_for("attached shot.png (image/png, 33 bytes) to your next message (1 image in all)");
+    terminal.type_line("what is this?");
+    terminal.wait_for("A small picture.");
+    terminal.quit();
+    let requests = scratch.requests();
+    let last = requests[0]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    use base64::Engine as _;
+    assert_eq!(
+        last["content"][1],
+        json!({"type": "image", "imageId": crate::images::sha256(&bytes),
+               "mediaType": "image/png", "width": 320, "height": 200,
+               "data": base64::engine::general_purpose::STANDARD.encode(&bytes)})
+    );
+}

@@ -42,6 +42,7 @@ M.method = {
   workspaceFiles     = "workspace/files", -- clientToServer
   sessionSubscribe   = "session/subscribe", -- clientToServer
   sessionUnsubscribe = "session/unsubscribe", -- clientToServer
+  sessionImage       = "session/image", -- clientToServer
   initialized        = "initialized", -- clientToServer
   exit               = "exit", -- clientToServer
   cancelRequest      = "$/cancelRequest", -- clientToServer

@@ -97,6 +97,20 @@ export type Block =
        * How many messages the range held.
        */
       messages: number;
+    }
+  | {
+      type: 'image';
+      /**
+       * The SHA-256 of the image's bytes, in hex.
+       */
+      imageId: string;
+      mediaType: string;
+      width: number;
+      height: number;
+      /**
+       * Its size in bytes.
+       */
+      bytes: number;
     };
 /**
  * The state of one tool call.
@@ -446,6 +460,7 @@ export interface WireTypes {
   Event?: Event;
   ExitParams?: ExitParams;
   FinishReason?: FinishReason;
+  ImageInput?: ImageInput;
   InitializeParams?: InitializeParams;
   InitializeResult?: InitializeResult;
   InitializedParams?: InitializedParams;
@@ -498,6 +513,8 @@ export interface WireTypes {
   SessionFileDiffResult?: SessionFileDiffResult;
   SessionForkParams?: SessionForkParams;
   SessionIdParams?: SessionIdParams;
+  SessionImageParams?: SessionImageParams;
+  SessionImageResult?: SessionImageResult;
   SessionListParams?: SessionListParams;
   SessionListResult?: SessionListResult;
   SessionOrigin?: SessionOrigin;
@@ -668,6 +685,11 @@ export interface BudgetSnapshot {
   pressure: Pressure;
   thresholds: Thresholds;
   estimate?: BudgetEstimate;
+  /**
+   * The part of `history_tokens` and `latest_user_tokens` that is images, by the provider's
+   * published formula (absent: none).
+   */
+  imageTokens?: number;
 }
 /**
  * Utilisation levels at which pressure becomes high and critical (inclusive).
@@ -735,6 +757,28 @@ export interface ChatSendParams {
    * a run works they wait for the next turn.
    */
   attachments?: Attachment[];
+  /**
+   * Images to send with the message (e.g. a pasted screenshot): PNG, JPEG, GIF or WebP, at
+   * most 5 MiB each once decoded and 20 per message. Only for a new turn, like attachments,
+   * and only to a model that accepts images.
+   */
+  images?: ImageInput[];
+}
+/**
+ * One image of a message, as a client sends it.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "ImageInput".
+ */
+export interface ImageInput {
+  /**
+   * `image/png`, `image/jpeg`, `image/gif` or `image/webp`; it must be what the data is.
+   */
+  mediaType: string;
+  /**
+   * The image's bytes in base64 (standard alphabet, with padding).
+   */
+  data: string;
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -1692,6 +1736,28 @@ export interface SessionIdParams {
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "SessionImageParams".
+ */
+export interface SessionImageParams {
+  sessionId: string;
+  /**
+   * An `image` block's `imageId`.
+   */
+  imageId: string;
+}
+/**
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "SessionImageResult".
+ */
+export interface SessionImageResult {
+  mediaType: string;
+  /**
+   * The image's bytes in base64.
+   */
+  data: string;
+}
+/**
+ * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "SessionListParams".
  */
 export interface SessionListParams {
@@ -1983,6 +2049,7 @@ export interface Requests {
   'session/fileDiff': { params: SessionFileDiffParams; result: SessionFileDiffResult };
   'session/fork': { params: SessionForkParams; result: Session };
   'session/get': { params: SessionIdParams; result: Session };
+  'session/image': { params: SessionImageParams; result: SessionImageResult };
   'session/list': { params: SessionListParams; result: SessionListResult };
   'session/rewind': { params: SessionRewindParams; result: SessionRewindResult };
   'session/subscribe': { params: SessionIdParams; result: SessionSubscribeResult };
