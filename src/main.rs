@@ -136,7 +136,10 @@ fn serve(
     let init = sidechat::runtime::describe(&config);
     // A wrong address fails before anything starts.
     let bound = options.listen.as_ref().map(Bound::bind).transpose()?;
-    tracing::info!(db = %db.display(), stdio = !options.no_stdio, "serving");
+    match options.no_stdio {
+        false => tracing::info!(db = %db.display(), "serving on stdio"),
+        true => tracing::info!(db = %db.display(), "serving without stdio"),
+    }
     sidechat::lifetime::begin();
     let tokio = async_runtime()?;
     let code = tokio.block_on(async move {

@@ -903,7 +903,7 @@ fn one_shot_refuses_an_unknown_tool_to_allow() {
     assert_eq!(status, 2, "{out}\n{err}");
     assert!(
         err.contains(
-            "--allow names the tool \"nosuch\", which does not exist; the tools are: read_file, list_directory, search_text, write_file, edit_file, run_command, update_plan, delegate (and an MCP server's, as mcp__SERVER__TOOL)"
+            "--allow names the tool \"nosuch\", which does not exist; the tools are: read_file, list_directory, search_text, write_file, edit_file, run_command, update_plan, web_fetch, delegate (and an MCP server's, as mcp__SERVER__TOOL)"
         ),
         "{err}"
     );
