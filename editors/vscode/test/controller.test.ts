@@ -181,6 +181,7 @@ test('Undo to here names the files the daemon says it restores, a command’s in
   const confirms: string[] = [];
   const ui: HostUi = {
     post: () => undefined,
+    insert: async () => undefined,
     confirm: async (message) => {
       confirms.push(message);
       return true;
