@@ -12,7 +12,6 @@
 //! before and after the command add (the `git` index kept between snapshots makes each one
 //! read only what changed).
 
-#[allow(dead_code)]
 #[path = "support/stdio.rs"]
 mod stdio;
 
