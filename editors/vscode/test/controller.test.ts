@@ -104,7 +104,7 @@ test('a gap in seq makes the host refetch, and the page ends as a fresh load wou
     assert.deepEqual(shape(page), shape(fresh));
   } finally {
     controller.dispose();
-    await daemon.stop();
+    await daemon.dispose();
     scratch.dispose();
   }
 });
@@ -169,7 +169,7 @@ test('a session opens at its newest page, and scrolling to the top loads the old
     assert.deepEqual(shape(page), shape(fresh));
   } finally {
     controller.dispose();
-    await daemon.stop();
+    await daemon.dispose();
     scratch.dispose();
   }
 });
@@ -213,7 +213,7 @@ test('Undo to here names the files the daemon says it restores, a command’s in
     await until(() => !existsSync(made), 'made.txt removed');
   } finally {
     controller.dispose();
-    await daemon.stop();
+    await daemon.dispose();
     scratch.dispose();
   }
 });
