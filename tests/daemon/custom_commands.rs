@@ -8,7 +8,7 @@ use sidechat::protocol::{
     ChatSend, CommandInfo, CommandSource, Event, SessionCommands, SessionCommandsResult,
 };
 
-use crate::harness::{Daemon, Options, Scratch, say, sid};
+use crate::harness::{Daemon, Scratch, daemon_answering_done, last_message_texts, say, sid};
 
 /// A project command `review` and `fix`, a user command `review` (beaten by the project's)
 /// and `hello`, and a project `help.md` that the built-in shadows.
@@ -32,30 +32,6 @@ fn commands(scratch: &Scratch) {
     std::fs::write(project.join("help.md"), "Not used.").unwrap();
 }
 
-async fn start(scratch: &Scratch) -> (Daemon, String) {
-    let script = json!({"turns": [], "fallback": {"text": "Done."}});
-    let daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
-    let session = daemon.create_session(scratch.replay_session()).await;
-    (daemon, session)
-}
-
-/// The texts of the newest request's last message.
-fn last_message_texts(scratch: &Scratch) -> Vec<String> {
-    let requests = scratch.requests();
-    let last = requests.last().unwrap()["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
-    last["content"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["text"].as_str().unwrap_or_default().to_string())
-        .collect()
-}
-
 async fn last_user_blocks(daemon: &Daemon, session: &str) -> Value {
     let transcript = daemon.transcript(session).await;
     let user = transcript["entries"]
@@ -73,7 +49,7 @@ async fn last_user_blocks(daemon: &Daemon, session: &str) -> Value {
 async fn a_command_expands_its_arguments_for_the_model_and_keeps_what_was_typed() {
     let scratch = Scratch::new();
     commands(&scratch);
-    let (mut daemon, session) = start(&scratch).await;
+    let (mut daemon, session) = daemon_answering_done(&scratch).await;
     let typed = r#"/review src/lib.rs "error handling""#;
     daemon.call::<ChatSend>(say(&session, typed)).await;
     daemon.until_finished().await;
@@ -104,7 +80,7 @@ async fn a_command_expands_its_arguments_for_the_model_and_keeps_what_was_typed(
 async fn built_ins_win_with_a_notice_and_unknown_commands_reach_no_model() {
     let scratch = Scratch::new();
     commands(&scratch);
-    let (mut daemon, session) = start(&scratch).await;
+    let (mut daemon, session) = daemon_answering_done(&scratch).await;
     daemon.call::<ChatSend>(say(&session, "/help")).await;
     let events = daemon
         .events_until(|e| matches!(e, Event::MessageCompleted { entry } if entry.role == sidechat::protocol::Role::Note))
@@ -152,7 +128,7 @@ async fn built_ins_win_with_a_notice_and_unknown_commands_reach_no_model() {
 async fn session_commands_lists_built_in_and_custom_commands() {
     let scratch = Scratch::new();
     commands(&scratch);
-    let (daemon, session) = start(&scratch).await;
+    let (daemon, session) = daemon_answering_done(&scratch).await;
     let SessionCommandsResult { commands, .. } =
         daemon.call::<SessionCommands>(sid(&session)).await;
     let custom: Vec<CommandInfo> = commands

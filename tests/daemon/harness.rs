@@ -420,6 +420,31 @@ pub fn text(content: &str) -> Value {
     crate::upstream::openai::chunk(json!({"role": "assistant", "content": content}), None)
 }
 
+/// A replay daemon whose model answers "Done." to every request, and a session of it.
+pub async fn daemon_answering_done(scratch: &Scratch) -> (Daemon, String) {
+    let script = json!({"turns": [], "fallback": {"text": "Done."}});
+    let daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
+    let session = daemon.create_session(scratch.replay_session()).await;
+    (daemon, session)
+}
+
+/// The texts of the newest request's last message: what the model read of the user's turn.
+pub fn last_message_texts(scratch: &Scratch) -> Vec<String> {
+    let requests = scratch.requests();
+    let last = requests.last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    last["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["text"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
 /// A replay model's `run_command` call of `line`.
 pub fn run_command_call(line: &str) -> Value {
     json!({"name": "run_command", "input": {"command": line}})

@@ -6,7 +6,7 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::protocol::ChatSend;
 
-use crate::harness::{Daemon, Scratch, say};
+use crate::harness::{Daemon, Scratch, daemon_answering_done, last_message_texts, say};
 
 fn sha256(bytes: &[u8]) -> String {
     sidechat::store::content_hash(bytes)
@@ -22,34 +22,6 @@ fn files(scratch: &Scratch) {
     std::fs::write(ws.join("docs/my notes.md"), "first\nsecond\n").unwrap();
     std::fs::write(ws.join("logo.png"), b"\x89PNG\r\n\x1a\n\x00\x00").unwrap();
     std::fs::write(scratch.dir.path().join("secret.txt"), "outside\n").unwrap();
-}
-
-async fn start(scratch: &Scratch) -> (Daemon, String) {
-    let script = json!({"turns": [], "fallback": {"text": "Done."}});
-    let daemon = Daemon::start(
-        &scratch.db(),
-        crate::harness::Options::with_env(scratch.replay(script)),
-    )
-    .await;
-    let session = daemon.create_session(scratch.replay_session()).await;
-    (daemon, session)
-}
-
-/// The texts of the newest request's last message: what the model read of the user's turn.
-fn last_message_texts(scratch: &Scratch) -> Vec<String> {
-    let requests = scratch.requests();
-    let last = requests.last().unwrap()["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
-    last["content"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["text"].as_str().unwrap_or_default().to_string())
-        .collect()
 }
 
 /// The blocks of the session's last user message, and the texts of the notices after it.
@@ -69,7 +41,7 @@ async fn last_turn(daemon: &Daemon, session: &str) -> (Value, Vec<String>) {
 async fn a_file_a_range_and_a_folder_are_attached_for_the_model() {
     let scratch = Scratch::new();
     files(&scratch);
-    let (mut daemon, session) = start(&scratch).await;
+    let (mut daemon, session) = daemon_answering_done(&scratch).await;
     let typed =
         r#"Compare @src/lib.rs with @src/lib.rs:2-3, see @docs/ and @"docs/my notes.md":2."#;
     daemon.call::<ChatSend>(say(&session, typed)).await;
@@ -118,7 +90,7 @@ async fn a_file_a_range_and_a_folder_are_attached_for_the_model() {
 async fn missing_outside_and_binary_mentions_stay_as_typed_with_a_notice() {
     let scratch = Scratch::new();
     files(&scratch);
-    let (mut daemon, session) = start(&scratch).await;
+    let (mut daemon, session) = daemon_answering_done(&scratch).await;
     let typed = "Look at @src/gone.rs, @../secret.txt and @logo.png";
     daemon.call::<ChatSend>(say(&session, typed)).await;
     daemon.until_finished().await;
@@ -145,7 +117,7 @@ async fn an_email_address_and_a_name_that_is_no_path_are_text() {
     files(&scratch);
     // A file named like the address's domain: still no mention, the `@` is inside a word.
     std::fs::write(scratch.workspace().join("example.com"), "not attached\n").unwrap();
-    let (mut daemon, session) = start(&scratch).await;
+    let (mut daemon, session) = daemon_answering_done(&scratch).await;
     let typed = "Mail bob@example.com and ask @alice";
     daemon.call::<ChatSend>(say(&session, typed)).await;
     daemon.until_finished().await;
@@ -162,7 +134,7 @@ async fn the_cap_comes_from_the_config_file() {
     let scratch = Scratch::new();
     files(&scratch);
     scratch.write_config("[mentions]\nmax_bytes = 16\n");
-    let (mut daemon, session) = start(&scratch).await;
+    let (mut daemon, session) = daemon_answering_done(&scratch).await;
     let typed = "@src/lib.rs:1 @src/lib.rs";
     daemon.call::<ChatSend>(say(&session, typed)).await;
     daemon.until_finished().await;
