@@ -109,13 +109,7 @@ async fn clear_is_refused_while_a_run_waits_on_an_approval_after_a_restart() {
     let (mut daemon, session) = replay(&scratch, script.clone()).await;
     daemon.send(&session, "write a.txt").await;
     let (_, approval) = daemon.until_approval().await;
-    daemon
-        .conn
-        .child_mut()
-        .expect("a spawned daemon")
-        .kill()
-        .await
-        .unwrap();
+    daemon.process().kill().await.unwrap();
 
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
     let refused = daemon
@@ -162,13 +156,7 @@ async fn clear_on_an_unanswered_session_leaves_nothing_to_resume() {
     daemon
         .events_until(|e| matches!(e, Event::TextDelta { .. }))
         .await;
-    daemon
-        .conn
-        .child_mut()
-        .expect("a spawned daemon")
-        .kill()
-        .await
-        .unwrap();
+    daemon.process().kill().await.unwrap();
 
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
     assert_eq!(session_view(&daemon, &session).await["state"], "unanswered");

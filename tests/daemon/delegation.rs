@@ -648,13 +648,7 @@ async fn waits_then_goes_away(
     let (parent, approval) = delegated_approval_waits(&mut daemon, scratch).await;
     let child = only_child(&daemon, &parent).await;
     if kill {
-        daemon
-            .conn
-            .child_mut()
-            .expect("a spawned daemon")
-            .kill()
-            .await
-            .unwrap();
+        daemon.process().kill().await.unwrap();
     } else {
         daemon.close().await;
     }

@@ -267,20 +267,8 @@ async fn doctor_shows_the_lease_of_a_killed_run_as_released() {
         .held_leases()
         .unwrap()
         .remove(0);
-    daemon
-        .conn
-        .child_mut()
-        .expect("a spawned daemon")
-        .kill()
-        .await
-        .unwrap();
-    daemon
-        .conn
-        .child_mut()
-        .expect("a spawned daemon")
-        .wait()
-        .await
-        .unwrap();
+    daemon.process().kill().await.unwrap();
+    daemon.process().wait().await.unwrap();
 
     // Killed: the lease is still in the database, but nothing holds it.
     let (_, report) = doctor(&scratch).await;

@@ -99,6 +99,11 @@ pub fn command(db: &Path, env: &[(&str, String)]) -> tokio::process::Command {
 }
 
 impl Daemon {
+    /// The daemon's process: the harness always spawns the daemon it talks to.
+    pub fn process(&mut self) -> &mut tokio::process::Child {
+        self.conn.child_mut().expect("a spawned daemon")
+    }
+
     pub fn spawn(db: &Path, options: Options<'_>) -> Self {
         let (conn, notes) =
             Connection::spawn(command(db, &options.env), options.framing).expect("spawn sidechat");

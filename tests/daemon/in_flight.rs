@@ -49,13 +49,7 @@ async fn next_answer(daemon: &mut Daemon) -> Value {
 }
 
 async fn kill(mut daemon: Daemon) {
-    daemon
-        .conn
-        .child_mut()
-        .expect("a spawned daemon")
-        .kill()
-        .await
-        .unwrap();
+    daemon.process().kill().await.unwrap();
 }
 
 #[tokio::test]

@@ -423,13 +423,7 @@ async fn killed_at_random_moments_no_acknowledged_interjection_is_lost_or_double
             }
         }
         tokio::time::sleep(std::time::Duration::from_millis(rng.below(30))).await;
-        daemon
-            .conn
-            .child_mut()
-            .expect("a spawned daemon")
-            .kill()
-            .await
-            .unwrap();
+        daemon.process().kill().await.unwrap();
         daemon = start().await;
         let transcript = json_of(
             daemon

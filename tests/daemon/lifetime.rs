@@ -110,25 +110,17 @@ async fn running_command(scratch: &Scratch, markers: &Markers) -> (Daemon, Strin
 }
 
 fn daemon_pid(daemon: &mut Daemon) -> Pid {
-    let id = daemon
-        .conn
-        .child_mut()
-        .expect("a spawned daemon")
-        .id()
-        .expect("the daemon runs");
+    let id = daemon.process().id().expect("the daemon runs");
     Pid::from_raw(id as i32).unwrap()
 }
 
 /// Sends `signal` to the daemon; its exit code once it has exited.
 async fn signalled(mut daemon: Daemon, signal: Signal) -> Option<i32> {
     rustix::process::kill_process(daemon_pid(&mut daemon), signal).unwrap();
-    let status = tokio::time::timeout(
-        HANG_GUARD,
-        daemon.conn.child_mut().expect("a spawned daemon").wait(),
-    )
-    .await
-    .expect("the daemon exited")
-    .unwrap();
+    let status = tokio::time::timeout(HANG_GUARD, daemon.process().wait())
+        .await
+        .expect("the daemon exited")
+        .unwrap();
     status.code()
 }
 

@@ -221,13 +221,7 @@ async fn sessions_survive_a_restart_and_exit_codes_follow_lsp() {
     // `exit` without `shutdown` is exit code 1.
     daemon.notify::<Exit>(None).await;
     let mut daemon = daemon;
-    let status = daemon
-        .conn
-        .child_mut()
-        .expect("a spawned daemon")
-        .wait()
-        .await
-        .unwrap();
+    let status = daemon.process().wait().await.unwrap();
     assert_eq!(status.code(), Some(1));
 }
 

@@ -384,13 +384,7 @@ async fn a_rewind_killed_at_any_moment_is_whole_after_the_next_start() {
             params,
         );
         let _ = tokio::time::timeout(delay, request).await;
-        daemon
-            .conn
-            .child_mut()
-            .expect("a spawned daemon")
-            .kill()
-            .await
-            .unwrap();
+        daemon.process().kill().await.unwrap();
         drop(daemon);
         let open_journals: i64 = rusqlite::Connection::open(scratch.db())
             .unwrap()

@@ -215,13 +215,7 @@ async fn input_promoted_after_a_crash_keeps_its_pending_id() {
         .events_until(|e| matches!(e, Event::TextDelta { .. }))
         .await;
     let queued = json_of(daemon.send(&session, "and the tests").await);
-    daemon
-        .conn
-        .child_mut()
-        .expect("a spawned daemon")
-        .kill()
-        .await
-        .unwrap();
+    daemon.process().kill().await.unwrap();
 
     let daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
     assert_eq!(state(&daemon, &session).await, "unanswered");

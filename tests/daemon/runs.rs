@@ -585,13 +585,7 @@ async fn an_approval_survives_a_killed_daemon_and_resumes_the_run() {
     let (mut daemon, session) = replay_daemon(&scratch, script.clone()).await;
     daemon.send(&session, "write later.txt").await;
     let (_, approval) = daemon.until_approval().await;
-    daemon
-        .conn
-        .child_mut()
-        .expect("a spawned daemon")
-        .kill()
-        .await
-        .unwrap();
+    daemon.process().kill().await.unwrap();
 
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
     let transcript = daemon.transcript(&session).await;
@@ -643,13 +637,7 @@ async fn a_run_killed_mid_tool_is_closed_with_a_result_for_every_call() {
             )
         })
         .await;
-    daemon
-        .conn
-        .child_mut()
-        .expect("a spawned daemon")
-        .kill()
-        .await
-        .unwrap();
+    daemon.process().kill().await.unwrap();
 
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
     let transcript = daemon.transcript(&session).await;

@@ -27,13 +27,7 @@ async fn seq_keeps_increasing_after_a_daemon_killed_mid_stream() {
         seen.push(event.seq);
     }
     // SIGKILL: nothing gets to run on the way out.
-    daemon
-        .conn
-        .child_mut()
-        .expect("a spawned daemon")
-        .kill()
-        .await
-        .unwrap();
+    daemon.process().kill().await.unwrap();
     let highest_before = *seen.iter().max().unwrap();
 
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;

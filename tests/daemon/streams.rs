@@ -310,13 +310,7 @@ async fn a_crash_recovery() {
             .events_until(|e| matches!(e, Event::TextDelta { .. }))
             .await,
     );
-    daemon
-        .conn
-        .child_mut()
-        .expect("a spawned daemon")
-        .kill()
-        .await
-        .unwrap();
+    daemon.process().kill().await.unwrap();
 
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
     let transcript = daemon.transcript(&session).await;

@@ -221,13 +221,7 @@ async fn an_approval_answered_through_the_other_daemon_is_acted_on_when_the_owne
 
     // A is frozen, so its lease still looks live and B hands the answer over through the
     // database; then A dies without having read it.
-    let pid = a
-        .conn
-        .child_mut()
-        .expect("a spawned daemon")
-        .id()
-        .unwrap()
-        .to_string();
+    let pid = a.process().id().unwrap().to_string();
     let stopped = std::process::Command::new("kill")
         .args(["-STOP", pid.as_str()])
         .status()
@@ -243,12 +237,7 @@ async fn an_approval_answered_through_the_other_daemon_is_acted_on_when_the_owne
         .await,
     );
     assert_eq!(applied["applied"], json!(true));
-    a.conn
-        .child_mut()
-        .expect("a spawned daemon")
-        .kill()
-        .await
-        .unwrap();
+    a.process().kill().await.unwrap();
 
     // B takes the run over and acts on the answer, instead of closing the run as interrupted.
     let events = b.until_finished().await;
@@ -306,12 +295,7 @@ async fn a_run_whose_daemon_was_killed_is_taken_over_by_the_other() {
     let mut b = second_daemon(&scratch, &upstream).await;
     assert_eq!(state(&b, &session).await, json!("running"));
 
-    a.conn
-        .child_mut()
-        .expect("a spawned daemon")
-        .kill()
-        .await
-        .unwrap();
+    a.process().kill().await.unwrap();
     // B's heartbeat closes the run once A's lease is dead; poll, with a guard against a hang
     // only.
     let mut polls = 0;
@@ -364,12 +348,7 @@ async fn resume_on_the_other_daemons_run_is_refused_naming_its_owner() {
         "{owner}"
     );
     assert!(refused.message.contains(owner), "{}", refused.message);
-    a.conn
-        .child_mut()
-        .expect("a spawned daemon")
-        .kill()
-        .await
-        .unwrap();
+    a.process().kill().await.unwrap();
     b.close().await;
 }
 
@@ -392,13 +371,7 @@ async fn a_frozen_daemon_loses_its_run_once_the_lease_expires_and_writes_nothing
     let b = second_daemon(&scratch, &upstream).await;
 
     // A is frozen, not gone: its process still exists, so only the lease's expiry frees the run.
-    let pid = a
-        .conn
-        .child_mut()
-        .expect("a spawned daemon")
-        .id()
-        .unwrap()
-        .to_string();
+    let pid = a.process().id().unwrap().to_string();
     let signal = |name: &str| {
         let status = std::process::Command::new("kill")
             .args([name, pid.as_str()])
