@@ -237,6 +237,26 @@ async fn a_model_without_image_input_is_refused_by_name_before_anything_is_sent(
     daemon.close().await;
 }
 
+/// Sends "What is it?" with the PNG `bytes` and waits for the run; the last message of the
+/// first request the upstream got.
+async fn ask_about_png(
+    daemon: &mut Daemon,
+    upstream: &crate::upstream::Upstream,
+    session: &str,
+    bytes: &[u8],
+) -> Value {
+    daemon
+        .call::<ChatSend>(with_images(
+            session,
+            "What is it?",
+            vec![image("image/png", bytes)],
+        ))
+        .await;
+    daemon.until_finished().await;
+    let body = &upstream.bodies()[0];
+    body["messages"].as_array().unwrap().last().unwrap().clone()
+}
+
 #[tokio::test]
 async fn openai_is_sent_image_url_parts_with_a_data_url() {
     let upstream = start(vec![Reply::sse(&openai::text(&["A cat."], 900, 3))]);
@@ -248,19 +268,10 @@ async fn openai_is_sent_image_url_parts_with_a_data_url() {
     .await;
     let session = daemon.create_session(SessionCreateParams::default()).await;
     let bytes = png(1024, 1024);
-    daemon
-        .call::<ChatSend>(with_images(
-            &session,
-            "What is it?",
-            vec![image("image/png", &bytes)],
-        ))
-        .await;
-    daemon.until_finished().await;
-    let body = &upstream.bodies()[0];
-    let last = body["messages"].as_array().unwrap().last().unwrap();
+    let last = ask_about_png(&mut daemon, &upstream, &session, &bytes).await;
     assert_eq!(
         last,
-        &json!({"role": "user", "content": [
+        json!({"role": "user", "content": [
             {"type": "text", "text": "What is it?"},
             {"type": "image_url", "image_url": {
                 "url": format!("data:image/png;base64,{}", STANDARD.encode(&bytes)),
@@ -289,19 +300,10 @@ async fn anthropic_is_sent_image_blocks_with_a_base64_source() {
     let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
     let session = daemon.create_session(SessionCreateParams::default()).await;
     let bytes = png(1092, 1092);
-    daemon
-        .call::<ChatSend>(with_images(
-            &session,
-            "What is it?",
-            vec![image("image/png", &bytes)],
-        ))
-        .await;
-    daemon.until_finished().await;
-    let body = &upstream.bodies()[0];
-    let last = body["messages"].as_array().unwrap().last().unwrap();
+    let last = ask_about_png(&mut daemon, &upstream, &session, &bytes).await;
     assert_eq!(
         last,
-        &json!({"role": "user", "content": [
+        json!({"role": "user", "content": [
             {"type": "text", "text": "What is it?"},
             {"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                          "data": STANDARD.encode(&bytes)},
