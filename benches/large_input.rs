@@ -23,6 +23,10 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use sidechat::protocol::{
+    ChatSend, Exit, Initialize, Notification, Request, SessionCreate, Shutdown,
+};
+
 const SIDECHAT: &str = env!("CARGO_BIN_EXE_sidechat");
 const MIB: usize = 1024 * 1024;
 const ROUNDS: usize = 3;
@@ -58,7 +62,10 @@ impl Daemon {
             stdin,
             stdout,
         };
-        daemon.send(r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{}}"#);
+        daemon.send(&format!(
+            r#"{{"jsonrpc":"2.0","id":"init","method":"{}","params":{{}}}}"#,
+            Initialize::METHOD
+        ));
         daemon.answer("\"init\"");
         daemon
     }
@@ -90,7 +97,10 @@ impl Daemon {
     }
 
     fn session(&mut self) -> String {
-        self.send(r#"{"jsonrpc":"2.0","id":"s","method":"session/create","params":{}}"#);
+        self.send(&format!(
+            r#"{{"jsonrpc":"2.0","id":"s","method":"{}","params":{{}}}}"#,
+            SessionCreate::METHOD
+        ));
         let answer = self.answer("\"s\"");
         let value: serde_json::Value = serde_json::from_str(&answer).expect("JSON");
         value["result"]["id"]
@@ -128,9 +138,15 @@ impl Daemon {
     }
 
     fn stop(mut self) {
-        self.send(r#"{"jsonrpc":"2.0","id":"bye","method":"shutdown"}"#);
+        self.send(&format!(
+            r#"{{"jsonrpc":"2.0","id":"bye","method":"{}"}}"#,
+            Shutdown::METHOD
+        ));
         self.answer("\"bye\"");
-        self.send(r#"{"jsonrpc":"2.0","method":"exit"}"#);
+        self.send(&format!(
+            r#"{{"jsonrpc":"2.0","method":"{}"}}"#,
+            Exit::METHOD
+        ));
         let status = self.child.wait().expect("cannot reap the daemon");
         assert!(status.success(), "the daemon exited with {status}");
     }
@@ -141,7 +157,8 @@ fn send_line(id: usize, session: &str, size: usize) -> String {
     let words = "lorem ipsum dolor sit amet ".repeat(size / 27 + 1);
     let text = &words[..size];
     format!(
-        r#"{{"jsonrpc":"2.0","id":{id},"method":"chat/send","params":{{"sessionId":"{session}","text":"{text}"}}}}"#
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{"sessionId":"{session}","text":"{text}"}}}}"#,
+        method = ChatSend::METHOD
     )
 }
 

@@ -21,6 +21,10 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use sidechat::protocol::{
+    ChatSend, Initialize, Initialized, Notification, Request, SessionCreate, SessionEvent,
+    SessionRewind,
+};
 
 const FILE_BYTES: usize = 20 * 1024;
 const REWIND_GOAL: Duration = Duration::from_millis(50);
@@ -63,12 +67,12 @@ impl Daemon {
             stdout,
         };
         daemon.call(
-            "initialize",
+            Initialize::METHOD,
             json!({"clientInfo": {"name": "rewind-bench"}, "protocolVersion": 1, "capabilities": {}}),
         );
         daemon
             .requests
-            .send(&json!({"jsonrpc": "2.0", "method": "initialized", "params": {}}));
+            .send(&json!({"jsonrpc": "2.0", "method": Initialized::METHOD, "params": {}}));
         daemon
     }
 
@@ -95,7 +99,7 @@ impl Daemon {
 
     fn session(&mut self, workspace: &Path) -> String {
         let created = self.call(
-            "session/create",
+            SessionCreate::METHOD,
             json!({"account": "replay", "workspaceRoot": workspace.display().to_string()}),
         );
         created["id"].as_str().expect("a session id").to_string()
@@ -104,9 +108,12 @@ impl Daemon {
     /// Sends `text` and waits for the run's end; the user message's id and the time it took.
     fn turn(&mut self, session: &str, text: &str) -> (String, Duration) {
         let started = Instant::now();
-        let sent = self.call("chat/send", json!({"sessionId": session, "text": text}));
+        let sent = self.call(
+            ChatSend::METHOD,
+            json!({"sessionId": session, "text": text}),
+        );
         self.until(|m| {
-            m["method"] == "session/event"
+            m["method"] == SessionEvent::METHOD
                 && m["params"]["sessionId"] == session
                 && m["params"]["event"]["kind"] == "runFinished"
         });
@@ -148,7 +155,7 @@ fn rewinds(runs: usize) {
         let (message, _) = daemon.turn(&session, "write them");
         let started = Instant::now();
         let done = daemon.call(
-            "session/rewind",
+            SessionRewind::METHOD,
             json!({"sessionId": session, "messageId": message, "restore": "both"}),
         );
         samples.push(started.elapsed());

@@ -27,6 +27,9 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use agent_client_protocol_schema::v1 as acp;
+use sidechat::protocol::{Exit, Initialize, Notification, Request, Shutdown};
+
 const SIDECHAT: &str = env!("CARGO_BIN_EXE_sidechat");
 const TRIVIAL: &str = "/bin/true";
 
@@ -37,10 +40,32 @@ const GOAL_MEDIAN: Duration = Duration::from_millis(5);
 const GOAL_RATIO: f64 = 3.0;
 const GOAL_RSS_MIB: f64 = 30.0;
 
-const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"clientInfo":{"name":"startup-bench","version":"1"},"protocolVersion":1,"capabilities":{}}}"#;
-const ACP_INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{},"clientInfo":{"name":"startup-bench","version":"1"}}}"#;
-const SHUTDOWN: &str = r#"{"jsonrpc":"2.0","id":2,"method":"shutdown"}"#;
-const EXIT: &str = r#"{"jsonrpc":"2.0","method":"exit"}"#;
+/// The daemon's `initialize` request, one JSON object on a line.
+fn initialize_line() -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"{}","params":{{"clientInfo":{{"name":"startup-bench","version":"1"}},"protocolVersion":1,"capabilities":{{}}}}}}"#,
+        Initialize::METHOD
+    )
+}
+
+/// ACP's `initialize` request.
+fn acp_initialize_line() -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"{}","params":{{"protocolVersion":1,"clientCapabilities":{{}},"clientInfo":{{"name":"startup-bench","version":"1"}}}}}}"#,
+        acp::AGENT_METHOD_NAMES.initialize
+    )
+}
+
+fn shutdown_line() -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":2,"method":"{}"}}"#,
+        Shutdown::METHOD
+    )
+}
+
+fn exit_line() -> String {
+    format!(r#"{{"jsonrpc":"2.0","method":"{}"}}"#, Exit::METHOD)
+}
 
 /// One `serve` run: time from spawn to the `initialize` reply, and VmRSS after it, in KiB.
 struct ServeRun {
@@ -65,19 +90,19 @@ fn sidechat_command(home: &Path) -> Command {
 #[derive(Clone, Copy)]
 struct Mode {
     subcommand: &'static str,
-    initialize: &'static str,
+    initialize: fn() -> String,
     answered: &'static str,
 }
 
 const SERVE: Mode = Mode {
     subcommand: "serve",
-    initialize: INITIALIZE,
+    initialize: initialize_line,
     answered: r#""result""#,
 };
 
 const ACP: Mode = Mode {
     subcommand: "acp",
-    initialize: ACP_INITIALIZE,
+    initialize: acp_initialize_line,
     answered: r#""agentCapabilities""#,
 };
 
@@ -88,6 +113,7 @@ fn initialized(
     db: &Path,
     mode: Mode,
 ) -> (ServeRun, Child, ChildStdin, BufReader<ChildStdout>) {
+    let initialize = (mode.initialize)();
     let started = Instant::now();
     let mut child = sidechat_command(home)
         .arg(mode.subcommand)
@@ -100,7 +126,7 @@ fn initialized(
         .unwrap_or_else(|e| panic!("cannot spawn `sidechat {}`: {e}", mode.subcommand));
     let mut stdin = child.stdin.take().expect("the child's stdin is piped");
     let mut stdout = BufReader::new(child.stdout.take().expect("the child's stdout is piped"));
-    send(&mut stdin, mode.initialize);
+    send(&mut stdin, &initialize);
     let reply = read_reply(&mut stdout, &mut child);
     let elapsed = started.elapsed();
     assert!(
@@ -152,13 +178,13 @@ fn read_reply(stdout: &mut BufReader<ChildStdout>, child: &mut Child) -> String 
 
 /// Sends `shutdown` and `exit`, and checks the daemon exits with 0.
 fn stop(mut child: Child, mut stdin: ChildStdin, mut stdout: BufReader<ChildStdout>) {
-    send(&mut stdin, SHUTDOWN);
+    send(&mut stdin, &shutdown_line());
     let reply = read_reply(&mut stdout, &mut child);
     assert!(
         reply.contains(r#""id":2"#) && reply.contains(r#""result":null"#),
         "unexpected reply to shutdown: {reply}"
     );
-    send(&mut stdin, EXIT);
+    send(&mut stdin, &exit_line());
     drop(stdin);
     let status = child.wait().expect("cannot reap the daemon");
     assert!(
