@@ -57,6 +57,16 @@ impl AccountKind {
         self.provider_kind().as_str()
     }
 
+    /// The request field through which this kind's driver sends a reasoning effort.
+    pub fn effort_wire(&self) -> crate::provider::effort::Wire {
+        use crate::provider::effort::Wire;
+        match self {
+            AccountKind::Anthropic(_) => Wire::Anthropic,
+            AccountKind::OpenAi { .. } => Wire::OpenAi,
+            AccountKind::Demo { .. } | AccountKind::Replay { .. } => Wire::None,
+        }
+    }
+
     /// The kind as clients see it in `initialize`.
     pub fn provider_kind(&self) -> ProviderKind {
         match self {
@@ -709,12 +719,25 @@ impl Config {
     pub fn account_infos(&self) -> Vec<AccountInfo> {
         self.accounts
             .iter()
-            .map(|a| AccountInfo {
-                name: a.name.clone(),
-                kind: a.kind.provider_kind(),
-                default_model: a.default_model.clone(),
-                is_demo: matches!(a.kind, AccountKind::Demo { .. }),
-                models: self.known_models(a),
+            .map(|a| {
+                let models = self.known_models(a);
+                let effort_levels = models
+                    .iter()
+                    .filter_map(|model| {
+                        let style = crate::context::reasoning_style(model);
+                        let levels = crate::provider::effort::levels(style, a.kind.effort_wire());
+                        (!levels.is_empty()).then(|| (model.clone(), levels))
+                    })
+                    .collect();
+                AccountInfo {
+                    name: a.name.clone(),
+                    kind: a.kind.provider_kind(),
+                    default_model: a.default_model.clone(),
+                    is_demo: matches!(a.kind, AccountKind::Demo { .. }),
+                    models,
+                    effort: a.effort,
+                    effort_levels,
+                }
             })
             .collect()
     }

@@ -1,6 +1,6 @@
 //! The session methods: `session/new` ↔ `session/create` with `cwd` as the workspace root,
 //! `session/load` (the stored transcript replayed as updates before the answer),
-//! `session/resume`, `session/list`, `session/close` and the model selector of
+//! `session/resume`, `session/list`, `session/close` and the model and effort selectors of
 //! `session/set_config_option`.
 
 use std::collections::{HashMap, HashSet};
@@ -12,9 +12,12 @@ use serde_json::json;
 use super::agent::{Agent, Then};
 use super::error::{AcpError, Answer, error_message, runtime_error, session_not_found, to_value};
 use super::translate;
+use crate::context::reasoning_style;
 use crate::protocol::{
-    Session, SessionCreateParams, SessionListParams, SessionTranscriptParams, SessionUpdateParams,
+    Effort, Session, SessionCreateParams, SessionListParams, SessionTranscriptParams,
+    SessionUpdateParams,
 };
+use crate::provider::effort;
 use crate::rpc::error::INVALID_PARAMS;
 
 /// The sessions this connection has opened or closed.
@@ -39,34 +42,60 @@ fn workspace_root(cwd: &Path) -> Result<String, AcpError> {
     Ok(cwd.display().to_string())
 }
 
-/// The model `session/set_config_option` chooses; "model" is the one option offered.
-fn chosen_model(params: &acp::SetSessionConfigOptionRequest) -> Result<String, AcpError> {
-    if &*params.config_id.0 != "model" {
-        return Err(error_message(
+/// What `session/set_config_option` changes.
+#[derive(Debug, PartialEq)]
+enum Choice {
+    Model(String),
+    /// `None`: back to the account's default.
+    Effort(Option<Effort>),
+}
+
+/// The option `session/set_config_option` sets, and to what: "model" takes a model id,
+/// "effort" a level or "default".
+fn choice(params: &acp::SetSessionConfigOptionRequest) -> Result<Choice, AcpError> {
+    let id = &*params.config_id.0;
+    let value = match &params.value {
+        acp::SessionConfigOptionValue::ValueId { value } => value.0.to_string(),
+        _ => {
+            return Err(error_message(
+                INVALID_PARAMS,
+                format!("the {id} option takes a value id, not a boolean"),
+            ));
+        }
+    };
+    match id {
+        "model" => Ok(Choice::Model(value)),
+        "effort" if value == translate::DEFAULT_EFFORT => Ok(Choice::Effort(None)),
+        "effort" => match Effort::parse(&value) {
+            Some(effort) => Ok(Choice::Effort(Some(effort))),
+            None => Err(error_message(
+                INVALID_PARAMS,
+                format!("unknown effort {value:?}; use default, minimal, low, medium or high"),
+            )),
+        },
+        other => Err(error_message(
             INVALID_PARAMS,
-            format!(
-                "unknown config option {:?}; sidechat offers \"model\"",
-                params.config_id.0
-            ),
-        ));
-    }
-    match &params.value {
-        acp::SessionConfigOptionValue::ValueId { value } => Ok(value.0.to_string()),
-        _ => Err(error_message(
-            INVALID_PARAMS,
-            "the model option takes a model id, not a boolean",
+            format!("unknown config option {other:?}; sidechat offers \"model\" and \"effort\""),
         )),
     }
 }
 
 impl Agent {
-    /// The model selector of a session.
+    /// The model selector of a session, and its effort selector when its model takes one.
     fn config_options(&self, session: &Session) -> Vec<acp::SessionConfigOption> {
-        let default = self
-            .config
-            .account(&session.account)
-            .map_or(session.model.as_str(), |a| a.default_model.as_str());
-        vec![translate::model_option(&session.model, default)]
+        let account = self.config.account(&session.account);
+        let default = account.map_or(session.model.as_str(), |a| a.default_model.as_str());
+        let levels = account.map_or_else(Vec::new, |a| {
+            effort::levels(reasoning_style(&session.model), a.kind.effort_wire())
+        });
+        let mut options = vec![translate::model_option(&session.model, default)];
+        options.extend(translate::thought_level_option(
+            session.effort,
+            !session.effort_inherited,
+            account.and_then(|a| a.effort),
+            &levels,
+        ));
+        options
     }
 
     pub(super) async fn new_session(
@@ -283,15 +312,22 @@ impl Agent {
     ) -> Answer {
         let session_id = params.session_id.0.to_string();
         self.usable_session(&session_id).await?;
-        let model = chosen_model(&params)?;
-        let session = self
-            .runtime()
-            .await?
-            .update_session(SessionUpdateParams {
+        let update = match choice(&params)? {
+            Choice::Model(model) => SessionUpdateParams {
                 session_id,
                 model: Some(model),
                 ..SessionUpdateParams::default()
-            })
+            },
+            Choice::Effort(effort) => SessionUpdateParams {
+                session_id,
+                effort: Some(effort),
+                ..SessionUpdateParams::default()
+            },
+        };
+        let session = self
+            .runtime()
+            .await?
+            .update_session(update)
             .map_err(runtime_error)?;
         to_value(&acp::SetSessionConfigOptionResponse::new(
             self.config_options(&session),
@@ -322,28 +358,38 @@ mod tests {
         );
     }
 
-    /// "model" takes a model id; other options and a boolean value are refused.
+    /// "model" takes a model id, "effort" a level or "default"; other options, unknown levels
+    /// and a boolean value are refused.
     #[test]
-    fn the_model_option_takes_a_model_id() {
-        let chosen: Vec<Result<String, AcpError>> = [
+    fn the_options_take_a_model_id_or_an_effort() {
+        let chosen: Vec<Result<Choice, AcpError>> = [
             json!({"sessionId": "s", "configId": "model", "value": "m1"}),
+            json!({"sessionId": "s", "configId": "effort", "value": "high"}),
+            json!({"sessionId": "s", "configId": "effort", "value": "default"}),
+            json!({"sessionId": "s", "configId": "effort", "value": "extreme"}),
             json!({"sessionId": "s", "configId": "mode", "value": "x"}),
             json!({"sessionId": "s", "configId": "model", "type": "boolean", "value": true}),
         ]
         .into_iter()
-        .map(|params| chosen_model(&serde_json::from_value(params).unwrap()))
+        .map(|params| choice(&serde_json::from_value(params).unwrap()))
         .collect();
         assert_eq!(
             chosen,
             vec![
-                Ok("m1".to_string()),
+                Ok(Choice::Model("m1".to_string())),
+                Ok(Choice::Effort(Some(Effort::High))),
+                Ok(Choice::Effort(None)),
                 Err(error_message(
                     INVALID_PARAMS,
-                    "unknown config option \"mode\"; sidechat offers \"model\""
+                    "unknown effort \"extreme\"; use default, minimal, low, medium or high"
                 )),
                 Err(error_message(
                     INVALID_PARAMS,
-                    "the model option takes a model id, not a boolean"
+                    "unknown config option \"mode\"; sidechat offers \"model\" and \"effort\""
+                )),
+                Err(error_message(
+                    INVALID_PARAMS,
+                    "the model option takes a value id, not a boolean"
                 )),
             ]
         );

@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::protocol::{
     Attachment, Block, Event, FinishReason, ImageInput, NoticeLevel, Role, ToolCallStatus,
 };
-use crate::protocol::{PendingApproval, Plan, PlanStepStatus, TranscriptEntry};
+use crate::protocol::{Effort, PendingApproval, Plan, PlanStepStatus, TranscriptEntry};
 
 /// The ACP kind of a built-in tool, so a client picks the right icon and treatment.
 pub fn tool_kind(tool: &str) -> acp::ToolKind {
@@ -476,6 +476,53 @@ pub fn model_option(current: &str, account_default: &str) -> acp::SessionConfigO
     acp::SessionConfigOption::select("model", "Model", current.to_string(), options)
         .category(acp::SessionConfigOptionCategory::Model)
         .description("The model that answers from the next request on".to_string())
+}
+
+/// The value of the thought-level option that goes back to the account's default effort.
+pub const DEFAULT_EFFORT: &str = "default";
+
+/// The reasoning-effort selector (category `thought_level`): "default" (the account's, named
+/// when it has one) and the levels the session's model takes; `None` for a model that takes
+/// none, whose session offers no such option.
+pub fn thought_level_option(
+    current: Option<Effort>,
+    own: bool,
+    account_default: Option<Effort>,
+    levels: &[Effort],
+) -> Option<acp::SessionConfigOption> {
+    if levels.is_empty() {
+        return None;
+    }
+    let default_name = match account_default {
+        Some(effort) => format!("Default ({})", effort.name()),
+        None => "Default (the model's)".to_string(),
+    };
+    let mut options = vec![acp::SessionConfigSelectOption::new(
+        DEFAULT_EFFORT,
+        default_name,
+    )];
+    options.extend(
+        levels
+            .iter()
+            .map(|e| acp::SessionConfigSelectOption::new(e.name(), capitalised(e.name()))),
+    );
+    let value = match current {
+        Some(effort) if own => effort.name(),
+        _ => DEFAULT_EFFORT,
+    };
+    Some(
+        acp::SessionConfigOption::select("effort", "Effort", value.to_string(), options)
+            .category(acp::SessionConfigOptionCategory::ThoughtLevel)
+            .description("How hard the model thinks, from the next request on".to_string()),
+    )
+}
+
+fn capitalised(word: &str) -> String {
+    let mut chars = word.chars();
+    chars
+        .next()
+        .map(|first| first.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -2,6 +2,8 @@
 //! accounts a client may offer (with those configured but unusable, and why); and the params of
 //! the lifecycle notifications a client sends (`initialized`, `$/cancelRequest`).
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -84,6 +86,15 @@ pub struct AccountInfo {
     /// provider and the configured prices'. Others may work too (a local server's, say).
     #[serde(default)]
     pub models: Vec<String>,
+    /// The account's default reasoning effort (`effort` in its config), which a session
+    /// without its own setting uses; absent when it sets none (the provider's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<super::Effort>,
+    /// The reasoning-effort levels each of `models` takes through this account, lowest first,
+    /// for clients' effort pickers; a model not listed takes none (the setting is ignored for
+    /// it, with a notice).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub effort_levels: BTreeMap<String, Vec<super::Effort>>,
 }
 
 /// An account the configuration names that cannot be used, and why.

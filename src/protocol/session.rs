@@ -212,6 +212,10 @@ pub struct Session {
     /// absent when neither sets one (the provider's default applies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effort: Option<Effort>,
+    /// True when `effort` is the account's default rather than the session's own setting
+    /// (a picker shows "default" then).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub effort_inherited: bool,
 }
 
 /// One row of `session/list`.

@@ -61,6 +61,18 @@ pub fn takes(style: ReasoningStyle, effort: Effort) -> bool {
     effort != Effort::Minimal || style != ReasoningStyle::Effort
 }
 
+/// The levels a model of `style` served through `wire` takes, lowest first; none when it
+/// takes no effort there. What the effort pickers offer.
+pub fn levels(style: Option<ReasoningStyle>, wire: Wire) -> Vec<Effort> {
+    match style {
+        Some(style) if sent_through(Some(style), wire) => Effort::ALL
+            .into_iter()
+            .filter(|&effort| takes(style, effort))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// Whether a model of `style` served through `wire` takes an effort at all.
 pub fn sent_through(style: Option<ReasoningStyle>, wire: Wire) -> bool {
     matches!(

@@ -4,7 +4,6 @@
 //! told once per model, so the setting never fails a request.
 
 use super::{Inner, RuntimeError, RuntimeResult};
-use crate::config::AccountKind;
 use crate::context::{ReasoningStyle, model_window, reasoning_style};
 use crate::protocol::{BudgetSnapshot, Effort, NoticeLevel};
 use crate::provider::effort::{self, Wire};
@@ -19,15 +18,6 @@ pub(super) fn check_effort(model: &str, effort: Effort) -> RuntimeResult<()> {
             effort.name()
         ))),
         _ => Ok(()),
-    }
-}
-
-/// The request field an account's driver speaks.
-fn wire(kind: Option<&AccountKind>) -> Wire {
-    match kind {
-        Some(AccountKind::Anthropic(_)) => Wire::Anthropic,
-        Some(AccountKind::OpenAi { .. }) => Wire::OpenAi,
-        _ => Wire::None,
     }
 }
 
@@ -74,11 +64,25 @@ pub(super) fn describe_style(model: &str) -> String {
 impl Inner {
     /// The session's effort: its own, else its account's default.
     pub(super) fn effort(&self, session: &SessionRow) -> RuntimeResult<Option<Effort>> {
+        Ok(self.effort_with_source(session)?.0)
+    }
+
+    /// [`Inner::effort`], and whether it is the account's default (the session sets none).
+    pub(super) fn effort_with_source(
+        &self,
+        session: &SessionRow,
+    ) -> RuntimeResult<(Option<Effort>, bool)> {
         let own = self
             .store
             .session_effort(&session.id)?
             .and_then(|name| Effort::parse(&name));
-        Ok(own.or_else(|| self.config.account(&session.account).and_then(|a| a.effort)))
+        Ok(match own {
+            Some(effort) => (Some(effort), false),
+            None => {
+                let default = self.config.account(&session.account).and_then(|a| a.effort);
+                (default, default.is_some())
+            }
+        })
     }
 
     /// Puts the session's effort on a turn request (and raises its output limit by a thinking
@@ -95,7 +99,7 @@ impl Inner {
         };
         let account = self.config.account(&session.account);
         let style = reasoning_style(&session.model);
-        let wire = wire(account.map(|a| &a.kind));
+        let wire = account.map_or(Wire::None, |a| a.kind.effort_wire());
         let window = model_window(&session.model, account.and_then(|a| a.context_window));
         let room = snapshot
             .context_window

@@ -487,6 +487,7 @@ impl Runtime {
 
     fn session_view(&self, row: SessionRow) -> RuntimeResult<Session> {
         let lineage = self.inner.lineage(&row.id)?;
+        let (effort, effort_inherited) = self.inner.effort_with_source(&row)?;
         Ok(Session {
             forked_from: self.inner.store.forked_from(&row.id)?,
             origin: parse_origin(row.origin.as_deref()),
@@ -502,7 +503,8 @@ impl Runtime {
             spend: self.spend(&row.id)?,
             tokens_by_kind: self.tokens_by_kind(&row.id)?,
             auto_compact: self.inner.auto_compact(&row.id)?,
-            effort: self.inner.effort(&row)?,
+            effort,
+            effort_inherited,
             id: row.id,
             title: row.title,
             account: row.account,

@@ -3,64 +3,10 @@
 
 use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use pretty_assertions::assert_eq;
-use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{ChildStdin, ChildStdout};
+use serde_json::json;
 
-use crate::harness::{Scratch, clean_command, home_for};
-
-/// A guard against a hung agent, not a performance assertion.
-const HANG_GUARD: std::time::Duration = std::time::Duration::from_secs(60);
-
-struct Agent {
-    stdin: ChildStdin,
-    lines: Lines<BufReader<ChildStdout>>,
-    next_id: u64,
-}
-
-impl Agent {
-    async fn request(&mut self, method: &str, params: Value) -> Value {
-        self.next_id += 1;
-        let id = self.next_id;
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.stdin
-            .write_all(format!("{line}\n").as_bytes())
-            .await
-            .unwrap();
-        self.stdin.flush().await.unwrap();
-        loop {
-            let frame = self.frame().await;
-            if frame["id"] == json!(id) && frame.get("method").is_none() {
-                return frame["result"].clone();
-            }
-        }
-    }
-
-    async fn frame(&mut self) -> Value {
-        let line = tokio::time::timeout(HANG_GUARD, self.lines.next_line())
-            .await
-            .expect("the agent wrote nothing")
-            .unwrap()
-            .expect("the agent closed its output");
-        serde_json::from_str(&line).unwrap()
-    }
-
-    /// The names of the next `available_commands_update`.
-    async fn next_commands(&mut self) -> Vec<String> {
-        loop {
-            let frame = self.frame().await;
-            let update = &frame["params"]["update"];
-            if update["sessionUpdate"] == "available_commands_update" {
-                return update["availableCommands"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|c| c["name"].as_str().unwrap().to_string())
-                    .collect();
-            }
-        }
-    }
-}
+use crate::acp_client::Agent;
+use crate::harness::Scratch;
 
 #[tokio::test]
 async fn custom_commands_are_offered_and_offered_again_when_a_file_changes() {
@@ -72,21 +18,7 @@ async fn custom_commands_are_offered_and_offered_again_when_a_file_changes() {
         "---\ndescription: Review a file\nargument-hint: <path>\n---\nReview $1.",
     )
     .unwrap();
-    let db = scratch.db();
-    let mut child = clean_command(&home_for(&db))
-        .arg("acp")
-        .arg("--db")
-        .arg(&db)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn sidechat acp");
-    let mut agent = Agent {
-        stdin: child.stdin.take().unwrap(),
-        lines: BufReader::new(child.stdout.take().unwrap()).lines(),
-        next_id: 0,
-    };
+    let mut agent = Agent::spawn(&scratch.db(), &[]);
     agent
         .request(AGENT_METHOD_NAMES.initialize, json!({"protocolVersion": 1}))
         .await;
@@ -120,6 +52,4 @@ async fn custom_commands_are_offered_and_offered_again_when_a_file_changes() {
 
     std::fs::write(commands.join("fix.md"), "Fix the tests.").unwrap();
     assert_eq!(agent.next_commands().await, with(&["fix", "review"]));
-    drop(agent);
-    let _ = child.kill().await;
 }

@@ -1,13 +1,15 @@
 //! Reasoning effort: the session setting, the account default, `/effort`, and each provider's
 //! request field against the fake upstream.
 
+use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::protocol::{
-    ChatSend, Effort, Event, SessionCreate, SessionCreateParams, SessionGet, SessionUpdate,
-    SessionUpdateParams,
+    ChatSend, Effort, Event, Initialize, InitializeParams, SessionCreate, SessionCreateParams,
+    SessionGet, SessionUpdate, SessionUpdateParams,
 };
 
+use crate::acp_client::Agent;
 use crate::harness::{Daemon, Options, Scratch, say, sid};
 use crate::upstream::{Reply, Upstream, anthropic, openai, start};
 
@@ -188,7 +190,10 @@ effort = "medium"
     .await;
     let session = daemon.create_session(SessionCreateParams::default()).await;
     let got = daemon.call::<SessionGet>(sid(&session)).await;
-    assert_eq!(got.effort, Some(Effort::Medium));
+    assert_eq!(
+        (got.effort, got.effort_inherited),
+        (Some(Effort::Medium), true)
+    );
     turn(&mut daemon, &session).await;
     assert_eq!(
         thinking_fields(&upstream),
@@ -196,6 +201,73 @@ effort = "medium"
             json!({"type": "enabled", "budget_tokens": 16384}),
             json!(24576)
         )]
+    );
+    let own = daemon
+        .call::<SessionUpdate>(SessionUpdateParams {
+            session_id: session.clone(),
+            effort: Some(Some(Effort::Medium)),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(
+        (own.effort, own.effort_inherited),
+        (Some(Effort::Medium), false)
+    );
+    daemon.close().await;
+}
+
+/// `initialize` tells pickers each model's levels and the account's default.
+#[tokio::test]
+async fn initialize_names_the_levels_each_model_takes_and_the_account_default() {
+    let scratch = Scratch::new();
+    scratch.write_config(
+        r#"
+default_account = "thinker"
+[accounts.thinker]
+kind = "anthropic"
+base_url = "http://127.0.0.1:9"
+default_model = "claude-opus-4-1"
+effort = "high"
+[accounts.local]
+kind = "openai"
+base_url = "http://127.0.0.1:9/v1"
+default_model = "gpt-5-mini"
+[accounts.plain]
+kind = "openai"
+base_url = "http://127.0.0.1:9/v1"
+default_model = "gpt-4o"
+"#,
+    );
+    let keys = vec![
+        ("ANTHROPIC_API_KEY", "x".to_string()),
+        ("OPENAI_API_KEY", "x".to_string()),
+    ];
+    let daemon = Daemon::spawn(&scratch.db(), Options::with_env(keys));
+    let init = daemon
+        .call::<Initialize>(InitializeParams {
+            client_info: None,
+            protocol_version: Some(1),
+            capabilities: None,
+        })
+        .await;
+    let of = |name: &str| {
+        let account = init
+            .accounts
+            .iter()
+            .find(|a| a.name == name)
+            .unwrap_or_else(|| panic!("no account {name}"));
+        (
+            account.effort,
+            account.effort_levels.get(&account.default_model).cloned(),
+        )
+    };
+    assert_eq!(
+        [of("thinker"), of("local"), of("plain")],
+        [
+            (Some(Effort::High), Some(Effort::ALL.to_vec())),
+            (None, Some(Effort::ALL.to_vec())),
+            (None, None),
+        ]
     );
     daemon.close().await;
 }
@@ -277,4 +349,77 @@ async fn bad_efforts_are_refused_naming_the_problem() {
     let got = daemon.call::<SessionGet>(sid(&session)).await;
     assert_eq!(got.effort, None);
     daemon.close().await;
+}
+
+/// The effort option of an ACP `configOptions` list: its category, its value and the values
+/// it offers.
+fn acp_effort_option(options: &Value) -> (Value, Value, Vec<Value>) {
+    let option = options
+        .as_array()
+        .expect("configOptions")
+        .iter()
+        .find(|o| o["id"] == "effort")
+        .unwrap_or_else(|| panic!("no effort option in {options}"));
+    let values = option["options"]
+        .as_array()
+        .expect("the option's values")
+        .iter()
+        .map(|o| o["value"].clone())
+        .collect();
+    (
+        option["category"].clone(),
+        option["currentValue"].clone(),
+        values,
+    )
+}
+
+#[tokio::test]
+async fn acp_offers_the_effort_as_a_thought_level_option_and_sends_what_is_chosen() {
+    let upstream = start(openai_answers(1));
+    let scratch = Scratch::new();
+    let mut agent = Agent::spawn(&scratch.db(), &openai_env(&upstream.url));
+    agent
+        .request(AGENT_METHOD_NAMES.initialize, json!({"protocolVersion": 1}))
+        .await;
+    let created = agent
+        .request(
+            AGENT_METHOD_NAMES.session_new,
+            json!({"cwd": scratch.workspace(), "mcpServers": []}),
+        )
+        .await;
+    let levels = ["default", "minimal", "low", "medium", "high"].map(|v| json!(v));
+    assert_eq!(
+        acp_effort_option(&created["configOptions"]),
+        (json!("thought_level"), json!("default"), levels.to_vec())
+    );
+    let session = created["sessionId"].clone();
+
+    let set = |value: &str| json!({"sessionId": session, "configId": "effort", "value": value});
+    let chosen = agent
+        .request(AGENT_METHOD_NAMES.session_set_config_option, set("high"))
+        .await;
+    assert_eq!(
+        acp_effort_option(&chosen["configOptions"]),
+        (json!("thought_level"), json!("high"), levels.to_vec())
+    );
+    agent
+        .request(
+            AGENT_METHOD_NAMES.session_prompt,
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": "hi"}]}),
+        )
+        .await;
+    let sent: Vec<Value> = upstream
+        .bodies()
+        .iter()
+        .map(|b| b["reasoning_effort"].clone())
+        .collect();
+    assert_eq!(sent, vec![json!("high")]);
+
+    let reset = agent
+        .request(AGENT_METHOD_NAMES.session_set_config_option, set("default"))
+        .await;
+    assert_eq!(
+        acp_effort_option(&reset["configOptions"]).1,
+        json!("default")
+    );
 }

@@ -3,6 +3,7 @@
 // The rule against spawning around the reaper is the daemon's: a test process reaps nothing.
 #![allow(clippy::disallowed_methods)]
 
+mod acp_client;
 mod acp_commands;
 mod acp_first_prompt;
 mod acp_ids;

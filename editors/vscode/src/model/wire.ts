@@ -9,6 +9,15 @@
  */
 export type ProviderKind = 'demo' | 'replay' | 'anthropic' | 'openai';
 /**
+ * How hard the model thinks before it answers: Anthropic's extended-thinking budget or
+ * OpenAI's `reasoning_effort` (see docs/tools.md for the figures). A model that takes neither
+ * ignores it, and the session is told once.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "Effort".
+ */
+export type Effort = ('low' | 'medium' | 'high') | 'minimal';
+/**
  * How the user answered an approval prompt.
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -181,15 +190,6 @@ export type PriceSource = 'override' | 'builtin';
  * via the `definition` "UsageKind".
  */
 export type UsageKind = 'turn' | 'summary' | 'title';
-/**
- * How hard the model thinks before it answers: Anthropic's extended-thinking budget or
- * OpenAI's `reasoning_effort` (see docs/tools.md for the figures). A model that takes neither
- * ignores it, and the session is told once.
- *
- * This interface was referenced by `WireTypes`'s JSON-Schema
- * via the `definition` "Effort".
- */
-export type Effort = ('low' | 'medium' | 'high') | 'minimal';
 /**
  * What happened in a session.
  *
@@ -560,6 +560,19 @@ export interface AccountInfo {
    * provider and the configured prices'. Others may work too (a local server's, say).
    */
   models?: string[];
+  /**
+   * The account's default reasoning effort (`effort` in its config), which a session
+   * without its own setting uses; absent when it sets none (the provider's default).
+   */
+  effort?: Effort | null;
+  /**
+   * The reasoning-effort levels each of `models` takes through this account, lowest first,
+   * for clients' effort pickers; a model not listed takes none (the setting is ignored for
+   * it, with a notice).
+   */
+  effortLevels?: {
+    [k: string]: Effort[] | undefined;
+  };
 }
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -1540,6 +1553,11 @@ export interface Session {
    * absent when neither sets one (the provider's default applies).
    */
   effort?: Effort | null;
+  /**
+   * True when `effort` is the account's default rather than the session's own setting
+   * (a picker shows "default" then).
+   */
+  effortInherited?: boolean;
 }
 /**
  * `session/budget`: how full the model's context is before the next request.
