@@ -400,3 +400,27 @@ test('a read_file of an image: its result is drawn with the image as a thumbnail
     await screenshot(page, 'transcript-tool-image');
   }),
 );
+
+test('images while a run works: kept in the composer with a message saying why, and sent with the next turn', { timeout: 120_000 }, () =>
+  withChat('images-while-working', () => ({ SIDECHAT_DEMO_DELAY_MS: '0' }), async ({ chat, page, daemon }) => {
+    await page.fill('textarea.input', 'create notes.md with hello');
+    await page.press('textarea.input', 'Enter');
+    await page.waitForSelector('.approval', STEP);
+    await page.fill('textarea.input', 'and this one');
+    await paste(page, [{ name: 'shot.png', type: 'image/png', base64: PNG }]);
+    await page.waitForSelector('.composer-images .image-chip img', STEP);
+    await page.press('textarea.input', 'Enter');
+    await page.waitForSelector('.errors .error', STEP);
+    assert.deepEqual(await page.locator('.errors .error .text').allTextContents(), ['Images go with a new message once the run ends; they are kept in the composer until then.']);
+    assert.equal(await page.inputValue('textarea.input'), 'and this one');
+    assert.equal(await page.locator('.composer-images .image-chip').count(), 1);
+    assert.deepEqual(chat.calls.toHost.filter((m) => m.type === 'send').map((m) => m.type === 'send' && m.text), ['create notes.md with hello']);
+    await page.click('.approval button.deny');
+    await untilIdle(page);
+    await page.press('textarea.input', 'Enter');
+    await page.waitForSelector('.entry.user .images .thumbnail img[src^="data:image/png"]', STEP);
+    await untilIdle(page);
+    const { entries } = await daemon.request('session/transcript', { sessionId: chat.controller.activeSessionId ?? '' });
+    assert.deepEqual(entries.filter((e) => e.role === 'user').at(-1)?.blocks, [{ type: 'text', text: 'and this one' }, imageBlock(PNG, 'image/png', 4, 4)]);
+  }),
+);
