@@ -401,7 +401,7 @@ test('a read_file of an image: its result is drawn with the image as a thumbnail
   }),
 );
 
-test('images while a run works: kept in the composer with a message saying why, and sent with the next turn', { timeout: 120_000 }, () =>
+test('images while a run works: kept in the composer with a message saying why, and sent with the next turn; the 21st image of a message refused', { timeout: 120_000 }, () =>
   withChat('images-while-working', () => ({ SIDECHAT_DEMO_DELAY_MS: '0' }), async ({ chat, page, daemon }) => {
     await page.fill('textarea.input', 'create notes.md with hello');
     await page.press('textarea.input', 'Enter');
@@ -422,5 +422,10 @@ test('images while a run works: kept in the composer with a message saying why, 
     await untilIdle(page);
     const { entries } = await daemon.request('session/transcript', { sessionId: chat.controller.activeSessionId ?? '' });
     assert.deepEqual(entries.filter((e) => e.role === 'user').at(-1)?.blocks, [{ type: 'text', text: 'and this one' }, imageBlock(PNG, 'image/png', 4, 4)]);
+
+    // At most 20 images in a message: the 21st is refused, saying so.
+    await paste(page, Array.from({ length: 21 }, (_, i) => ({ name: `dot${i + 1}.gif`, type: 'image/gif', base64: GIF })));
+    await waitIn(page, () => document.querySelectorAll('.composer-images .image-chip img').length === 20);
+    assert.deepEqual((await page.locator('.errors .error .text').allTextContents()).slice(-1), ['dot21.gif was not added: a message holds at most 20 images.']);
   }),
 );
