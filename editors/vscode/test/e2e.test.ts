@@ -135,11 +135,11 @@ test('a chat in the page: stream, context bar, slash command, approval, interjec
     await waitIn(page, () => document.querySelector('.context .cost')?.textContent === 'unpriced');
     assert.equal(await page.getAttribute('.context', 'data-pressure'), 'normal');
 
-    // A slash command from the composer's menu writes a note (never sent to the model).
+    // A slash command from the composer's list writes a note (never sent to the model).
     await page.fill('textarea.input', '/co');
-    await page.waitForSelector('.slash li', STEP);
-    assert.deepEqual(await page.locator('.slash li .name').allTextContents(), ['/cost', '/compact']);
-    await page.click('.slash li');
+    await page.waitForSelector('.completion[aria-busy="false"]:not([hidden]) li', STEP);
+    assert.deepEqual(await page.locator('.completion li .name').allTextContents(), ['/cost', '/compact']);
+    await page.click('.completion li');
     assert.equal(await page.inputValue('textarea.input'), '/cost');
     await page.press('textarea.input', 'Enter');
     await page.waitForSelector('.entry.note', STEP);
@@ -1075,13 +1075,13 @@ test('the keyboard: Shift+Enter a new line and Enter sends, Up takes the last wa
     await page.keyboard.press('Enter');
     await page.waitForSelector('.waiting-item[data-pending-id] .text:text-is("also check the README too")', STEP);
 
-    // The command menu by keyboard: Down enters it, Down moves, Enter picks.
+    // The command list by keyboard: the first is picked unless Down moves on; Enter picks.
     await page.keyboard.type('/co');
-    await page.waitForSelector('.slash li', STEP);
-    await page.keyboard.press('ArrowDown');
+    await page.waitForSelector('.completion[aria-busy="false"]:not([hidden]) li', STEP);
     await page.keyboard.press('ArrowDown');
     await page.keyboard.press('Enter');
-    assert.equal(await page.inputValue('textarea.input'), '/compact');
+    // `/compact` takes an argument: a space follows, ready for it.
+    assert.equal(await page.inputValue('textarea.input'), '/compact ');
     assert.equal(await page.evaluate(() => document.activeElement?.classList.contains('input')), true);
     await page.fill('textarea.input', '');
 

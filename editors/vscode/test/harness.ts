@@ -146,6 +146,8 @@ export interface UiCalls {
   inserts: string[];
   settingsOpened: number;
   confirms: string[];
+  /** Every message the page sent the host, in order. */
+  toHost: PageToHost[];
 }
 
 /**
@@ -154,7 +156,7 @@ export interface UiCalls {
  */
 export async function openChat(browser: Browser, url: string, daemon: Daemon, workspaceRoot: string) {
   const page = await browser.newPage({ viewport: { width: 480, height: 900 } });
-  const calls: UiCalls = { diffs: [], copies: [], inserts: [], settingsOpened: 0, confirms: [] };
+  const calls: UiCalls = { diffs: [], copies: [], inserts: [], settingsOpened: 0, confirms: [], toHost: [] };
   const pageErrors: string[] = [];
   page.on('pageerror', (error) => pageErrors.push(String(error)));
   page.on('dialog', (dialog) => {
@@ -192,6 +194,7 @@ export async function openChat(browser: Browser, url: string, daemon: Daemon, wo
   };
   const controller = new ChatController(daemon, ui, { workspaceRoot });
   await page.exposeBinding('__sidechatToHost', (_source, message: PageToHost) => {
+    calls.toHost.push(message);
     void controller.handle(message);
   });
   await page.addInitScript(() => {

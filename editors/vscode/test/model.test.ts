@@ -598,3 +598,39 @@ test('after a reload, a waiting sub-agent comes back from delegatedApprovals and
   assert.deepEqual(model.unfinishedDelegations(), []);
   assert.equal(delegationOf(model).output, 'status: failed');
 });
+
+test("a tool message's images go to the results that say they carry one; a user message keeps its images and its attachments' lines and size", { timeout: 120_000 }, () => {
+  const image = (id: string) => ({ type: 'image' as const, imageId: id, mediaType: 'image/png', width: 4, height: 4, bytes: 96 });
+  const model = new SessionModel(SID);
+  model.applyTranscript(
+    transcript([
+      entry('u1', 1, 'user', [
+        { type: 'text', text: 'look @a.rs:2' },
+        { type: 'attachment', name: 'a.rs', text: '     2\tfn two() {}\n', range: { start: 2, end: 2 }, size: 38, hash: 'ab' },
+        { type: 'attachment', name: 'sel.rs:3-4', text: 'x' },
+        image('i0'),
+      ]),
+      entry('m1', 2, 'assistant', [
+        { type: 'toolCall', id: 'c1', name: 'read_file', input: { path: 'a.rs' } },
+        { type: 'toolCall', id: 'c2', name: 'read_file', input: { path: 'shot.png' } },
+        { type: 'toolCall', id: 'c3', name: 'read_file', input: { path: 'other.png' } },
+      ]),
+      entry('t1', 3, 'tool', [
+        { type: 'toolResult', callId: 'c1', output: 'fn two() {}', isError: false, status: 'done' },
+        { type: 'toolResult', callId: 'c2', output: 'shot.png is an image (image/png, 4×4). It is attached to this result.', isError: false, status: 'done' },
+        { type: 'toolResult', callId: 'c3', output: 'other.png is an image (image/png, 4×4). It is attached to this result.', isError: false, status: 'done' },
+        image('i1'),
+        image('i2'),
+      ]),
+    ]),
+  );
+  const [user, , c1, c2, c3] = model.list();
+  assert.deepEqual(user.kind === 'user' && [user.attachments, user.images], [
+    [{ name: 'a.rs', range: { start: 2, end: 2 }, size: 38 }, { name: 'sel.rs:3-4' }],
+    [{ imageId: 'i0', mediaType: 'image/png', width: 4, height: 4, bytes: 96 }],
+  ]);
+  assert.deepEqual(
+    [c1, c2, c3].map((e) => (e.kind === 'tool' ? (e.images ?? []).map((i) => i.imageId) : undefined)),
+    [[], ['i1'], ['i2']],
+  );
+});

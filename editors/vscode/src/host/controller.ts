@@ -13,8 +13,9 @@
  */
 
 import { SessionModel } from '../model/session';
-import type { DaemonStatus, HostToPage, PageToHost } from '../model/messages';
-import type { Attachment, Requests, Session, SessionEventParams, SessionFileDiffParams, SessionTranscriptResult } from '../model/wire';
+import type { CompletionKind, DaemonStatus, HostToPage, PageToHost } from '../model/messages';
+import { completions, imageOf } from './composer';
+import type { Attachment, ImageInput, Requests, Session, SessionEventParams, SessionFileDiffParams, SessionTranscriptResult } from '../model/wire';
 
 /** What the controller needs of the daemon (`Daemon` provides it). */
 export interface DaemonLike {
@@ -114,7 +115,45 @@ export class ChatController {
 
   /** Handles the page's messages one at a time, in order, so a load never races a send. */
   handle(message: PageToHost): Promise<void> {
+    // Questions that change nothing are answered at once, not behind a send or a load.
+    if (message.type === 'complete') return this.complete(message.requestId, message.kind, message.query);
+    if (message.type === 'image') return this.image(message.imageId);
     return this.serially(() => this.dispatch(message));
+  }
+
+  /**
+   * The composer's completion list. Before the first message there is no session to ask about:
+   * one is started, as sending would. A question the daemon refuses (a session without a
+   * workspace lists no files) gets an empty list, and the reason goes to the log.
+   */
+  private async complete(requestId: number, kind: CompletionKind, query: string): Promise<void> {
+    let items: Awaited<ReturnType<typeof completions>> = [];
+    try {
+      if (this.loading) await this.loading;
+      if (!this.active) {
+        await this.serially(async () => {
+          if (this.active) return;
+          await this.load((await this.createSession()).id);
+          await this.refreshSessions();
+        });
+      }
+      const sessionId = this.active?.sessionId;
+      if (sessionId) items = await completions((m, p) => this.daemon.request(m, p), sessionId, kind, query);
+    } catch (error) {
+      this.ui.log(`completing ${kind === 'file' ? '@' : '/'}${query} failed: ${errorText(error)}`);
+    }
+    this.ui.post({ type: 'completions', requestId, kind, query, items });
+  }
+
+  /** An image of the open session's transcript, for the page to draw. */
+  private async image(imageId: string): Promise<void> {
+    const sessionId = this.active?.sessionId;
+    if (!sessionId) return;
+    try {
+      this.ui.post({ type: 'image', imageId, ...(await imageOf((m, p) => this.daemon.request(m, p), sessionId, imageId)) });
+    } catch (error) {
+      this.ui.post({ type: 'image', imageId, error: errorText(error) });
+    }
   }
 
   private serially(task: () => Promise<void>): Promise<void> {
@@ -135,7 +174,11 @@ export class ChatController {
       case 'loadOlder':
         return this.loadOlder();
       case 'send':
-        return this.send(message.text, message.attachments, message.clientMessageId);
+        return this.send(message.text, message.attachments, message.images ?? [], message.clientMessageId);
+      case 'complete':
+      case 'image':
+        // Answered by `handle` outside the queue.
+        return;
       case 'stop':
         if (this.active) await this.daemon.request('chat/stop', { sessionId: this.active.sessionId });
         return;
@@ -259,7 +302,7 @@ export class ChatController {
     return [...planned.restored.map((f) => f.path), ...changedSince];
   }
 
-  private async send(text: string, attachments: Attachment[], clientMessageId: string): Promise<void> {
+  private async send(text: string, attachments: Attachment[], images: ImageInput[], clientMessageId: string): Promise<void> {
     try {
       if (!this.active) await this.load((await this.createSession()).id);
       if (this.loading) await this.loading;
@@ -270,6 +313,7 @@ export class ChatController {
         text,
         clientMessageId,
         ...(attachments.length > 0 ? { attachments } : {}),
+        ...(images.length > 0 ? { images } : {}),
       });
       this.ui.post({ type: 'sent', clientMessageId, queued: result.queued });
       this.scheduleRefresh('sessions', () => this.refreshSessions());

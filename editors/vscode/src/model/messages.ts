@@ -11,6 +11,7 @@ import type {
   ApprovalDecision,
   CostSummary,
   BudgetSnapshot,
+  ImageInput,
   Session,
   SessionEventParams,
   SessionSummary,
@@ -50,7 +51,24 @@ export type HostToPage =
   | { type: 'attach'; attachment: Attachment }
   | { type: 'error'; message: string }
   /** The `sidechat.*` settings the page follows. */
-  | { type: 'settings'; settings: PageSettings };
+  | { type: 'settings'; settings: PageSettings }
+  /** The answer to a `complete` of the same `requestId` (empty when nothing could be listed). */
+  | { type: 'completions'; requestId: number; kind: CompletionKind; query: string; items: CompletionItem[] }
+  /** The bytes of an image of the transcript (`session/image`), or why they could not be read. */
+  | { type: 'image'; imageId: string; mediaType?: string; data?: string; error?: string };
+
+/** What the composer completes: `@` workspace files or `/` commands. */
+export type CompletionKind = 'file' | 'command';
+
+/** One entry of the composer's completion list. */
+export interface CompletionItem {
+  /** A file's path, or a command's name without the slash. */
+  name: string;
+  /** A command's description. */
+  description?: string;
+  /** What a command takes, e.g. `<path>`. */
+  argumentHint?: string;
+}
 
 /** The settings of the page (VS Code's `sidechat.*`). */
 export interface PageSettings {
@@ -67,7 +85,12 @@ export interface SessionChange {
 
 export type PageToHost =
   | { type: 'ready'; activeId?: string }
-  | { type: 'send'; text: string; attachments: Attachment[]; clientMessageId: string }
+  /** `images`: pasted or dropped into the composer, sent with `chat/send`'s `images`. */
+  | { type: 'send'; text: string; attachments: Attachment[]; images?: ImageInput[]; clientMessageId: string }
+  /** The composer's completion list for what follows an `@` or a leading `/`; answered by `completions`. */
+  | { type: 'complete'; requestId: number; kind: CompletionKind; query: string }
+  /** The bytes of an `image` block of the open session, to draw it; answered by `image`. */
+  | { type: 'image'; imageId: string }
   | { type: 'stop' }
   /** `rule` goes with `allowWorkspace` (the rule to save), `reason` with `deny` (told to the model). */
   | { type: 'approve'; approvalId: string; decision: Exclude<ApprovalDecision, 'cancelled'>; rule?: string; reason?: string }

@@ -9,7 +9,9 @@
  */
 
 import type {
+  Block,
   BudgetSnapshot,
+  LineRange,
   ChangedFile,
   CompactionMethod,
   CompactionReason,
@@ -43,10 +45,23 @@ interface EntryBase {
   rev: number;
 }
 
+/** An image of a message, as the transcript refers to it (`session/image` gives its bytes). */
+export type ImageRef = Omit<Extract<Block, { type: 'image' }>, 'type'>;
+
+/** What a message's attachment chip shows: its name and, for a mention, the lines and size. */
+export interface AttachmentChip {
+  name: string;
+  range?: LineRange;
+  /** Bytes of the file (or listing) as read, for a mention. */
+  size?: number;
+}
+
 export interface UserEntry extends EntryBase {
   kind: 'user';
   text: string;
-  attachments: string[];
+  attachments: AttachmentChip[];
+  /** Images sent with the message. */
+  images?: ImageRef[];
   /** `interjection` when typed while a run worked and delivered with tool results. */
   source: 'turn' | 'interjection';
   /** A custom slash command's use: its name and the prompt the model read for the typed text. */
@@ -69,6 +84,8 @@ export interface ToolEntry extends EntryBase {
   input: unknown;
   status: ToolCallStatus;
   output?: string;
+  /** Images the call read (`read_file` on an image), attached to its result. */
+  images?: ImageRef[];
   /** For a `delegate` call: the sub-agent working on its task, as far as it has been seen. */
   delegation?: DelegationView;
 }
@@ -171,6 +188,19 @@ export interface Applied {
 const WRITING_TOOLS = new Set(['write_file', 'edit_file']);
 
 /** The words of a message: its text, and interjections promoted into it. */
+function imagesOf(blocks: TranscriptEntry['blocks']): ImageRef[] {
+  return blocks.flatMap((b) => (b.type === 'image' ? [{ imageId: b.imageId, mediaType: b.mediaType, width: b.width, height: b.height, bytes: b.bytes }] : []));
+}
+
+function chipsOf(blocks: TranscriptEntry['blocks']): AttachmentChip[] {
+  return blocks.flatMap((b) =>
+    b.type === 'attachment' ? [{ name: b.name, ...(b.range ? { range: b.range } : {}), ...(typeof b.size === 'number' ? { size: b.size } : {}) }] : [],
+  );
+}
+
+/** The daemon's words in a result whose image goes with it (see `tool_phase.rs`). */
+const IMAGE_ATTACHED = 'It is attached to this result.';
+
 function textOf(blocks: TranscriptEntry['blocks']): string {
   return blocks
     .map((b) => (b.type === 'text' || (b.type === 'interjection' && b.promoted) ? b.text : ''))
@@ -716,12 +746,23 @@ export class SessionModel {
     }
     // Delivered interjections: the user's words, where the model read them.
     let previous: string | undefined;
+    // A tool message's images follow all its results: each goes to a result that says it has
+    // one, in order; any left over to the last result.
+    const toolImages = role === 'tool' ? imagesOf(wire.blocks) : [];
+    let lastTool: ToolEntry | undefined;
+    const giveImage = (tool: ToolEntry, image: ImageRef) => {
+      if (!(tool.images ?? []).some((i) => i.imageId === image.imageId)) tool.images = [...(tool.images ?? []), image];
+      this.touch(tool);
+    };
     for (const block of wire.blocks) {
       if (block.type === 'toolResult') {
         const tool = this.entries.get(`tool:${block.callId}`);
         if (tool && tool.kind === 'tool') {
           tool.status = block.status;
           tool.output = block.output;
+          lastTool = tool;
+          const image = block.output.endsWith(IMAGE_ATTACHED) ? toolImages.shift() : undefined;
+          if (image) giveImage(tool, image);
           this.touch(tool);
           previous = tool.key;
         }
@@ -740,6 +781,7 @@ export class SessionModel {
         this.chromeRev++;
       }
     }
+    if (lastTool) for (const image of toolImages) giveImage(lastTool, image);
     if (role === 'tool' || this.entries.has(wire.id)) return;
     const text = textOf(wire.blocks);
     if (role === 'notice') {
@@ -747,8 +789,9 @@ export class SessionModel {
         if (block.type === 'notice') this.insert({ kind: 'notice', key: wire.id, seq: wire.seq, rev: 0, level: block.level, message: block.text });
       }
     } else if (role === 'user') {
-      const attachments = wire.blocks.flatMap((b) => (b.type === 'attachment' ? [b.name] : []));
-      if (text === '' && attachments.length === 0) return;
+      const attachments = chipsOf(wire.blocks);
+      const images = imagesOf(wire.blocks);
+      if (text === '' && attachments.length === 0 && images.length === 0) return;
       const command = wire.blocks.find((b) => b.type === 'command');
       this.insert({
         kind: 'user',
@@ -757,6 +800,7 @@ export class SessionModel {
         rev: 0,
         text,
         attachments,
+        ...(images.length > 0 ? { images } : {}),
         source: 'turn',
         ...(command?.type === 'command' ? { command: { name: command.name, prompt: command.prompt } } : {}),
       });

@@ -12,20 +12,14 @@ import { SessionModel, taskOf, type AssistantEntry, type DelegationView, type En
 import type { DaemonStatus, HostToPage, PageSettings, PageToHost } from '../model/messages';
 import type { AccountInfo, Attachment, BudgetSnapshot, CostSummary, PendingApproval, Reconciliation, Session, SessionSummary, TokenUsage, ToolCallStatus } from '../model/wire';
 import { MarkdownBlock, NO_CODE_ACTIONS, type CodeActions } from './markdown';
+import { Completion } from './completion';
+import { formatBytes, ImageCache, ImageTray } from './attachments';
+import type { AttachmentChip } from '../model/session';
 
 export interface PageState {
   activeId?: string;
   draft?: string;
 }
-
-const SLASH_COMMANDS: [string, string][] = [
-  ['/cost', 'what this chat has cost'],
-  ['/model ', 'switch model: /model <id>'],
-  ['/system ', 'set the system prompt: /system <text>'],
-  ['/clear', 'start the model fresh (the transcript stays)'],
-  ['/compact', 'summarise the earlier turns now: /compact [what to keep in view]'],
-  ['/help', 'list the commands'],
-];
 
 function el<K extends keyof HTMLElementTagNameMap>(tag: K, className?: string, text?: string): HTMLElementTagNameMap[K] {
   const node = document.createElement(tag);
@@ -182,6 +176,14 @@ export function summaryDetail(entry: Pick<SummaryEntry, 'fromSeq' | 'toSeq' | 'c
     parts.push(`history ${formatTokens(c.tokensBefore)} → ${formatTokens(c.tokensAfter)} tokens`);
   }
   return parts.join(' · ');
+}
+
+/** A message's attachment chip: its name, then for a mention the lines and the size read. */
+export function chipParts(chip: AttachmentChip): string[] {
+  const parts = [chip.name];
+  if (chip.range) parts.push(chip.range.start === chip.range.end ? `line ${chip.range.start}` : `lines ${chip.range.start}–${chip.range.end}`);
+  if (chip.size !== undefined) parts.push(formatBytes(chip.size));
+  return parts;
 }
 
 /** Who an entry is from, as its label shows it. */
@@ -361,7 +363,12 @@ export class ChatView {
   private readonly input = el('textarea', 'input');
   private readonly sendButton: HTMLButtonElement;
   private readonly stopButton: HTMLButtonElement;
-  private readonly slash = el('ul', 'slash');
+  /** `@` files and `/` commands as the user types. */
+  private readonly completion: Completion;
+  /** Images pasted or dropped into the composer. */
+  private readonly images: ImageTray;
+  /** The transcript's images, read once each. */
+  private readonly thumbnails: ImageCache;
 
   constructor(
     root: HTMLElement,
@@ -430,23 +437,23 @@ export class ChatView {
     );
     this.sendButton = button('Send', 'send', () => this.submit(), 'Send (Enter)');
     this.stopButton = button('Stop', 'stop', () => this.post({ type: 'stop' }), 'Stop the run (Escape)');
-    this.input.placeholder = 'Ask sidechat… (/ for commands, Shift+Enter for a new line)';
+    this.input.placeholder = 'Ask sidechat… (/ for commands, @ for files, paste images; Shift+Enter for a new line)';
     this.input.rows = 3;
     this.input.value = state.get().draft ?? '';
     this.input.setAttribute('aria-label', 'Message');
+    this.completion = new Completion(this.input, (requestId, kind, query) => this.post({ type: 'complete', requestId, kind, query }));
+    this.images = new ImageTray((message) => {
+      this.errors.push(message);
+      this.changed();
+    });
+    this.thumbnails = new ImageCache((imageId) => this.post({ type: 'image', imageId }));
     this.input.addEventListener('keydown', (e) => {
+      if (this.completion.keydown(e)) return;
       if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
         e.preventDefault();
         this.submit();
       } else if (e.key === 'ArrowUp' && !e.isComposing && this.input.value === '' && this.editLastWaiting()) {
         e.preventDefault();
-      } else if (e.key === 'ArrowDown' && !this.slash.hidden) {
-        e.preventDefault();
-        this.slash.querySelector<HTMLButtonElement>('button.pick')?.focus();
-      } else if (e.key === 'Escape' && !this.slash.hidden) {
-        e.preventDefault();
-        e.stopPropagation();
-        this.slash.hidden = true;
       }
     });
     // Escape anywhere on the page (not taken by a field or the popover) stops the run.
@@ -460,36 +467,34 @@ export class ChatView {
     });
     this.input.addEventListener('input', () => {
       this.state.set({ ...this.state.get(), draft: this.input.value });
-      this.renderSlash();
+      this.completion.update();
+    });
+    this.input.addEventListener('click', () => this.completion.update());
+    // A pasted or dropped image joins the message as a chip.
+    this.input.addEventListener('paste', (e) => {
+      if (this.images.add([...(e.clipboardData?.files ?? [])])) e.preventDefault();
     });
     const composer = el('div', 'composer');
+    composer.addEventListener('dragover', (e) => {
+      if (e.dataTransfer?.types.includes('Files')) e.preventDefault();
+    });
+    composer.addEventListener('drop', (e) => {
+      if (this.images.add([...(e.dataTransfer?.files ?? [])])) {
+        e.preventDefault();
+        this.input.focus();
+      }
+    });
     const buttons = el('div', 'buttons');
     buttons.append(this.sendButton, this.stopButton);
     composer.append(this.input, buttons);
     const dock = el('div', 'dock');
-    dock.append(this.plan, this.approvals, this.files, this.waiting, this.errorBox, this.attachmentBox, this.slash, composer);
+    dock.append(this.plan, this.approvals, this.files, this.waiting, this.errorBox, this.attachmentBox, this.images.el, this.completion.el, composer);
     this.transcript.addEventListener('click', (e) => {
       const link = (e.target as HTMLElement).closest('a');
       if (link) {
         e.preventDefault();
         const href = link.getAttribute('href');
         if (href) this.post({ type: 'openLink', href });
-      }
-    });
-    this.slash.hidden = true;
-    // The command menu by keyboard: Down from the composer enters it, Up and Down move, Escape leaves.
-    this.slash.addEventListener('keydown', (e) => {
-      const picks = [...this.slash.querySelectorAll<HTMLButtonElement>('button.pick')];
-      const at = picks.indexOf(document.activeElement as HTMLButtonElement);
-      if (e.key === 'ArrowDown' || e.key === 'ArrowUp') {
-        e.preventDefault();
-        const next = at + (e.key === 'ArrowDown' ? 1 : -1);
-        if (next < 0) this.input.focus();
-        else picks[Math.min(next, picks.length - 1)]?.focus();
-      } else if (e.key === 'Escape') {
-        e.preventDefault();
-        e.stopPropagation();
-        this.input.focus();
       }
     });
     this.observer = new IntersectionObserver((seen) => this.formatDeferred(seen), { root: this.scroller, rootMargin: '1200px 0px' });
@@ -643,6 +648,12 @@ export class ChatView {
       case 'error':
         this.errors.push(message.message);
         break;
+      case 'completions':
+        this.completion.receive(message.requestId, message.kind, message.query, message.items);
+        return;
+      case 'image':
+        this.thumbnails.receive(message.imageId, message.mediaType, message.data, message.error);
+        return;
     }
     // The model's own changes show in its `chromeRev`; a stream of deltas redraws no chrome.
     if (message.type !== 'events' && message.type !== 'merge') this.uiRev++;
@@ -665,14 +676,27 @@ export class ChatView {
 
   private submit(): void {
     const text = this.input.value;
-    if (text.trim() === '' && this.attachments.length === 0) return;
+    if (text.trim() === '' && this.attachments.length === 0 && this.images.count === 0) return;
+    const state = this.model?.state;
+    if (this.images.count > 0 && (state === 'running' || state === 'awaitingApproval')) {
+      // The daemon takes images only with a new turn; they stay here until the run ends.
+      this.errors.push('Images go with a new message once the run ends; they are kept in the composer until then.');
+      this.changed();
+      return;
+    }
+    if (!this.images.ready) {
+      this.errors.push('An image is still being read; send again in a moment.');
+      this.changed();
+      return;
+    }
     const clientMessageId = `cm_${Date.now().toString(36)}_${(this.counter++).toString(36)}`;
-    this.post({ type: 'send', text, attachments: this.attachments, clientMessageId });
+    const images = this.images.take();
+    this.post({ type: 'send', text, attachments: this.attachments, ...(images.length > 0 ? { images } : {}), clientMessageId });
     this.sending.push({ clientMessageId, text });
     this.attachments = [];
     this.input.value = '';
     this.state.set({ ...this.state.get(), draft: '' });
-    this.renderSlash();
+    this.completion.update();
     this.changed();
   }
 
@@ -828,8 +852,23 @@ export class ChatView {
         node.classList.toggle('interjection', entry.source === 'interjection');
         if (entry.source === 'interjection') node.append(el('div', 'label', 'added while working'));
         if (entry.command) node.append(el('span', 'command-label', `/${entry.command.name}`));
-        for (const name of entry.attachments) node.append(el('span', 'chip', name));
         node.append(el('div', 'text', entry.text));
+        if (entry.images && entry.images.length > 0) {
+          const images = el('div', 'images');
+          images.append(...entry.images.map((image) => this.thumbnails.thumbnail(image)));
+          node.append(images);
+        }
+        if (entry.attachments.length > 0) {
+          const chips = el('div', 'chips');
+          for (const chip of entry.attachments) {
+            const parts = chipParts(chip);
+            const item = el('span', 'chip');
+            item.title = parts.join(' · ');
+            item.append(el('span', 'name', parts[0]), ...parts.slice(1).map((part) => el('span', 'detail', part)));
+            chips.append(item);
+          }
+          node.append(chips);
+        }
         // A long message folds to its first lines; "Show all" unfolds it (and stays so).
         const long = foldsLong(entry.text);
         node.classList.toggle('long', long);
@@ -899,6 +938,11 @@ export class ChatView {
           const details = el('details', 'output');
           details.append(el('summary', undefined, `Output (${countOf(entry.output.replace(/\n$/, '').split('\n').length, 'line')})`), el('pre', undefined, entry.output));
           node.append(details);
+        }
+        if (entry.images && entry.images.length > 0) {
+          const images = el('div', 'images');
+          images.append(...entry.images.map((image) => this.thumbnails.thumbnail(image)));
+          node.append(images);
         }
         return;
       }
@@ -1366,29 +1410,6 @@ export class ChatView {
           }, 'Remove'),
         );
         return chip;
-      }),
-    );
-  }
-
-  private renderSlash(): void {
-    const value = this.input.value;
-    const open = value.startsWith('/') && !value.startsWith('//') && !value.includes('\n');
-    const matches = open ? SLASH_COMMANDS.filter(([name]) => name.trimEnd().startsWith(value.split(' ')[0])) : [];
-    this.slash.hidden = matches.length === 0 || (matches.length === 1 && value.startsWith(matches[0][0]) && value !== matches[0][0].trimEnd());
-    this.slash.replaceChildren(
-      ...matches.map(([name, help]) => {
-        // A button in each item, so the keyboard reaches the commands too (Tab from the composer).
-        const item = el('li');
-        const pick = el('button', 'pick');
-        pick.type = 'button';
-        pick.append(el('span', 'name', name.trimEnd()), el('span', 'help', help));
-        pick.addEventListener('click', () => {
-          this.input.value = name;
-          this.input.focus();
-          this.renderSlash();
-        });
-        item.append(pick);
-        return item;
       }),
     );
   }
