@@ -88,6 +88,7 @@ function M.buffers()
     map(b, "n", keys.send, api.submit, "sidechat: send")
     map(b, "i", keys.send_insert, api.submit, "sidechat: send")
     map(b, "n", keys.stop, api.stop, "sidechat: stop the run")
+    require("sidechat.complete").attach(b)
   end
   return st.transcript, st.prompt
 end
