@@ -370,12 +370,32 @@ function M.image_text(block)
   )
 end
 
---- Attached text (`:SidechatAsk`'s lines) under its user message, by its name and lines.
+--- How a mention's attachment is written back: `@src/lib.rs:10-20`, `@"a b.md":3`, `@docs/`.
+---@param block { name: string, range: { start: integer, ["end"]: integer }? }
+---@return string
+function M.mention_text(block)
+  local path = block.name:find("%s") and ('"' .. block.name .. '"') or block.name
+  local range = block.range
+  if range and range.start == range["end"] then
+    return ("@%s:%d"):format(path, range.start)
+  elseif range then
+    return ("@%s:%d-%d"):format(path, range.start, range["end"])
+  end
+  return "@" .. path
+end
+
+--- An attachment under its user message: a mention as a chip (`@src/lib.rs:10-20 · 2.1 KB`,
+--- the size of the file as read), other attached text (`:SidechatAsk`'s lines) by its name and
+--- lines.
 function Builder:attachment(block, span)
-  self:parts({
-    { "📎 " .. block.name, "SidechatChip" },
-    { (" (%s)"):format(lines_word(attachment_lines(block.text))), "SidechatChipDetail" },
-  }, 0, span)
+  if block.size and block.size ~= vim.NIL then
+    self:parts({ { M.mention_text(block), "SidechatChip" }, { " · " .. M.size(block.size), "SidechatChipDetail" } }, 0, span)
+  else
+    self:parts({
+      { "📎 " .. block.name, "SidechatChip" },
+      { (" (%s)"):format(lines_word(attachment_lines(block.text))), "SidechatChipDetail" },
+    }, 0, span)
+  end
 end
 
 function Builder:entry(session, entry)
