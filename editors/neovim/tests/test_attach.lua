@@ -104,6 +104,20 @@ H.run({
     end,
   },
   {
+    "the SHA-256 the names are kept under is the daemon's (sha256sum's)",
+    function()
+      local sha256 = require("sidechat.sha256")
+      local random = write("random.bin", vim.uv.random(1024 * 1024 + 7))
+      for _, path in ipairs({ write("empty.bin", ""), write("abc.bin", "abc"), write("block.bin", ("x"):rep(55)),
+        write("block2.bin", ("x"):rep(64)), random, H.ws .. "/shot.png" }) do
+        local f = assert(io.open(path, "rb"))
+        local bytes = f:read("*a")
+        f:close()
+        H.eq(hex_sha256(path), sha256.hex(bytes), path)
+      end
+    end,
+  },
+  {
     "the key removes the last image, :SidechatAttach! the others",
     function()
       H.focus(view.state.prompt)

@@ -149,8 +149,8 @@ function M.remove(name)
   return removed
 end
 
---- `:SidechatAttach {path}` attaches; `:SidechatAttach!` removes every pending image, and
---- `:SidechatAttach! {name}` the one named.
+--- `:SidechatAttach {path}` attaches (and opens the chat column, where the chip shows);
+--- `:SidechatAttach!` removes every pending image, and `:SidechatAttach! {name}` the one named.
 ---@param args string
 ---@param bang boolean
 function M.command(args, bang)
@@ -162,8 +162,9 @@ function M.command(args, bang)
     end
     return
   end
-  require("sidechat").open()
-  M.add(args)
+  if M.add(args) then
+    require("sidechat").open()
+  end
 end
 
 --- Takes the pending images for a message being sent, leaving none.
