@@ -100,7 +100,8 @@ end
 ---@return sidechat.PendingImage? image
 ---@return string? why it was refused
 function M.add(path)
-  path = vim.fn.expand(vim.trim(path or ""))
+  path = vim.trim(path or "")
+  path = path ~= "" and vim.fs.normalize(path) or path
   if path == "" then
     local why = ":SidechatAttach needs an image file (PNG, JPEG, GIF or WebP)"
     notify(why, vim.log.levels.ERROR)
