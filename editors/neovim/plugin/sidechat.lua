@@ -49,6 +49,14 @@ end, { desc = "What the shown session cost" })
 command("SidechatAsk", function(a)
   sc().ask(a.line1, a.line2, a.args)
 end, { range = true, nargs = "*", desc = "Send the selected lines with their file and range" })
+command("SidechatAttach", function(a)
+  require("sidechat.attach").command(a.args, a.bang)
+end, {
+  nargs = "?",
+  bang = true,
+  complete = "file",
+  desc = "Attach an image file (PNG, JPEG, GIF, WebP) to the next message; ! removes attached images",
+})
 command("SidechatModel", function()
   sc().pick_model()
 end, { desc = "Pick the shown session's model (from the daemon's accounts)" })

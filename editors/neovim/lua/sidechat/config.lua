@@ -27,6 +27,7 @@ M.defaults = {
     send = "<CR>", -- normal mode
     send_insert = "<C-s>", -- insert mode
     stop = "<C-c>",
+    detach = "<M-x>", -- normal mode: remove the last image attached with :SidechatAttach
     -- transcript buffer
     open = "<CR>", -- a changed file: open it; elsewhere: toggle a fold
     diff = "D", -- a changed file: its diff (before the session's first change / now)

@@ -15,6 +15,9 @@ M.LINKS = {
   SidechatKey = "Special", -- a key that acts now
   SidechatHint = "Comment", -- what the key does
   SidechatRewound = "Comment", -- rewound messages in the transcript (kept to read, not sent)
+  SidechatChip = "Directory", -- an attachment: a mention's `@path:lines`, an image's file
+  SidechatChipDetail = "Comment", -- its size (and an image's type)
+  SidechatImage = "Special", -- an image of a message: `[image: shot.png · PNG 800×600 · 120 KB]`
 }
 
 --- Links every group that has no definition of the user's.

@@ -268,7 +268,7 @@ end
 --- Sends `text` to the shown session (a new session if none): a new turn, or while a run works
 --- an interjection shown "waiting" until delivered.
 ---@param text string
----@param opts { attachments: table[]?, client_message_id: string?, on_fail: fun(err: table)?, on_sent: fun(result: table)? }?
+---@param opts { attachments: table[]?, images: { mediaType: string, data: string }[]?, client_message_id: string?, on_fail: fun(err: table)?, on_sent: fun(result: table)? }?
 function M.send(text, opts)
   opts = opts or {}
   with_session(function(s)
@@ -279,6 +279,9 @@ function M.send(text, opts)
     }
     if opts.attachments and #opts.attachments > 0 then
       params.attachments = opts.attachments
+    end
+    if opts.images and #opts.images > 0 then
+      params.images = opts.images
     end
     M.client():request(protocol.method.chatSend, params, function(err, result)
       if err then
@@ -302,21 +305,25 @@ end
 function M.submit()
   local text = view.take_prompt()
   local attachments = st.attachments
-  if vim.trim(text) == "" and #attachments == 0 then
+  local attach = require("sidechat.attach")
+  if vim.trim(text) == "" and #attachments == 0 and #attach.pending == 0 then
     return
   end
+  local images = attach.take()
   st.attachments = {}
   view.show_attachments({})
   local id = (st.retry and st.retry.text == text) and st.retry.id or new_id()
   st.retry = nil
   M.send(text, {
     attachments = attachments,
+    images = attach.wire(images),
     client_message_id = id,
     on_fail = function()
       st.retry = { text = text, id = id }
       st.attachments = attachments
       view.show_attachments(attachments)
       view.restore_prompt(text)
+      attach.restore(images)
     end,
   })
 end

@@ -104,7 +104,7 @@ local Builder = {}
 Builder.__index = Builder
 
 local function builder()
-  return setmetatable({ lines = {}, folds = {}, spans = {} }, Builder)
+  return setmetatable({ lines = {}, folds = {}, spans = {}, marks = {} }, Builder)
 end
 
 function Builder:add(text, fold, span)
@@ -112,6 +112,32 @@ function Builder:add(text, fold, span)
   local n = #self.lines
   self.folds[n] = fold or 0
   self.spans[n] = span
+end
+
+--- Highlights bytes `first` to `last` (0-based, end exclusive) of the last line added.
+---@param first integer
+---@param last integer
+---@param group string
+function Builder:mark(first, last, group)
+  local n = #self.lines
+  self.marks[n] = self.marks[n] or {}
+  table.insert(self.marks[n], { first, last, group })
+end
+
+--- Adds a line of parts `{text, group?}`, each highlighted with its group.
+---@param parts { [1]: string, [2]: string? }[]
+function Builder:parts(parts, fold, span)
+  local text = table.concat(vim.tbl_map(function(p)
+    return p[1]
+  end, parts))
+  self:add(text, fold, span)
+  local at = 0
+  for _, p in ipairs(parts) do
+    if p[2] then
+      self:mark(at, at + #p[1], p[2])
+    end
+    at = at + #p[1]
+  end
 end
 
 --- `text` without trailing newlines (a pattern anchored at the end would scan the whole text).
@@ -140,6 +166,7 @@ function Builder:append(other, fold, span)
   self:blank(fold, span)
   for i, line in ipairs(other.lines) do
     self:add(line, other.folds[i], other.spans[i])
+    self.marks[#self.lines] = other.marks[i]
   end
 end
 
@@ -298,6 +325,79 @@ function Builder:summary(session, entry, block)
   end
 end
 
+--- "512 B", "2.1 KB", "120 KB", "1.5 MB" (multiples of 1024).
+---@param bytes integer
+---@return string
+function M.size(bytes)
+  if bytes < 1024 then
+    return ("%d B"):format(bytes)
+  end
+  local n = bytes
+  for _, unit in ipairs({ "KB", "MB" }) do
+    n = n / 1024
+    if n < 9.95 then
+      return ("%.1f %s"):format(n, unit)
+    end
+    local whole = math.floor(n + 0.5)
+    if whole < 1024 then
+      return ("%d %s"):format(whole, unit)
+    end
+  end
+  return ("%.1f GB"):format(n / 1024)
+end
+
+local IMAGE_KINDS = { ["image/png"] = "PNG", ["image/jpeg"] = "JPEG", ["image/gif"] = "GIF", ["image/webp"] = "WebP" }
+
+--- "PNG" for image/png; another media type as it is.
+---@param media_type string
+---@return string
+function M.image_kind(media_type)
+  return IMAGE_KINDS[media_type] or media_type
+end
+
+--- An `image` block's line: `[image: shot.png · PNG 800×600 · 120 KB]`, the file name only for
+--- an image attached in this Neovim (the daemon keeps the bytes, not the file's name).
+---@param block { imageId: string, mediaType: string, width: integer, height: integer, bytes: integer }
+---@return string
+function M.image_text(block)
+  local name = require("sidechat.attach").name_of(block.imageId)
+  return ("[image: %s%s %d×%d · %s]"):format(
+    name and (name .. " · ") or "",
+    M.image_kind(block.mediaType),
+    block.width,
+    block.height,
+    M.size(block.bytes)
+  )
+end
+
+--- How a mention's attachment is written back: `@src/lib.rs:10-20`, `@"a b.md":3`, `@docs/`.
+---@param block { name: string, range: { start: integer, ["end"]: integer }? }
+---@return string
+function M.mention_text(block)
+  local path = block.name:find("%s") and ('"' .. block.name .. '"') or block.name
+  local range = block.range
+  if range and range.start == range["end"] then
+    return ("@%s:%d"):format(path, range.start)
+  elseif range then
+    return ("@%s:%d-%d"):format(path, range.start, range["end"])
+  end
+  return "@" .. path
+end
+
+--- An attachment under its user message: a mention as a chip (`@src/lib.rs:10-20 · 2.1 KB`,
+--- the size of the file as read), other attached text (`:SidechatAsk`'s lines) by its name and
+--- lines.
+function Builder:attachment(block, span)
+  if block.size and block.size ~= vim.NIL then
+    self:parts({ { M.mention_text(block), "SidechatChip" }, { " · " .. M.size(block.size), "SidechatChipDetail" } }, 0, span)
+  else
+    self:parts({
+      { "📎 " .. block.name, "SidechatChip" },
+      { (" (%s)"):format(lines_word(attachment_lines(block.text))), "SidechatChipDetail" },
+    }, 0, span)
+  end
+end
+
 function Builder:entry(session, entry)
   local role = entry.role
   local first = entry.blocks[1]
@@ -339,7 +439,9 @@ function Builder:entry(session, entry)
       end
       self:text(block.text, nil, 0, span)
     elseif t == "attachment" then
-      self:add(("📎 %s (%s)"):format(block.name, lines_word(attachment_lines(block.text))), 0, span)
+      self:attachment(block, span)
+    elseif t == "image" then
+      self:parts({ { M.image_text(block), "SidechatImage" } }, 0, span)
     elseif t == "notice" then
       self:add(("_%s: %s_"):format(block.level, block.text))
     end
@@ -428,6 +530,7 @@ local function rewound(b, entry)
   local span = { kind = "rewound", messageId = entry.id }
   for i, line in ipairs(b.lines) do
     out:add(line, NESTED[b.folds[i]] or b.folds[i], span)
+    out.marks[i] = b.marks[i]
   end
   return out
 end
@@ -484,9 +587,10 @@ function M.plan(plan)
   return lines
 end
 
---- The transcript of `session`: lines, fold levels ("0", ">1", "1") and line meanings.
+--- The transcript of `session`: lines, fold levels ("0", ">1", "1"), line meanings and the
+--- highlighted parts of lines (`marks`: line -> `{first byte, end byte, group}` list).
 ---@param session sidechat.Session
----@return { lines: string[], folds: table<integer, any>, spans: table<integer, table> }
+---@return { lines: string[], folds: table<integer, any>, spans: table<integer, table>, marks: table<integer, table[]> }
 function M.session(session)
   local info = session.info or {}
   local header = "# " .. (info.title or "New chat") .. (info.model and (" (" .. info.model .. ")") or "")
@@ -498,6 +602,7 @@ function M.session(session)
   table.move(prefix.b.lines, 1, n, 1, b.lines)
   table.move(prefix.b.folds, 1, n, 1, b.folds)
   table.move(prefix.b.spans, 1, n, 1, b.spans)
+  table.move(prefix.b.marks, 1, n, 1, b.marks)
   for i = #prefix.entries + 1, #session.entries do
     M.append_entry(b, session, i)
   end

@@ -88,6 +88,8 @@ function M.buffers()
     map(b, "n", keys.send, api.submit, "sidechat: send")
     map(b, "i", keys.send_insert, api.submit, "sidechat: send")
     map(b, "n", keys.stop, api.stop, "sidechat: stop the run")
+    require("sidechat.complete").attach(b)
+    require("sidechat.attach").attach_buffer(b)
   end
   return st.transcript, st.prompt
 end
@@ -239,6 +241,7 @@ function M.redraw()
   vim.api.nvim_buf_set_lines(st.transcript, first - 1, -1, false, vim.list_slice(new, first))
   vim.bo[st.transcript].modifiable = false
   M.dim(st.transcript, r)
+  M.highlight(st.transcript, r)
   M.follow(false, old_count)
 end
 
@@ -254,6 +257,19 @@ function M.dim(buf, r)
         hl_eol = true,
         priority = 200,
       })
+    end
+  end
+end
+
+--- The namespace of highlighted parts of transcript lines (attachment chips, images).
+M.marks_ns = vim.api.nvim_create_namespace("sidechat_marks")
+
+--- Highlights the parts of lines the render marked (`r.marks`).
+function M.highlight(buf, r)
+  vim.api.nvim_buf_clear_namespace(buf, M.marks_ns, 0, -1)
+  for lnum, marks in pairs(r.marks) do
+    for _, m in ipairs(marks) do
+      vim.api.nvim_buf_set_extmark(buf, M.marks_ns, lnum - 1, m[1], { end_col = m[2], hl_group = m[3] })
     end
   end
 end
