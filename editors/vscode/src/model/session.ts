@@ -666,24 +666,6 @@ export class SessionModel {
     }
   }
 
-  /**
-   * The files the session's write and edit calls changed from the user message `messageId` on
-   * (among the entries loaded), in the order first changed: what undoing to it puts back.
-   */
-  filesChangedFrom(messageId: string): string[] {
-    const entries = this.list();
-    const at = entries.findIndex((e) => e.key === messageId);
-    if (at < 0) return [];
-    const paths = new Set<string>();
-    for (const entry of entries.slice(at)) {
-      if (entry.kind !== 'tool' || entry.rewound || entry.status !== 'done') continue;
-      if (entry.tool !== 'write_file' && entry.tool !== 'edit_file') continue;
-      const path = (entry.input as { path?: unknown } | undefined)?.path;
-      if (typeof path === 'string') paths.add(path);
-    }
-    return [...paths];
-  }
-
   /** One committed transcript entry, as `session/transcript` or `messageCompleted` gives it. */
   private applyWireEntry(wire: TranscriptEntry): void {
     const role = wire.role as string;
