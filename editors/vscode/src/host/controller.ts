@@ -459,11 +459,14 @@ export class ChatController {
 
   private async refetch(model: SessionModel, afterSeq: number): Promise<void> {
     try {
+      const asked = model.lastSeq;
       const transcript = await this.fetchTranscript(model.sessionId, afterSeq);
       if (this.active !== model) return;
-      model.applyTranscript(transcript);
+      // Events that came meanwhile (a run that started) may be newer than the result's state.
+      const entriesOnly = model.lastSeq > asked;
+      model.applyTranscript(transcript, entriesOnly);
       this.flush();
-      this.ui.post({ type: 'merge', sessionId: model.sessionId, transcript });
+      this.ui.post({ type: 'merge', sessionId: model.sessionId, transcript, ...(entriesOnly ? { entriesOnly } : {}) });
     } catch (error) {
       this.ui.log(`refetch after a gap failed: ${errorText(error)}`);
     }

@@ -36,8 +36,11 @@ export type HostToPage =
   | { type: 'reset'; sessionId: string; transcript: SessionTranscriptResult }
   /** An older page of the transcript (read backwards as the user scrolls up), merged in. */
   | { type: 'older'; sessionId: string; transcript: SessionTranscriptResult }
-  /** Entries fetched after a gap, merged into what is shown. */
-  | { type: 'merge'; sessionId: string; transcript: SessionTranscriptResult }
+  /**
+   * Entries fetched after a gap, merged into what is shown; `entriesOnly`: events came while they
+   * were fetched, and the run's state is theirs (`SessionModel.applyTranscript`).
+   */
+  | { type: 'merge'; sessionId: string; transcript: SessionTranscriptResult; entriesOnly?: boolean }
   /** Where a `delegate` call's sub-agent stands, from the child session's transcript (after a load). */
   | { type: 'child'; sessionId: string; callId: string; transcript: SessionTranscriptResult }
   /** Events of the active session, in order, batched. */

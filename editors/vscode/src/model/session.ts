@@ -236,9 +236,19 @@ export class SessionModel {
     return this.orderRev;
   }
 
-  /** Builds or merges from a `session/transcript` result (a load, a reload, or a gap refetch). */
-  applyTranscript(result: SessionTranscriptResult): void {
+  /**
+   * Builds or merges from a `session/transcript` result (a load, a reload, or a gap refetch).
+   * `entriesOnly`: events came in while it was asked for, so it may say where the run stood
+   * before them; its entries merge, and the run's state, approvals and waiting messages stay as
+   * those events set them.
+   */
+  applyTranscript(result: SessionTranscriptResult, entriesOnly = false): void {
     for (const entry of result.entries) this.applyEntry(entry);
+    if (entriesOnly) {
+      this.lastSeq = Math.max(this.lastSeq, result.lastSeq);
+      this.chromeRev++;
+      return;
+    }
     this.state = result.state;
     this.approvals = new Map(result.pendingApprovals.map((a) => [a.approvalId, a]));
     this.delegatedApprovals = new Map((result.delegatedApprovals ?? []).map((d) => [d.approval.approvalId, d]));

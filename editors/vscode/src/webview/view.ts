@@ -609,7 +609,7 @@ export class ChatView {
         }
         break;
       case 'merge':
-        if (this.model?.sessionId === message.sessionId) this.model.applyTranscript(message.transcript);
+        if (this.model?.sessionId === message.sessionId) this.model.applyTranscript(message.transcript, message.entriesOnly);
         break;
       case 'child':
         if (this.model?.sessionId === message.sessionId) this.model.applyChildTranscript(message.callId, message.transcript);
