@@ -305,11 +305,12 @@ test('"Set idle rollover" sets the shown chat\'s rollover in the daemon, which s
     }, 'the session read back');
     return sessions[sessions.length - 1].rollover ?? 'off';
   };
-  // The run's end has the session read again (its tokens by kind): counted from after that.
+  // The run's end has the session read again (its tokens by kind), and so has the title the
+  // daemon then gives it (sessionUpdated): counted from after both.
   await until(() => {
-    const finished = posted.findIndex((m) => m.type === 'events' && m.events.some((e) => e.event.kind === 'runFinished'));
-    return posted.slice(finished).some((m) => m.type === 'session');
-  }, 'the session read after the run');
+    const titled = posted.findIndex((m) => m.type === 'events' && m.events.some((e) => e.event.kind === 'sessionUpdated'));
+    return titled >= 0 && posted.slice(titled).some((m) => m.type === 'session');
+  }, 'the session read after the run and its title');
   const before = posted.filter((m) => m.type === 'session').length;
 
   __stub.quickPickChoice = '1d';

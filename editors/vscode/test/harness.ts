@@ -210,3 +210,11 @@ export async function screenshot(page: Page, name: string): Promise<void> {
   mkdirSync(ARTIFACTS, { recursive: true });
   await page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
 }
+
+/**
+ * Waits until `predicate(arg)` holds in the page, polled through `page.evaluate` (which the
+ * page's CSP does not govern, unlike Playwright's `waitForFunction`, which evaluates a string).
+ */
+export async function waitIn(page: Page, predicate: (arg: string) => boolean, arg = ''): Promise<void> {
+  await until(() => page.evaluate(predicate, arg), `the page: ${predicate.toString()}`);
+}

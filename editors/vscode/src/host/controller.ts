@@ -423,13 +423,7 @@ export class ChatController {
     if (applied.gapAfter !== undefined) void this.refetch(model, applied.gapAfter);
     const sessionId = model.sessionId;
     if (applied.filesChanged) {
-      this.scheduleRefresh('session', async () => {
-        const session = await this.daemon.request('session/get', { sessionId });
-        if (this.active !== model) return;
-        model.setChangedFiles(session.changedFiles);
-        model.setPlan(session.plan ?? undefined);
-        this.ui.post({ type: 'session', session });
-      });
+      this.scheduleRefresh('session', () => this.refreshSession(model));
     }
     if (applied.spendChanged) {
       this.scheduleRefresh('cost', async () => {
@@ -437,13 +431,7 @@ export class ChatController {
         if (this.active === model) this.ui.post({ type: 'cost', sessionId, cost });
       });
       // The session's tokens by kind, for the context popover.
-      this.scheduleRefresh('session', async () => {
-        const session = await this.daemon.request('session/get', { sessionId });
-        if (this.active !== model) return;
-        model.setChangedFiles(session.changedFiles);
-        model.setPlan(session.plan ?? undefined);
-        this.ui.post({ type: 'session', session });
-      });
+      this.scheduleRefresh('session', () => this.refreshSession(model));
     }
     if (applied.budgetChanged) {
       this.scheduleRefresh('budget', async () => {
@@ -453,8 +441,19 @@ export class ChatController {
     }
     const kind = params.event.kind;
     if (kind === 'runStarted' || kind === 'runFinished' || kind === 'sessionUpdated') this.scheduleRefresh('sessions', () => this.refreshSessions());
+    // The header (title, model, effort) follows the session as the daemon has it now.
+    if (kind === 'sessionUpdated') this.scheduleRefresh('session', () => this.refreshSession(model));
     // A rewind marked entries rewound: the transcript is read again to show them folded.
     if (kind === 'rewound') void this.serially(() => (this.active === model ? this.load(sessionId) : Promise.resolve()));
+  }
+
+  /** The session as `session/get` reads it now: its changed files, plan and header. */
+  private async refreshSession(model: SessionModel): Promise<void> {
+    const session = await this.daemon.request('session/get', { sessionId: model.sessionId });
+    if (this.active !== model) return;
+    model.setChangedFiles(session.changedFiles);
+    model.setPlan(session.plan ?? undefined);
+    this.ui.post({ type: 'session', session });
   }
 
   private async refetch(model: SessionModel, afterSeq: number): Promise<void> {

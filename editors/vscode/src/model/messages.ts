@@ -10,6 +10,7 @@ import type {
   Attachment,
   ApprovalDecision,
   CostSummary,
+  Effort,
   BudgetSnapshot,
   Session,
   SessionEventParams,
@@ -66,6 +67,8 @@ export interface SessionChange {
   account?: string;
   model?: string;
   autoCompact?: boolean;
+  /** The reasoning effort; `null` goes back to the account's default. */
+  effort?: Effort | null;
 }
 
 export type PageToHost =

@@ -11,6 +11,7 @@
 import { SessionModel, taskOf, type AssistantEntry, type DelegationView, type Entry, type SummaryEntry, type ToolEntry } from '../model/session';
 import type { DaemonStatus, HostToPage, PageSettings, PageToHost } from '../model/messages';
 import type { AccountInfo, Attachment, BudgetSnapshot, CostSummary, PendingApproval, Reconciliation, Session, SessionSummary, TokenUsage, ToolCallStatus } from '../model/wire';
+import { EffortPicker } from './effortPicker';
 import { MarkdownBlock, NO_CODE_ACTIONS, type CodeActions } from './markdown';
 
 export interface PageState {
@@ -334,6 +335,7 @@ export class ChatView {
   /** The second header line: the model picker, the context meter and the cost. */
   private readonly info = el('div', 'header-info');
   private readonly modelPicker = el('select', 'model-picker');
+  private readonly effortPicker = new EffortPicker((sessionId, change) => this.post({ type: 'updateSession', sessionId, change }));
   private readonly popover = el('div', 'context-popover');
   private readonly statusLabel = el('span', 'daemon-status');
   private readonly sessionList = el('div', 'sessions');
@@ -420,7 +422,7 @@ export class ChatView {
         this.context.focus();
       }
     });
-    this.info.append(this.modelPicker, this.context);
+    this.info.append(this.modelPicker, this.effortPicker.element, this.context);
     this.header.append(
       this.titleButton,
       this.titleInput,
@@ -691,6 +693,7 @@ export class ChatView {
     this.renderErrors();
     this.renderContext();
     this.renderModelPicker();
+    this.effortPicker.render(this.session, this.accounts);
     this.renderPopover();
     this.renderAttachments();
     const state = this.model?.state ?? 'idle';
