@@ -6,7 +6,8 @@
  * successful writes (and refresh changed files), spend (and refresh cost) and compactions (and
  * refresh the budget, which a `/compact` outside a run does not send). Events are batched
  * into one message per tick so a fast stream is a few messages, not thousands. After the daemon
- * restarts, the view is rebuilt from `session/transcript`.
+ * restarts, the view is rebuilt from `session/transcript`; after an attachment to a listening
+ * daemon drops and comes back, it goes on from its last seq.
  *
  * No `vscode` import: the extension supplies a `HostUi`; the end-to-end test supplies one that
  * talks to a page in Chromium.
@@ -23,6 +24,8 @@ export interface DaemonLike {
   onEvent(listener: (params: SessionEventParams) => void): () => void;
   onStatus(listener: (status: DaemonStatus) => void): () => void;
   restart(): Promise<void>;
+  /** Asks for the events of the sessions shown (an attached daemon sends only those asked for). */
+  follow?(sessionIds: string[]): void;
 }
 
 /** What the controller needs of the editor. */
@@ -31,7 +34,8 @@ export interface HostUi {
   /** Asks before an action; `action` labels the button that agrees (default `Delete`). */
   confirm(message: string, action?: string): Promise<boolean>;
   openDiff(path: string, before: string, after: string): Promise<void>;
-  openSettings(): void;
+  /** Opens the settings at `setting` (default `sidechat.path`). */
+  openSettings(setting?: string): void;
   copy(text: string): void;
   /** Puts `text` at the cursor of the active editor, replacing its selection. */
   insert(text: string): Promise<void>;
@@ -209,7 +213,7 @@ export class ChatController {
         this.ui.openLink(message.href);
         return;
       case 'openSettings':
-        this.ui.openSettings();
+        this.ui.openSettings(message.setting);
         return;
       case 'restartDaemon':
         await this.daemon.restart();
@@ -282,10 +286,11 @@ export class ChatController {
     return this.daemon.request('session/create', this.options.workspaceRoot ? { workspaceRoot: this.options.workspaceRoot } : {});
   }
 
-  private listSessions() {
-    return this.daemon
-      .request('session/list', this.options.workspaceRoot ? { workspaceRoot: this.options.workspaceRoot, limit: 200 } : { limit: 200 })
-      .then((r) => r.sessions);
+  /** The sessions of the list, whose run states and titles it shows (followed when attached). */
+  private async listSessions() {
+    const { sessions } = await this.daemon.request('session/list', this.options.workspaceRoot ? { workspaceRoot: this.options.workspaceRoot, limit: 200 } : { limit: 200 });
+    this.daemon.follow?.(sessions.map((s) => s.id));
+    return sessions;
   }
 
   private async refreshSessions(): Promise<void> {
@@ -497,7 +502,23 @@ export class ChatController {
 
   private onStatus(status: DaemonStatus): void {
     this.ui.post({ type: 'daemon', status });
-    if (status.state === 'ready' && this.pageReady) void this.serially(() => this.rebuild());
+    if (status.state !== 'ready' || !this.pageReady) return;
+    // Attached again to a listening daemon, the session shown goes on from its last seq; a
+    // daemon started afresh is read anew.
+    void this.serially(() => (status.attached && this.active ? this.resume(this.active) : this.rebuild()));
+  }
+
+  /**
+   * After an attachment dropped and came back: the session's events again (`session/subscribe`),
+   * then what was missed meanwhile (`session/transcript` after the last seq shown), merged as a
+   * gap is; the details and the list as they are now.
+   */
+  private async resume(model: SessionModel): Promise<void> {
+    this.flush();
+    await this.daemon.request('session/subscribe', { sessionId: model.sessionId });
+    await this.refetch(model, model.lastSeq);
+    await this.refreshDetails(model);
+    await this.refreshSessions();
   }
 }
 

@@ -1051,7 +1051,7 @@ export class ChatView {
       this.banner.append(el('div', 'message', s.message));
       if (s.tried.length > 0) this.banner.append(el('div', 'tried', `Tried: ${s.tried.join(', ')}`));
       // The setting helps only when the binary was not found; a daemon that kept crashing was.
-      if (s.crashes === undefined) this.banner.append(button('Open setting', 'open-settings', () => this.post({ type: 'openSettings' })));
+      if (s.crashes === undefined) this.banner.append(button('Open setting', 'open-settings', () => this.post({ type: 'openSettings', setting: s.setting })));
       this.banner.append(button('Retry', 'retry', () => this.post({ type: 'restartDaemon' })));
     } else if (s.state === 'crashed') {
       this.banner.append(el('div', 'message', s.message));
