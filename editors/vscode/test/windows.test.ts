@@ -88,6 +88,9 @@ test('two windows on one listening daemon: the same stream in both, an approval 
     assert.equal(one.pid, undefined, 'no daemon of its own');
     const first = await openChat(browser, served.url, one, scratch.workspace);
     chats.push(first);
+    // The header says the daemon is shared, and where it is.
+    await first.page.waitForSelector('.daemon-status:text-is("demo model · shared")', STEP);
+    assert.equal(await first.page.getAttribute('.daemon-status', 'title'), `Attached to the daemon at ${listening.file.url}, shared with other windows`);
     await send(first.page, 'hello');
     await first.page.waitForSelector('.entry.assistant[data-streaming="false"]', STEP);
     await untilIdle(first.page);

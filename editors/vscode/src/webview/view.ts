@@ -997,8 +997,10 @@ export class ChatView {
     this.editTitleButton.hidden = this.editingTitle || !this.model;
     const s = this.status;
     this.statusLabel.textContent =
-      s.state === 'ready' ? (s.demo ? 'demo model' : '') : s.state === 'starting' ? 'starting…' : s.state === 'crashed' ? 'restarting…' : 'not running';
+      s.state === 'ready' ? [s.demo ? 'demo model' : '', s.attached ? 'shared' : ''].filter(Boolean).join(' · ') : s.state === 'starting' ? 'starting…' : s.state === 'crashed' ? 'restarting…' : 'not running';
     this.statusLabel.dataset.state = s.state;
+    // A window attached to a listening daemon shares it with other windows (sidechat.connection).
+    this.statusLabel.title = s.state === 'ready' && s.attached ? `Attached to the daemon at ${s.attached}, shared with other windows` : '';
     this.sessionList.hidden = !this.sessionsOpen;
     if (!this.sessionsOpen) return;
     const list = el('ul');
