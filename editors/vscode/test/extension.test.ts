@@ -305,11 +305,12 @@ test('"Set idle rollover" sets the shown chat\'s rollover in the daemon, which s
     }, 'the session read back');
     return sessions[sessions.length - 1].rollover ?? 'off';
   };
-  // The run's end has the session read again (its tokens by kind): counted from after that.
+  // The run's end has the session read again (its tokens by kind), and so has the title the
+  // daemon then gives it (sessionUpdated): counted from after both.
   await until(() => {
-    const finished = posted.findIndex((m) => m.type === 'events' && m.events.some((e) => e.event.kind === 'runFinished'));
-    return posted.slice(finished).some((m) => m.type === 'session');
-  }, 'the session read after the run');
+    const titled = posted.findIndex((m) => m.type === 'events' && m.events.some((e) => e.event.kind === 'sessionUpdated'));
+    return titled >= 0 && posted.slice(titled).some((m) => m.type === 'session');
+  }, 'the session read after the run and its title');
   const before = posted.filter((m) => m.type === 'session').length;
 
   __stub.quickPickChoice = '1d';
@@ -341,4 +342,56 @@ test('"Set idle rollover" sets the shown chat\'s rollover in the daemon, which s
     'This chat starts a new context after 90m without a turn.',
     'This chat never starts a new context by itself.',
   ]);
+});
+
+test('sidechat.connection "attach": the extension attaches to the listening daemon serve.json names and starts none; once that daemon is gone it says so; "auto" then starts one', { timeout: 120_000 }, async () => {
+  const scratch0 = new Scratch();
+  scratches.push(scratch0);
+  const runtime = join(scratch0.dir, 'run');
+  const listening = await scratch0.listening({ XDG_RUNTIME_DIR: runtime, SIDECHAT_DEMO_DELAY_MS: '0' });
+  assert.equal(listening.path, join(runtime, 'sidechat', 'serve.json'));
+  const env = { HOME: scratch0.dir, XDG_CONFIG_HOME: join(scratch0.dir, 'config'), XDG_DATA_HOME: join(scratch0.dir, 'data'), XDG_RUNTIME_DIR: runtime, SIDECHAT_DEMO_DELAY_MS: '0' };
+  try {
+    activateWith({
+      'sidechat.path': sidechatBinary(),
+      'sidechat.connection': 'attach',
+      'sidechat.extraArgs': ['--db', join(scratch0.dir, 'sidechat.db')],
+      'sidechat.env': env,
+    });
+    const provider = __stub.viewProviders.get('sidechat.chat') as ChatViewProvider;
+    const { view, posted, send } = fakeView();
+    provider.resolveWebviewView(view as never);
+    await send({ type: 'ready' });
+    const ready = await until(() => posted.find((m) => m.type === 'daemon' && m.status.state === 'ready'), 'the attachment');
+    assert.equal(ready.type === 'daemon' && ready.status.state === 'ready' && ready.status.attached, listening.file.url);
+    await send({ type: 'send', text: 'hello', attachments: [], clientMessageId: 'c1' });
+    await until(() => posted.find((m) => m.type === 'events' && m.events.some((e) => e.event.kind === 'runFinished')), 'the run to finish');
+    const chat = await until(() => posted.find((m) => m.type === 'reset'), 'the chat');
+    assert.deepEqual(__stub.output.filter((line) => line.startsWith('starting ')), [], 'no daemon of its own');
+    assert.ok(__stub.output.includes(`attached to ${listening.file.url}: ${ready.type === 'daemon' && ready.status.state === 'ready' ? ready.status.server : ''}`));
+
+    // The listening daemon stops: the window tries again, finds none, and says what to do.
+    posted.length = 0;
+    await listening.stop();
+    const failed = await until(() => posted.find((m) => m.type === 'daemon' && m.status.state === 'failed'), 'the failure');
+    assert.equal(failed.type === 'daemon' && failed.status.state === 'failed' && failed.status.setting, 'sidechat.connection');
+    assert.match(
+      failed.type === 'daemon' && failed.status.state === 'failed' ? failed.status.message : '',
+      /^No sidechat daemon to attach to: .+\. Start one with `sidechat serve --listen 127\.0\.0\.1:0 --no-stdio`, or set sidechat\.connection to "auto" or "spawn"\.$/,
+    );
+    assert.equal(__stub.errors.length, 1);
+    assert.deepEqual(__stub.output.filter((line) => line.startsWith('starting ')), []);
+
+    // "auto" with none running starts the window's own daemon on the same database.
+    posted.length = 0;
+    __stub.changeConfig({ 'sidechat.connection': 'auto' });
+    const spawned = await until(() => posted.find((m) => m.type === 'daemon' && m.status.state === 'ready'), 'the daemon to be ready');
+    assert.equal(spawned.type === 'daemon' && spawned.status.state === 'ready' && spawned.status.attached, undefined);
+    assert.equal(__stub.output.filter((line) => line.startsWith('starting ')).length, 1);
+    // The chat made through the listening daemon is in the database the new one serves.
+    const sessions = await until(() => posted.find((m) => m.type === 'sessions' && m.sessions.length === 1), 'the chat listed');
+    assert.equal(sessions.type === 'sessions' && sessions.sessions[0].id, chat.type === 'reset' && chat.sessionId);
+  } finally {
+    await listening.stop();
+  }
 });

@@ -3,6 +3,7 @@
  * Chromium with `acquireVsCodeApi` bridged to the real host-side controller.
  */
 
+import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -12,8 +13,9 @@ import type { AddressInfo } from 'node:net';
 
 import { chromium, type Browser, type Page } from 'playwright-core';
 
-import { ChatController, type HostUi } from '../src/host/controller';
-import { Daemon } from '../src/host/daemon';
+import { ChatController, type DaemonLike, type HostUi } from '../src/host/controller';
+import { Daemon, type DaemonOptions } from '../src/host/daemon';
+import { serveFilePath, type ServeFile } from '../src/host/serveFile';
 import type { HostToPage, PageToHost } from '../src/model/messages';
 import { chatHtml, randomNonce } from '../src/webview/html';
 
@@ -65,7 +67,8 @@ export class Scratch {
       ...extra,
     };
   }
-  daemon(extraEnv: Record<string, string> = {}, configuredPath = sidechatBinary()): Daemon {
+  /** The extension's client of a daemon on this home; `options.connection` to attach. */
+  daemon(extraEnv: Record<string, string> = {}, configuredPath = sidechatBinary(), options: Partial<DaemonOptions> = {}): Daemon {
     return new Daemon({
       configuredPath,
       args: ['--db', join(this.dir, 'sidechat.db')],
@@ -76,11 +79,46 @@ export class Scratch {
       },
       clientName: 'sidechat-vscode-tests',
       restart: { firstDelayMs: 200 },
+      ...options,
     });
+  }
+
+  /**
+   * A daemon serving this home's database over WebSocket only (`serve --listen 127.0.0.1:0
+   * --no-stdio`), as a user starts one for several windows; ready once its `serve.json` names it.
+   */
+  async listening(extraEnv: Record<string, string> = {}): Promise<Listening> {
+    const env = this.env(extraEnv);
+    const child = spawn(sidechatBinary(), ['serve', '--listen', '127.0.0.1:0', '--no-stdio', '--db', join(this.dir, 'sidechat.db')], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    const stderr: string[] = [];
+    child.stderr.setEncoding('utf8').on('data', (chunk: string) => stderr.push(chunk));
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    const path = serveFilePath(env, this.dir) ?? '';
+    const file = await until(() => {
+      if (child.exitCode !== null) throw new Error(`the listening daemon exited: ${stderr.join('')}`);
+      if (!existsSync(path)) return undefined;
+      const found = JSON.parse(readFileSync(path, 'utf8')) as ServeFile;
+      return found.pid === child.pid && found;
+    }, 'the listening daemon\'s serve.json');
+    return {
+      file,
+      path,
+      stop: async () => {
+        if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+        await exited;
+      },
+    };
   }
   dispose(): void {
     rmSync(this.dir, { recursive: true, force: true });
   }
+}
+
+/** A listening daemon of a test: what its `serve.json` says, and how to stop it (SIGTERM). */
+export interface Listening {
+  file: ServeFile;
+  path: string;
+  stop(): Promise<void>;
 }
 
 /** The themes the tests draw the page in: VS Code's default dark, light and high-contrast. */
@@ -154,7 +192,7 @@ export interface UiCalls {
  * Opens the chat page and wires it to a controller over `daemon`, exactly as the extension's
  * webview provider does, with `acquireVsCodeApi` bridged through Playwright bindings.
  */
-export async function openChat(browser: Browser, url: string, daemon: Daemon, workspaceRoot: string) {
+export async function openChat(browser: Browser, url: string, daemon: DaemonLike, workspaceRoot: string) {
   const page = await browser.newPage({ viewport: { width: 480, height: 900 } });
   const calls: UiCalls = { diffs: [], copies: [], inserts: [], settingsOpened: 0, confirms: [], toHost: [] };
   const pageErrors: string[] = [];
@@ -212,4 +250,12 @@ export async function openChat(browser: Browser, url: string, daemon: Daemon, wo
 export async function screenshot(page: Page, name: string): Promise<void> {
   mkdirSync(ARTIFACTS, { recursive: true });
   await page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
+}
+
+/**
+ * Waits until `predicate(arg)` holds in the page, polled through `page.evaluate` (which the
+ * page's CSP does not govern, unlike Playwright's `waitForFunction`, which evaluates a string).
+ */
+export async function waitIn(page: Page, predicate: (arg: string) => boolean, arg = ''): Promise<void> {
+  await until(() => page.evaluate(predicate, arg), `the page: ${predicate.toString()}`);
 }

@@ -1,5 +1,6 @@
 // The session model's part in undo: entries a rewind took back are marked (their tool calls
-// too), and the files an undo to a message would put back are those its turns wrote.
+// too). Which files an undo puts back is the daemon's answer (`session/rewind` with `dryRun`),
+// which the controller asks for; the e2e undo test checks it.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -44,13 +45,4 @@ test('rewound entries are marked, their tool calls with them; the others are not
       ['assistant', true],
     ],
   );
-});
-
-test('an undo to a message puts back the files its turn and the later ones wrote, each once, none a rewound turn wrote', () => {
-  const model = new SessionModel(SID);
-  model.applyPage(transcript([...turn(1, 'a.md'), ...turn(2, 'b.md'), ...turn(3, 'a.md'), ...turn(4, 'c.md', true)]));
-  assert.deepEqual(model.filesChangedFrom('u1'), ['a.md', 'b.md']);
-  assert.deepEqual(model.filesChangedFrom('u2'), ['b.md', 'a.md']);
-  assert.deepEqual(model.filesChangedFrom('u3'), ['a.md']);
-  assert.deepEqual(model.filesChangedFrom('nope'), []);
 });

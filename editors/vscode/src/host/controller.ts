@@ -6,7 +6,8 @@
  * successful writes (and refresh changed files), spend (and refresh cost) and compactions (and
  * refresh the budget, which a `/compact` outside a run does not send). Events are batched
  * into one message per tick so a fast stream is a few messages, not thousands. After the daemon
- * restarts, the view is rebuilt from `session/transcript`.
+ * restarts, the view is rebuilt from `session/transcript`; after an attachment to a listening
+ * daemon drops and comes back, it goes on from its last seq.
  *
  * No `vscode` import: the extension supplies a `HostUi`; the end-to-end test supplies one that
  * talks to a page in Chromium.
@@ -24,6 +25,8 @@ export interface DaemonLike {
   onEvent(listener: (params: SessionEventParams) => void): () => void;
   onStatus(listener: (status: DaemonStatus) => void): () => void;
   restart(): Promise<void>;
+  /** Asks for the events of the sessions shown (an attached daemon sends only those asked for). */
+  follow?(sessionIds: string[]): void;
 }
 
 /** What the controller needs of the editor. */
@@ -32,7 +35,8 @@ export interface HostUi {
   /** Asks before an action; `action` labels the button that agrees (default `Delete`). */
   confirm(message: string, action?: string): Promise<boolean>;
   openDiff(path: string, before: string, after: string): Promise<void>;
-  openSettings(): void;
+  /** Opens the settings at `setting` (default `sidechat.path`). */
+  openSettings(setting?: string): void;
   copy(text: string): void;
   /** Puts `text` at the cursor of the active editor, replacing its selection. */
   insert(text: string): Promise<void>;
@@ -252,7 +256,7 @@ export class ChatController {
         this.ui.openLink(message.href);
         return;
       case 'openSettings':
-        this.ui.openSettings();
+        this.ui.openSettings(message.setting);
         return;
       case 'restartDaemon':
         await this.daemon.restart();
@@ -326,10 +330,11 @@ export class ChatController {
     return this.daemon.request('session/create', this.options.workspaceRoot ? { workspaceRoot: this.options.workspaceRoot } : {});
   }
 
-  private listSessions() {
-    return this.daemon
-      .request('session/list', this.options.workspaceRoot ? { workspaceRoot: this.options.workspaceRoot, limit: 200 } : { limit: 200 })
-      .then((r) => r.sessions);
+  /** The sessions of the list, whose run states and titles it shows (followed when attached). */
+  private async listSessions() {
+    const { sessions } = await this.daemon.request('session/list', this.options.workspaceRoot ? { workspaceRoot: this.options.workspaceRoot, limit: 200 } : { limit: 200 });
+    this.daemon.follow?.(sessions.map((s) => s.id));
+    return sessions;
   }
 
   private async refreshSessions(): Promise<void> {
@@ -467,13 +472,7 @@ export class ChatController {
     if (applied.gapAfter !== undefined) void this.refetch(model, applied.gapAfter);
     const sessionId = model.sessionId;
     if (applied.filesChanged) {
-      this.scheduleRefresh('session', async () => {
-        const session = await this.daemon.request('session/get', { sessionId });
-        if (this.active !== model) return;
-        model.setChangedFiles(session.changedFiles);
-        model.setPlan(session.plan ?? undefined);
-        this.ui.post({ type: 'session', session });
-      });
+      this.scheduleRefresh('session', () => this.refreshSession(model));
     }
     if (applied.spendChanged) {
       this.scheduleRefresh('cost', async () => {
@@ -481,13 +480,7 @@ export class ChatController {
         if (this.active === model) this.ui.post({ type: 'cost', sessionId, cost });
       });
       // The session's tokens by kind, for the context popover.
-      this.scheduleRefresh('session', async () => {
-        const session = await this.daemon.request('session/get', { sessionId });
-        if (this.active !== model) return;
-        model.setChangedFiles(session.changedFiles);
-        model.setPlan(session.plan ?? undefined);
-        this.ui.post({ type: 'session', session });
-      });
+      this.scheduleRefresh('session', () => this.refreshSession(model));
     }
     if (applied.budgetChanged) {
       this.scheduleRefresh('budget', async () => {
@@ -497,17 +490,31 @@ export class ChatController {
     }
     const kind = params.event.kind;
     if (kind === 'runStarted' || kind === 'runFinished' || kind === 'sessionUpdated') this.scheduleRefresh('sessions', () => this.refreshSessions());
+    // The header (title, model, effort) follows the session as the daemon has it now.
+    if (kind === 'sessionUpdated') this.scheduleRefresh('session', () => this.refreshSession(model));
     // A rewind marked entries rewound: the transcript is read again to show them folded.
     if (kind === 'rewound') void this.serially(() => (this.active === model ? this.load(sessionId) : Promise.resolve()));
   }
 
+  /** The session as `session/get` reads it now: its changed files, plan and header. */
+  private async refreshSession(model: SessionModel): Promise<void> {
+    const session = await this.daemon.request('session/get', { sessionId: model.sessionId });
+    if (this.active !== model) return;
+    model.setChangedFiles(session.changedFiles);
+    model.setPlan(session.plan ?? undefined);
+    this.ui.post({ type: 'session', session });
+  }
+
   private async refetch(model: SessionModel, afterSeq: number): Promise<void> {
     try {
+      const asked = model.lastSeq;
       const transcript = await this.fetchTranscript(model.sessionId, afterSeq);
       if (this.active !== model) return;
-      model.applyTranscript(transcript);
+      // Events that came meanwhile (a run that started) may be newer than the result's state.
+      const entriesOnly = model.lastSeq > asked;
+      model.applyTranscript(transcript, entriesOnly);
       this.flush();
-      this.ui.post({ type: 'merge', sessionId: model.sessionId, transcript });
+      this.ui.post({ type: 'merge', sessionId: model.sessionId, transcript, ...(entriesOnly ? { entriesOnly } : {}) });
     } catch (error) {
       this.ui.log(`refetch after a gap failed: ${errorText(error)}`);
     }
@@ -539,7 +546,23 @@ export class ChatController {
 
   private onStatus(status: DaemonStatus): void {
     this.ui.post({ type: 'daemon', status });
-    if (status.state === 'ready' && this.pageReady) void this.serially(() => this.rebuild());
+    if (status.state !== 'ready' || !this.pageReady) return;
+    // Attached again to a listening daemon, the session shown goes on from its last seq; a
+    // daemon started afresh is read anew.
+    void this.serially(() => (status.attached && this.active ? this.resume(this.active) : this.rebuild()));
+  }
+
+  /**
+   * After an attachment dropped and came back: the session's events again (`session/subscribe`),
+   * then what was missed meanwhile (`session/transcript` after the last seq shown), merged as a
+   * gap is; the details and the list as they are now.
+   */
+  private async resume(model: SessionModel): Promise<void> {
+    this.flush();
+    await this.daemon.request('session/subscribe', { sessionId: model.sessionId });
+    await this.refetch(model, model.lastSeq);
+    await this.refreshDetails(model);
+    await this.refreshSessions();
   }
 }
 

@@ -12,12 +12,17 @@ import * as vscode from 'vscode';
 import type { DaemonStatus, HostToPage, PageSettings, PageToHost } from '../model/messages';
 import { chatHtml, randomNonce } from '../webview/html';
 import { ChatController, type HostUi } from './controller';
-import { Daemon, type DaemonOptions } from './daemon';
+import { Daemon, type ConnectionMode, type DaemonOptions } from './daemon';
 
 const DIFF_SCHEME = 'sidechat-diff';
 
-/** The settings `sidechat serve` is started with: a change restarts it. */
-const DAEMON_SETTINGS = ['path', 'extraArgs', 'env'];
+/** The settings `sidechat serve` is started (or attached to) with: a change restarts it. */
+const DAEMON_SETTINGS = ['path', 'extraArgs', 'env', 'connection'];
+
+/** `sidechat.connection`, `auto` when unset or unknown. */
+export function connectionMode(value: string | undefined): ConnectionMode {
+  return value === 'spawn' || value === 'attach' ? value : 'auto';
+}
 
 /** The page's settings from the `sidechat.*` settings. */
 export function pageSettings(): PageSettings {
@@ -35,6 +40,7 @@ export function daemonOptions(log: (line: string) => void): DaemonOptions {
     home: homedir(),
     log,
     clientName: 'sidechat-vscode',
+    connection: connectionMode(config.get<string>('connection')),
   };
 }
 
@@ -86,7 +92,7 @@ export class ChatViewProvider implements vscode.WebviewViewProvider {
         const right = this.diffs.put(after, path, 'after');
         await vscode.commands.executeCommand('vscode.diff', left, right, `${path} (sidechat's changes)`);
       },
-      openSettings: () => void vscode.commands.executeCommand('workbench.action.openSettings', 'sidechat.path'),
+      openSettings: (setting = 'sidechat.path') => void vscode.commands.executeCommand('workbench.action.openSettings', setting),
       copy: (text) => void vscode.env.clipboard.writeText(text),
       insert: (text) => insertAtCursor(text),
       openLink: (href) => {
@@ -204,7 +210,8 @@ export function selectionAttachment(editor: vscode.TextEditor, workspaceRoot: st
 
 /**
  * Tells the user once each time the daemon stops for good, offering what helps: a missing or
- * unstartable binary needs the `sidechat.path` setting; a daemon given up after crashing again
+ * unstartable binary needs the `sidechat.path` setting (no daemon to attach to,
+ * `sidechat.connection`); a daemon given up after crashing again
  * and again was found and started, so the setting is no help there, but a restart (which gets
  * the whole allowance again) and its log are. Returns the unsubscribe.
  */
@@ -219,7 +226,7 @@ export function tellFailures(daemon: Daemon, output: vscode.OutputChannel): () =
         });
       } else {
         void vscode.window.showErrorMessage(status.message, 'Open setting').then((choice) => {
-          if (choice === 'Open setting') void vscode.commands.executeCommand('workbench.action.openSettings', 'sidechat.path');
+          if (choice === 'Open setting') void vscode.commands.executeCommand('workbench.action.openSettings', status.setting ?? 'sidechat.path');
         });
       }
     }

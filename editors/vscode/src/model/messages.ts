@@ -10,6 +10,7 @@ import type {
   Attachment,
   ApprovalDecision,
   CostSummary,
+  Effort,
   BudgetSnapshot,
   ImageInput,
   Session,
@@ -21,14 +22,19 @@ import type {
 /** Where the daemon is, as the page shows it. */
 export type DaemonStatus =
   | { state: 'starting' }
-  /** `accounts`: what `initialize` listed, for the model picker. */
-  | { state: 'ready'; server: string; demo: boolean; accounts: AccountInfo[] }
+  /**
+   * `accounts`: what `initialize` listed, for the model picker. `attached`: the URL of the
+   * listening daemon this window attached to (`sidechat.connection`), when it did not spawn one.
+   */
+  | { state: 'ready'; server: string; demo: boolean; accounts: AccountInfo[]; attached?: string }
   | { state: 'crashed'; message: string; restartInMs: number }
   /**
    * Stopped until the user retries. `crashes` is set when restarting was given up after that many
    * crashes within the restart window: the binary was found, so its setting is no help there.
+   * `setting`: the setting that helps (default `sidechat.path`), e.g. `sidechat.connection`
+   * when there was no daemon to attach to.
    */
-  | { state: 'failed'; message: string; tried: string[]; crashes?: number };
+  | { state: 'failed'; message: string; tried: string[]; crashes?: number; setting?: string };
 
 export type HostToPage =
   | { type: 'daemon'; status: DaemonStatus }
@@ -37,8 +43,11 @@ export type HostToPage =
   | { type: 'reset'; sessionId: string; transcript: SessionTranscriptResult }
   /** An older page of the transcript (read backwards as the user scrolls up), merged in. */
   | { type: 'older'; sessionId: string; transcript: SessionTranscriptResult }
-  /** Entries fetched after a gap, merged into what is shown. */
-  | { type: 'merge'; sessionId: string; transcript: SessionTranscriptResult }
+  /**
+   * Entries fetched after a gap, merged into what is shown; `entriesOnly`: events came while they
+   * were fetched, and the run's state is theirs (`SessionModel.applyTranscript`).
+   */
+  | { type: 'merge'; sessionId: string; transcript: SessionTranscriptResult; entriesOnly?: boolean }
   /** Where a `delegate` call's sub-agent stands, from the child session's transcript (after a load). */
   | { type: 'child'; sessionId: string; callId: string; transcript: SessionTranscriptResult }
   /** Events of the active session, in order, batched. */
@@ -81,6 +90,8 @@ export interface SessionChange {
   account?: string;
   model?: string;
   autoCompact?: boolean;
+  /** The reasoning effort; `null` goes back to the account's default. */
+  effort?: Effort | null;
 }
 
 export type PageToHost =
@@ -108,7 +119,8 @@ export type PageToHost =
   /** A code block's Insert: the code at the cursor (replacing the selection) of the active editor. */
   | { type: 'insert'; text: string }
   | { type: 'openLink'; href: string }
-  | { type: 'openSettings' }
+  /** Opens a setting (default `sidechat.path`). */
+  | { type: 'openSettings'; setting?: string }
   | { type: 'restartDaemon' }
   /** The transcript was scrolled to its top: the next older page, if any remains. */
   | { type: 'loadOlder' }

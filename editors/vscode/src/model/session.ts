@@ -266,9 +266,19 @@ export class SessionModel {
     return this.orderRev;
   }
 
-  /** Builds or merges from a `session/transcript` result (a load, a reload, or a gap refetch). */
-  applyTranscript(result: SessionTranscriptResult): void {
+  /**
+   * Builds or merges from a `session/transcript` result (a load, a reload, or a gap refetch).
+   * `entriesOnly`: events came in while it was asked for, so it may say where the run stood
+   * before them; its entries merge, and the run's state, approvals and waiting messages stay as
+   * those events set them.
+   */
+  applyTranscript(result: SessionTranscriptResult, entriesOnly = false): void {
     for (const entry of result.entries) this.applyEntry(entry);
+    if (entriesOnly) {
+      this.lastSeq = Math.max(this.lastSeq, result.lastSeq);
+      this.chromeRev++;
+      return;
+    }
     this.state = result.state;
     this.approvals = new Map(result.pendingApprovals.map((a) => [a.approvalId, a]));
     this.delegatedApprovals = new Map((result.delegatedApprovals ?? []).map((d) => [d.approval.approvalId, d]));
@@ -694,24 +704,6 @@ export class SessionModel {
         this.touch(entry);
       }
     }
-  }
-
-  /**
-   * The files the session's write and edit calls changed from the user message `messageId` on
-   * (among the entries loaded), in the order first changed: what undoing to it puts back.
-   */
-  filesChangedFrom(messageId: string): string[] {
-    const entries = this.list();
-    const at = entries.findIndex((e) => e.key === messageId);
-    if (at < 0) return [];
-    const paths = new Set<string>();
-    for (const entry of entries.slice(at)) {
-      if (entry.kind !== 'tool' || entry.rewound || entry.status !== 'done') continue;
-      if (entry.tool !== 'write_file' && entry.tool !== 'edit_file') continue;
-      const path = (entry.input as { path?: unknown } | undefined)?.path;
-      if (typeof path === 'string') paths.add(path);
-    }
-    return [...paths];
   }
 
   /** One committed transcript entry, as `session/transcript` or `messageCompleted` gives it. */

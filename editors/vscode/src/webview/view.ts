@@ -11,6 +11,7 @@
 import { SessionModel, taskOf, type AssistantEntry, type DelegationView, type Entry, type SummaryEntry, type ToolEntry } from '../model/session';
 import type { DaemonStatus, HostToPage, PageSettings, PageToHost } from '../model/messages';
 import type { AccountInfo, Attachment, BudgetSnapshot, CostSummary, PendingApproval, Reconciliation, Session, SessionSummary, TokenUsage, ToolCallStatus } from '../model/wire';
+import { EffortPicker } from './effortPicker';
 import { MarkdownBlock, NO_CODE_ACTIONS, type CodeActions } from './markdown';
 import { Completion } from './completion';
 import { formatBytes, ImageCache, ImageTray } from './attachments';
@@ -336,6 +337,7 @@ export class ChatView {
   /** The second header line: the model picker, the context meter and the cost. */
   private readonly info = el('div', 'header-info');
   private readonly modelPicker = el('select', 'model-picker');
+  private readonly effortPicker = new EffortPicker((sessionId, change) => this.post({ type: 'updateSession', sessionId, change }));
   private readonly popover = el('div', 'context-popover');
   private readonly statusLabel = el('span', 'daemon-status');
   private readonly sessionList = el('div', 'sessions');
@@ -427,7 +429,7 @@ export class ChatView {
         this.context.focus();
       }
     });
-    this.info.append(this.modelPicker, this.context);
+    this.info.append(this.modelPicker, this.effortPicker.element, this.context);
     this.header.append(
       this.titleButton,
       this.titleInput,
@@ -614,7 +616,7 @@ export class ChatView {
         }
         break;
       case 'merge':
-        if (this.model?.sessionId === message.sessionId) this.model.applyTranscript(message.transcript);
+        if (this.model?.sessionId === message.sessionId) this.model.applyTranscript(message.transcript, message.entriesOnly);
         break;
       case 'child':
         if (this.model?.sessionId === message.sessionId) this.model.applyChildTranscript(message.callId, message.transcript);
@@ -715,6 +717,7 @@ export class ChatView {
     this.renderErrors();
     this.renderContext();
     this.renderModelPicker();
+    this.effortPicker.render(this.session, this.accounts);
     this.renderPopover();
     this.renderAttachments();
     const state = this.model?.state ?? 'idle';
@@ -1038,8 +1041,10 @@ export class ChatView {
     this.editTitleButton.hidden = this.editingTitle || !this.model;
     const s = this.status;
     this.statusLabel.textContent =
-      s.state === 'ready' ? (s.demo ? 'demo model' : '') : s.state === 'starting' ? 'starting…' : s.state === 'crashed' ? 'restarting…' : 'not running';
+      s.state === 'ready' ? [s.demo ? 'demo model' : '', s.attached ? 'shared' : ''].filter(Boolean).join(' · ') : s.state === 'starting' ? 'starting…' : s.state === 'crashed' ? 'restarting…' : 'not running';
     this.statusLabel.dataset.state = s.state;
+    // A window attached to a listening daemon shares it with other windows (sidechat.connection).
+    this.statusLabel.title = s.state === 'ready' && s.attached ? `Attached to the daemon at ${s.attached}, shared with other windows` : '';
     this.sessionList.hidden = !this.sessionsOpen;
     if (!this.sessionsOpen) return;
     const list = el('ul');
@@ -1092,7 +1097,7 @@ export class ChatView {
       this.banner.append(el('div', 'message', s.message));
       if (s.tried.length > 0) this.banner.append(el('div', 'tried', `Tried: ${s.tried.join(', ')}`));
       // The setting helps only when the binary was not found; a daemon that kept crashing was.
-      if (s.crashes === undefined) this.banner.append(button('Open setting', 'open-settings', () => this.post({ type: 'openSettings' })));
+      if (s.crashes === undefined) this.banner.append(button('Open setting', 'open-settings', () => this.post({ type: 'openSettings', setting: s.setting })));
       this.banner.append(button('Retry', 'retry', () => this.post({ type: 'restartDaemon' })));
     } else if (s.state === 'crashed') {
       this.banner.append(el('div', 'message', s.message));
