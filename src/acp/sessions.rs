@@ -12,12 +12,10 @@ use serde_json::json;
 use super::agent::{Agent, Then};
 use super::error::{AcpError, Answer, error_message, runtime_error, session_not_found, to_value};
 use super::translate;
-use crate::context::reasoning_style;
 use crate::protocol::{
     Effort, Session, SessionCreateParams, SessionListParams, SessionTranscriptParams,
     SessionUpdateParams,
 };
-use crate::provider::effort;
 use crate::rpc::error::INVALID_PARAMS;
 
 /// The sessions this connection has opened or closed.
@@ -85,15 +83,12 @@ impl Agent {
     fn config_options(&self, session: &Session) -> Vec<acp::SessionConfigOption> {
         let account = self.config.account(&session.account);
         let default = account.map_or(session.model.as_str(), |a| a.default_model.as_str());
-        let levels = account.map_or_else(Vec::new, |a| {
-            effort::levels(reasoning_style(&session.model), a.kind.effort_wire())
-        });
         let mut options = vec![translate::model_option(&session.model, default)];
         options.extend(translate::thought_level_option(
             session.effort,
             !session.effort_inherited,
             account.and_then(|a| a.effort),
-            &levels,
+            &session.effort_levels,
         ));
         options
     }

@@ -216,6 +216,10 @@ pub struct Session {
     /// (a picker shows "default" then).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub effort_inherited: bool,
+    /// The levels the session's model takes through its account, lowest first (what an effort
+    /// picker offers); absent when it takes none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub effort_levels: Vec<Effort>,
 }
 
 /// One row of `session/list`.

@@ -67,6 +67,16 @@ impl Inner {
         Ok(self.effort_with_source(session)?.0)
     }
 
+    /// The levels the session's model takes through its account (none for the demo and
+    /// replay models, and for a model whose provider does not speak its field).
+    pub(super) fn effort_levels(&self, session: &SessionRow) -> Vec<Effort> {
+        let wire = self
+            .config
+            .account(&session.account)
+            .map_or(Wire::None, |a| a.kind.effort_wire());
+        effort::levels(reasoning_style(&session.model), wire)
+    }
+
     /// [`Inner::effort`], and whether it is the account's default (the session sets none).
     pub(super) fn effort_with_source(
         &self,

@@ -505,6 +505,7 @@ impl Runtime {
             auto_compact: self.inner.auto_compact(&row.id)?,
             effort,
             effort_inherited,
+            effort_levels: self.inner.effort_levels(&row),
             id: row.id,
             title: row.title,
             account: row.account,

@@ -191,8 +191,8 @@ effort = "medium"
     let session = daemon.create_session(SessionCreateParams::default()).await;
     let got = daemon.call::<SessionGet>(sid(&session)).await;
     assert_eq!(
-        (got.effort, got.effort_inherited),
-        (Some(Effort::Medium), true)
+        (got.effort, got.effort_inherited, got.effort_levels),
+        (Some(Effort::Medium), true, Effort::ALL.to_vec())
     );
     turn(&mut daemon, &session).await;
     assert_eq!(

@@ -64,9 +64,11 @@ test('the effort picker: the levels the model takes, the level in effect, a choi
     const sessionId = await until(() => chat?.controller.activeSessionId, 'the new chat');
     const effort = async () => (await daemon.request('session/get', { sessionId })).effort ?? null;
 
-    // Claude through Anthropic thinks with a budget: every level, the account's medium in effect.
-    assert.deepEqual(await options(page), ['effort: default', 'effort: minimal', 'effort: low', 'effort: medium', 'effort: high']);
-    assert.equal(await page.inputValue('select.effort-picker'), 'medium');
+    // Claude through Anthropic thinks with a budget: every level; the account's medium is the
+    // default, in effect while the session has no level of its own.
+    assert.deepEqual(await options(page), ['effort: default (medium)', 'effort: minimal', 'effort: low', 'effort: medium', 'effort: high']);
+    assert.equal(await page.inputValue('select.effort-picker'), '');
+    assert.equal(await effort(), 'medium');
     assert.equal(await page.getAttribute('select.effort-picker', 'aria-label'), 'Reasoning effort');
     // Beside the model picker.
     assert.deepEqual(await page.$$eval('.header-info > *', (all) => all.slice(0, 2).map((e) => e.className)), ['model-picker', 'effort-picker']);
@@ -79,7 +81,7 @@ test('the effort picker: the levels the model takes, the level in effect, a choi
     // Default: the session's own level goes (null), the account's medium applies again.
     await page.selectOption('select.effort-picker', '');
     await until(async () => (await effort()) === 'medium', "the account's default");
-    await waitIn(page, () => (document.querySelector('select.effort-picker') as HTMLSelectElement).value === 'medium');
+    await waitIn(page, () => (document.querySelector('select.effort-picker') as HTMLSelectElement).value === '');
 
     // gpt-5.1 through OpenAI takes reasoning_effort without minimal; its account sets no default,
     // and the session has none of its own (default above sent null), so none is in effect.

@@ -1558,6 +1558,11 @@ export interface Session {
    * (a picker shows "default" then).
    */
   effortInherited?: boolean;
+  /**
+   * The levels the session's model takes through its account, lowest first (what an effort
+   * picker offers); absent when it takes none.
+   */
+  effortLevels?: Effort[];
 }
 /**
  * `session/budget`: how full the model's context is before the next request.

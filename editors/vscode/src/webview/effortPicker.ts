@@ -1,13 +1,13 @@
 /**
- * The header's reasoning-effort picker, beside the model picker: the levels the session's
- * model takes (`model/effort.ts`) and "default", which is the account's own default (its
- * `effort` in the config, else the provider's). It shows the level in effect as `session/get`
- * reads it (the session's own, else the account's) and hides for a model that takes none. A
- * choice is `session/update {effort}` (`null` for "default"), read back like the model.
+ * The header's reasoning-effort picker, beside the model picker: the levels the daemon says
+ * the session's model takes (`session.effortLevels`) and "default", the account's own default
+ * (named when the account sets one, from `initialize`). "default" is selected while the
+ * session has no level of its own (`effortInherited`, or no effort at all); the picker hides
+ * for a model that takes none. A choice is `session/update {effort}` (`null` for "default"),
+ * read back like the model.
  */
 
 import type { SessionChange } from '../model/messages';
-import { effortLevels } from '../model/effort';
 import type { AccountInfo, Effort, Session } from '../model/wire';
 
 /** The option that sends `effort: null`. */
@@ -31,17 +31,19 @@ export class EffortPicker {
   /** Draws the picker for `session` (hidden without one, or when its model takes no effort). */
   render(session: Session | undefined, accounts: AccountInfo[]): void {
     this.sessionId = session?.id;
-    const kind = accounts.find((a) => a.name === session?.account)?.kind;
-    const levels = session && kind ? effortLevels(kind, session.model) : [];
+    const levels = session?.effortLevels ?? [];
     this.element.hidden = levels.length === 0;
     if (!session || levels.length === 0) return;
-    const current = session.effort ?? DEFAULT;
-    // A level in effect that the list lacks (an account default the model refuses) still shows.
+    const accountDefault = accounts.find((a) => a.name === session.account)?.effort;
+    const own = session.effortInherited ? undefined : session.effort;
+    const current = own ?? DEFAULT;
+    // A level of the session's own that the list lacks still shows.
     const shown = current === DEFAULT || levels.includes(current) ? levels : [...levels, current];
     const options = [DEFAULT, ...shown].map((level) => {
       const option = document.createElement('option');
       option.value = level;
-      option.textContent = level === DEFAULT ? 'effort: default' : `effort: ${level}`;
+      option.textContent =
+        level !== DEFAULT ? `effort: ${level}` : accountDefault ? `effort: default (${accountDefault})` : 'effort: default';
       return option;
     });
     this.element.replaceChildren(...options);
