@@ -61,6 +61,16 @@ local function under_cursor(kind, fn)
   end
 end
 
+--- The shown session; when none is shown, says so (with `why`, what needs one) and gives nil.
+---@param why string?
+---@return sidechat.Session?
+local function shown(why)
+  if not st.current then
+    notify("no session is shown" .. (why and (": " .. why) or ""))
+  end
+  return st.current
+end
+
 --- Redraws and syncs the approval window when the shown session changes.
 local function on_session_change(session, what)
   if session ~= st.current then
@@ -404,9 +414,9 @@ M.ROLLOVER_CHOICES = { "off", "1h", "3h", "1d", "custom…" }
 ---@param value string?
 ---@param done fun(err: table?, session: table?)?
 function M.rollover(value, done)
-  local s = st.current
+  local s = shown("the idle rollover is set per session")
   if not s then
-    return notify("no session shown: the idle rollover is set per session")
+    return
   end
   local c = M.client()
   local function set(v)
@@ -636,9 +646,9 @@ end
 ---@param message_id string
 ---@param done fun(err: table?, result: table?)?
 function M.rewind(message_id, done, force)
-  local s = st.current
+  local s = shown()
   if not s then
-    return notify("no session is shown")
+    return
   end
   local params = { sessionId = s.id, messageId = message_id, restore = "both", force = force or nil }
   M.client():request(protocol.method.sessionRewind, params, function(err, result)
@@ -681,9 +691,9 @@ end
 ---@param message_id string?
 ---@param done fun(err: table?, result: table?)?
 function M.undo(message_id, done)
-  local s = st.current
+  local s = shown()
   if not s then
-    return notify("no session is shown")
+    return
   end
   local turns = M.turns(s)
   local turn
@@ -727,9 +737,9 @@ end
 --- `vim.ui.select` and takes the session back to before it.
 ---@param done fun(err: table?, result: table?)?
 function M.rewind_pick(done)
-  local s = st.current
+  local s = shown()
   if not s then
-    return notify("no session is shown")
+    return
   end
   local turns = M.turns(s)
   if #turns == 0 then
@@ -758,9 +768,9 @@ end
 ---@param message_id string?
 ---@param done fun(err: table?, session: sidechat.Session?)?
 function M.fork(message_id, done)
-  local s = st.current
+  local s = shown()
   if not s then
-    return notify("no session is shown")
+    return
   end
   M.client():request(protocol.method.sessionFork, { sessionId = s.id, messageId = message_id }, function(err, info)
     if err then
@@ -829,9 +839,9 @@ end
 ---@param choice { account: string, model: string }?
 ---@param done fun(err: table?, session: table?)?
 function M.pick_model(choice, done)
-  local s = st.current
+  local s = shown("the model is set per session")
   if not s then
-    return notify("no session shown: the model is set per session")
+    return
   end
   local function set(c)
     local params = { sessionId = s.id, account = c.account, model = c.model }
@@ -896,9 +906,9 @@ end
 --- Shows what the shown session cost.
 ---@param done fun(err: table?, result: table?)?
 function M.cost(done)
-  local s = st.current
+  local s = shown()
   if not s then
-    return notify("no session is shown")
+    return
   end
   request_told(protocol.method.sessionCost, { sessionId = s.id }, "cannot read the cost", function(result)
     return table.concat(M.cost_lines(result), "\n")
