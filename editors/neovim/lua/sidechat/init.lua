@@ -579,9 +579,6 @@ M.diff_under_cursor = under_cursor("file", function(span)
   M.diff(span.path, nil, span.childSessionId)
 end)
 
---- The tools whose changes a rewind puts back (the daemon keeps a checkpoint before each).
-local FILE_TOOLS = { write_file = true, edit_file = true }
-
 --- A user message's text, shortened to one line.
 local function turn_text(entry)
   for _, block in ipairs(entry.blocks) do
@@ -592,44 +589,47 @@ local function turn_text(entry)
   return ""
 end
 
---- The shown session's turns that a rewind can take back (its user messages not rewound,
---- oldest first), each with the files the file tools changed in it, as the loaded transcript
---- shows them (a sub-agent's changes are not listed).
+--- A turn a rewind can take the session back to before.
+---@class sidechat.Turn
+---@field entry sidechat.Entry its user message
+---@field text string the message's first line, shortened
+
+--- The shown session's turns that a rewind can take back: its user messages not rewound,
+--- oldest first.
 ---@param s sidechat.Session
----@return { entry: table, text: string, files: string[] }[]
+---@return sidechat.Turn[]
 function M.turns(s)
   local turns = {}
-  local turn
   for _, entry in ipairs(s.entries) do
-    if not entry.rewound then
-      if entry.role == "user" then
-        turn = { entry = entry, text = turn_text(entry), files = {} }
-        table.insert(turns, turn)
-      elseif turn then
-        for _, block in ipairs(entry.blocks) do
-          local result = block.type == "toolCall" and s.results[block.id]
-          local path = result and not result.isError and FILE_TOOLS[block.name] and block.input.path
-          if type(path) == "string" and not vim.tbl_contains(turn.files, path) then
-            table.insert(turn.files, path)
-          end
-        end
-      end
+    if entry.role == "user" and not entry.rewound then
+      table.insert(turns, { entry = entry, text = turn_text(entry) })
     end
   end
   return turns
 end
 
---- The files a rewind to before `message_id` puts back: those changed from that turn on.
-local function files_from(turns, message_id)
-  local files, from = {}, false
-  for _, t in ipairs(turns) do
-    from = from or t.entry.id == message_id
-    if from then
-      for _, f in ipairs(t.files) do
-        if not vim.tbl_contains(files, f) then
-          table.insert(files, f)
-        end
-      end
+--- What a rewind of `s` to before `message_id` (files and conversation) would do, as the
+--- daemon's dry run answers it (`session/rewind` with `dryRun`): the daemon alone knows every
+--- file, those a command or a sub-agent changed too, and which changed since.
+---@param s sidechat.Session
+---@param message_id string
+---@param done fun(err: table?, planned: table?)
+local function dry_run(s, message_id, done)
+  local params = { sessionId = s.id, messageId = message_id, restore = "both", dryRun = true }
+  M.client():request(protocol.method.sessionRewind, params, done)
+end
+
+--- The files a planned rewind puts back, with those it will ask to overwrite (changed since
+--- the session wrote them).
+---@param planned table a `session/rewind` dry run's result
+---@return string[]
+local function files_put_back(planned)
+  local files = vim.tbl_map(function(f)
+    return f.path
+  end, planned.restored)
+  for _, f in ipairs(planned.skipped) do
+    if vim.startswith(f.reason, "changed since") then
+      table.insert(files, f.path)
     end
   end
   return files
@@ -640,11 +640,33 @@ local function file_list(files)
   return #files == 0 and "no files" or table.concat(files, ", ")
 end
 
+--- What a planned rewind does to files, in the dry run's terms: "restores a.md; removes b.md;
+--- leaves c.md (already as it was)", or "no files to restore".
+---@param planned table a `session/rewind` dry run's result
+---@return string
+function M.rewind_words(planned)
+  local restores, removes, parts = {}, {}, {}
+  for _, f in ipairs(planned.restored) do
+    table.insert(f.removed and removes or restores, f.path)
+  end
+  if #restores > 0 then
+    table.insert(parts, "restores " .. table.concat(restores, ", "))
+  end
+  if #removes > 0 then
+    table.insert(parts, "removes " .. table.concat(removes, ", "))
+  end
+  for _, f in ipairs(planned.skipped) do
+    table.insert(parts, ("leaves %s (%s)"):format(f.path, f.reason))
+  end
+  return #parts == 0 and "no files to restore" or table.concat(parts, "; ")
+end
+
 --- Takes the shown session back to just before the user message `message_id`: its files and
 --- its conversation (`session/rewind`, restore `both`). When files changed since the session
 --- wrote them, asks whether to overwrite them and sends it again with `force`.
 ---@param message_id string
 ---@param done fun(err: table?, result: table?)?
+---@param force boolean?
 function M.rewind(message_id, done, force)
   local s = shown()
   if not s then
@@ -686,8 +708,9 @@ function M.rewind(message_id, done, force)
   end)
 end
 
---- Asks (`vim.ui.select`, naming the files it puts back) and then takes the shown session back
---- to before the user message `message_id` (without one, the last turn's).
+--- Asks (`vim.ui.select`, naming the files the daemon's dry run says it puts back) and then
+--- takes the shown session back to before the user message `message_id` (without one, the last
+--- turn's).
 ---@param message_id string?
 ---@param done fun(err: table?, result: table?)?
 function M.undo(message_id, done)
@@ -695,9 +718,8 @@ function M.undo(message_id, done)
   if not s then
     return
   end
-  local turns = M.turns(s)
   local turn
-  for _, t in ipairs(turns) do
+  for _, t in ipairs(M.turns(s)) do
     if message_id == nil or t.entry.id == message_id then
       turn = t
     end
@@ -705,24 +727,14 @@ function M.undo(message_id, done)
   if not turn then
     return notify("there is no turn to take back")
   end
-  -- The daemon's dry run names every file the rewind puts back, those commands and
-  -- sub-agents changed too; the transcript's own list stands in if it cannot answer.
-  local params = { sessionId = s.id, messageId = turn.entry.id, restore = "both", dryRun = true }
-  M.client():request(protocol.method.sessionRewind, params, function(err, planned)
-    local files = files_from(turns, turn.entry.id)
-    if not err and planned then
-      files = vim.tbl_map(function(f)
-        return f.path
-      end, planned.restored)
-      for _, f in ipairs(planned.skipped) do
-        if vim.startswith(f.reason, "changed since") then
-          table.insert(files, f.path)
-        end
-      end
+  dry_run(s, turn.entry.id, function(err, planned)
+    if err then
+      notify("cannot rewind: " .. err_text(err), vim.log.levels.ERROR)
+      return done and done(err)
     end
     vim.ui.select({ "Undo", "Cancel" }, {
       prompt = ('Undo to before "%s"? Restores %s; the messages from there on are folded away'):format(
-        turn.text, file_list(files)),
+        turn.text, file_list(files_put_back(planned))),
     }, function(choice)
       if choice == "Undo" then
         M.rewind(turn.entry.id, done)
@@ -733,8 +745,9 @@ function M.undo(message_id, done)
   end)
 end
 
---- Picks a turn of the shown session (newest first, each with the files it changed) with
---- `vim.ui.select` and takes the session back to before it.
+--- Picks a turn of the shown session with `vim.ui.select`, newest first, each with what a
+--- rewind to before it would do to files as the daemon's dry run answers for it, and takes the
+--- session back to before the one picked.
 ---@param done fun(err: table?, result: table?)?
 function M.rewind_pick(done)
   local s = shown()
@@ -745,22 +758,35 @@ function M.rewind_pick(done)
   if #turns == 0 then
     return notify("there is no turn to take back")
   end
-  local newest_first = {}
+  ---@type { turn: sidechat.Turn, words: string? }[]
+  local items = {}
   for i = #turns, 1, -1 do
-    table.insert(newest_first, turns[i])
+    table.insert(items, { turn = turns[i] })
   end
-  vim.ui.select(newest_first, {
-    prompt = "Rewind to before (files and conversation)",
-    format_item = function(t)
-      return ("%s — %s"):format(t.text, #t.files == 0 and "no files changed" or table.concat(t.files, ", "))
-    end,
-  }, function(choice)
-    if choice then
-      M.rewind(choice.entry.id, done)
-    elseif done then
-      done(nil, nil)
-    end
-  end)
+  local function pick()
+    vim.ui.select(items, {
+      prompt = "Rewind to before (files and conversation)",
+      format_item = function(item)
+        return ("%s — %s"):format(item.turn.text, item.words)
+      end,
+    }, function(choice)
+      if choice then
+        M.rewind(choice.turn.entry.id, done)
+      elseif done then
+        done(nil, nil)
+      end
+    end)
+  end
+  local left = #items
+  for _, item in ipairs(items) do
+    dry_run(s, item.turn.entry.id, function(err, planned)
+      item.words = err and ("files unknown: " .. err_text(err)) or M.rewind_words(planned)
+      left = left - 1
+      if left == 0 then
+        pick()
+      end
+    end)
+  end
 end
 
 --- Forks the shown session (`session/fork`): a new session holding its conversation up to and

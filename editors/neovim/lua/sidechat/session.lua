@@ -18,6 +18,7 @@ M.PAST_EVERY_SEQ = 1000000000000
 ---@field role "user"|"assistant"|"tool"|"note"|"notice"|"summary"
 ---@field blocks table[] its blocks (`type` = "text", "thinking", "toolCall", "toolResult"…)
 ---@field status string?
+---@field rewound boolean? taken back by `session/rewind`: shown folded, never sent to a model
 
 --- A message being streamed.
 ---@class sidechat.LiveMessage
