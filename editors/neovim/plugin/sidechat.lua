@@ -52,6 +52,15 @@ end, { range = true, nargs = "*", desc = "Send the selected lines with their fil
 command("SidechatModel", function()
   sc().pick_model()
 end, { desc = "Pick the shown session's model (from the daemon's accounts)" })
+command("SidechatEffort", function(a)
+  sc().pick_effort(a.args)
+end, {
+  nargs = "?",
+  complete = function()
+    return { "default", "minimal", "low", "medium", "high" }
+  end,
+  desc = "Set the shown session's reasoning effort (picked from the levels its model takes)",
+})
 command("SidechatUndo", function()
   sc().undo()
 end, { desc = "Take back the last turn: its file changes and its messages (asks first)" })

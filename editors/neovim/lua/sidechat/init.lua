@@ -9,6 +9,7 @@ local session_mod = require("sidechat.session")
 local view = require("sidechat.view")
 local approval = require("sidechat.approval")
 local render = require("sidechat.render")
+local effort = require("sidechat.effort")
 
 local M = {}
 
@@ -872,7 +873,8 @@ function M.pick_model(choice, done)
   local function set(c)
     local params = { sessionId = s.id, account = c.account, model = c.model }
     request_told(protocol.method.sessionUpdate, params, "cannot switch the model", function(info)
-      s.info = vim.tbl_extend("force", s.info or {}, info)
+      -- The whole session: fields the new model leaves unset (its effort) are absent.
+      s.info = info
       view.schedule()
       return ("model: %s (%s)"):format(info.model, info.account)
     end, done)
@@ -886,6 +888,76 @@ function M.pick_model(choice, done)
     format_item = function(c)
       local current = c.account == info.account and c.model == info.model
       return ("%s (%s)%s"):format(c.model, c.account, current and " · current" or "")
+    end,
+  }, function(picked)
+    if picked then
+      set(picked)
+    end
+  end)
+end
+
+--- The levels `:SidechatEffort` offers for the shown session: those its model takes through
+--- its account's provider (`sidechat.effort`), else, for a model that takes none, low to high
+--- (kept for a later model; the daemon says once that it is not sent). `takes` is false then.
+---@param s sidechat.Session
+---@return sidechat.Effort[] levels, boolean takes
+function M.effort_levels(s)
+  local info = s.info or {}
+  local kind
+  for _, account in ipairs((M.client().init_result or {}).accounts or {}) do
+    if account.name == info.account then
+      kind = account.kind
+    end
+  end
+  local levels = effort.levels(info.model or "", kind)
+  if levels then
+    return levels, true
+  end
+  return vim.list_slice(effort.UNUSED), false
+end
+
+--- Sets the shown session's reasoning effort (`session/update {effort}`, from the next
+--- request on): `level` one of `minimal`, `low`, `medium`, `high`, or `default` (the account's
+--- default, `null` on the wire); without one, picked with `vim.ui.select` from the levels the
+--- session's model takes ([`M.effort_levels`]). `done(err, session)` gets the session as the
+--- daemon answered.
+---@param level sidechat.Effort|"default"|string?
+---@param done fun(err: table?, session: table?)?
+function M.pick_effort(level, done)
+  local s = shown("the effort is set per session")
+  if not s then
+    return
+  end
+  local function set(l)
+    if l ~= "default" and not vim.tbl_contains(effort.ALL, l) then
+      notify(("no effort %q: minimal, low, medium, high or default"):format(l), vim.log.levels.ERROR)
+      return done and done({ message = "no effort " .. l })
+    end
+    local params = { sessionId = s.id, effort = l == "default" and vim.NIL or l }
+    request_told(protocol.method.sessionUpdate, params, "cannot set the effort", function(info)
+      -- The whole session: an effort back to no default is an absent field.
+      s.info = info
+      view.schedule()
+      return ("effort: %s"):format(l == "default" and ("default, " .. (info.effort or "the provider's")) or info.effort)
+    end, done)
+  end
+  if level and vim.trim(level) ~= "" then
+    return set(vim.trim(level):lower())
+  end
+  local info = s.info or {}
+  local levels, takes = M.effort_levels(s)
+  local items = vim.list_extend({ "default" }, levels)
+  local prompt = ("Reasoning effort for %s (now %s)"):format(info.model or "the model", info.effort or "the provider's default")
+  if not takes then
+    prompt = prompt .. ("; %s takes none here, so it is kept for a model that does"):format(info.model or "the model")
+  end
+  vim.ui.select(items, {
+    prompt = prompt,
+    format_item = function(item)
+      if item == "default" then
+        return "default (the account's)"
+      end
+      return item == info.effort and (item .. " · current") or item
     end,
   }, function(picked)
     if picked then
