@@ -160,7 +160,7 @@ H.run({
       local r = finished(function(done)
         sidechat.pick_effort("extreme", done)
       end)
-      H.eq({ message = "no effort extreme" }, r.err, "refused by the plugin")
+      H.eq({ code = -32602, message = "no effort extreme" }, r.err, "refused by the plugin")
       H.eq({
         msg = 'sidechat: no effort "extreme": minimal, low, medium, high or default',
         level = vim.log.levels.ERROR,

@@ -13,6 +13,15 @@ local effort = require("sidechat.effort")
 
 local M = {}
 
+--- What the plugin holds between commands.
+---@class sidechat.State
+---@field sessions table<string, sidechat.Session?> the sessions seen, by id
+---@field current sidechat.Session? the session shown in the chat column
+---@field client sidechat.Client? the connection, with the plugin's listeners
+---@field attachments sidechat.Attachment[] attached to the next message sent from the prompt
+---@field retry { text: string, id: string }? a message given back to the prompt, resent under the same id
+
+---@type sidechat.State
 local st = {
   sessions = {}, -- id -> sidechat.Session
   current = nil, -- sidechat.Session shown in the chat column
@@ -35,7 +44,7 @@ end
 --- Sends `method` and tells the user how it went: an error as "`failed`: <message>", an answer
 --- as what `told(result)` says (nothing when it returns nil); then `done(err, result)`.
 ---@param told fun(result: table): string?
----@param done fun(err: table?, result: table?)?
+---@param done fun(err: sidechat.RpcError?, result: table?)?
 local function request_told(method, params, failed, told, done)
   M.client():request(method, params, function(err, result)
     if err then
@@ -73,6 +82,8 @@ local function shown(why)
 end
 
 --- Redraws and syncs the approval window when the shown session changes.
+---@param session sidechat.Session
+---@param what string the event kind or reason that changed it
 local function on_session_change(session, what)
   if session ~= st.current then
     return
@@ -147,7 +158,7 @@ end
 
 --- Shows session `id` in the chat column: redrawn from `session/transcript`, then live.
 ---@param id string
----@param done fun(err: table?, session: sidechat.Session?)?
+---@param done fun(err: sidechat.RpcError?, session: sidechat.Session?)?
 function M.attach(id, done)
   local c = M.client()
   local s = st.sessions[id]
@@ -180,7 +191,7 @@ end
 
 --- Loads the page of older entries of the shown session above what is shown, keeping the
 --- cursor on the entry it was on; says so when the whole transcript is shown already.
----@param done fun(err: table?, loaded: boolean)?
+---@param done fun(err: sidechat.RpcError?, loaded: boolean)?
 function M.older(done)
   local s = st.current
   if not s then
@@ -216,7 +227,7 @@ local function title_of(text)
 end
 
 --- Creates a session for the working directory and shows it.
----@param done fun(err: table?, session: sidechat.Session?)?
+---@param done fun(err: sidechat.RpcError?, session: sidechat.Session?)?
 ---@param title string? the daemon's default ("New chat") when nil
 function M.new_session(done, title)
   M.client():request(protocol.method.sessionCreate, { workspaceRoot = vim.fn.getcwd(), title = title }, function(err, info)
@@ -279,7 +290,7 @@ end
 --- Sends `text` to the shown session (a new session if none): a new turn, or while a run works
 --- an interjection shown "waiting" until delivered.
 ---@param text string
----@param opts { attachments: table[]?, client_message_id: string?, on_fail: fun(err: table)?, on_sent: fun(result: table)? }?
+---@param opts { attachments: sidechat.Attachment[]?, client_message_id: string?, on_fail: fun(err: sidechat.RpcError?, params: table?)?, on_sent: fun(result: table)? }?
 function M.send(text, opts)
   opts = opts or {}
   with_session(function(s)
@@ -352,7 +363,7 @@ end
 
 --- Withdraws a waiting message (the newest when `pending_id` is nil).
 ---@param pending_id string?
----@param done fun(err: table?, result: table?)?
+---@param done fun(err: sidechat.RpcError?, result: table?)?
 function M.withdraw(pending_id, done)
   local s = st.current
   if not s then
@@ -379,7 +390,7 @@ end)
 --- transcript drops it when the daemon's `noteDeleted` event arrives. Without `message_id`,
 --- the shown session's newest note.
 ---@param message_id string?
----@param done fun(err: table?, result: table?)?
+---@param done fun(err: sidechat.RpcError?, result: table?)?
 function M.delete_note(message_id, done)
   local s = st.current
   if not s then
@@ -413,7 +424,7 @@ M.ROLLOVER_CHOICES = { "off", "1h", "3h", "1d", "custom…" }
 --- `vim.ui.input` for another time). `done(err, session)` gets the session as `session/get`
 --- reads it back.
 ---@param value string?
----@param done fun(err: table?, session: table?)?
+---@param done fun(err: sidechat.RpcError?, session: sidechat.SessionInfo?)?
 function M.rollover(value, done)
   local s = shown("the idle rollover is set per session")
   if not s then
@@ -477,14 +488,14 @@ end)
 --- session's oldest).
 ---@param decision "allow"|"allowAlways"|"allowWorkspace"|"deny"
 ---@param approval_id string?
----@param done fun(err: table?, result: table?)?
+---@param done fun(err: sidechat.RpcError?, result: table?)?
 ---@param extra { rule: string?, reason: string? }?
 function M.approve(decision, approval_id, done, extra)
   local s = st.current
   if not approval_id then
-    local shown = approval.state.approval
+    local in_window = approval.state.approval
     local first = s and s:pending_approvals()[1]
-    approval_id = shown and shown.approvalId or (first and first.approvalId)
+    approval_id = in_window and in_window.approvalId or (first and first.approvalId)
   end
   if not approval_id then
     notify("no approval is pending")
@@ -528,7 +539,7 @@ end
 --- Shows what the session did to a changed file: its text before the session's first change
 --- beside the file as it is now, in diff mode, in a new tab (needs `session/fileDiff`).
 ---@param path string relative to the session's workspace root
----@param done fun(err: table?)?
+---@param done fun(err: sidechat.RpcError?)?
 ---@param child_session_id string? the sub-agent whose change it is (its `changedFiles` entry's)
 function M.diff(path, done, child_session_id)
   local s = st.current
@@ -542,7 +553,7 @@ function M.diff(path, done, child_session_id)
   end
   if not M.supports(protocol.method.sessionFileDiff) then
     notify("this sidechat keeps no before/after of changed files (no session/fileDiff); <CR> opens the file")
-    return finish({ message = "session/fileDiff unsupported" })
+    return finish({ code = -32601, message = "session/fileDiff unsupported" })
   end
   local params = { sessionId = s.id, path = path, childSessionId = child_session_id }
   M.client():request(protocol.method.sessionFileDiff, params, function(err, result)
@@ -614,7 +625,7 @@ end
 --- file, those a command or a sub-agent changed too, and which changed since.
 ---@param s sidechat.Session
 ---@param message_id string
----@param done fun(err: table?, planned: table?)
+---@param done fun(err: sidechat.RpcError?, planned: sidechat.RewindResult?)
 local function dry_run(s, message_id, done)
   local params = { sessionId = s.id, messageId = message_id, restore = "both", dryRun = true }
   M.client():request(protocol.method.sessionRewind, params, done)
@@ -622,7 +633,7 @@ end
 
 --- The files a planned rewind puts back, with those it will ask to overwrite (changed since
 --- the session wrote them).
----@param planned table a `session/rewind` dry run's result
+---@param planned sidechat.RewindResult a `session/rewind` dry run's result
 ---@return string[]
 local function files_put_back(planned)
   local files = vim.tbl_map(function(f)
@@ -643,7 +654,7 @@ end
 
 --- What a planned rewind does to files, in the dry run's terms: "restores a.md; removes b.md;
 --- leaves c.md (already as it was)", or "no files to restore".
----@param planned table a `session/rewind` dry run's result
+---@param planned sidechat.RewindResult a `session/rewind` dry run's result
 ---@return string
 function M.rewind_words(planned)
   local restores, removes, parts = {}, {}, {}
@@ -666,7 +677,7 @@ end
 --- its conversation (`session/rewind`, restore `both`). When files changed since the session
 --- wrote them, asks whether to overwrite them and sends it again with `force`.
 ---@param message_id string
----@param done fun(err: table?, result: table?)?
+---@param done fun(err: sidechat.RpcError?, result: sidechat.RewindResult?)?
 ---@param force boolean?
 function M.rewind(message_id, done, force)
   local s = shown()
@@ -713,7 +724,7 @@ end
 --- takes the shown session back to before the user message `message_id` (without one, the last
 --- turn's).
 ---@param message_id string?
----@param done fun(err: table?, result: table?)?
+---@param done fun(err: sidechat.RpcError?, result: sidechat.RewindResult?)?
 function M.undo(message_id, done)
   local s = shown()
   if not s then
@@ -729,7 +740,7 @@ function M.undo(message_id, done)
     return notify("there is no turn to take back")
   end
   dry_run(s, turn.entry.id, function(err, planned)
-    if err then
+    if err or not planned then
       notify("cannot rewind: " .. err_text(err), vim.log.levels.ERROR)
       return done and done(err)
     end
@@ -749,7 +760,7 @@ end
 --- Picks a turn of the shown session with `vim.ui.select`, newest first, each with what a
 --- rewind to before it would do to files as the daemon's dry run answers for it, and takes the
 --- session back to before the one picked.
----@param done fun(err: table?, result: table?)?
+---@param done fun(err: sidechat.RpcError?, result: sidechat.RewindResult?)?
 function M.rewind_pick(done)
   local s = shown()
   if not s then
@@ -781,7 +792,11 @@ function M.rewind_pick(done)
   local left = #items
   for _, item in ipairs(items) do
     dry_run(s, item.turn.entry.id, function(err, planned)
-      item.words = err and ("files unknown: " .. err_text(err)) or M.rewind_words(planned)
+      if err or not planned then
+        item.words = "files unknown: " .. err_text(err)
+      else
+        item.words = M.rewind_words(planned)
+      end
       left = left - 1
       if left == 0 then
         pick()
@@ -793,7 +808,7 @@ end
 --- Forks the shown session (`session/fork`): a new session holding its conversation up to and
 --- including `message_id` (all of it without one), then shows it.
 ---@param message_id string?
----@param done fun(err: table?, session: sidechat.Session?)?
+---@param done fun(err: sidechat.RpcError?, session: sidechat.Session?)?
 function M.fork(message_id, done)
   local s = shown()
   if not s then
@@ -864,7 +879,7 @@ end
 --- as { account, model }, or picked with `vim.ui.select` from [`M.models`]. `done(err, session)`
 --- gets the session as the daemon answered.
 ---@param choice { account: string, model: string }?
----@param done fun(err: table?, session: table?)?
+---@param done fun(err: sidechat.RpcError?, session: sidechat.SessionInfo?)?
 function M.pick_model(choice, done)
   local s = shown("the model is set per session")
   if not s then
@@ -921,8 +936,8 @@ end
 --- default, `null` on the wire); without one, picked with `vim.ui.select` from the levels the
 --- session's model takes ([`M.effort_levels`]). `done(err, session)` gets the session as the
 --- daemon answered.
----@param level sidechat.Effort|"default"|string?
----@param done fun(err: table?, session: table?)?
+---@param level string? a `sidechat.Effort` or "default"
+---@param done fun(err: sidechat.RpcError?, session: sidechat.SessionInfo?)?
 function M.pick_effort(level, done)
   local s = shown("the effort is set per session")
   if not s then
@@ -931,7 +946,7 @@ function M.pick_effort(level, done)
   local function set(l)
     if l ~= "default" and not vim.tbl_contains(effort.ALL, l) then
       notify(("no effort %q: minimal, low, medium, high or default"):format(l), vim.log.levels.ERROR)
-      return done and done({ message = "no effort " .. l })
+      return done and done({ code = -32602, message = "no effort " .. l })
     end
     local params = { sessionId = s.id, effort = l == "default" and vim.NIL or l }
     request_told(protocol.method.sessionUpdate, params, "cannot set the effort", function(info)
@@ -1002,7 +1017,7 @@ function M.cost_lines(result)
 end
 
 --- Shows what the shown session cost.
----@param done fun(err: table?, result: table?)?
+---@param done fun(err: sidechat.RpcError?, result: table?)?
 function M.cost(done)
   local s = shown()
   if not s then
@@ -1035,7 +1050,7 @@ function M.ask(line1, line2, question)
     table.insert(st.attachments, attachment)
     view.show_attachments(st.attachments)
     local _, prompt = view.buffers()
-    local win = vim.fn.win_findbuf(prompt)[1]
+    local win = prompt and vim.fn.win_findbuf(prompt)[1]
     if win then
       vim.api.nvim_set_current_win(win)
     end
