@@ -21,6 +21,7 @@ M.defaults = {
   --- Height of the prompt window in lines.
   prompt_height = 5,
   --- Move the cursor into an approval window when it opens.
+  ---@type boolean
   focus_approvals = true,
   --- Keys; set one to false to leave it unmapped.
   keys = {
