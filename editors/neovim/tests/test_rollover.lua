@@ -45,7 +45,7 @@ H.run({
   {
     "without a session, it says there is none",
     function()
-      H.eq({ msg = "sidechat: no session shown: the idle rollover is set per session", level = vim.log.levels.INFO }, run("SidechatRollover 1d"))
+      H.eq({ msg = "sidechat: no session is shown: the idle rollover is set per session", level = vim.log.levels.INFO }, run("SidechatRollover 1d"))
     end,
   },
   {

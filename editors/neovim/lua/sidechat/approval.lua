@@ -6,6 +6,13 @@ local render = require("sidechat.render")
 
 local M = {}
 
+--- The window and what it shows.
+---@class sidechat.ApprovalState
+---@field win integer? the float, while open
+---@field buf integer? its buffer
+---@field approval table? the approval shown
+---@field return_win integer? the window the cursor goes back to when it closes
+---@field dismissed table<string, boolean?> approvals hidden with `q`, by id
 M.state = { win = nil, buf = nil, approval = nil, return_win = nil, dismissed = {} }
 
 local function split(text)
@@ -22,6 +29,7 @@ end
 
 --- What the window says of a `run_command` approval's `sandboxed` (absent from daemons that do
 --- not say, and for other tools: nothing then).
+---@type table<boolean, string?>
 M.SANDBOXED = {
   [true] = "# runs sandboxed: it may write only in the workspace and the temp folder, no network",
   [false] = "# runs outside the sandbox, with your permissions",
@@ -88,9 +96,10 @@ end
 
 function M.close()
   local st = M.state
-  if M.is_open() then
-    local was_current = vim.api.nvim_get_current_win() == st.win
-    vim.api.nvim_win_close(st.win, true)
+  local win = st.win
+  if win and vim.api.nvim_win_is_valid(win) then
+    local was_current = vim.api.nvim_get_current_win() == win
+    vim.api.nvim_win_close(win, true)
     if was_current and st.return_win and vim.api.nvim_win_is_valid(st.return_win) then
       vim.api.nvim_set_current_win(st.return_win)
     end
@@ -161,10 +170,11 @@ local function open(approval)
       vim.cmd("stopinsert")
     end
   end
-  if M.is_open() then
-    vim.api.nvim_win_set_config(st.win, { relative = "editor", row = 1, col = vim.o.columns - width - 2, width = width, height = height })
+  local win = M.is_open() and st.win or nil
+  if win then
+    vim.api.nvim_win_set_config(win, { relative = "editor", row = 1, col = vim.o.columns - width - 2, width = width, height = height })
     if enter then
-      vim.api.nvim_set_current_win(st.win)
+      vim.api.nvim_set_current_win(win)
     end
   else
     st.win = vim.api.nvim_open_win(st.buf, enter, {

@@ -14,6 +14,15 @@ M.UNAVAILABLE = -32098
 
 ---@class sidechat.Client
 ---@field status "stopped"|"starting"|"ready"|"restarting"|"failed"
+---@field init_result table? the `initialize` result (accounts, capabilities…)
+---@field clock { now: fun(): integer, defer: fun(fn: fun(), ms: integer) } the time restarts run on
+---@field generation integer bumped at each spawn, so callbacks of an old process are ignored
+---@field started_at integer? clock time of the last spawn
+---@field restart_in_ms integer? the wait before the restart under way
+---@field event_listeners fun(params: table)[]
+---@field ready_listeners fun(restarted: boolean)[]
+---@field exit_listeners fun(code: integer?, signal: integer?)[]
+---@field last_error string?
 local Client = {}
 Client.__index = Client
 
@@ -142,7 +151,7 @@ end
 --- Sends a request once the daemon is ready (starting it if needed).
 ---@param method string
 ---@param params table?
----@param callback fun(err: table?, result: any)?
+---@param callback fun(err: sidechat.RpcError?, result: any)?
 function Client:request(method, params, callback)
   callback = callback or function(err)
     if err then
@@ -189,6 +198,9 @@ function Client:start()
   self.status = "starting"
   self.started_at = self.clock.now()
   local env = vim.tbl_extend("force", { SIDECHAT_LOG = config.options.log_level }, config.options.env or {})
+  -- on_error and server_request are left to Neovim's defaults: the daemon sends no requests,
+  -- and its errors end in on_exit.
+  ---@diagnostic disable-next-line: missing-fields
   local ok, rpc = pcall(vim.lsp.rpc.start, cmd, {
     notification = function(method, params)
       if generation == self.generation and method == protocol.method.sessionEvent then
@@ -202,7 +214,7 @@ function Client:start()
         end
       end)
     end,
-  }, { cwd = vim.fn.getcwd(), env = env })
+  } --[[@as vim.lsp.rpc.Dispatchers]], { cwd = vim.fn.getcwd(), env = env })
   if not ok then
     self.status = "failed"
     self.last_error = tostring(rpc)
@@ -313,6 +325,7 @@ function Client:pid()
   end
 end
 
+---@type sidechat.Client?
 local instance
 --- The one connection of this Neovim.
 ---@return sidechat.Client

@@ -6,6 +6,7 @@ M.defaults = {
   --- The daemon's command. The first element is looked up on $PATH unless it is a path.
   cmd = { "sidechat", "serve" },
   --- The SQLite database (`--db`); nil lets the daemon choose ($XDG_DATA_HOME/sidechat/sidechat.db).
+  ---@type string?
   db = nil,
   --- Extra environment for the daemon (e.g. { SIDECHAT_ACCOUNT = "work" }).
   env = {},
@@ -20,6 +21,7 @@ M.defaults = {
   --- Height of the prompt window in lines.
   prompt_height = 5,
   --- Move the cursor into an approval window when it opens.
+  ---@type boolean
   focus_approvals = true,
   --- Keys; set one to false to leave it unmapped.
   keys = {

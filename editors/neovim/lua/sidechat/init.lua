@@ -9,9 +9,19 @@ local session_mod = require("sidechat.session")
 local view = require("sidechat.view")
 local approval = require("sidechat.approval")
 local render = require("sidechat.render")
+local effort = require("sidechat.effort")
 
 local M = {}
 
+--- What the plugin holds between commands.
+---@class sidechat.State
+---@field sessions table<string, sidechat.Session?> the sessions seen, by id
+---@field current sidechat.Session? the session shown in the chat column
+---@field client sidechat.Client? the connection, with the plugin's listeners
+---@field attachments sidechat.Attachment[] attached to the next message sent from the prompt
+---@field retry { text: string, id: string }? a message given back to the prompt, resent under the same id
+
+---@type sidechat.State
 local st = {
   sessions = {}, -- id -> sidechat.Session
   current = nil, -- sidechat.Session shown in the chat column
@@ -34,7 +44,7 @@ end
 --- Sends `method` and tells the user how it went: an error as "`failed`: <message>", an answer
 --- as what `told(result)` says (nothing when it returns nil); then `done(err, result)`.
 ---@param told fun(result: table): string?
----@param done fun(err: table?, result: table?)?
+---@param done fun(err: sidechat.RpcError?, result: table?)?
 local function request_told(method, params, failed, told, done)
   M.client():request(method, params, function(err, result)
     if err then
@@ -61,7 +71,19 @@ local function under_cursor(kind, fn)
   end
 end
 
+--- The shown session; when none is shown, says so (with `why`, what needs one) and gives nil.
+---@param why string?
+---@return sidechat.Session?
+local function shown(why)
+  if not st.current then
+    notify("no session is shown" .. (why and (": " .. why) or ""))
+  end
+  return st.current
+end
+
 --- Redraws and syncs the approval window when the shown session changes.
+---@param session sidechat.Session
+---@param what string the event kind or reason that changed it
 local function on_session_change(session, what)
   if session ~= st.current then
     return
@@ -136,7 +158,7 @@ end
 
 --- Shows session `id` in the chat column: redrawn from `session/transcript`, then live.
 ---@param id string
----@param done fun(err: table?, session: sidechat.Session?)?
+---@param done fun(err: sidechat.RpcError?, session: sidechat.Session?)?
 function M.attach(id, done)
   local c = M.client()
   local s = st.sessions[id]
@@ -169,7 +191,7 @@ end
 
 --- Loads the page of older entries of the shown session above what is shown, keeping the
 --- cursor on the entry it was on; says so when the whole transcript is shown already.
----@param done fun(err: table?, loaded: boolean)?
+---@param done fun(err: sidechat.RpcError?, loaded: boolean)?
 function M.older(done)
   local s = st.current
   if not s then
@@ -205,7 +227,7 @@ local function title_of(text)
 end
 
 --- Creates a session for the working directory and shows it.
----@param done fun(err: table?, session: sidechat.Session?)?
+---@param done fun(err: sidechat.RpcError?, session: sidechat.Session?)?
 ---@param title string? the daemon's default ("New chat") when nil
 function M.new_session(done, title)
   M.client():request(protocol.method.sessionCreate, { workspaceRoot = vim.fn.getcwd(), title = title }, function(err, info)
@@ -268,7 +290,7 @@ end
 --- Sends `text` to the shown session (a new session if none): a new turn, or while a run works
 --- an interjection shown "waiting" until delivered.
 ---@param text string
----@param opts { attachments: table[]?, images: { mediaType: string, data: string }[]?, client_message_id: string?, on_fail: fun(err: table)?, on_sent: fun(result: table)? }?
+---@param opts { attachments: sidechat.Attachment[]?, images: { mediaType: string, data: string }[]?, client_message_id: string?, on_fail: fun(err: sidechat.RpcError?, params: table?)?, on_sent: fun(result: table)? }?
 function M.send(text, opts)
   opts = opts or {}
   with_session(function(s)
@@ -348,7 +370,7 @@ end
 
 --- Withdraws a waiting message (the newest when `pending_id` is nil).
 ---@param pending_id string?
----@param done fun(err: table?, result: table?)?
+---@param done fun(err: sidechat.RpcError?, result: table?)?
 function M.withdraw(pending_id, done)
   local s = st.current
   if not s then
@@ -375,7 +397,7 @@ end)
 --- transcript drops it when the daemon's `noteDeleted` event arrives. Without `message_id`,
 --- the shown session's newest note.
 ---@param message_id string?
----@param done fun(err: table?, result: table?)?
+---@param done fun(err: sidechat.RpcError?, result: table?)?
 function M.delete_note(message_id, done)
   local s = st.current
   if not s then
@@ -409,11 +431,11 @@ M.ROLLOVER_CHOICES = { "off", "1h", "3h", "1d", "custom…" }
 --- `vim.ui.input` for another time). `done(err, session)` gets the session as `session/get`
 --- reads it back.
 ---@param value string?
----@param done fun(err: table?, session: table?)?
+---@param done fun(err: sidechat.RpcError?, session: sidechat.SessionInfo?)?
 function M.rollover(value, done)
-  local s = st.current
+  local s = shown("the idle rollover is set per session")
   if not s then
-    return notify("no session shown: the idle rollover is set per session")
+    return
   end
   local c = M.client()
   local function set(v)
@@ -473,14 +495,14 @@ end)
 --- session's oldest).
 ---@param decision "allow"|"allowAlways"|"allowWorkspace"|"deny"
 ---@param approval_id string?
----@param done fun(err: table?, result: table?)?
+---@param done fun(err: sidechat.RpcError?, result: table?)?
 ---@param extra { rule: string?, reason: string? }?
 function M.approve(decision, approval_id, done, extra)
   local s = st.current
   if not approval_id then
-    local shown = approval.state.approval
+    local in_window = approval.state.approval
     local first = s and s:pending_approvals()[1]
-    approval_id = shown and shown.approvalId or (first and first.approvalId)
+    approval_id = in_window and in_window.approvalId or (first and first.approvalId)
   end
   if not approval_id then
     notify("no approval is pending")
@@ -524,7 +546,7 @@ end
 --- Shows what the session did to a changed file: its text before the session's first change
 --- beside the file as it is now, in diff mode, in a new tab (needs `session/fileDiff`).
 ---@param path string relative to the session's workspace root
----@param done fun(err: table?)?
+---@param done fun(err: sidechat.RpcError?)?
 ---@param child_session_id string? the sub-agent whose change it is (its `changedFiles` entry's)
 function M.diff(path, done, child_session_id)
   local s = st.current
@@ -538,7 +560,7 @@ function M.diff(path, done, child_session_id)
   end
   if not M.supports(protocol.method.sessionFileDiff) then
     notify("this sidechat keeps no before/after of changed files (no session/fileDiff); <CR> opens the file")
-    return finish({ message = "session/fileDiff unsupported" })
+    return finish({ code = -32601, message = "session/fileDiff unsupported" })
   end
   local params = { sessionId = s.id, path = path, childSessionId = child_session_id }
   M.client():request(protocol.method.sessionFileDiff, params, function(err, result)
@@ -576,9 +598,6 @@ M.diff_under_cursor = under_cursor("file", function(span)
   M.diff(span.path, nil, span.childSessionId)
 end)
 
---- The tools whose changes a rewind puts back (the daemon keeps a checkpoint before each).
-local FILE_TOOLS = { write_file = true, edit_file = true }
-
 --- A user message's text, shortened to one line.
 local function turn_text(entry)
   for _, block in ipairs(entry.blocks) do
@@ -589,44 +608,47 @@ local function turn_text(entry)
   return ""
 end
 
---- The shown session's turns that a rewind can take back (its user messages not rewound,
---- oldest first), each with the files the file tools changed in it, as the loaded transcript
---- shows them (a sub-agent's changes are not listed).
+--- A turn a rewind can take the session back to before.
+---@class sidechat.Turn
+---@field entry sidechat.Entry its user message
+---@field text string the message's first line, shortened
+
+--- The shown session's turns that a rewind can take back: its user messages not rewound,
+--- oldest first.
 ---@param s sidechat.Session
----@return { entry: table, text: string, files: string[] }[]
+---@return sidechat.Turn[]
 function M.turns(s)
   local turns = {}
-  local turn
   for _, entry in ipairs(s.entries) do
-    if not entry.rewound then
-      if entry.role == "user" then
-        turn = { entry = entry, text = turn_text(entry), files = {} }
-        table.insert(turns, turn)
-      elseif turn then
-        for _, block in ipairs(entry.blocks) do
-          local result = block.type == "toolCall" and s.results[block.id]
-          local path = result and not result.isError and FILE_TOOLS[block.name] and block.input.path
-          if type(path) == "string" and not vim.tbl_contains(turn.files, path) then
-            table.insert(turn.files, path)
-          end
-        end
-      end
+    if entry.role == "user" and not entry.rewound then
+      table.insert(turns, { entry = entry, text = turn_text(entry) })
     end
   end
   return turns
 end
 
---- The files a rewind to before `message_id` puts back: those changed from that turn on.
-local function files_from(turns, message_id)
-  local files, from = {}, false
-  for _, t in ipairs(turns) do
-    from = from or t.entry.id == message_id
-    if from then
-      for _, f in ipairs(t.files) do
-        if not vim.tbl_contains(files, f) then
-          table.insert(files, f)
-        end
-      end
+--- What a rewind of `s` to before `message_id` (files and conversation) would do, as the
+--- daemon's dry run answers it (`session/rewind` with `dryRun`): the daemon alone knows every
+--- file, those a command or a sub-agent changed too, and which changed since.
+---@param s sidechat.Session
+---@param message_id string
+---@param done fun(err: sidechat.RpcError?, planned: sidechat.RewindResult?)
+local function dry_run(s, message_id, done)
+  local params = { sessionId = s.id, messageId = message_id, restore = "both", dryRun = true }
+  M.client():request(protocol.method.sessionRewind, params, done)
+end
+
+--- The files a planned rewind puts back, with those it will ask to overwrite (changed since
+--- the session wrote them).
+---@param planned sidechat.RewindResult a `session/rewind` dry run's result
+---@return string[]
+local function files_put_back(planned)
+  local files = vim.tbl_map(function(f)
+    return f.path
+  end, planned.restored)
+  for _, f in ipairs(planned.skipped) do
+    if vim.startswith(f.reason, "changed since") then
+      table.insert(files, f.path)
     end
   end
   return files
@@ -637,15 +659,37 @@ local function file_list(files)
   return #files == 0 and "no files" or table.concat(files, ", ")
 end
 
+--- What a planned rewind does to files, in the dry run's terms: "restores a.md; removes b.md;
+--- leaves c.md (already as it was)", or "no files to restore".
+---@param planned sidechat.RewindResult a `session/rewind` dry run's result
+---@return string
+function M.rewind_words(planned)
+  local restores, removes, parts = {}, {}, {}
+  for _, f in ipairs(planned.restored) do
+    table.insert(f.removed and removes or restores, f.path)
+  end
+  if #restores > 0 then
+    table.insert(parts, "restores " .. table.concat(restores, ", "))
+  end
+  if #removes > 0 then
+    table.insert(parts, "removes " .. table.concat(removes, ", "))
+  end
+  for _, f in ipairs(planned.skipped) do
+    table.insert(parts, ("leaves %s (%s)"):format(f.path, f.reason))
+  end
+  return #parts == 0 and "no files to restore" or table.concat(parts, "; ")
+end
+
 --- Takes the shown session back to just before the user message `message_id`: its files and
 --- its conversation (`session/rewind`, restore `both`). When files changed since the session
 --- wrote them, asks whether to overwrite them and sends it again with `force`.
 ---@param message_id string
----@param done fun(err: table?, result: table?)?
+---@param done fun(err: sidechat.RpcError?, result: sidechat.RewindResult?)?
+---@param force boolean?
 function M.rewind(message_id, done, force)
-  local s = st.current
+  local s = shown()
   if not s then
-    return notify("no session is shown")
+    return
   end
   local params = { sessionId = s.id, messageId = message_id, restore = "both", force = force or nil }
   M.client():request(protocol.method.sessionRewind, params, function(err, result)
@@ -683,18 +727,18 @@ function M.rewind(message_id, done, force)
   end)
 end
 
---- Asks (`vim.ui.select`, naming the files it puts back) and then takes the shown session back
---- to before the user message `message_id` (without one, the last turn's).
+--- Asks (`vim.ui.select`, naming the files the daemon's dry run says it puts back) and then
+--- takes the shown session back to before the user message `message_id` (without one, the last
+--- turn's).
 ---@param message_id string?
----@param done fun(err: table?, result: table?)?
+---@param done fun(err: sidechat.RpcError?, result: sidechat.RewindResult?)?
 function M.undo(message_id, done)
-  local s = st.current
+  local s = shown()
   if not s then
-    return notify("no session is shown")
+    return
   end
-  local turns = M.turns(s)
   local turn
-  for _, t in ipairs(turns) do
+  for _, t in ipairs(M.turns(s)) do
     if message_id == nil or t.entry.id == message_id then
       turn = t
     end
@@ -702,24 +746,14 @@ function M.undo(message_id, done)
   if not turn then
     return notify("there is no turn to take back")
   end
-  -- The daemon's dry run names every file the rewind puts back, those commands and
-  -- sub-agents changed too; the transcript's own list stands in if it cannot answer.
-  local params = { sessionId = s.id, messageId = turn.entry.id, restore = "both", dryRun = true }
-  M.client():request(protocol.method.sessionRewind, params, function(err, planned)
-    local files = files_from(turns, turn.entry.id)
-    if not err and planned then
-      files = vim.tbl_map(function(f)
-        return f.path
-      end, planned.restored)
-      for _, f in ipairs(planned.skipped) do
-        if vim.startswith(f.reason, "changed since") then
-          table.insert(files, f.path)
-        end
-      end
+  dry_run(s, turn.entry.id, function(err, planned)
+    if err or not planned then
+      notify("cannot rewind: " .. err_text(err), vim.log.levels.ERROR)
+      return done and done(err)
     end
     vim.ui.select({ "Undo", "Cancel" }, {
       prompt = ('Undo to before "%s"? Restores %s; the messages from there on are folded away'):format(
-        turn.text, file_list(files)),
+        turn.text, file_list(files_put_back(planned))),
     }, function(choice)
       if choice == "Undo" then
         M.rewind(turn.entry.id, done)
@@ -730,44 +764,62 @@ function M.undo(message_id, done)
   end)
 end
 
---- Picks a turn of the shown session (newest first, each with the files it changed) with
---- `vim.ui.select` and takes the session back to before it.
----@param done fun(err: table?, result: table?)?
+--- Picks a turn of the shown session with `vim.ui.select`, newest first, each with what a
+--- rewind to before it would do to files as the daemon's dry run answers for it, and takes the
+--- session back to before the one picked.
+---@param done fun(err: sidechat.RpcError?, result: sidechat.RewindResult?)?
 function M.rewind_pick(done)
-  local s = st.current
+  local s = shown()
   if not s then
-    return notify("no session is shown")
+    return
   end
   local turns = M.turns(s)
   if #turns == 0 then
     return notify("there is no turn to take back")
   end
-  local newest_first = {}
+  ---@type { turn: sidechat.Turn, words: string? }[]
+  local items = {}
   for i = #turns, 1, -1 do
-    table.insert(newest_first, turns[i])
+    table.insert(items, { turn = turns[i] })
   end
-  vim.ui.select(newest_first, {
-    prompt = "Rewind to before (files and conversation)",
-    format_item = function(t)
-      return ("%s — %s"):format(t.text, #t.files == 0 and "no files changed" or table.concat(t.files, ", "))
-    end,
-  }, function(choice)
-    if choice then
-      M.rewind(choice.entry.id, done)
-    elseif done then
-      done(nil, nil)
-    end
-  end)
+  local function pick()
+    vim.ui.select(items, {
+      prompt = "Rewind to before (files and conversation)",
+      format_item = function(item)
+        return ("%s — %s"):format(item.turn.text, item.words)
+      end,
+    }, function(choice)
+      if choice then
+        M.rewind(choice.turn.entry.id, done)
+      elseif done then
+        done(nil, nil)
+      end
+    end)
+  end
+  local left = #items
+  for _, item in ipairs(items) do
+    dry_run(s, item.turn.entry.id, function(err, planned)
+      if err or not planned then
+        item.words = "files unknown: " .. err_text(err)
+      else
+        item.words = M.rewind_words(planned)
+      end
+      left = left - 1
+      if left == 0 then
+        pick()
+      end
+    end)
+  end
 end
 
 --- Forks the shown session (`session/fork`): a new session holding its conversation up to and
 --- including `message_id` (all of it without one), then shows it.
 ---@param message_id string?
----@param done fun(err: table?, session: sidechat.Session?)?
+---@param done fun(err: sidechat.RpcError?, session: sidechat.Session?)?
 function M.fork(message_id, done)
-  local s = st.current
+  local s = shown()
   if not s then
-    return notify("no session is shown")
+    return
   end
   M.client():request(protocol.method.sessionFork, { sessionId = s.id, messageId = message_id }, function(err, info)
     if err then
@@ -834,16 +886,17 @@ end
 --- as { account, model }, or picked with `vim.ui.select` from [`M.models`]. `done(err, session)`
 --- gets the session as the daemon answered.
 ---@param choice { account: string, model: string }?
----@param done fun(err: table?, session: table?)?
+---@param done fun(err: sidechat.RpcError?, session: sidechat.SessionInfo?)?
 function M.pick_model(choice, done)
-  local s = st.current
+  local s = shown("the model is set per session")
   if not s then
-    return notify("no session shown: the model is set per session")
+    return
   end
   local function set(c)
     local params = { sessionId = s.id, account = c.account, model = c.model }
     request_told(protocol.method.sessionUpdate, params, "cannot switch the model", function(info)
-      s.info = vim.tbl_extend("force", s.info or {}, info)
+      -- The whole session: fields the new model leaves unset (its effort) are absent.
+      s.info = info
       view.schedule()
       return ("model: %s (%s)"):format(info.model, info.account)
     end, done)
@@ -857,6 +910,76 @@ function M.pick_model(choice, done)
     format_item = function(c)
       local current = c.account == info.account and c.model == info.model
       return ("%s (%s)%s"):format(c.model, c.account, current and " · current" or "")
+    end,
+  }, function(picked)
+    if picked then
+      set(picked)
+    end
+  end)
+end
+
+--- The levels `:SidechatEffort` offers for the shown session: those its model takes through
+--- its account's provider (`sidechat.effort`), else, for a model that takes none, low to high
+--- (kept for a later model; the daemon says once that it is not sent). `takes` is false then.
+---@param s sidechat.Session
+---@return sidechat.Effort[] levels, boolean takes
+function M.effort_levels(s)
+  local info = s.info or {}
+  local kind
+  for _, account in ipairs((M.client().init_result or {}).accounts or {}) do
+    if account.name == info.account then
+      kind = account.kind
+    end
+  end
+  local levels = effort.levels(info.model or "", kind)
+  if levels then
+    return levels, true
+  end
+  return vim.list_slice(effort.UNUSED), false
+end
+
+--- Sets the shown session's reasoning effort (`session/update {effort}`, from the next
+--- request on): `level` one of `minimal`, `low`, `medium`, `high`, or `default` (the account's
+--- default, `null` on the wire); without one, picked with `vim.ui.select` from the levels the
+--- session's model takes ([`M.effort_levels`]). `done(err, session)` gets the session as the
+--- daemon answered.
+---@param level string? a `sidechat.Effort` or "default"
+---@param done fun(err: sidechat.RpcError?, session: sidechat.SessionInfo?)?
+function M.pick_effort(level, done)
+  local s = shown("the effort is set per session")
+  if not s then
+    return
+  end
+  local function set(l)
+    if l ~= "default" and not vim.tbl_contains(effort.ALL, l) then
+      notify(("no effort %q: minimal, low, medium, high or default"):format(l), vim.log.levels.ERROR)
+      return done and done({ code = -32602, message = "no effort " .. l })
+    end
+    local params = { sessionId = s.id, effort = l == "default" and vim.NIL or l }
+    request_told(protocol.method.sessionUpdate, params, "cannot set the effort", function(info)
+      -- The whole session: an effort back to no default is an absent field.
+      s.info = info
+      view.schedule()
+      return ("effort: %s"):format(l == "default" and ("default, " .. (info.effort or "the provider's")) or info.effort)
+    end, done)
+  end
+  if level and vim.trim(level) ~= "" then
+    return set(vim.trim(level):lower())
+  end
+  local info = s.info or {}
+  local levels, takes = M.effort_levels(s)
+  local items = vim.list_extend({ "default" }, levels)
+  local prompt = ("Reasoning effort for %s (now %s)"):format(info.model or "the model", info.effort or "the provider's default")
+  if not takes then
+    prompt = prompt .. ("; %s takes none here, so it is kept for a model that does"):format(info.model or "the model")
+  end
+  vim.ui.select(items, {
+    prompt = prompt,
+    format_item = function(item)
+      if item == "default" then
+        return "default (the account's)"
+      end
+      return item == info.effort and (item .. " · current") or item
     end,
   }, function(picked)
     if picked then
@@ -901,11 +1024,11 @@ function M.cost_lines(result)
 end
 
 --- Shows what the shown session cost.
----@param done fun(err: table?, result: table?)?
+---@param done fun(err: sidechat.RpcError?, result: table?)?
 function M.cost(done)
-  local s = st.current
+  local s = shown()
   if not s then
-    return notify("no session is shown")
+    return
   end
   request_told(protocol.method.sessionCost, { sessionId = s.id }, "cannot read the cost", function(result)
     return table.concat(M.cost_lines(result), "\n")
@@ -934,7 +1057,7 @@ function M.ask(line1, line2, question)
     table.insert(st.attachments, attachment)
     view.show_attachments(st.attachments)
     local _, prompt = view.buffers()
-    local win = vim.fn.win_findbuf(prompt)[1]
+    local win = prompt and vim.fn.win_findbuf(prompt)[1]
     if win then
       vim.api.nvim_set_current_win(win)
     end

@@ -53,7 +53,7 @@ function Policy:crashed(now_ms, ran_ms)
     self:reset()
     return { restart = false, crashes = #recent }
   end
-  local delay_ms = math.min(o.first_delay_ms * 2 ^ self.streak, o.max_delay_ms)
+  local delay_ms = math.min(math.floor(o.first_delay_ms * 2 ^ self.streak), o.max_delay_ms)
   self.streak = self.streak + 1
   return { restart = true, delay_ms = delay_ms }
 end

@@ -18,6 +18,7 @@ M.PAST_EVERY_SEQ = 1000000000000
 ---@field role "user"|"assistant"|"tool"|"note"|"notice"|"summary"
 ---@field blocks table[] its blocks (`type` = "text", "thinking", "toolCall", "toolResult"…)
 ---@field status string?
+---@field rewound boolean? taken back by `session/rewind`: shown folded, never sent to a model
 
 --- A message being streamed.
 ---@class sidechat.LiveMessage
@@ -31,16 +32,16 @@ M.PAST_EVERY_SEQ = 1000000000000
 ---@class sidechat.Session
 ---@field client sidechat.Client
 ---@field id string
----@field info table? the `session/get` result (title, model, account, spend, changed files…)
+---@field info sidechat.SessionInfo? the `session/get` result (title, model, account, spend, changed files…)
 ---@field entries sidechat.Entry[] committed entries, by seq
----@field index table<string, integer> entry id -> position in `entries`
+---@field index table<string, integer?> entry id -> position in `entries`
 ---@field committed_seq integer highest seq of a committed entry held
 ---@field older_before integer? older entries remain before this seq
 ---@field loading_older boolean
 ---@field event_seq integer seq of the last event applied
 ---@field live sidechat.LiveMessage[] messages being streamed, in start order
----@field tools table<string, { status: string, output: string? }> tool states from events
----@field results table<string, table> call id -> its committed toolResult block
+---@field tools table<string, { status: string, output: string? }?> tool states from events
+---@field results table<string, table?> call id -> its committed toolResult block
 ---@field render_cache table<string, table> entry id -> its rendered lines
 ---@field approvals table[] pending approvals, oldest first
 ---@field delegated table[] approvals the session's sub-agents wait for
@@ -56,6 +57,9 @@ M.PAST_EVERY_SEQ = 1000000000000
 ---@field loaded boolean
 ---@field last_finish { reason: string, error: string? }?
 ---@field listeners fun(session: sidechat.Session, what: string)[]
+---@field plan table? the model's latest plan from a `plan` event (else `info.plan`)
+---@field fetch_waiters fun(err: sidechat.RpcError?)[] callbacks of a refetch under way
+---@field render_prefix table? the rendered lines of the entries that can no longer change
 local Session = {}
 Session.__index = Session
 
@@ -136,7 +140,8 @@ function Session:add_entry(entry)
     self.entries[at] = entry
   else
     table.insert(self.entries, entry)
-    if #self.entries > 1 and self.entries[#self.entries - 1].seq > entry.seq then
+    local previous = self.entries[#self.entries - 1]
+    if previous and previous.seq > entry.seq then
       table.sort(self.entries, function(a, b)
         return a.seq < b.seq
       end)
@@ -178,7 +183,7 @@ function Session:apply(params)
   elseif kind == protocol.event.toolCallStarted then
     self.tools[ev.callId] = { status = "pending" }
   elseif kind == protocol.event.toolCallUpdated then
-    local t = self.tools[ev.callId] or {}
+    local t = self.tools[ev.callId] or { status = ev.status }
     t.status = ev.status
     t.output = ev.output or t.output
     self.tools[ev.callId] = t
@@ -235,7 +240,7 @@ function Session:apply(params)
       for i, block in ipairs(entry.blocks) do
         blocks[i] = block.type == "summary" and vim.tbl_extend("force", block, { text = "" }) or block
       end
-      self:add_entry(vim.tbl_extend("force", entry, { blocks = blocks }))
+      self:add_entry(vim.tbl_extend("force", entry, { blocks = blocks }) --[[@as sidechat.Entry]])
     end
   elseif kind == protocol.event.budget then
     self.budget = ev.snapshot
@@ -250,7 +255,7 @@ function Session:apply(params)
     self:delegated_event(ev)
   elseif kind == protocol.event.sessionUpdated then
     -- The daemon titled the session after its first answer.
-    self.info = vim.tbl_extend("force", self.info or {}, { title = ev.title })
+    self.info = vim.tbl_extend("force", self.info or {}, { title = ev.title }) --[[@as sidechat.SessionInfo]]
   elseif kind == protocol.event.plan then
     self.plan = ev.plan
   elseif kind == protocol.event.rewound then
@@ -269,13 +274,14 @@ function Session:mark_rewound(ev)
   end
   local at = self.index[ev.messageId]
   -- A message on an older page not loaded yet precedes every entry loaded.
-  local from = at and self.entries[at].seq or (self.older_before and 0)
+  local anchor = at and self.entries[at]
+  local from = anchor and anchor.seq or (self.older_before and 0)
   if not from then
     return
   end
   for i, entry in ipairs(self.entries) do
     if entry.seq >= from and not entry.rewound then
-      self.entries[i] = vim.tbl_extend("force", entry, { rewound = true })
+      self.entries[i] = vim.tbl_extend("force", entry, { rewound = true }) --[[@as sidechat.Entry]]
     end
   end
   self.render_prefix = nil
@@ -380,7 +386,9 @@ function Session:apply_child_transcript(call_id, child)
     return
   end
   d.childSeq = child.lastSeq
-  local results, last = {}, nil
+  local results = {}
+  ---@type table? the child's latest tool call
+  local last = nil
   for _, entry in ipairs(child.entries) do
     for _, block in ipairs(entry.blocks) do
       if block.type == "toolCall" then
@@ -509,9 +517,7 @@ end
 --- Reads the transcript after the last committed entry. `reset` (attach, daemon restart)
 --- also forgets streamed state, since a restarted daemon numbers its events from the store.
 ---@param reset boolean
----@param done fun(err: table?)?
----@param reset boolean
----@param done fun(err: table?)?
+---@param done fun(err: sidechat.RpcError?)?
 function Session:refetch(reset, done)
   if self.fetching then
     if done then
@@ -606,8 +612,7 @@ function Session:index_tool_blocks(entry)
 end
 
 --- Reads the page of entries before the oldest one held, when one remains, and puts it first.
----@param done fun(err: table?, loaded: boolean)?
----@param done fun(err: table?, loaded: boolean)?
+---@param done fun(err: sidechat.RpcError?, loaded: boolean)?
 function Session:load_older(done)
   local before = self.older_before
   if not before or self.loading_older then
@@ -649,7 +654,7 @@ function Session:load_older(done)
 end
 
 --- Refreshes the session's title, spend and changed files.
----@param done fun(err: table?)?
+---@param done fun(err: sidechat.RpcError?)?
 function Session:refresh_info(done)
   self.client:request(protocol.method.sessionGet, { sessionId = self.id }, function(err, info)
     if not err then

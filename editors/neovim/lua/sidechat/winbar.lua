@@ -1,5 +1,6 @@
---- The transcript window's winbar: the shown session's title, model and state (idle, working
---- with a spinner, waiting for approval), its context use and cost, and the keys that act now.
+--- The transcript window's winbar: the shown session's title, model, effort and state (idle,
+--- working with a spinner, waiting for approval), its context use and cost, and the keys that
+--- act now.
 --- `M.text` is pure (the same session and frame give the same bar); a timer turns the spinner
 --- while the shown session works.
 local config = require("sidechat.config")
@@ -111,6 +112,9 @@ function M.text(session)
   local parts = { item("SidechatTitle", info.title or "New chat") }
   if info.model then
     table.insert(parts, item("SidechatModel", info.model))
+  end
+  if info.effort then
+    table.insert(parts, item("SidechatModel", info.effort .. " effort"))
   end
   table.insert(parts, item(group, words))
   local ctx = M.context(session)
