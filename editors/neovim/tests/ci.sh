@@ -31,10 +31,8 @@ if ! { [ -x "$nvim" ] && recent "$nvim"; }; then
 fi
 "$nvim" --version | head -1
 
-# The plugin's method names and event kinds are generated from schema/, and which model families
-# take which reasoning effort from data/context_windows.json: they must be current.
+# The plugin's method names and event kinds are generated from schema/: they must be current.
 node "$repo/editors/neovim/scripts/gen-protocol.mjs" --check
-node "$repo/editors/neovim/scripts/gen-reasoning.mjs" --check
 
 # The LuaCATS annotations, checked by emmylua_check (EmmyLua's analyzer, from crates.io:
 # lua-language-server is in none of the registries CI reaches). Built once into target/emmylua

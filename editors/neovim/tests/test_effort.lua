@@ -1,7 +1,7 @@
--- :SidechatEffort: a vim.ui.select of "default" and the levels the session's model takes through
--- its account (the daemon's model table: gpt-5.1 low to high and gpt-5-mini minimal too through
--- OpenAI, a Claude model's thinking budgets through Anthropic; a model that takes none is
--- offered low to high, kept for a later model), set with session/update {effort}, and shown in
+-- :SidechatEffort: a vim.ui.select of "default" and the levels the daemon says the session's
+-- model takes through its account (`effortLevels`: gpt-5.1 low to high through OpenAI, a Claude
+-- model's thinking budgets through Anthropic; a model that takes none is offered low to high,
+-- kept for a later model), set with session/update {effort}, and shown in
 -- the winbar beside the model. Accounts of a config file; no request reaches a model.
 local H = dofile(vim.fn.fnamemodify(debug.getinfo(1, "S").source:sub(2), ":p:h") .. "/helpers.lua")
 
@@ -21,7 +21,6 @@ vim.fn.writefile({
 H.setup({ env = { SIDECHAT_TEST_CLAUDE_KEY = "not-a-key" } })
 local sidechat = require("sidechat")
 local view = require("sidechat.view")
-local effort = require("sidechat.effort")
 local method = require("sidechat.protocol").method
 
 --- Replaces vim.ui.select: records each call (its prompt and items as shown) and answers with
@@ -77,36 +76,6 @@ local function finished(fn)
 end
 
 H.run({
-  {
-    "the levels follow the daemon's model table and the account's provider",
-    function()
-      H.eq({
-        { "low", "medium", "high" },
-        { "minimal", "low", "medium", "high" },
-        { "minimal", "low", "medium", "high" },
-        { "minimal", "low", "medium", "high" },
-        { "low", "medium", "high" },
-      }, {
-        effort.levels("gpt-5.1", "openai"),
-        effort.levels("gpt-5-mini", "openai"),
-        effort.levels("claude-sonnet-4-5-20250929", "anthropic"),
-        effort.levels("openrouter/anthropic/claude-opus-4-1", "anthropic"),
-        effort.levels("ft:o4-mini:acme::x1", "openai"),
-      }, "levels of models that take one")
-      -- No effort: an older family, a longer prefix without one, an unknown model, a model
-      -- through a provider that does not speak its field, the demo.
-      H.eq({}, vim.tbl_filter(function(levels)
-        return levels ~= nil
-      end, {
-        effort.levels("claude-3-5-haiku-latest", "anthropic"),
-        effort.levels("gpt-4o", "openai"),
-        effort.levels("qwen2.5-coder", "openai"),
-        effort.levels("claude-sonnet-4-5", "openai"),
-        effort.levels("gpt-5.1", "anthropic"),
-        effort.levels("demo", "demo"),
-      }), "models that take none")
-    end,
-  },
   {
     ":SidechatEffort offers default and gpt-5.1's levels, sets the one picked, and the winbar shows it",
     function()

@@ -9,7 +9,6 @@ local session_mod = require("sidechat.session")
 local view = require("sidechat.view")
 local approval = require("sidechat.approval")
 local render = require("sidechat.render")
-local effort = require("sidechat.effort")
 
 local M = {}
 
@@ -918,24 +917,21 @@ function M.pick_model(choice, done)
   end)
 end
 
---- The levels `:SidechatEffort` offers for the shown session: those its model takes through
---- its account's provider (`sidechat.effort`), else, for a model that takes none, low to high
---- (kept for a later model; the daemon says once that it is not sent). `takes` is false then.
+--- Every effort level, lowest first.
+---@type sidechat.Effort[]
+local EFFORTS = { "minimal", "low", "medium", "high" }
+
+--- The levels `:SidechatEffort` offers for the shown session: those the daemon says its model
+--- takes (`effortLevels`), else, for a model that takes none, low to high (kept for a later
+--- model; the daemon says once that it is not sent). `takes` is false then.
 ---@param s sidechat.Session
 ---@return sidechat.Effort[] levels, boolean takes
 function M.effort_levels(s)
-  local info = s.info or {}
-  local kind
-  for _, account in ipairs((M.client().init_result or {}).accounts or {}) do
-    if account.name == info.account then
-      kind = account.kind
-    end
+  local levels = (s.info or {}).effortLevels
+  if levels and #levels > 0 then
+    return vim.list_slice(levels), true
   end
-  local levels = effort.levels(info.model or "", kind)
-  if levels then
-    return levels, true
-  end
-  return vim.list_slice(effort.UNUSED), false
+  return { "low", "medium", "high" }, false
 end
 
 --- Sets the shown session's reasoning effort (`session/update {effort}`, from the next
@@ -951,7 +947,7 @@ function M.pick_effort(level, done)
     return
   end
   local function set(l)
-    if l ~= "default" and not vim.tbl_contains(effort.ALL, l) then
+    if l ~= "default" and not vim.tbl_contains(EFFORTS, l) then
       notify(("no effort %q: minimal, low, medium, high or default"):format(l), vim.log.levels.ERROR)
       return done and done({ code = -32602, message = "no effort " .. l })
     end

@@ -3,6 +3,8 @@
 --- src/protocol; only the fields used here are named). Never required: the checker
 --- (`emmylua_check`, see docs/editors.md) reads it for the types.
 
+---@alias sidechat.Effort "minimal"|"low"|"medium"|"high"
+
 --- A JSON-RPC error as a request's callback gets it.
 ---@class sidechat.RpcError
 ---@field code integer
@@ -27,6 +29,8 @@
 ---@field rollover string? the idle time after which a new context starts; absent when off
 ---@field forkedFrom string? for a fork: the session it was forked from
 ---@field effort sidechat.Effort? the session's own, else the account's; absent when neither sets one
+---@field effortInherited boolean? true when `effort` is the account's default
+---@field effortLevels sidechat.Effort[]? the levels the model takes; absent when it takes none
 ---@field plan table?
 
 --- An account of `initialize`'s result.
@@ -36,6 +40,7 @@
 ---@field defaultModel string
 ---@field isDemo boolean
 ---@field models string[]
+---@field effort sidechat.Effort? the account's default effort
 
 --- A model of an account, as `:SidechatModel` offers it.
 ---@class sidechat.ModelChoice
