@@ -3,23 +3,19 @@
 // dropped), images pasted and dropped (limits, removal, what the daemon stored), and the
 // transcript's thumbnails and attachment chips. The axe scan runs with the list and chips shown.
 
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Server } from 'node:http';
 
-import type { Browser, Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 
 import { ChatController, type HostUi } from '../src/host/controller';
 import type { HostToPage, PageToHost } from '../src/model/messages';
 import type { Block } from '../src/model/wire';
-import { launchChromium, openChat, Scratch, screenshot, servePage, until } from './harness';
+import { openChat, pageRig, Scratch, screenshot, STEP, until } from './harness';
 import type { Daemon } from '../src/host/daemon';
-
-/** A guard against a hung step, not a performance assertion. */
-const STEP = { timeout: 30_000 };
 
 /** The completion list's options once it shows the answer for what was typed last. */
 const ANSWERED = '.completion[aria-busy="false"]:not([hidden]) [role="option"]';
@@ -33,18 +29,7 @@ function imageBlock(base64: string, mediaType: string, width: number, height: nu
   return { type: 'image', imageId: createHash('sha256').update(bytes).digest('hex'), mediaType, width, height, bytes: bytes.length };
 }
 
-let browser: Browser;
-let served: { url: string; server: Server };
-
-before(async () => {
-  browser = await launchChromium();
-  served = await servePage();
-});
-
-after(async () => {
-  await browser?.close();
-  served?.server.close();
-});
+const rig = pageRig();
 
 /** A workspace with a few files, one with a space in its path, and a project command. */
 function fillWorkspace(scratch: Scratch): void {
@@ -68,7 +53,7 @@ async function withChat(name: string, env: (scratch: Scratch) => Record<string, 
   let chat: Chat | undefined;
   try {
     await daemon.start();
-    chat = await openChat(browser, served.url, daemon, scratch.workspace);
+    chat = await openChat(rig.browser, rig.url, daemon, scratch.workspace);
     await body({ scratch, daemon, chat, page: chat.page });
     assert.deepEqual(chat.pageErrors, []);
   } catch (error) {

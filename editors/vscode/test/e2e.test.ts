@@ -2,33 +2,18 @@
 // layer, the real chat page in headless Chromium, `acquireVsCodeApi` bridged to the real host
 // controller. Checks the DOM at each step and saves screenshots to artifacts/.
 
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Server } from 'node:http';
 
-import type { Browser, Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 
 import type { Daemon } from '../src/host/daemon';
 import type { Reconciliation } from '../src/model/wire';
-import { launchChromium, openChat, Scratch, screenshot, servePage, THEMES, until } from './harness';
+import { openChat, pageRig, Scratch, screenshot, STEP, THEMES, until } from './harness';
 
-/** A guard against a hung step, not a performance assertion. */
-const STEP = { timeout: 30_000 };
-
-let browser: Browser;
-let served: { url: string; server: Server };
-
-before(async () => {
-  browser = await launchChromium();
-  served = await servePage();
-});
-
-after(async () => {
-  await browser?.close();
-  served?.server.close();
-});
+const rig = pageRig();
 
 async function send(page: Page, text: string): Promise<void> {
   await page.fill('textarea.input', text);
@@ -65,7 +50,7 @@ async function withChat(
   const daemon = options.missingBinary ? scratch.daemon(env, missingBinary(scratch)) : scratch.daemon(env);
   const chats: Chat[] = [];
   const open = async () => {
-    const chat = await openChat(browser, served.url, daemon, scratch.workspace);
+    const chat = await openChat(rig.browser, rig.url, daemon, scratch.workspace);
     chats.push(chat);
     return chat;
   };
@@ -1037,7 +1022,7 @@ test('light, dark and high-contrast: the main states drawn in each (screenshots)
     assert.ok(clipped <= 0, `the last entry reaches ${clipped}px past the transcript's bottom`);
 
     for (const theme of THEMES) {
-      await page.goto(`${served.url}?theme=${theme}`);
+      await page.goto(`${rig.url}?theme=${theme}`);
       await page.waitForSelector('.approval', STEP);
       await page.waitForSelector('.header-info .context .bar', STEP);
       await page.waitForSelector('.entry.assistant pre.code[data-language="ts"] .hljs-keyword', STEP);
@@ -1103,7 +1088,7 @@ test('the keyboard: Shift+Enter a new line and Enter sends, Up takes the last wa
 test('a missing daemon in each theme: the banner drawn (screenshots) with no serious or critical axe violation', { timeout: 120_000 }, () =>
   withChat('themes-missing-daemon', { missingBinary: true }, async ({ page }) => {
     for (const theme of THEMES) {
-      await page.goto(`${served.url}?theme=${theme}`);
+      await page.goto(`${rig.url}?theme=${theme}`);
       await page.waitForSelector('.banner[data-state="failed"] button.retry', STEP);
       await screenshot(page, `theme-${theme}-missing-daemon`);
       assert.deepEqual(await seriousViolations(page), [], `axe in the ${theme} theme, missing daemon`);

@@ -3,31 +3,16 @@
 // `session/update {effort}` and read back, "default" sent as `null` (the account's default),
 // the levels following a change of model, and no picker for a model that takes none.
 
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Server } from 'node:http';
 
-import type { Browser, Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 
-import { launchChromium, openChat, Scratch, screenshot, servePage, until, waitIn } from './harness';
+import { openChat, pageRig, Scratch, screenshot, STEP, until, waitIn } from './harness';
 
-/** A guard against a hung step, not a performance assertion. */
-const STEP = { timeout: 30_000 };
-
-let browser: Browser;
-let served: { url: string; server: Server };
-
-before(async () => {
-  browser = await launchChromium();
-  served = await servePage();
-});
-
-after(async () => {
-  await browser?.close();
-  served?.server.close();
-});
+const rig = pageRig();
 
 /** Two accounts whose models take an effort (no request is sent, so no upstream is needed). */
 const CONFIG = `default_account = "claude"
@@ -57,7 +42,7 @@ test('the effort picker: the levels the model takes, the level in effect, a choi
   let chat: Awaited<ReturnType<typeof openChat>> | undefined;
   try {
     await daemon.start();
-    chat = await openChat(browser, served.url, daemon, scratch.workspace);
+    chat = await openChat(rig.browser, rig.url, daemon, scratch.workspace);
     const page = chat.page;
     await page.click('button.new-session');
     await page.waitForSelector('select.effort-picker', { state: 'visible', ...STEP });

@@ -4,6 +4,7 @@
  */
 
 import { spawn } from 'node:child_process';
+import { after, before } from 'node:test';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -258,4 +259,33 @@ export async function screenshot(page: Page, name: string): Promise<void> {
  */
 export async function waitIn(page: Page, predicate: (arg: string) => boolean, arg = ''): Promise<void> {
   await until(() => page.evaluate(predicate, arg), `the page: ${predicate.toString()}`);
+}
+
+/** A guard against a hung step in a page test, not a performance assertion. */
+export const STEP = { timeout: 30_000 };
+
+/** What the page tests of one file share: headless Chromium and the server of the page. */
+export interface PageRig {
+  browser: Browser;
+  url: string;
+}
+
+/**
+ * Starts headless Chromium and the page's server before the file's tests and closes both after
+ * them; the returned object is filled in once they run.
+ */
+export function pageRig(): PageRig {
+  const rig = {} as PageRig;
+  let server: Server | undefined;
+  before(async () => {
+    rig.browser = await launchChromium();
+    const served = await servePage();
+    rig.url = served.url;
+    server = served.server;
+  });
+  after(async () => {
+    await rig.browser?.close();
+    server?.close();
+  });
+  return rig;
 }

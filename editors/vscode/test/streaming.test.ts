@@ -4,34 +4,17 @@
 // screenshot (artifacts/theme-<theme>-streaming.png, beside the other theme screenshots). Let
 // go, every page ends with the whole reply. On failure each page's screenshot is saved.
 
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Server } from 'node:http';
-
-import type { Browser } from 'playwright-core';
 
 import type { DaemonLike } from '../src/host/controller';
 import type { Daemon } from '../src/host/daemon';
 import type { SessionEventParams } from '../src/model/wire';
-import { launchChromium, openChat, Scratch, screenshot, servePage, THEMES, until, waitIn } from './harness';
+import { openChat, pageRig, Scratch, screenshot, STEP, THEMES, until, waitIn } from './harness';
 
-/** A guard against a hung step, not a performance assertion. */
-const STEP = { timeout: 30_000 };
-
-let browser: Browser;
-let served: { url: string; server: Server };
-
-before(async () => {
-  browser = await launchChromium();
-  served = await servePage();
-});
-
-after(async () => {
-  await browser?.close();
-  served?.server.close();
-});
+const rig = pageRig();
 
 /**
  * The daemon's events as the controllers get them, held from the `words + 1`-th text delta on
@@ -109,7 +92,7 @@ test('a streaming reply in each theme: the same first words and the working stat
   try {
     await daemon.start();
     const [first, ...others] = THEMES;
-    chats.push({ ...(await openChat(browser, `${served.url}?theme=${first}`, gate.client(), scratch.workspace)), theme: first });
+    chats.push({ ...(await openChat(rig.browser, `${rig.url}?theme=${first}`, gate.client(), scratch.workspace)), theme: first });
     const page = chats[0].page;
     await page.fill('textarea.input', 'hello');
     await page.press('textarea.input', 'Enter');
@@ -120,7 +103,7 @@ test('a streaming reply in each theme: the same first words and the working stat
     await page.waitForSelector('button.session-title:text-is("☰ Parser recovery")', STEP);
     // The other themes' pages open the same chat.
     for (const theme of others) {
-      const chat = await openChat(browser, `${served.url}?theme=${theme}`, gate.client(), scratch.workspace);
+      const chat = await openChat(rig.browser, `${rig.url}?theme=${theme}`, gate.client(), scratch.workspace);
       chats.push({ ...chat, theme });
       await chat.page.waitForSelector('.entry.assistant[data-streaming="false"]', STEP);
     }

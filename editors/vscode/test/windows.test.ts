@@ -4,33 +4,18 @@
 // approval answered in one leaves the other, and a window whose attachment drops attaches again
 // and fetches what it missed from its last seq.
 
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Server } from 'node:http';
 
-import type { Browser, Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 
 import type { Clock, Daemon } from '../src/host/daemon';
 import type { Requests } from '../src/model/wire';
-import { launchChromium, openChat, Scratch, screenshot, servePage, until, waitIn } from './harness';
+import { openChat, pageRig, Scratch, screenshot, STEP, until, waitIn } from './harness';
 
-/** A guard against a hung step, not a performance assertion. */
-const STEP = { timeout: 30_000 };
-
-let browser: Browser;
-let served: { url: string; server: Server };
-
-before(async () => {
-  browser = await launchChromium();
-  served = await servePage();
-});
-
-after(async () => {
-  await browser?.close();
-  served?.server.close();
-});
+const rig = pageRig();
 
 async function send(page: Page, text: string): Promise<void> {
   await page.fill('textarea.input', text);
@@ -86,7 +71,7 @@ test('two windows on one listening daemon: the same stream in both, an approval 
     await one.start();
     assert.equal(one.status.state === 'ready' && one.status.attached, listening.file.url);
     assert.equal(one.pid, undefined, 'no daemon of its own');
-    const first = await openChat(browser, served.url, one, scratch.workspace);
+    const first = await openChat(rig.browser, rig.url, one, scratch.workspace);
     chats.push(first);
     // The header says the daemon is shared, and where it is.
     await first.page.waitForSelector('.daemon-status:text-is("demo model · shared")', STEP);
@@ -97,7 +82,7 @@ test('two windows on one listening daemon: the same stream in both, an approval 
 
     // The second window opens the same chat and follows it from there.
     await two.start();
-    const second = await openChat(browser, served.url, two, scratch.workspace);
+    const second = await openChat(rig.browser, rig.url, two, scratch.workspace);
     chats.push(second);
     await second.page.waitForSelector('.entry.assistant[data-streaming="false"]', STEP);
     assert.equal(second.controller.activeSessionId, first.controller.activeSessionId);
