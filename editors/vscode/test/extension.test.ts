@@ -297,45 +297,38 @@ test('"Set idle rollover" sets the shown chat\'s rollover in the daemon, which s
   await until(() => posted.find((m) => m.type === 'daemon' && m.status.state === 'ready'), 'the daemon to be ready');
   await send({ type: 'send', text: 'hello', attachments: [], clientMessageId: 'c1' });
   await until(() => posted.find((m) => m.type === 'events' && m.events.some((e) => e.event.kind === 'runFinished')), 'the run to finish');
-  /** The rollover of the session `session/get` answered with last, as the view was given it. */
-  const shown = async (count: number) => {
-    const sessions = await until(() => {
-      const all = posted.flatMap((m) => (m.type === 'session' ? [m.session] : []));
-      return all.length >= count ? all : undefined;
-    }, 'the session read back');
-    return sessions[sessions.length - 1].rollover ?? 'off';
+  /** The rollover of the newest session the view was given (`off` when it has none). */
+  const newest = () => {
+    const last = posted.filter((m) => m.type === 'session').pop();
+    return last?.type === 'session' ? (last.session.rollover ?? 'off') : undefined;
   };
-  // The run's end has the session read again (its tokens by kind), and so has the title the
-  // daemon then gives it (sessionUpdated): counted from after both.
-  await until(() => {
-    const titled = posted.findIndex((m) => m.type === 'events' && m.events.some((e) => e.event.kind === 'sessionUpdated'));
-    return titled >= 0 && posted.slice(titled).some((m) => m.type === 'session');
-  }, 'the session read after the run and its title');
-  const before = posted.filter((m) => m.type === 'session').length;
+  /** Waits until the view has been given the session with `rollover` (reads may come between). */
+  const shown = (rollover: string) => until(() => newest() === rollover && rollover, `the session read back with rollover ${rollover}`);
+  await until(() => newest(), 'the session read back');
 
   __stub.quickPickChoice = '1d';
   await vscode.commands.executeCommand('sidechat.setRollover');
-  assert.equal(await shown(before + 1), '1d');
+  assert.equal(await shown('1d'), '1d');
   assert.deepEqual(__stub.quickPicks[0].labels, ['off', '1h', '3h', '1d', 'Custom…']);
 
   // Another time, typed; the pick now marks 1d as the current one.
   __stub.quickPickChoice = 'Custom…';
   __stub.inputBoxAnswer = '90m';
   await vscode.commands.executeCommand('sidechat.setRollover');
-  assert.equal(await shown(before + 2), '90m');
+  assert.equal(await shown('90m'), '90m');
   assert.equal(__stub.quickPicks[1].descriptions[3], 'current');
 
   // Off: session/get has no rollover any more.
   __stub.quickPickChoice = 'off';
   await vscode.commands.executeCommand('sidechat.setRollover');
-  assert.equal(await shown(before + 3), 'off');
+  assert.equal(await shown('off'), 'off');
   const last = posted.filter((m) => m.type === 'session').pop();
   assert.equal(last?.type === 'session' && last.session.rollover, undefined);
 
-  // Dismissed: nothing is sent.
+  // Dismissed: nothing is set (and nothing said).
   __stub.quickPickChoice = undefined;
   await vscode.commands.executeCommand('sidechat.setRollover');
-  assert.equal(posted.filter((m) => m.type === 'session').length, before + 3);
+  assert.equal(newest(), 'off');
   assert.deepEqual(__stub.errors, []);
   assert.deepEqual(__stub.infos.slice(1), [
     'This chat starts a new context after 1d without a turn.',
