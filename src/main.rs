@@ -36,7 +36,8 @@ enum Command {
         #[arg(long)]
         log_file: Option<PathBuf>,
         /// Also serve the protocol over WebSocket on this loopback `host:port` (port 0: any
-        /// free one). The URL and a token go to `$XDG_RUNTIME_DIR/sidechat/serve.json`.
+        /// free one) or unix socket (`unix:PATH`). The URL and a token go to
+        /// `$XDG_RUNTIME_DIR/sidechat/serve.json`.
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
         /// Allow `--listen` on an address other than a loopback one.

@@ -18,6 +18,7 @@ mod render;
 mod sessions;
 mod style;
 mod view;
+mod websocket;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
