@@ -32,6 +32,7 @@ mod instructions;
 mod interjections;
 mod lifetime;
 mod listen;
+mod listen_bridge;
 mod listen_unix;
 mod locked_database;
 mod long_context;
