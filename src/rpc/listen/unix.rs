@@ -23,8 +23,7 @@ use jsonrpsee::server::{
 
 use super::ListenError;
 
-/// The scheme of a unix socket's URL in `serve.json`: `ws+unix:///run/user/1000/s.sock`, the
-/// form Node's `ws` client reads too.
+/// The scheme of a unix socket's URL in `serve.json`: `ws+unix:///run/user/1000/s.sock`.
 pub const URL_SCHEME: &str = "ws+unix://";
 
 /// A bound unix socket, before it serves.
