@@ -42,20 +42,24 @@
 //! (so no config file of the machine is read), the provider variables and `SIDECHAT_LOG=warn`.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sidechat::protocol::{
     ChatSend, Exit, Initialize, Initialized, Notification, Request, SessionCreate, Shutdown,
 };
+use stream::{
+    Feed, Line, Usage, classify, find, median, per_second, percentile, sorted, start_upstream, us,
+    verdict,
+};
 
 #[path = "support/stdio.rs"]
 mod stdio;
+#[path = "support/stream.rs"]
+mod stream;
 #[path = "../tests/support/upstream.rs"]
 mod upstream;
 
@@ -78,111 +82,6 @@ const GOAL_P99: Duration = Duration::from_millis(1);
 
 /// Read buffer of both readers.
 const READ_BUFFER: usize = 256 * 1024;
-
-/// How the fake provider writes its chunks to the socket.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Feed {
-    /// As fast as the socket takes them, in writes of up to [`COALESCED_WRITE`] bytes cut at
-    /// chunk boundaries: how a provider's TCP stream carries tokens that come faster than it
-    /// sends. The feeder then costs almost nothing, so the daemon is what is measured.
-    Coalesced,
-    /// As fast as the socket takes them, each chunk on its own `write` (with `TCP_NODELAY`, one
-    /// segment each): the feeder's own system calls compete with the daemon for the two cores.
-    EachChunk,
-    /// At most one chunk every `pace`, each on its own `write`; a late sleep is caught up by
-    /// writing what is due back to back.
-    Paced(Duration),
-}
-
-/// The largest write of [`Feed::Coalesced`], the size of a TLS record.
-const COALESCED_WRITE: usize = 16 * 1024;
-
-/// The fake provider (the tests' own, `tests/support/upstream.rs`) answering one request with
-/// `deltas` chunks, and when each chunk was written.
-struct Upstream {
-    url: String,
-    sent: mpsc::Receiver<Vec<Instant>>,
-}
-
-fn start_upstream(deltas: usize, feed: Feed) -> Upstream {
-    // Rendered before the daemon connects, so only writing is timed.
-    let stream = render_stream(deltas);
-    let (report, sent) = mpsc::channel();
-    let fake = upstream::start(vec![upstream::Reply::writer(move |socket| {
-        let _ = report.send(feed_stream(socket, &stream, feed)?);
-        Ok(())
-    })]);
-    Upstream {
-        url: fake.url,
-        sent,
-    }
-}
-
-/// The response body: `deltas` text chunks, then the end of the answer.
-struct RenderedStream {
-    bytes: Vec<u8>,
-    /// Where each text chunk ends in `bytes`.
-    ends: Vec<usize>,
-}
-
-fn render_stream(deltas: usize) -> RenderedStream {
-    let mut bytes = Vec::with_capacity(deltas * 160);
-    let mut ends = Vec::with_capacity(deltas);
-    for index in 0..deltas {
-        write!(
-            bytes,
-            "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"bench\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"w{index} \"}},\"finish_reason\":null}}]}}\n\n"
-        )
-        .expect("formatting into a Vec cannot fail");
-        ends.push(bytes.len());
-    }
-    bytes.extend_from_slice(
-        b"data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"model\":\"bench\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
-    );
-    RenderedStream { bytes, ends }
-}
-
-/// Writes the body after the fake upstream's `200 text/event-stream` head (its sockets have
-/// `TCP_NODELAY`); when each chunk's write returned.
-fn feed_stream(
-    socket: &mut TcpStream,
-    stream: &RenderedStream,
-    feed: Feed,
-) -> std::io::Result<Vec<Instant>> {
-    let deltas = stream.ends.len();
-    let mut sent = Vec::with_capacity(deltas);
-    let started = Instant::now();
-    let mut from = 0;
-    while sent.len() < deltas {
-        let index = sent.len();
-        // The chunks of this write: `index..upto`.
-        let upto = match feed {
-            Feed::Coalesced => {
-                let limit = from + COALESCED_WRITE;
-                index
-                    + stream.ends[index..]
-                        .partition_point(|&end| end <= limit)
-                        .max(1)
-            }
-            Feed::EachChunk => index + 1,
-            Feed::Paced(pace) => {
-                let due = started + pace * u32::try_from(index).expect("a small index");
-                let now = Instant::now();
-                if due > now {
-                    std::thread::sleep(due - now);
-                }
-                index + 1
-            }
-        };
-        let to = stream.ends[upto - 1];
-        socket.write_all(&stream.bytes[from..to])?;
-        let at = Instant::now();
-        sent.resize(upto, at);
-        from = to;
-    }
-    socket.write_all(&stream.bytes[from..])?;
-    Ok(sent)
-}
 
 /// `sidechat serve` driven over its stdio, one JSON object per line.
 struct Daemon {
@@ -237,57 +136,14 @@ impl Daemon {
         stdio::status_kib(self.child.id(), "VmHWM:")
     }
 
-    /// CPU time and context switches of the daemon's live threads so far (an ended thread no
-    /// longer counts).
+    /// CPU time and context switches of the daemon's live threads so far.
     fn usage(&self) -> Usage {
-        let tasks = format!("/proc/{}/task", self.child.id());
-        let mut usage = Usage::default();
-        for task in std::fs::read_dir(&tasks).expect("cannot list the daemon's threads") {
-            let dir = task.expect("a thread entry").path();
-            // A thread may end between listing and reading.
-            let Ok(schedstat) = std::fs::read_to_string(dir.join("schedstat")) else {
-                continue;
-            };
-            let Ok(status) = std::fs::read_to_string(dir.join("status")) else {
-                continue;
-            };
-            usage.cpu_ns += schedstat
-                .split_whitespace()
-                .next()
-                .and_then(|ns| ns.parse::<u64>().ok())
-                .expect("schedstat starts with the time on the CPU");
-            usage.switches += status
-                .lines()
-                .filter_map(|line| {
-                    line.strip_prefix("voluntary_ctxt_switches:")
-                        .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
-                })
-                .filter_map(|n| n.trim().parse::<u64>().ok())
-                .sum::<u64>();
-        }
-        usage
+        stream::usage(self.child.id())
     }
 
-    /// Waits until the daemon has used no CPU for a while: work it does in the background
-    /// after starting would otherwise be measured as streaming. How long that took.
+    /// Waits until the daemon has used no CPU for a while; how long that took.
     fn wait_until_idle(&self) -> Duration {
-        const QUIET: Duration = Duration::from_millis(100);
-        const QUIET_CPU_NS: u64 = 2_000_000;
-        let started = Instant::now();
-        let mut last = self.usage().cpu_ns;
-        loop {
-            std::thread::sleep(QUIET);
-            let now = self.usage().cpu_ns;
-            // A thread that ended takes its time out of the sum: not quiet either.
-            if now >= last && now - last < QUIET_CPU_NS {
-                return started.elapsed();
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "the daemon stayed busy for a minute after starting"
-            );
-            last = now;
-        }
+        stream::wait_until_idle(self.child.id())
     }
 
     /// `shutdown` and `exit`; checks the daemon exits with 0.
@@ -298,48 +154,6 @@ impl Daemon {
         drop(self.requests);
         let status = self.child.wait().expect("cannot reap the daemon");
         assert!(status.success(), "the daemon exited with {status}");
-    }
-}
-
-/// Time on the CPU and context switches, summed over threads.
-#[derive(Debug, Default, Clone, Copy)]
-struct Usage {
-    cpu_ns: u64,
-    switches: u64,
-}
-
-/// What a reader makes of one output line.
-#[derive(Debug, PartialEq)]
-enum Line {
-    /// A `textDelta` whose text is `w<index> `.
-    Delta(usize),
-    RunFinished,
-    Other,
-}
-
-fn find(haystack: &str, needle: &str) -> Option<usize> {
-    haystack.find(needle).map(|at| at + needle.len())
-}
-
-/// The per-line work of both readers: the event kind and, for a delta, its index.
-fn classify(line: &[u8]) -> Line {
-    let Ok(text) = std::str::from_utf8(line) else {
-        return Line::Other;
-    };
-    let Some(kind) = find(text, "\"kind\":\"") else {
-        return Line::Other;
-    };
-    let kind = &text[kind..];
-    if kind.starts_with("textDelta\"") {
-        let at = find(text, "\"text\":\"w").expect("a delta of the bench's shape");
-        let digits = text[at..]
-            .find(|c: char| !c.is_ascii_digit())
-            .expect("the delta's index is followed by a space");
-        Line::Delta(text[at..at + digits].parse().expect("a delta index"))
-    } else if kind.starts_with("runFinished\"") {
-        Line::RunFinished
-    } else {
-        Line::Other
     }
 }
 
@@ -573,33 +387,6 @@ fn pipe_writer() {
     for frame in &frames {
         out.write_all(frame).expect("cannot write to stdout");
     }
-}
-
-/// Nearest-rank percentile of sorted values.
-fn percentile<T: Copy>(sorted: &[T], p: f64) -> T {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-fn median(sorted: &[f64]) -> f64 {
-    percentile(sorted, 50.0)
-}
-
-fn per_second(count: usize, elapsed: Duration) -> f64 {
-    count as f64 / elapsed.as_secs_f64()
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
-
-fn verdict(ok: bool) -> &'static str {
-    if ok { "met" } else { "MISSED" }
-}
-
-fn sorted(mut values: Vec<f64>) -> Vec<f64> {
-    values.sort_by(f64::total_cmp);
-    values
 }
 
 /// Figures of one kind of stream, gathered over the runs.

@@ -1,4 +1,4 @@
-//! The `sidechat` command line: `serve`, `acp`, `chat`, `doctor`, `schema`.
+//! The `sidechat` command line: `serve`, `acp`, `chat`, `attach`, `doctor`, `schema`.
 
 #![deny(unsafe_code)]
 
@@ -36,7 +36,8 @@ enum Command {
         #[arg(long)]
         log_file: Option<PathBuf>,
         /// Also serve the protocol over WebSocket on this loopback `host:port` (port 0: any
-        /// free one). The URL and a token go to `$XDG_RUNTIME_DIR/sidechat/serve.json`.
+        /// free one) or unix socket (`unix:PATH`). The URL and a token go to
+        /// `$XDG_RUNTIME_DIR/sidechat/serve.json`.
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
         /// Allow `--listen` on an address other than a loopback one.
@@ -60,6 +61,9 @@ enum Command {
     /// Chat in the terminal; spawns `sidechat serve` the way an editor does. With `-p TEXT`
     /// or text piped on stdin, runs one turn and exits.
     Chat(sidechat::client::ChatArgs),
+    /// Bridge stdin/stdout to the listening daemon `serve.json` names (`serve --listen`), so
+    /// an editor that spawns a stdio server shares that daemon instead of starting its own.
+    Attach(sidechat::client::AttachArgs),
     /// List, show, export or delete stored sessions.
     Sessions(sidechat::client::SessionsArgs),
     /// Check the database (size, schema, integrity, leases) and the configured accounts
@@ -353,6 +357,7 @@ fn main() {
         ),
         Command::Acp { db, log_file } => acp(db, log_file),
         Command::Chat(args) => sidechat::client::run(args),
+        Command::Attach(args) => sidechat::client::run_attach(args),
         Command::Sessions(args) => sidechat::client::run_sessions(args),
         Command::Doctor { db, integrity } => doctor(db, integrity),
         Command::Schema { out } => write_schema(out),

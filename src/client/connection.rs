@@ -136,27 +136,16 @@ impl Connection {
         ))
     }
 
-    /// Connects to a listening daemon at `url` (`ws://host:port/`) with its `token`;
+    /// Connects to a listening daemon at `url` (`ws://host:port/`, or `ws+unix:///path` for a
+    /// unix socket) with its `token`;
     /// notifications arrive on the receiver.
     pub async fn attach(
         url: &str,
         token: &str,
     ) -> anyhow::Result<(Self, mpsc::UnboundedReceiver<Value>)> {
         use futures::{SinkExt, StreamExt};
-        use tokio_tungstenite::tungstenite::{Message, client::IntoClientRequest};
-        let mut request = url
-            .into_client_request()
-            .with_context(|| format!("{url} is not a WebSocket URL"))?;
-        request.headers_mut().insert(
-            "authorization",
-            format!("Bearer {token}")
-                .parse()
-                .context("the token is not a header value")?,
-        );
-        let (socket, _) = tokio_tungstenite::connect_async(request)
-            .await
-            .with_context(|| format!("cannot attach to the daemon at {url}"))?;
-        let (mut outgoing, mut incoming) = socket.split();
+        use tokio_tungstenite::tungstenite::Message;
+        let (mut outgoing, mut incoming) = super::websocket::connect(url, token).await?;
         let (to_send, mut sending) = mpsc::unbounded_channel::<String>();
         tokio::spawn(async move {
             while let Some(text) = sending.recv().await {

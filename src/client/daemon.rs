@@ -218,13 +218,18 @@ pub enum ConnectionMode {
     Attach,
 }
 
+/// What `serve.json` says, when there is one.
+pub(super) fn serve_file() -> anyhow::Result<ServeFile> {
+    let path = discovery::serve_file_path()?;
+    discovery::read(&path).context(
+        "no listening daemon (start one with `sidechat serve --listen 127.0.0.1:0 --no-stdio`)",
+    )
+}
+
 /// The listening daemon `serve.json` names, if it serves the database this client would
 /// spawn a daemon on (`db`, or the default one).
-fn listening_daemon(db: Option<&Path>) -> anyhow::Result<ServeFile> {
-    let path = discovery::serve_file_path()?;
-    let file = discovery::read(&path).context(
-        "no listening daemon (start one with `sidechat serve --listen 127.0.0.1:0 --no-stdio`)",
-    )?;
+pub(super) fn listening_daemon(db: Option<&Path>) -> anyhow::Result<ServeFile> {
+    let file = serve_file()?;
     let wanted = match db {
         Some(db) => Some(db.to_path_buf()),
         None => crate::config::default_data_dir().map(|dir| dir.join("sidechat.db")),

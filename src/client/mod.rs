@@ -1,10 +1,12 @@
 //! `sidechat chat` and `sidechat sessions`: terminal clients that spawn `sidechat serve` as an
-//! editor does.
+//! editor does; and `sidechat attach`, the bridge that lets a stdio editor share a listening
+//! daemon.
 //!
 //! The chat shows streaming text, tool calls and their state, and approval prompts; the user
 //! can keep typing while a run works, and Ctrl-C stops the run. With `-p` or text piped on
 //! stdin it runs one turn and exits (`oneshot`).
 
+mod bridge;
 mod connection;
 mod daemon;
 mod export;
@@ -18,12 +20,14 @@ mod render;
 mod sessions;
 mod style;
 mod view;
+mod websocket;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Context;
 
+pub use bridge::AttachArgs;
 pub use connection::{Connection, RpcError, read_frames};
 pub use daemon::ConnectionMode;
 pub use sessions::SessionsArgs;
@@ -102,6 +106,16 @@ pub fn run(args: ChatArgs) -> anyhow::Result<i32> {
             interactive::run(args).await
         }
     });
+    tokio.shutdown_background();
+    code
+}
+
+/// Runs `sidechat attach` until the editor or the daemon ends it; the process exit code.
+pub fn run_attach(args: AttachArgs) -> anyhow::Result<i32> {
+    crate::logging::init(None)?;
+    let tokio = async_runtime()?;
+    let code = tokio.block_on(bridge::run(args));
+    // The stdin thread may still be blocked in read; exiting the process ends it.
     tokio.shutdown_background();
     code
 }

@@ -20,23 +20,35 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use crate::harness::{Daemon, Scratch, answer, command, json_of, kinds, sid};
 
 /// A guard against a hung daemon, not a performance assertion.
-const HANG_GUARD: Duration = Duration::from_secs(60);
+pub(crate) const HANG_GUARD: Duration = Duration::from_secs(60);
 
 /// The runtime folder of the scratch's daemons: `serve.json` goes in its `sidechat/`.
-fn runtime_dir(scratch: &Scratch) -> PathBuf {
+pub(crate) fn runtime_dir(scratch: &Scratch) -> PathBuf {
     scratch.dir.path().join("run")
 }
 
-fn serve_file(scratch: &Scratch) -> PathBuf {
+pub(crate) fn serve_file(scratch: &Scratch) -> PathBuf {
     runtime_dir(scratch).join("sidechat/serve.json")
 }
 
 /// `sidechat serve --listen 127.0.0.1:0` with `env`, its stdio client initialised, and the
 /// serve file it wrote once it listens.
-async fn start_listening(scratch: &Scratch, env: &[(&str, String)]) -> (Daemon, ServeFile) {
+pub(crate) async fn start_listening(
+    scratch: &Scratch,
+    env: &[(&str, String)],
+) -> (Daemon, ServeFile) {
+    start_listening_at(scratch, env, "127.0.0.1:0").await
+}
+
+/// [`start_listening`] on `addr` (`host:port` or `unix:PATH`).
+pub(crate) async fn start_listening_at(
+    scratch: &Scratch,
+    env: &[(&str, String)],
+    addr: &str,
+) -> (Daemon, ServeFile) {
     let mut command = command(&scratch.db(), env);
     command
-        .args(["--listen", "127.0.0.1:0"])
+        .args(["--listen", addr])
         .env("XDG_RUNTIME_DIR", runtime_dir(scratch));
     let (conn, notes) = Connection::spawn(command, Framing::Line).expect("spawn sidechat");
     let daemon = Daemon { conn, notes };
@@ -46,7 +58,7 @@ async fn start_listening(scratch: &Scratch, env: &[(&str, String)]) -> (Daemon, 
 }
 
 /// Reads the serve file once it is there.
-async fn wait_for_serve_file(path: &Path) -> ServeFile {
+pub(crate) async fn wait_for_serve_file(path: &Path) -> ServeFile {
     let wait = async {
         loop {
             if let Ok(file) = discovery::read(path) {
@@ -60,7 +72,7 @@ async fn wait_for_serve_file(path: &Path) -> ServeFile {
         .expect("the daemon never wrote its serve file")
 }
 
-async fn initialize(daemon: &Daemon) {
+pub(crate) async fn initialize(daemon: &Daemon) {
     daemon
         .call::<Initialize>(InitializeParams {
             client_info: Some(ClientInfo {
@@ -75,7 +87,7 @@ async fn initialize(daemon: &Daemon) {
 }
 
 /// A WebSocket client of the daemon that wrote `file`, initialised.
-async fn attach(file: &ServeFile) -> Daemon {
+pub(crate) async fn attach(file: &ServeFile) -> Daemon {
     let (conn, notes) =
         tokio::time::timeout(HANG_GUARD, Connection::attach(&file.url, &file.token))
             .await
@@ -421,7 +433,7 @@ async fn bad_params_on_a_websocket_get_the_same_error_as_on_stdio() {
 
 /// `sidechat chat --db <db> ARGS` in the scratch workspace, with the scratch's runtime folder;
 /// its exit code, stdout and stderr.
-async fn chat(scratch: &Scratch, args: &[&str]) -> (i32, String, String) {
+pub(crate) async fn chat(scratch: &Scratch, args: &[&str]) -> (i32, String, String) {
     let mut command = crate::harness::clean_command(&scratch.home()).into_std();
     command
         .current_dir(scratch.workspace())

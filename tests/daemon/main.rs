@@ -33,6 +33,8 @@ mod instructions;
 mod interjections;
 mod lifetime;
 mod listen;
+mod listen_bridge;
+mod listen_unix;
 mod locked_database;
 mod long_context;
 mod mcp;

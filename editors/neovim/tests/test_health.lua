@@ -79,11 +79,15 @@ H.run({
       H.setup()
       local version = vim.trim(vim.system({ H.bin, "--version" }, { text = true }):wait().stdout)
       local db = H.tmp .. "/sidechat.db"
+      local spawn = "- ✅ OK connection: auto, a daemon of its own (no daemon listens ("
+        .. H.tmp
+        .. "/xdg/data/sidechat/serve.json does not exist))"
       local demo = "- ✅ OK account demo: demo, model demo (the offline demo model: set ANTHROPIC_API_KEY or OPENAI_API_KEY for a real one) [default]"
       H.eq(report("✅", {
         "- ✅ OK binary: " .. H.bin,
         "- ✅ OK version: " .. version,
         "- database: " .. db .. " (the `db` option; created on first use)",
+        spawn,
         demo,
       }), checkhealth(), "checkhealth before a start")
       sidechat.open()
@@ -96,6 +100,7 @@ H.run({
         "- ✅ OK binary: " .. H.bin,
         "- ✅ OK version: " .. version,
         "- ✅ OK database: " .. db .. " (the `db` option)",
+        spawn,
         demo,
         ("- ✅ OK the plugin's daemon is running (pid %d)"):format(sidechat.client():pid()),
       }), checkhealth(), "checkhealth with the daemon running")

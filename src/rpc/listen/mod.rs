@@ -18,12 +18,13 @@
 //! declared methods a client reads one format on either transport and refetches from its last
 //! `seq` after a reconnect as on stdio.
 //!
-//! **Who may connect**: [`access`]. **Where clients find it**: [`discovery`]. Unix sockets
-//! (`unix:PATH`) are refused: jsonrpsee's server accepts TCP listeners only.
+//! **Who may connect**: [`access`]. **Where clients find it**: [`discovery`]. **A unix
+//! socket** (`unix:PATH`) instead of a TCP port: [`unix`].
 
 pub mod access;
 pub mod discovery;
 pub mod fanout;
+pub mod unix;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -53,9 +54,15 @@ const MAX_MESSAGE_BYTES: u32 = super::framing::MAX_FRAME_BYTES as u32;
 #[derive(Debug, thiserror::Error)]
 pub enum ListenError {
     #[error(
-        "cannot listen on {0}: unix sockets are not supported (jsonrpsee's server listens on TCP only); use a loopback host:port"
+        "cannot listen on unix:{}: another daemon listens on it; stop that one or pick another path",
+        .0.display()
     )]
-    Unix(String),
+    SocketInUse(PathBuf),
+    #[error(
+        "cannot listen on unix:{}: it exists and is not a socket, so it is left alone",
+        .0.display()
+    )]
+    NotASocket(PathBuf),
     #[error("cannot listen on {addr}: {reason}")]
     Address { addr: String, reason: String },
     #[error(
@@ -76,7 +83,24 @@ pub struct ListenOptions {
 }
 
 /// The listening socket, bound before the store is open so a wrong address fails at once.
-pub struct Bound {
+pub enum Bound {
+    Tcp(TcpBound),
+    Unix(unix::UnixBound),
+}
+
+impl Bound {
+    /// Binds `options.addr`: `unix:PATH` ([`unix::bind`]), or a loopback `host:port`
+    /// ([`TcpBound::bind`]).
+    pub fn bind(options: &ListenOptions) -> Result<Self, ListenError> {
+        match options.addr.trim().strip_prefix("unix:") {
+            Some(path) => unix::bind(path).map(Bound::Unix),
+            None => TcpBound::bind(options).map(Bound::Tcp),
+        }
+    }
+}
+
+/// A bound TCP port.
+pub struct TcpBound {
     listener: std::net::TcpListener,
     local: SocketAddr,
     /// The host as the address named it (`localhost`, `127.0.0.1`, `[::1]`).
@@ -84,14 +108,11 @@ pub struct Bound {
     allow_remote: bool,
 }
 
-impl Bound {
+impl TcpBound {
     /// Binds `options.addr`: a `host:port` (port 0 picks a free one) whose every address is a
     /// loopback one unless `allow_remote`.
     pub fn bind(options: &ListenOptions) -> Result<Self, ListenError> {
         let addr = options.addr.trim();
-        if addr.starts_with("unix:") {
-            return Err(ListenError::Unix(addr.to_string()));
-        }
         let invalid = |reason: String| ListenError::Address {
             addr: addr.to_string(),
             reason,
@@ -158,14 +179,18 @@ pub struct Listening {
     pub url: String,
     serve_file: PathBuf,
     token: String,
+    /// The unix socket's file, removed once the server has stopped.
+    socket: Option<unix::SocketFile>,
 }
 
 impl Listening {
-    /// Stops serving and removes `serve.json` if it is still this daemon's.
+    /// Stops serving and removes `serve.json` if it is still this daemon's, and the unix
+    /// socket.
     pub async fn stop(self) {
         let _ = self.handle.stop();
         self.handle.stopped().await;
         discovery::remove_own(&self.serve_file, &self.token);
+        drop(self.socket);
     }
 }
 
@@ -178,21 +203,37 @@ pub async fn start(
     db: PathBuf,
 ) -> Result<Listening, ListenError> {
     let token = discovery::new_token();
-    let url = format!("ws://{}/", bound.authority());
-    let access = Arc::new(Access::new(token.clone(), bound.hosts()));
+    // A unix socket names no host: only its owner can connect, and no browser can.
+    let (url, hosts) = match &bound {
+        Bound::Tcp(tcp) => (format!("ws://{}/", tcp.authority()), tcp.hosts()),
+        Bound::Unix(socket) => (socket.url(), None),
+    };
+    let access = Arc::new(Access::new(token.clone(), hosts));
     let config = ServerConfig::builder()
         .ws_only()
         .max_request_body_size(MAX_MESSAGE_BYTES)
         .max_response_body_size(MAX_MESSAGE_BYTES)
         .max_subscriptions_per_connection(u32::MAX)
         .build();
-    let server = jsonrpsee::server::Server::builder()
+    let builder = jsonrpsee::server::Server::builder()
         .set_config(config)
-        .set_http_middleware(tower::ServiceBuilder::new().layer(AccessLayer(access)))
-        .build_from_tcp(bound.listener)
-        .map_err(ListenError::Server)?;
+        .set_http_middleware(tower::ServiceBuilder::new().layer(AccessLayer(access)));
     let methods = methods(MethodTable::new(runtime), init, listeners);
-    let handle = server.start(methods);
+    let (handle, socket) = match bound {
+        Bound::Tcp(tcp) => {
+            let server = builder
+                .build_from_tcp(tcp.listener)
+                .map_err(ListenError::Server)?;
+            (server.start(methods), None)
+        }
+        Bound::Unix(bound) => {
+            let services = builder.to_service_builder();
+            let (handle, file) = unix::serve(bound, move |stop| {
+                services.clone().build(methods.clone(), stop)
+            })?;
+            (handle, Some(file))
+        }
+    };
     let serve_file = discovery::serve_file_path()?;
     let file = ServeFile {
         url: url.clone(),
@@ -210,6 +251,7 @@ pub async fn start(
         url,
         serve_file,
         token,
+        socket,
     })
 }
 

@@ -1,6 +1,11 @@
 --- The connection to `sidechat serve`: spawns it with Neovim's JSON-RPC client
 --- (`vim.lsp.rpc.start`, Content-Length framing), initializes it, queues requests until it is
 --- ready, and restarts it when it exits, telling listeners so they can refetch what they show.
+---
+--- With `connection = "attach"` (or "auto" when a daemon listens), what is spawned is
+--- `sidechat attach`, a stdio bridge to the listening daemon, rather than a daemon of its own.
+--- A bridge and not `vim.lsp.rpc.connect`: that speaks Content-Length frames over a raw
+--- socket, while the listening daemon speaks WebSocket (an HTTP upgrade with a token).
 local config = require("sidechat.config")
 local protocol = require("sidechat.protocol")
 local restart = require("sidechat.restart")
@@ -74,7 +79,72 @@ function M.resolve(cmd)
   return nil, ("`%s` was not found on $PATH (%s)"):format(exe, vim.env.PATH or "")
 end
 
---- The daemon's command line as the plugin runs it.
+--- Where a listening daemon (`sidechat serve --listen`) writes its URL, token and pid, as the
+--- daemon chooses: $XDG_RUNTIME_DIR/sidechat/serve.json, else the data folder.
+---@return string
+function M.serve_file()
+  local runtime = vim.env.XDG_RUNTIME_DIR
+  if runtime and runtime ~= "" then
+    return runtime .. "/sidechat/serve.json"
+  end
+  local data = vim.env.XDG_DATA_HOME
+  if not data or data == "" then
+    data = (vim.env.HOME or "~") .. "/.local/share"
+  end
+  return data .. "/sidechat/serve.json"
+end
+
+--- The same file, whether or not both paths exist yet.
+local function same_file(a, b)
+  local real_a, real_b = vim.uv.fs_realpath(a), vim.uv.fs_realpath(b)
+  if real_a and real_b then
+    return real_a == real_b
+  end
+  return vim.fs.normalize(a) == vim.fs.normalize(b)
+end
+
+--- The listening daemon serve.json names, when it runs and serves this plugin's database; or
+--- nil and a sentence saying why not.
+---@return table? serve {url: string, pid: integer, db: string?}
+---@return string? why
+function M.listening()
+  local path = M.serve_file()
+  local fd = io.open(path, "r")
+  if not fd then
+    return nil, ("no daemon listens (%s does not exist)"):format(path)
+  end
+  local text = fd:read("*a")
+  fd:close()
+  local ok, serve = pcall(vim.json.decode, text, { luanil = { object = true } })
+  if not ok or type(serve) ~= "table" or type(serve.url) ~= "string" then
+    return nil, ("%s is not a serve file"):format(path)
+  end
+  if type(serve.pid) ~= "number" or vim.uv.kill(serve.pid, 0) ~= 0 then
+    return nil, ("the daemon %s names (pid %s) is not running"):format(path, tostring(serve.pid))
+  end
+  local db = require("sidechat.health").database()
+  if serve.db and not same_file(serve.db, db) then
+    return nil, ("the listening daemon serves %s, not %s"):format(serve.db, db)
+  end
+  return { url = serve.url, pid = serve.pid, db = serve.db }
+end
+
+--- How the plugin reaches a daemon now: "spawn" or "attach", and for "auto", why.
+---@return "spawn"|"attach" mode
+---@return string? why
+function M.connection()
+  local mode = config.options.connection or "auto"
+  if mode == "spawn" or mode == "attach" then
+    return mode
+  end
+  local serve, why = M.listening()
+  if serve then
+    return "attach", "a daemon listens at " .. serve.url
+  end
+  return "spawn", why
+end
+
+--- The daemon's command line as the plugin runs it: `cmd`, or its program with `attach`.
 ---@return string[]? cmd
 ---@return string? why
 function M.command()
@@ -83,7 +153,12 @@ function M.command()
   if not path then
     return nil, why
   end
-  local cmd = vim.list_extend({ path }, vim.list_slice(opts.cmd, 2))
+  local cmd
+  if M.connection() == "attach" then
+    cmd = { path, "attach" }
+  else
+    cmd = vim.list_extend({ path }, vim.list_slice(opts.cmd, 2))
+  end
   if opts.db then
     vim.list_extend(cmd, { "--db", vim.fn.expand(opts.db) })
   end
@@ -191,6 +266,16 @@ function Client:start()
     vim.notify("sidechat: " .. self.last_error, vim.log.levels.ERROR)
     self:fail_queued({ code = M.UNAVAILABLE, message = self.last_error })
     return false
+  end
+  if config.options.connection == "attach" then
+    local serve, absent = M.listening()
+    if not serve then
+      self.status = "failed"
+      self.last_error = "cannot attach: " .. absent
+      vim.notify("sidechat: " .. self.last_error, vim.log.levels.ERROR)
+      self:fail_queued({ code = M.UNAVAILABLE, message = self.last_error })
+      return false
+    end
   end
   local restarted = self.init_result ~= nil
   self.generation = self.generation + 1

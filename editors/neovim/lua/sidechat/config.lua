@@ -5,6 +5,11 @@ local M = {}
 M.defaults = {
   --- The daemon's command. The first element is looked up on $PATH unless it is a path.
   cmd = { "sidechat", "serve" },
+  --- How to reach a daemon: "spawn" runs `cmd`; "attach" runs `sidechat attach` (the first
+  --- element of `cmd` with `attach`), a bridge to the daemon listening (`sidechat serve
+  --- --listen`) on the same database, shared with other editors; "auto" attaches when
+  --- serve.json names a live daemon on the same database, and spawns otherwise.
+  connection = "auto",
   --- The SQLite database (`--db`); nil lets the daemon choose ($XDG_DATA_HOME/sidechat/sidechat.db).
   ---@type string?
   db = nil,

@@ -1,4 +1,5 @@
---- `:checkhealth sidechat`: the binary, its version, the database and the configured accounts.
+--- `:checkhealth sidechat`: the binary, its version, the database, how the daemon is reached
+--- and the configured accounts.
 local config = require("sidechat.config")
 local client_mod = require("sidechat.client")
 local protocol = require("sidechat.protocol")
@@ -75,6 +76,24 @@ function M.check()
     health.ok(("database: %s (%s)"):format(db, source))
   else
     health.info(("database: %s (%s; created on first use)"):format(db, source))
+  end
+  local mode, reason = client_mod.connection()
+  if config.options.connection == "attach" then
+    local serve, absent = client_mod.listening()
+    if not serve then
+      health.error("connection: attach, but " .. absent, {
+        "Start one with `sidechat serve --listen 127.0.0.1:0 --no-stdio`, or set `connection = \"auto\"`",
+      })
+      return
+    end
+    health.ok("connection: attached to the daemon listening at " .. serve.url)
+  elseif mode == "attach" then
+    health.ok(("connection: auto, attached (%s)"):format(reason))
+  else
+    health.ok(("connection: %s, a daemon of its own%s"):format(
+      config.options.connection or "auto",
+      reason and (" (" .. reason .. ")") or ""
+    ))
   end
   local client = client_mod.get()
   local init = client.status == "ready" and client.init_result or nil
