@@ -86,11 +86,12 @@ export class Scratch {
 
   /**
    * A daemon serving this home's database over WebSocket only (`serve --listen 127.0.0.1:0
-   * --no-stdio`), as a user starts one for several windows; ready once its `serve.json` names it.
+   * --no-stdio`, or another `address` such as `unix:PATH`), as a user starts one for several
+   * windows; ready once its `serve.json` names it.
    */
-  async listening(extraEnv: Record<string, string> = {}): Promise<Listening> {
+  async listening(extraEnv: Record<string, string> = {}, address = '127.0.0.1:0'): Promise<Listening> {
     const env = this.env(extraEnv);
-    const child = spawn(sidechatBinary(), ['serve', '--listen', '127.0.0.1:0', '--no-stdio', '--db', join(this.dir, 'sidechat.db')], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+    const child = spawn(sidechatBinary(), ['serve', '--listen', address, '--no-stdio', '--db', join(this.dir, 'sidechat.db')], { env, stdio: ['ignore', 'ignore', 'pipe'] });
     const stderr: string[] = [];
     child.stderr.setEncoding('utf8').on('data', (chunk: string) => stderr.push(chunk));
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));

@@ -12,13 +12,22 @@
 import { AbstractMessageReader, AbstractMessageWriter, type DataCallback, type Disposable, type Message, type MessageReader, type MessageWriter } from 'vscode-jsonrpc/node';
 import WebSocket from 'ws';
 
+/**
+ * The address `ws` opens for a `serve.json` URL: a unix socket's `ws+unix:///path` becomes
+ * `ws+unix:/path:/` (`ws` reads the socket path up to a `:` and the request path after it).
+ */
+export function socketTarget(url: string): string {
+  const unix = /^ws\+unix:\/\/(\/[^:]*)$/.exec(url);
+  return unix ? `ws+unix:${unix[1]}:/` : url;
+}
+
 /** Opens `url` with the daemon's `token`; rejects with what the daemon answered (401, 403…). */
 export function openSocket(url: string, token: string): Promise<WebSocket> {
   return new Promise((resolve, reject) => {
     let socket: WebSocket;
     try {
       // A guard against a peer that never answers, not a measure of anything.
-      socket = new WebSocket(url, { headers: { authorization: `Bearer ${token}` }, handshakeTimeout: 10_000 });
+      socket = new WebSocket(socketTarget(url), { headers: { authorization: `Bearer ${token}` }, handshakeTimeout: 10_000 });
     } catch (error) {
       reject(new Error(`${url} is not a WebSocket URL: ${error instanceof Error ? error.message : String(error)}`));
       return;
