@@ -700,6 +700,7 @@ function M.undo(message_id, done)
   local params = { sessionId = s.id, messageId = turn.entry.id, restore = "both", dryRun = true }
   M.client():request(protocol.method.sessionRewind, params, function(err, planned)
     local files = files_from(turns, turn.entry.id)
+    local left = {}
     if not err and planned then
       files = vim.tbl_map(function(f)
         return f.path
@@ -707,12 +708,16 @@ function M.undo(message_id, done)
       for _, f in ipairs(planned.skipped) do
         if vim.startswith(f.reason, "changed since") then
           table.insert(files, f.path)
+        elseif vim.startswith(f.reason, "changed by a command outside git") then
+          table.insert(left, f.path)
         end
       end
     end
+    local not_restorable = #left == 0 and ""
+      or ("; not restorable (changed by a command outside git): %s"):format(table.concat(left, ", "))
     vim.ui.select({ "Undo", "Cancel" }, {
-      prompt = ('Undo to before "%s"? Restores %s; the messages from there on are folded away'):format(
-        turn.text, file_list(files)),
+      prompt = ('Undo to before "%s"? Restores %s%s; the messages from there on are folded away'):format(
+        turn.text, file_list(files), not_restorable),
     }, function(choice)
       if choice == "Undo" then
         M.rewind(turn.entry.id, done)
