@@ -147,6 +147,29 @@ pub struct Config {
     pub user_dir: Option<PathBuf>,
     /// `[mentions]`: how much `@`-mentions may attach to one message.
     pub mentions: MentionSettings,
+    /// `[undo]`: how large a git work tree commands are snapshotted in.
+    pub undo: UndoSettings,
+}
+
+/// `[undo]`: the cap on the work trees whose commands are snapshotted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UndoSettings {
+    /// A git work tree with more files than this not yet in the private index is not
+    /// snapshotted around commands (adding them all would cost more than the command): its
+    /// commands are treated as outside git, their changed files listed but not restorable.
+    pub max_snapshot_files: usize,
+}
+
+/// The snapshot cap unless configured: a work tree of 50,000 files is added in about the time
+/// of a slow command; a larger one is usually a checkout of generated or vendored files.
+pub const DEFAULT_MAX_SNAPSHOT_FILES: usize = 50_000;
+
+impl Default for UndoSettings {
+    fn default() -> Self {
+        Self {
+            max_snapshot_files: DEFAULT_MAX_SNAPSHOT_FILES,
+        }
+    }
 }
 
 /// `[mentions]`: the cap on what the `@`-mentions of one message attach.
@@ -301,6 +324,8 @@ struct FileConfig {
     instructions: FileInstructions,
     #[serde(default)]
     mentions: FileMentions,
+    #[serde(default)]
+    undo: FileUndo,
     /// `permissions` read as rules, once the file's path is known.
     #[serde(skip)]
     rules: crate::permissions::Rules,
@@ -372,6 +397,13 @@ impl FileSandbox {
 struct FileInstructions {
     enabled: Option<bool>,
     max_bytes: Option<u64>,
+}
+
+/// `[undo]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileUndo {
+    max_snapshot_files: Option<usize>,
 }
 
 /// `[mentions]`.
@@ -700,6 +732,12 @@ impl Config {
                     .max_bytes
                     .unwrap_or(DEFAULT_MENTIONS_MAX_BYTES),
             },
+            undo: UndoSettings {
+                max_snapshot_files: file
+                    .undo
+                    .max_snapshot_files
+                    .unwrap_or(DEFAULT_MAX_SNAPSHOT_FILES),
+            },
             web_fetch: crate::tools::web_fetch::Settings {
                 allow_hosts: file
                     .tools
@@ -1026,6 +1064,25 @@ mod tests {
             }
         );
         assert_eq!(config.accounts[1].context_window, Some(32768));
+    }
+
+    #[test]
+    fn the_snapshot_cap_is_read_and_defaults_to_fifty_thousand() {
+        let set: FileConfig = toml::from_str("[undo]\nmax_snapshot_files = 3\n").unwrap();
+        let unset: FileConfig = toml::from_str("").unwrap();
+        assert_eq!(
+            (Config::from_parts(set).undo, Config::from_parts(unset).undo),
+            (
+                UndoSettings {
+                    max_snapshot_files: 3
+                },
+                UndoSettings {
+                    max_snapshot_files: 50_000
+                }
+            )
+        );
+        let typo: Result<FileConfig, _> = toml::from_str("[undo]\nmax_files = 3\n");
+        assert!(typo.is_err());
     }
 
     #[test]

@@ -8,8 +8,16 @@
 //! kept as checkpoints of the call, as a file tool's change would be. The index stays between
 //! snapshots, so a snapshot reads only the files whose size or time changed.
 //!
-//! Outside a git work tree, or in one with more files than `MAX_FILES`, nothing is kept: the
-//! second case is said once per workspace, as a note the session's model and user read.
+//! Outside a git work tree, or in one with more files than `[undo] max_snapshot_files` not yet
+//! in the private index, the files a command changed are found by a scan of sizes and times
+//! instead ([`super::command_scan`]) and kept marked not restorable; a work tree over the cap
+//! is said once per session, as a notice the session's model and user read.
+//!
+//! Sessions and daemons running commands in one work tree at once share its private index and
+//! objects: each snapshot holds an OS lock on a file beside them (`<store>.lock`) while it uses
+//! them, so no two write the index at once. A command's snapshot after it may also see what a
+//! command running meanwhile changed: a change another call has kept since the snapshot before
+//! (same path, same content after) is that call's, and is left out.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -18,44 +26,54 @@ use std::sync::Mutex;
 
 use tokio::io::AsyncWriteExt;
 
+use super::command_scan::Listing;
 use crate::lifetime::reaper;
 use crate::store::{NewCheckpoint, Store};
-
-/// A workspace with more files than this is not snapshotted: adding them all before each
-/// command would cost more than the command.
-pub const MAX_FILES: usize = 50_000;
 
 /// The tree git names for an empty folder (SHA-1 object format).
 const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
 
 /// Where snapshots are kept, and the workspaces found too large to snapshot.
 pub(super) struct CommandSnapshots {
-    /// `None` for a database in memory: nothing is snapshotted.
+    /// `None` for a database in memory: nothing is snapshotted in git.
     dir: Option<PathBuf>,
+    /// `[undo] max_snapshot_files`.
+    max_files: usize,
     too_large: Mutex<HashSet<PathBuf>>,
+    /// The sessions told that their workspace is too large, with the workspace: told once.
+    told: Mutex<HashSet<(String, PathBuf)>>,
 }
 
-/// A workspace's tree before a command, to compare the tree after it with.
-pub(super) struct Before {
+/// A workspace before a command, to compare it after the command with.
+pub(super) enum Before {
+    /// Its tree in the private store: what changed is kept and restorable.
+    Git(GitBefore),
+    /// Its files' sizes and times: what changed is listed, not restorable.
+    Scan(Listing),
+}
+
+/// A work tree's tree before a command.
+pub(super) struct GitBefore {
     repo: Repo,
     tree: String,
+    /// The newest checkpoint then: changes kept after it by other calls are theirs.
+    watermark: i64,
 }
 
-/// What taking the snapshot before a command found.
-pub(super) enum Taken {
-    Snapshot(Before),
-    /// Outside a git work tree, or git is missing or failed: nothing to compare.
-    Nothing,
-    /// More files than [`MAX_FILES`]; `true` the first time for this workspace.
-    TooLarge {
-        first: bool,
-    },
+/// What looking at the workspace before a command found.
+pub(super) struct Taken {
+    /// `None` when nothing can be compared (git failed, the scan failed).
+    pub before: Option<Before>,
+    /// The work tree has more files than the cap, and this session has not been told yet.
+    pub tell_too_large: bool,
 }
 
 /// The private object store for one work tree, and where in it the workspace is.
 #[derive(Clone)]
 struct Repo {
     git_dir: PathBuf,
+    /// The lock file serialising the snapshots of this work tree, beside `git_dir`.
+    lock: PathBuf,
     top: PathBuf,
     workspace: PathBuf,
     /// The workspace relative to the top of the work tree, `""` or ending with `/`.
@@ -169,6 +187,21 @@ async fn output(
     }
 }
 
+/// Takes the OS lock on `path` (created 0600 when missing), waiting while another snapshot
+/// (of this daemon or another) holds it; released when the file is dropped.
+async fn lock_tree(path: &Path) -> Result<std::fs::File, String> {
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let file = crate::private_files::open_append(&path)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        file.lock()
+            .map_err(|e| format!("cannot lock {}: {e}", path.display()))?;
+        Ok(file)
+    })
+    .await
+    .map_err(|e| format!("the lock of the snapshots failed: {e}"))?
+}
+
 /// One file the two trees differ in.
 #[derive(Debug, Clone, PartialEq)]
 struct Changed {
@@ -242,16 +275,19 @@ async fn read_objects(repo: &Repo, objects: &[&str]) -> Result<Vec<Vec<u8>>, Str
 }
 
 impl CommandSnapshots {
-    /// Snapshots kept in `dir` (beside the database); `None`: none are taken.
-    pub(super) fn new(dir: Option<PathBuf>) -> Self {
+    /// Snapshots kept in `dir` (beside the database), of work trees with at most `max_files`
+    /// files to add; `None`: none are taken in git.
+    pub(super) fn new(dir: Option<PathBuf>, max_files: usize) -> Self {
         Self {
             dir,
+            max_files,
             too_large: Mutex::default(),
+            told: Mutex::default(),
         }
     }
 
-    /// The private store for the work tree `workspace` is in, created when missing; `None`
-    /// outside a work tree.
+    /// The private store for the work tree `workspace` is in; `None` outside a work tree.
+    /// The store itself is created under its lock, by [`Self::snapshot`].
     async fn repo(&self, workspace: &Path) -> Option<Repo> {
         let dir = self.dir.as_ref()?;
         let read = |args: &[&str]| {
@@ -267,68 +303,135 @@ impl CommandSnapshots {
         let prefix = read(&["rev-parse", "--show-prefix"]).await.ok()?;
         let top = PathBuf::from(String::from_utf8_lossy(&top).trim());
         let name = crate::store::content_hash(top.as_os_str().as_encoded_bytes());
-        let git_dir = dir.join(&name[..16]);
-        if !git_dir.join("HEAD").exists() {
-            if let Err(e) = crate::private_files::create_dir_all(dir) {
-                tracing::warn!(dir = %dir.display(), error = %e, "cannot create the command snapshots' folder");
-                return None;
-            }
-            let mut init = git_command(workspace);
-            init.args(["init", "--quiet", "--bare"]).arg(&git_dir);
-            if let Err(e) = output(init, None).await {
-                tracing::warn!(error = %e, "cannot create a command snapshot store");
-                return None;
-            }
+        if let Err(e) = crate::private_files::create_dir_all(dir) {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot create the command snapshots' folder");
+            return None;
         }
         Some(Repo {
-            git_dir,
+            git_dir: dir.join(&name[..16]),
+            lock: dir.join(format!("{}.lock", &name[..16])),
             top,
             workspace: workspace.to_path_buf(),
             prefix: String::from_utf8_lossy(&prefix).trim().to_string(),
         })
     }
 
-    /// The snapshot before a command runs in `workspace`.
-    pub(super) async fn before(&self, workspace: &Path) -> Taken {
-        if crate::util::lock(&self.too_large).contains(workspace) {
-            return Taken::TooLarge { first: false };
-        }
-        let Some(repo) = self.repo(workspace).await else {
-            return Taken::Nothing;
+    /// Looks at `workspace` before a command of `session_id` runs there: its snapshot in
+    /// git, or else the scan of its files.
+    pub(super) async fn before(&self, store: &Store, session_id: &str, workspace: &Path) -> Taken {
+        let too_large = crate::util::lock(&self.too_large).contains(workspace);
+        let git = match too_large {
+            true => Git::TooLarge,
+            false => match self.repo(workspace).await {
+                Some(repo) => self.snapshot(store, repo).await,
+                None => Git::Outside,
+            },
         };
-        // The count is taken while the index is new: later snapshots add only what changed.
+        let tell_too_large = matches!(git, Git::TooLarge)
+            && crate::util::lock(&self.told)
+                .insert((session_id.to_string(), workspace.to_path_buf()));
+        let before = match git {
+            Git::Snapshot(before) => Some(Before::Git(before)),
+            Git::Failed => None,
+            Git::Outside | Git::TooLarge => match Listing::take(workspace).await {
+                Ok(listing) => Some(Before::Scan(listing)),
+                Err(e) => {
+                    tracing::warn!(workspace = %workspace.display(), error = %e, "cannot scan the workspace before a command");
+                    None
+                }
+            },
+        };
+        Taken {
+            before,
+            tell_too_large,
+        }
+    }
+
+    /// The snapshot in git before a command, under the work tree's lock: the store created
+    /// when missing, and the work tree counted while its index is new (later snapshots add
+    /// only what changed).
+    async fn snapshot(&self, store: &Store, repo: Repo) -> Git {
+        let workspace = repo.workspace.clone();
+        let failed = |what: &str, e: String| {
+            tracing::warn!(workspace = %workspace.display(), error = %e, "{what}");
+            Git::Failed
+        };
+        let _held = match lock_tree(&repo.lock).await {
+            Ok(held) => held,
+            Err(e) => return failed("cannot lock the command snapshots", e),
+        };
+        if !repo.git_dir.join("HEAD").exists() {
+            let mut init = git_command(&repo.workspace);
+            init.args(["init", "--quiet", "--bare"]).arg(&repo.git_dir);
+            if let Err(e) = output(init, None).await {
+                return failed("cannot create a command snapshot store", e);
+            }
+        }
         if !repo.git_dir.join("index").exists() {
-            match repo.untracked_count(MAX_FILES).await {
-                Ok(n) if n > MAX_FILES => {
-                    crate::util::lock(&self.too_large).insert(workspace.to_path_buf());
-                    return Taken::TooLarge { first: true };
+            match repo.untracked_count(self.max_files).await {
+                Ok(n) if n > self.max_files => {
+                    crate::util::lock(&self.too_large).insert(repo.workspace.clone());
+                    return Git::TooLarge;
                 }
                 Ok(_) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot count the workspace's files");
-                    return Taken::Nothing;
-                }
+                Err(e) => return failed("cannot count the workspace's files", e),
             }
         }
+        let watermark = match store.checkpoint_watermark() {
+            Ok(watermark) => watermark,
+            Err(e) => return failed("cannot read the checkpoints", e.to_string()),
+        };
         match repo.tree().await {
-            Ok(tree) => Taken::Snapshot(Before { repo, tree }),
-            Err(e) => {
-                tracing::warn!(workspace = %workspace.display(), error = %e, "cannot snapshot the workspace before a command");
-                Taken::Nothing
-            }
+            Ok(tree) => Git::Snapshot(GitBefore {
+                repo,
+                tree,
+                watermark,
+            }),
+            Err(e) => failed("cannot snapshot the workspace before a command", e),
         }
     }
 }
 
+/// What the snapshot in git before a command came to.
+enum Git {
+    Snapshot(GitBefore),
+    /// Not in a git work tree (or git is missing): the scan stands in.
+    Outside,
+    /// More files than the cap: the scan stands in.
+    TooLarge,
+    /// Git failed: nothing is kept (said in the log).
+    Failed,
+}
+
 impl Before {
-    /// Takes the snapshot after the command and keeps each file it changed as a checkpoint of
-    /// `call_id`, as if a file tool had changed it; how many files those are.
+    /// Looks at the workspace again after the command and keeps each file it changed as a
+    /// checkpoint of `call_id`: restorable from a snapshot in git, listed as not restorable
+    /// from a scan. How many files those are.
     pub(super) async fn keep_changes(
         self,
         store: &Store,
         session_id: &str,
         call_id: &str,
     ) -> Result<usize, String> {
+        match self {
+            Before::Git(before) => before.keep_changes(store, session_id, call_id).await,
+            Before::Scan(listing) => listing.keep_changes(store, session_id, call_id).await,
+        }
+    }
+}
+
+impl GitBefore {
+    /// Takes the snapshot after the command and keeps each file it changed, and no other
+    /// call kept since, as a checkpoint of `call_id`, as if a file tool had changed it; how
+    /// many files those are. The work tree's lock is held throughout, so a snapshot of another
+    /// command after this one sees the checkpoints kept here.
+    async fn keep_changes(
+        self,
+        store: &Store,
+        session_id: &str,
+        call_id: &str,
+    ) -> Result<usize, String> {
+        let _held = lock_tree(&self.repo.lock).await?;
         let after = self.repo.tree().await?;
         if after == self.tree {
             return Ok(0);
@@ -367,6 +470,19 @@ impl Before {
                 Some(_) => Some(next()?),
                 None => None,
             };
+            let after_hash = after.as_deref().map(crate::store::content_hash);
+            let theirs = store
+                .kept_by_another_call(
+                    session_id,
+                    call_id,
+                    self.watermark,
+                    &file.path,
+                    after_hash.as_deref(),
+                )
+                .map_err(|e| format!("cannot read the checkpoints: {e}"))?;
+            if theirs {
+                continue;
+            }
             store
                 .keep_checkpoint(&NewCheckpoint {
                     session_id,

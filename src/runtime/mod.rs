@@ -6,6 +6,7 @@
 mod accounting;
 mod carry_over;
 mod chat;
+mod command_scan;
 mod command_snapshots;
 mod commands;
 mod compaction;
@@ -91,7 +92,8 @@ struct Inner {
     answering: Mutex<()>,
     /// The instruction files (AGENTS.md) as last read.
     instruction_files: instructions::InstructionFiles,
-    /// Snapshots of git work trees around commands, so a rewind puts back what they changed.
+    /// Snapshots of workspaces around commands, so a rewind puts back (or names) what they
+    /// changed.
     command_snapshots: command_snapshots::CommandSnapshots,
     /// The workspaces' files as last listed, for `workspace/files`.
     workspace_files: Arc<crate::mentions::FileIndex>,
@@ -107,7 +109,10 @@ impl Runtime {
             crate::cost::PriceBook::builtin()
         });
         let configured_mcp = config.mcp_servers.clone();
-        let snapshots = command_snapshots::CommandSnapshots::new(store.command_snapshot_dir());
+        let snapshots = command_snapshots::CommandSnapshots::new(
+            store.command_snapshot_dir(),
+            config.undo.max_snapshot_files,
+        );
         let inner = Arc::new_cyclic(|weak| Inner {
             mcp: Arc::new(crate::mcp::Manager::new(
                 store.clone(),

@@ -149,6 +149,10 @@ pub(super) fn finish_open_rewinds(store: &Store) -> RuntimeResult<()> {
     Ok(())
 }
 
+/// Why a rewind leaves a file a command outside a git work tree changed: only its size and
+/// time were seen, never its content, so there is nothing to put back.
+pub const NOT_RESTORABLE: &str = "changed by a command outside git: cannot be restored";
+
 /// Which planned files a rewind changes, which it leaves, and which conflict.
 struct Sorted {
     steps: Vec<RestoreStep>,
@@ -173,7 +177,7 @@ fn sort_plan(ws: Option<&Workspace>, plan: Vec<PlannedFile>, force: bool) -> Sor
         if !file.restorable {
             sorted.skipped.push(SkippedFile {
                 path: file.path,
-                reason: "changed by a command outside a git work tree; not restorable".into(),
+                reason: NOT_RESTORABLE.into(),
             });
             continue;
         }
@@ -441,7 +445,15 @@ impl Runtime {
         for (back, turn) in turns.iter().rev().enumerate() {
             let files = match turn.paths.is_empty() {
                 true => "no files changed".to_string(),
-                false => turn.paths.join(", "),
+                false => turn
+                    .paths
+                    .iter()
+                    .map(|path| match turn.not_restorable.contains(path) {
+                        true => format!("{path} (not restorable)"),
+                        false => path.clone(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
             };
             lines.push(format!(
                 "  {:>2}  {} — {files}",

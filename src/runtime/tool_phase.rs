@@ -369,28 +369,29 @@ impl RunContext {
         Ok(in_force.rules)
     }
 
-    /// The snapshot of the workspace before a command, when it is in a git work tree; a
-    /// workspace too large to snapshot is said once.
+    /// The workspace before a command: its snapshot in git, or the scan of its files' sizes
+    /// and times. A work tree too large to snapshot is said once per session.
     async fn snapshot_before(
         &self,
         root: &std::path::Path,
     ) -> RuntimeResult<Option<super::command_snapshots::Before>> {
-        use super::command_snapshots::{MAX_FILES, Taken};
-        match self.inner.command_snapshots.before(root).await {
-            Taken::Snapshot(before) => Ok(Some(before)),
-            Taken::Nothing | Taken::TooLarge { first: false } => Ok(None),
-            Taken::TooLarge { first: true } => {
-                self.inner.notice(
-                    &self.session_id,
-                    Some(&self.run_id),
-                    NoticeLevel::Warning,
-                    format!(
-                        "The workspace has more than {MAX_FILES} files: the files commands change in it are not kept, so a rewind cannot put them back."
-                    ),
-                )?;
-                Ok(None)
-            }
+        let taken = self
+            .inner
+            .command_snapshots
+            .before(&self.inner.store, &self.session_id, root)
+            .await;
+        if taken.tell_too_large {
+            self.inner.notice(
+                &self.session_id,
+                Some(&self.run_id),
+                NoticeLevel::Warning,
+                format!(
+                    "The workspace has more than {} files: the files commands change in it are listed but not kept, so a rewind cannot put them back.",
+                    self.inner.config.undo.max_snapshot_files
+                ),
+            )?;
         }
+        Ok(taken.before)
     }
 
     /// Stores the call as running and tells the clients.

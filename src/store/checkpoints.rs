@@ -118,6 +118,9 @@ pub struct TurnFiles {
     /// The turn's text (its first text block).
     pub blocks: String,
     pub paths: Vec<String>,
+    /// Those of `paths` a command outside a git work tree changed: a rewind cannot put them
+    /// back.
+    pub not_restorable: Vec<String>,
 }
 
 /// Where a message stands: its session, number, role and whether it was rewound.
@@ -328,6 +331,72 @@ impl Store {
             )?;
             tx.commit()?;
             Ok(())
+        })
+    }
+
+    /// Records that a command outside a git work tree changed `path` (created, changed or
+    /// removed it): the turn lists it, marked not restorable, since its content before was
+    /// never read. Fails when the session has no user turn to tie it to.
+    pub fn keep_unrestorable(
+        &self,
+        session_id: &str,
+        call_id: &str,
+        path: &str,
+    ) -> StoreResult<()> {
+        self.write(|conn| {
+            let tx = conn.transaction()?;
+            let Some((owner, turn)) = owning_turn(&tx, session_id)? else {
+                return Err(StoreError::Corrupt(format!(
+                    "session {session_id} has no user turn to keep a checkpoint for"
+                )));
+            };
+            tx.execute(
+                "INSERT INTO checkpoints (session_id, turn_id, call_id, by_session, path,
+                                          restorable, at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6)",
+                params![owner, turn, call_id, session_id, path, now_ms()],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    /// The newest checkpoint's id (0 for none): a command's snapshot before it remembers it,
+    /// so that its snapshot after can tell the changes kept since by others.
+    pub fn checkpoint_watermark(&self) -> StoreResult<i64> {
+        self.read(|conn| {
+            Ok(
+                conn.query_row("SELECT COALESCE(MAX(id), 0) FROM checkpoints", [], |r| {
+                    r.get(0)
+                })?,
+            )
+        })
+    }
+
+    /// Whether another call of a session in the same workspace as `session_id` kept a change
+    /// of `path` to the content `after_hash` after the checkpoint `since`: a command running
+    /// meanwhile sees that change in its own snapshots, and it is not its own.
+    pub fn kept_by_another_call(
+        &self,
+        session_id: &str,
+        call_id: &str,
+        since: i64,
+        path: &str,
+        after_hash: Option<&str>,
+    ) -> StoreResult<bool> {
+        self.read(|conn| {
+            Ok(conn.query_row(
+                "SELECT EXISTS (
+                     SELECT 1 FROM checkpoints AS c
+                     JOIN sessions AS them ON them.id = c.by_session
+                     JOIN sessions AS me ON me.id = ?1
+                     WHERE c.id > ?3 AND c.path = ?4 AND c.after_hash IS ?5
+                       AND c.restorable = 1 AND them.workspace_root IS me.workspace_root
+                       AND NOT (c.by_session = ?1 AND c.call_id = ?2)
+                 )",
+                params![session_id, call_id, since, path, after_hash],
+                |r| r.get(0),
+            )?)
         })
     }
 
@@ -555,21 +624,30 @@ impl Store {
                         seq: r.get::<_, i64>(1)?.max(0) as u64,
                         blocks: r.get(2)?,
                         paths: Vec::new(),
+                        not_restorable: Vec::new(),
                     })
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
             let mut files = conn.prepare_cached(
-                "SELECT turn_id, path FROM checkpoints
+                "SELECT turn_id, path, restorable FROM checkpoints
                  WHERE session_id = ?1 AND rewound_by IS NULL ORDER BY id",
             )?;
             let rows = files.query_map([session_id], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, bool>(2)?,
+                ))
             })?;
             for row in rows {
-                let (turn, path) = row?;
-                if let Some(t) = turns.iter_mut().find(|t| t.message_id == turn)
-                    && !t.paths.contains(&path)
-                {
+                let (turn, path, restorable) = row?;
+                let Some(t) = turns.iter_mut().find(|t| t.message_id == turn) else {
+                    continue;
+                };
+                if !restorable && !t.not_restorable.contains(&path) {
+                    t.not_restorable.push(path.clone());
+                }
+                if !t.paths.contains(&path) {
                     t.paths.push(path);
                 }
             }

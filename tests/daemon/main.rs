@@ -15,6 +15,7 @@ mod byte_edits;
 mod bytes;
 mod carry_over;
 mod clock;
+mod command_changes;
 mod commands;
 mod custom_commands;
 mod delegation;

@@ -17,9 +17,9 @@ use crate::harness::{Daemon, Options, Scratch, env, session};
 use crate::upstream::{Reply, start};
 
 /// Commands run outside the sandbox (which this test does not need) and without asking.
-const CONFIG: &str = "[sandbox]\nenabled = false\n[permissions]\nallow = [\"write_file\", \"edit_file\", \"run_command\", \"delegate\"]\n";
+pub(crate) const CONFIG: &str = "[sandbox]\nenabled = false\n[permissions]\nallow = [\"write_file\", \"edit_file\", \"run_command\", \"delegate\"]\n";
 
-fn rewind(session: &str, message: &str, dry_run: bool) -> SessionRewindParams {
+pub(crate) fn rewind(session: &str, message: &str, dry_run: bool) -> SessionRewindParams {
     SessionRewindParams {
         session_id: session.into(),
         message_id: message.into(),
@@ -29,7 +29,7 @@ fn rewind(session: &str, message: &str, dry_run: bool) -> SessionRewindParams {
     }
 }
 
-fn restored(path: &str, removed: bool) -> RewoundFile {
+pub(crate) fn restored(path: &str, removed: bool) -> RewoundFile {
     RewoundFile {
         path: path.into(),
         removed,
@@ -40,7 +40,7 @@ fn usage() -> Value {
     json!({"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 10}})
 }
 
-fn says(text: &str) -> Reply {
+pub(crate) fn says(text: &str) -> Reply {
     Reply::sse(&[
         json!({"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]}),
         json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
@@ -48,7 +48,7 @@ fn says(text: &str) -> Reply {
     ])
 }
 
-fn call(id: &str, name: &str, input: Value) -> Reply {
+pub(crate) fn call(id: &str, name: &str, input: Value) -> Reply {
     let call = json!({"index": 0, "id": id, "type": "function",
                       "function": {"name": name, "arguments": input.to_string()}});
     Reply::sse(&[
@@ -58,7 +58,7 @@ fn call(id: &str, name: &str, input: Value) -> Reply {
     ])
 }
 
-fn git(dir: &Path, args: &[&str]) {
+pub(crate) fn git(dir: &Path, args: &[&str]) {
     let status = std::process::Command::new("git")
         .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
         .args(args)
@@ -71,7 +71,7 @@ fn git(dir: &Path, args: &[&str]) {
 }
 
 /// Every file under `dir` with its bytes: to compare a folder byte for byte.
-fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+pub(crate) fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut files = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(folder) = stack.pop() {
@@ -88,12 +88,12 @@ fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     files
 }
 
-fn read(scratch: &Scratch, path: &str) -> Option<String> {
+pub(crate) fn read(scratch: &Scratch, path: &str) -> Option<String> {
     std::fs::read_to_string(scratch.workspace().join(path)).ok()
 }
 
 /// Sends `text` and waits for its run to end; the user message's id.
-async fn turn(daemon: &mut Daemon, session: &str, text: &str) -> String {
+pub(crate) async fn turn(daemon: &mut Daemon, session: &str, text: &str) -> String {
     let sent = daemon.send(session, text).await;
     daemon.until_finished().await;
     sent.message_id.expect("a user message")

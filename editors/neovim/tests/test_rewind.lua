@@ -248,6 +248,43 @@ H.run({
     end,
   },
   {
+    ":SidechatUndo names a file a command changed outside git as not restorable, and the undo leaves it",
+    function()
+      local shown = sidechat.current()
+      sidechat.new_session()
+      H.wait("a new session", function()
+        return sidechat.current() ~= shown and sidechat.current().loaded
+      end)
+      local s = sidechat.current()
+      sidechat.send("run echo left > left.txt")
+      -- Sandboxed, the command runs without asking; without a sandbox it asks.
+      H.wait("the turn's end", function()
+        if #s:pending_approvals() > 0 then
+          sidechat.approve("allow")
+        end
+        return s.state == "idle" and #s.entries > 2
+      end)
+      H.eq("left\n", read("left.txt"), "the command wrote it")
+      local asked = answer_selects({ "Undo" })
+      local result
+      sidechat.undo(nil, function(_, r)
+        result = r
+      end)
+      H.wait("the undo's answer", function()
+        return result ~= nil
+      end)
+      H.eq(
+        'Undo to before "run echo left > left.txt"? Restores no files; not restorable (changed by a command outside git): left.txt; the messages from there on are folded away',
+        asked[1].prompt,
+        "the question names the file as not restorable"
+      )
+      H.eq({ { path = "left.txt", reason = "changed by a command outside git: cannot be restored" } }, result.skipped,
+        "the undo says it left it")
+      H.eq("left\n", read("left.txt"), "left as it was")
+      os.remove(H.ws .. "/left.txt")
+    end,
+  },
+  {
     ":SidechatUndo names the files a command changed in a git work tree, as the daemon's dry run lists them",
     function()
       vim.fn.system({ "git", "init", "-q", H.ws })

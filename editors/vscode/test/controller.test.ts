@@ -174,6 +174,55 @@ test('a session opens at its newest page, and scrolling to the top loads the old
   }
 });
 
+test('Undo to here names a file a command changed outside git as not restorable, and leaves it', { timeout: 120_000 }, async () => {
+  const scratch = new Scratch();
+  const daemon = scratch.daemon({ SIDECHAT_DEMO_DELAY_MS: '0' });
+  const confirms: string[] = [];
+  const ui: HostUi = {
+    post: () => undefined,
+    insert: async () => undefined,
+    confirm: async (message) => {
+      confirms.push(message);
+      return true;
+    },
+    openDiff: async () => undefined,
+    openSettings: () => undefined,
+    copy: () => undefined,
+    openLink: () => undefined,
+    log: () => undefined,
+  };
+  const controller = new ChatController(daemon, ui, { workspaceRoot: scratch.workspace, batchMs: 5 });
+  try {
+    await daemon.start();
+    let finished = 0;
+    const skipped: unknown[] = [];
+    daemon.onEvent((p) => {
+      if (p.event.kind === 'runFinished') finished++;
+      if (p.event.kind === 'rewound') skipped.push(p.event.skipped);
+      // Sandboxed, the command runs unasked; without a sandbox it asks.
+      if (p.event.kind === 'approvalRequested') void daemon.request('approval/respond', { approvalId: p.event.approval.approvalId, decision: 'allow' });
+    });
+    const session = await daemon.request('session/create', { workspaceRoot: scratch.workspace });
+    const sent = await daemon.request('chat/send', { sessionId: session.id, text: 'run echo left > left.txt' });
+    await until(() => finished > 0, 'the command’s turn to finish');
+    const left = join(scratch.workspace, 'left.txt');
+    assert.equal(readFileSync(left, 'utf8'), 'left\n');
+
+    await controller.handle({ type: 'ready' });
+    await controller.handle({ type: 'undo', messageId: sent.messageId ?? '' });
+    assert.deepEqual(confirms, [
+      'Undo to here? The conversation from this message on is taken back. No file will be restored. Not restorable (changed by a command outside git), left as they are: left.txt.',
+    ]);
+    await until(() => skipped.length > 0, 'the rewind');
+    assert.deepEqual(skipped, [[{ path: 'left.txt', reason: 'changed by a command outside git: cannot be restored' }]]);
+    assert.equal(readFileSync(left, 'utf8'), 'left\n');
+  } finally {
+    controller.dispose();
+    await daemon.dispose();
+    scratch.dispose();
+  }
+});
+
 test('Undo to here names the files the daemon says it restores, a command’s in a git work tree too, and restores them', { timeout: 120_000 }, async () => {
   const scratch = new Scratch();
   execFileSync('git', ['init', '-q', scratch.workspace]);

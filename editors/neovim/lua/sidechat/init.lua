@@ -750,9 +750,17 @@ function M.undo(message_id, done)
       notify("cannot rewind: " .. err_text(err), vim.log.levels.ERROR)
       return done and done(err)
     end
+    local left = {}
+    for _, f in ipairs(planned.skipped) do
+      if vim.startswith(f.reason, "changed by a command outside git") then
+        table.insert(left, f.path)
+      end
+    end
+    local not_restorable = #left == 0 and ""
+      or ("; not restorable (changed by a command outside git): %s"):format(table.concat(left, ", "))
     vim.ui.select({ "Undo", "Cancel" }, {
-      prompt = ('Undo to before "%s"? Restores %s; the messages from there on are folded away'):format(
-        turn.text, file_list(files_put_back(planned))),
+      prompt = ('Undo to before "%s"? Restores %s%s; the messages from there on are folded away'):format(
+        turn.text, file_list(files_put_back(planned)), not_restorable),
     }, function(choice)
       if choice == "Undo" then
         M.rewind(turn.entry.id, done)

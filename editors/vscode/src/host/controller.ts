@@ -283,9 +283,10 @@ export class ChatController {
   private async undo(messageId: string): Promise<void> {
     const model = this.active;
     if (!model) return;
-    const files = await this.filesRestoredBy(model.sessionId, messageId);
+    const { files, notRestorable } = await this.filesRestoredBy(model.sessionId, messageId);
     const restored = files.length > 0 ? `These files will be restored: ${files.join(', ')}.` : 'No file will be restored.';
-    if (!(await this.ui.confirm(`Undo to here? The conversation from this message on is taken back. ${restored}`, 'Undo'))) return;
+    const left = notRestorable.length > 0 ? ` Not restorable (changed by a command outside git), left as they are: ${notRestorable.join(', ')}.` : '';
+    if (!(await this.ui.confirm(`Undo to here? The conversation from this message on is taken back. ${restored}${left}`, 'Undo'))) return;
     const params = { sessionId: model.sessionId, messageId, restore: 'both' as const };
     try {
       await this.daemon.request('session/rewind', params);
@@ -298,12 +299,13 @@ export class ChatController {
 
   /**
    * The files undoing to `messageId` puts back, as the daemon's dry run answers: those it
-   * restores and those it would refuse as changed since (which the user may overwrite).
+   * restores and those it would refuse as changed since (which the user may overwrite); and
+   * those a command changed outside git, which it cannot restore.
    */
-  private async filesRestoredBy(sessionId: string, messageId: string): Promise<string[]> {
+  private async filesRestoredBy(sessionId: string, messageId: string): Promise<{ files: string[]; notRestorable: string[] }> {
     const planned = await this.daemon.request('session/rewind', { sessionId, messageId, restore: 'both', dryRun: true });
-    const changedSince = planned.skipped.filter((f) => f.reason.startsWith('changed since')).map((f) => f.path);
-    return [...planned.restored.map((f) => f.path), ...changedSince];
+    const paths = (prefix: string) => planned.skipped.filter((f) => f.reason.startsWith(prefix)).map((f) => f.path);
+    return { files: [...planned.restored.map((f) => f.path), ...paths('changed since')], notRestorable: paths('changed by a command outside git') };
   }
 
   private async send(text: string, attachments: Attachment[], images: ImageInput[], clientMessageId: string): Promise<void> {
