@@ -220,7 +220,7 @@ pub enum ConnectionMode {
 
 /// The listening daemon `serve.json` names, if it serves the database this client would
 /// spawn a daemon on (`db`, or the default one).
-fn listening_daemon(db: Option<&Path>) -> anyhow::Result<ServeFile> {
+pub(super) fn listening_daemon(db: Option<&Path>) -> anyhow::Result<ServeFile> {
     let path = discovery::serve_file_path()?;
     let file = discovery::read(&path).context(
         "no listening daemon (start one with `sidechat serve --listen 127.0.0.1:0 --no-stdio`)",

@@ -18,6 +18,7 @@ mod render;
 mod sessions;
 mod style;
 mod view;
+mod web;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -28,6 +29,7 @@ pub use connection::{Connection, RpcError, read_frames};
 pub use daemon::ConnectionMode;
 pub use sessions::SessionsArgs;
 pub use view::SessionView;
+pub use web::WebArgs;
 
 /// `sidechat chat`'s options.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -102,6 +104,14 @@ pub fn run(args: ChatArgs) -> anyhow::Result<i32> {
             interactive::run(args).await
         }
     });
+    tokio.shutdown_background();
+    code
+}
+
+/// Runs `sidechat web`: prints the chat page's address; the process exit code.
+pub fn run_web(args: WebArgs) -> anyhow::Result<i32> {
+    let tokio = async_runtime()?;
+    let code = tokio.block_on(web::run(args));
     tokio.shutdown_background();
     code
 }

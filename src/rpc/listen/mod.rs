@@ -18,12 +18,14 @@
 //! declared methods a client reads one format on either transport and refetches from its last
 //! `seq` after a reconnect as on stdio.
 //!
-//! **Who may connect**: [`access`]. **Where clients find it**: [`discovery`]. Unix sockets
+//! **Who may connect**: [`access`]. **Where clients find it**: [`discovery`]. **The chat page
+//! in a browser** (`--web`): [`page`]. Unix sockets
 //! (`unix:PATH`) are refused: jsonrpsee's server accepts TCP listeners only.
 
 pub mod access;
 pub mod discovery;
 pub mod fanout;
+pub mod page;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -40,6 +42,7 @@ use serde_json::value::RawValue;
 use self::access::{Access, AccessLayer};
 use self::discovery::ServeFile;
 use self::fanout::Listeners;
+use self::page::PageLayer;
 use super::methods::MethodTable;
 use crate::protocol::{
     Initialize, InitializeResult, Request, SessionCreate, SessionFork, SessionGet,
@@ -73,6 +76,8 @@ pub enum ListenError {
 pub struct ListenOptions {
     pub addr: String,
     pub allow_remote: bool,
+    /// `--web`: also serve the chat page over HTTP `GET` at the same address.
+    pub web: bool,
 }
 
 /// The listening socket, bound before the store is open so a wrong address fails at once.
@@ -82,6 +87,7 @@ pub struct Bound {
     /// The host as the address named it (`localhost`, `127.0.0.1`, `[::1]`).
     host: String,
     allow_remote: bool,
+    web: bool,
 }
 
 impl Bound {
@@ -125,6 +131,7 @@ impl Bound {
             local,
             host: host.to_string(),
             allow_remote: options.allow_remote,
+            web: options.web,
         })
     }
 
@@ -156,6 +163,8 @@ impl Bound {
 pub struct Listening {
     handle: ServerHandle,
     pub url: String,
+    /// With `--web`: the chat page's address, without the token (`http://host:port/`).
+    pub page: Option<String>,
     serve_file: PathBuf,
     token: String,
 }
@@ -179,6 +188,7 @@ pub async fn start(
 ) -> Result<Listening, ListenError> {
     let token = discovery::new_token();
     let url = format!("ws://{}/", bound.authority());
+    let page = bound.web.then(|| format!("http://{}/", bound.authority()));
     let access = Arc::new(Access::new(token.clone(), bound.hosts()));
     let config = ServerConfig::builder()
         .ws_only()
@@ -188,7 +198,14 @@ pub async fn start(
         .build();
     let server = jsonrpsee::server::Server::builder()
         .set_config(config)
-        .set_http_middleware(tower::ServiceBuilder::new().layer(AccessLayer(access)))
+        .set_http_middleware(
+            tower::ServiceBuilder::new()
+                .layer(PageLayer {
+                    access: access.clone(),
+                    serving: bound.web,
+                })
+                .layer(AccessLayer(access)),
+        )
         .build_from_tcp(bound.listener)
         .map_err(ListenError::Server)?;
     let methods = methods(MethodTable::new(runtime), init, listeners);
@@ -204,10 +221,11 @@ pub async fn start(
         let _ = handle.stop();
         return Err(e.into());
     }
-    tracing::info!(%url, serve_file = %serve_file.display(), "listening");
+    tracing::info!(%url, serve_file = %serve_file.display(), page = page.as_deref(), "listening");
     Ok(Listening {
         handle,
         url,
+        page,
         serve_file,
         token,
     })
