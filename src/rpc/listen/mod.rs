@@ -19,8 +19,8 @@
 //! `seq` after a reconnect as on stdio.
 //!
 //! **Who may connect**: [`access`]. **Where clients find it**: [`discovery`]. **The chat page
-//! in a browser** (`--web`): [`page`]. Unix sockets
-//! (`unix:PATH`) are refused: jsonrpsee's server accepts TCP listeners only.
+//! in a browser** (`--web`): [`page`]. Unix sockets (`unix:PATH`) are refused: jsonrpsee's
+//! server accepts TCP listeners only.
 
 pub mod access;
 pub mod discovery;
