@@ -47,6 +47,10 @@ enum Command {
         /// or Ctrl-C.
         #[arg(long, requires = "listen")]
         no_stdio: bool,
+        /// With `--listen`: also serve the chat page for a browser at the same address
+        /// (`sidechat web` prints its address with the token).
+        #[arg(long, requires = "listen")]
+        web: bool,
     },
     /// Speak the Agent Client Protocol (v1) on stdin/stdout, as Zed, JetBrains IDEs and other
     /// ACP hosts spawn an agent. Same database and configuration as `serve`.
@@ -64,6 +68,9 @@ enum Command {
     /// Bridge stdin/stdout to the listening daemon `serve.json` names (`serve --listen`), so
     /// an editor that spawns a stdio server shares that daemon instead of starting its own.
     Attach(sidechat::client::AttachArgs),
+    /// Chat in a browser: prints the address of the chat page of the listening daemon, starting
+    /// one (`serve --listen 127.0.0.1:0 --no-stdio --web`, detached) when none serves it.
+    Web(sidechat::client::WebArgs),
     /// List, show, export or delete stored sessions.
     Sessions(sidechat::client::SessionsArgs),
     /// Check the database (size, schema, integrity, leases) and the configured accounts
@@ -163,6 +170,11 @@ fn serve(
                 let runtime = opening.await.map_err(anyhow::Error::msg)?;
                 let listening = listen::start(bound, runtime, init, listeners, db_path).await?;
                 eprintln!("sidechat: listening on {}", listening.url);
+                if let Some(page) = &listening.page {
+                    eprintln!(
+                        "sidechat: serving the chat page at {page} (`sidechat web` prints it with its token)"
+                    );
+                }
                 anyhow::Ok(listening)
             })
         });
@@ -347,17 +359,23 @@ fn main() {
             listen,
             allow_remote,
             no_stdio,
+            web,
         } => serve(
             db,
             log_file,
             ServeOptions {
-                listen: listen.map(|addr| ListenOptions { addr, allow_remote }),
+                listen: listen.map(|addr| ListenOptions {
+                    addr,
+                    allow_remote,
+                    web,
+                }),
                 no_stdio,
             },
         ),
         Command::Acp { db, log_file } => acp(db, log_file),
         Command::Chat(args) => sidechat::client::run(args),
         Command::Attach(args) => sidechat::client::run_attach(args),
+        Command::Web(args) => sidechat::client::run_web(args),
         Command::Sessions(args) => sidechat::client::run_sessions(args),
         Command::Doctor { db, integrity } => doctor(db, integrity),
         Command::Schema { out } => write_schema(out),

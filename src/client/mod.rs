@@ -21,6 +21,7 @@ mod sessions;
 mod style;
 mod view;
 mod websocket;
+mod web;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -32,6 +33,7 @@ pub use connection::{Connection, RpcError, read_frames};
 pub use daemon::ConnectionMode;
 pub use sessions::SessionsArgs;
 pub use view::SessionView;
+pub use web::WebArgs;
 
 /// `sidechat chat`'s options.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -116,6 +118,14 @@ pub fn run_attach(args: AttachArgs) -> anyhow::Result<i32> {
     let tokio = async_runtime()?;
     let code = tokio.block_on(bridge::run(args));
     // The stdin thread may still be blocked in read; exiting the process ends it.
+    tokio.shutdown_background();
+    code
+}
+
+/// Runs `sidechat web`: prints the chat page's address; the process exit code.
+pub fn run_web(args: WebArgs) -> anyhow::Result<i32> {
+    let tokio = async_runtime()?;
+    let code = tokio.block_on(web::run(args));
     tokio.shutdown_background();
     code
 }

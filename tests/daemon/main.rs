@@ -62,6 +62,7 @@ mod transcripts;
 mod two_daemons;
 #[path = "../support/upstream.rs"]
 mod upstream;
+mod web;
 mod workload;
 mod workspace_answers;
 mod workspace_files;

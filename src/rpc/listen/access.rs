@@ -8,6 +8,9 @@
 //!   requests then carry that name as `Host`;
 //! - from a browser page (`Origin`) other than the daemon's own origin: 403.
 //!
+//! The chat page's script and stylesheet (`--web`, [`super::page`]) pass the `Host` and
+//! `Origin` checks alone ([`Access::check_place`]): the browser fetches them without the token.
+//!
 //! A refusal is logged with its reason and path, never the token or the query that may hold
 //! it; it costs one comparison, so failed attempts never slow other clients.
 
@@ -57,6 +60,26 @@ impl Access {
 
     /// Whether a request with these headers and query may connect.
     pub fn check(&self, headers: &HeaderMap, query: Option<&str>) -> Result<(), Refusal> {
+        self.check_place(headers)?;
+        let bearer = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.strip_prefix("Bearer "));
+        let queried = query
+            .into_iter()
+            .flat_map(|q| q.split('&'))
+            .find_map(|pair| pair.strip_prefix("token="));
+        match bearer.or(queried) {
+            None => Err(Refusal::NoToken),
+            Some(given) if same(given.trim().as_bytes(), self.token.as_bytes()) => Ok(()),
+            Some(_) => Err(Refusal::WrongToken),
+        }
+    }
+
+    /// The `Host` and `Origin` checks alone: for the chat page's script and stylesheet, which
+    /// the browser fetches without the token (they hold nothing secret), but only through the
+    /// daemon's own address.
+    pub fn check_place(&self, headers: &HeaderMap) -> Result<(), Refusal> {
         let host = headers
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
@@ -74,19 +97,7 @@ impl Access {
                 return Err(Refusal::Origin);
             }
         }
-        let bearer = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|h| h.to_str().ok())
-            .and_then(|h| h.strip_prefix("Bearer "));
-        let queried = query
-            .into_iter()
-            .flat_map(|q| q.split('&'))
-            .find_map(|pair| pair.strip_prefix("token="));
-        match bearer.or(queried) {
-            None => Err(Refusal::NoToken),
-            Some(given) if same(given.trim().as_bytes(), self.token.as_bytes()) => Ok(()),
-            Some(_) => Err(Refusal::WrongToken),
-        }
+        Ok(())
     }
 }
 
@@ -136,14 +147,21 @@ where
     fn call(&mut self, request: HttpRequest) -> Self::Future {
         match self.access.check(request.headers(), request.uri().query()) {
             Ok(()) => Box::pin(self.inner.call(request)),
-            Err(refusal) => {
-                tracing::warn!(reason = %refusal, path = request.uri().path(), "refused a connection");
-                let mut response = HttpResponse::new(HttpBody::from(format!("{refusal}\n")));
-                *response.status_mut() = refusal.status();
-                Box::pin(std::future::ready(Ok(response)))
-            }
+            Err(refusal) => Box::pin(std::future::ready(Ok(refused(
+                refusal,
+                request.uri().path(),
+            )))),
         }
     }
+}
+
+/// The answer to a refused request, logged with its reason and path (never the query, which
+/// may hold the token).
+pub fn refused(refusal: Refusal, path: &str) -> HttpResponse {
+    tracing::warn!(reason = %refusal, path, "refused a connection");
+    let mut response = HttpResponse::new(HttpBody::from(format!("{refusal}\n")));
+    *response.status_mut() = refusal.status();
+    response
 }
 
 #[cfg(test)]

@@ -19,11 +19,13 @@
 //! `seq` after a reconnect as on stdio.
 //!
 //! **Who may connect**: [`access`]. **Where clients find it**: [`discovery`]. **A unix
-//! socket** (`unix:PATH`) instead of a TCP port: [`unix`].
+//! socket** (`unix:PATH`) instead of a TCP port: [`unix`]. **The chat page in a browser**
+//! (`--web`, TCP only): [`page`].
 
 pub mod access;
 pub mod discovery;
 pub mod fanout;
+pub mod page;
 pub mod unix;
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -41,6 +43,7 @@ use serde_json::value::RawValue;
 use self::access::{Access, AccessLayer};
 use self::discovery::ServeFile;
 use self::fanout::Listeners;
+use self::page::PageLayer;
 use super::methods::MethodTable;
 use crate::protocol::{
     Initialize, InitializeResult, Request, SessionCreate, SessionFork, SessionGet,
@@ -80,6 +83,8 @@ pub enum ListenError {
 pub struct ListenOptions {
     pub addr: String,
     pub allow_remote: bool,
+    /// `--web`: also serve the chat page over HTTP `GET` at the same address.
+    pub web: bool,
 }
 
 /// The listening socket, bound before the store is open so a wrong address fails at once.
@@ -93,6 +98,10 @@ impl Bound {
     /// ([`TcpBound::bind`]).
     pub fn bind(options: &ListenOptions) -> Result<Self, ListenError> {
         match options.addr.trim().strip_prefix("unix:") {
+            Some(_) if options.web => Err(ListenError::Address {
+                addr: options.addr.trim().to_string(),
+                reason: "--web serves the page to a browser, which cannot reach a unix socket; listen on a loopback host:port".into(),
+            }),
             Some(path) => unix::bind(path).map(Bound::Unix),
             None => TcpBound::bind(options).map(Bound::Tcp),
         }
@@ -106,6 +115,7 @@ pub struct TcpBound {
     /// The host as the address named it (`localhost`, `127.0.0.1`, `[::1]`).
     host: String,
     allow_remote: bool,
+    web: bool,
 }
 
 impl TcpBound {
@@ -146,6 +156,7 @@ impl TcpBound {
             local,
             host: host.to_string(),
             allow_remote: options.allow_remote,
+            web: options.web,
         })
     }
 
@@ -177,6 +188,8 @@ impl TcpBound {
 pub struct Listening {
     handle: ServerHandle,
     pub url: String,
+    /// With `--web`: the chat page's address, without the token (`http://host:port/`).
+    pub page: Option<String>,
     serve_file: PathBuf,
     token: String,
     /// The unix socket's file, removed once the server has stopped.
@@ -204,9 +217,13 @@ pub async fn start(
 ) -> Result<Listening, ListenError> {
     let token = discovery::new_token();
     // A unix socket names no host: only its owner can connect, and no browser can.
-    let (url, hosts) = match &bound {
-        Bound::Tcp(tcp) => (format!("ws://{}/", tcp.authority()), tcp.hosts()),
-        Bound::Unix(socket) => (socket.url(), None),
+    let (url, hosts, page) = match &bound {
+        Bound::Tcp(tcp) => (
+            format!("ws://{}/", tcp.authority()),
+            tcp.hosts(),
+            tcp.web.then(|| format!("http://{}/", tcp.authority())),
+        ),
+        Bound::Unix(socket) => (socket.url(), None, None),
     };
     let access = Arc::new(Access::new(token.clone(), hosts));
     let config = ServerConfig::builder()
@@ -217,7 +234,14 @@ pub async fn start(
         .build();
     let builder = jsonrpsee::server::Server::builder()
         .set_config(config)
-        .set_http_middleware(tower::ServiceBuilder::new().layer(AccessLayer(access)));
+        .set_http_middleware(
+            tower::ServiceBuilder::new()
+                .layer(PageLayer {
+                    access: access.clone(),
+                    serving: page.is_some(),
+                })
+                .layer(AccessLayer(access)),
+        );
     let methods = methods(MethodTable::new(runtime), init, listeners);
     let (handle, socket) = match bound {
         Bound::Tcp(tcp) => {
@@ -245,10 +269,11 @@ pub async fn start(
         let _ = handle.stop();
         return Err(e.into());
     }
-    tracing::info!(%url, serve_file = %serve_file.display(), "listening");
+    tracing::info!(%url, serve_file = %serve_file.display(), page = page.as_deref(), "listening");
     Ok(Listening {
         handle,
         url,
+        page,
         serve_file,
         token,
         socket,
