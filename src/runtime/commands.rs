@@ -250,12 +250,16 @@ impl Runtime {
             effort: Some(effort),
             ..SessionUpdateParams::default()
         })?;
-        Ok(match updated.effort {
-            Some(level) => format!(
+        // The session's effort in force: its own, or after `default` the account's.
+        Ok(match (effort, updated.effort) {
+            (Some(level), _) => format!(
                 "Reasoning effort set to {}; it applies from the next request on. {style}",
                 level.name()
             ),
-            None => "Reasoning effort back to the provider's default.".to_string(),
+            (None, Some(level)) => {
+                format!("Effort is back to the account's default, {}.", level.name())
+            }
+            (None, None) => "Effort is back to the account's default; the account has no default: the model decides.".to_string(),
         })
     }
 }
