@@ -35,6 +35,13 @@ fn check_size(params: &ChatSendParams) -> RuntimeResult<()> {
     Ok(())
 }
 
+/// A custom command's turn: the block stored with the typed text, and the model its front
+/// matter names for the turn, if any.
+struct CommandTurn {
+    block: Block,
+    model: Option<String>,
+}
+
 /// How often a send decides again because the session's lease changed hands meanwhile.
 const MAX_LEASE_RACES: usize = 4;
 
@@ -71,7 +78,6 @@ impl Runtime {
         if params.text.trim().is_empty() {
             return Err(RuntimeError::InvalidParams("the message is empty".into()));
         }
-        let images = super::images::check_send(&session.model, &params.images)?;
         let mut custom = None;
         if let Some(command) = super::commands::parse(&params.text) {
             match self.custom_command(&session, &command) {
@@ -82,14 +88,16 @@ impl Runtime {
                             file.name
                         )));
                     }
-                    custom = Some(Block::Command {
-                        prompt: super::custom_commands::expand(&file.body, command.argument),
-                        name: file.name,
-                    });
+                    custom = Some(self.command_turn(&session, file, command.argument)?);
                 }
                 None => return self.command(&session, command, &params.text).await,
             }
         }
+        let turn_model = custom
+            .as_ref()
+            .and_then(|c| c.model.as_deref())
+            .unwrap_or(&session.model);
+        let images = super::images::check_send(turn_model, &params.images)?;
         if !may_keep {
             let turn = self.inner.runs.send_turn(&session.id);
             let _turn = turn.lock().await;
@@ -126,6 +134,33 @@ impl Runtime {
         }
     }
 
+    /// The turn a custom command file makes of what was typed after it. A `model` its front
+    /// matter names must be one the session's account knows: else the send is refused, naming
+    /// the model and the file, before anything is stored.
+    fn command_turn(
+        &self,
+        session: &crate::store::SessionRow,
+        file: super::custom_commands::CustomCommand,
+        argument: &str,
+    ) -> RuntimeResult<CommandTurn> {
+        if let Some(model) = &file.model
+            && !self.knows_model(session, model)
+        {
+            return Err(RuntimeError::InvalidParams(format!(
+                "model: the command file {} names the model {model:?}, which the account {} does not know (it is in neither the context window table, the price table nor the account's configuration); correct the file's front matter",
+                file.path.display(),
+                session.account
+            )));
+        }
+        Ok(CommandTurn {
+            block: Block::Command {
+                prompt: super::custom_commands::expand(&file.body, argument),
+                name: file.name,
+            },
+            model: file.model,
+        })
+    }
+
     /// Tells the session's clients that input they were told is kept could not be sent after
     /// all (for a reason other than the lock), with a notice.
     fn tell_not_sent(&self, session_id: &str, error: &RuntimeError) {
@@ -146,7 +181,7 @@ impl Runtime {
         &self,
         session: crate::store::SessionRow,
         mut params: ChatSendParams,
-        custom: Option<Block>,
+        custom: Option<CommandTurn>,
         images: Vec<crate::images::CheckedImage>,
     ) -> RuntimeResult<ChatSendResult> {
         if params.text.trim_start().starts_with("//") {
@@ -167,7 +202,8 @@ impl Runtime {
         }
         let mentioned = self.mentioned(&session, &params.text).await;
         let mut blocks = vec![Block::Text { text: params.text }];
-        blocks.extend(custom);
+        let command_model = custom.as_ref().and_then(|c| c.model.clone());
+        blocks.extend(custom.map(|c| c.block));
         blocks.extend(
             mentioned
                 .attachments
@@ -205,14 +241,18 @@ impl Runtime {
                 tracing::error!(session_id = %session.id, error = %e, "cannot store a mention's notice");
             }
         }
-        spawn_run(
-            self.inner.clone(),
-            RunStart::New {
+        let start = match command_model {
+            Some(model) => RunStart::Command {
+                session,
+                run_id: run_id.clone(),
+                model,
+            },
+            None => RunStart::New {
                 session,
                 run_id: run_id.clone(),
             },
-            signals,
-        )?;
+        };
+        spawn_run(self.inner.clone(), start, signals)?;
         Ok(ChatSendResult {
             run_id: Some(run_id),
             message_id: Some(message.id),

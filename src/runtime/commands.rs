@@ -67,7 +67,7 @@ fn model_argument(argument: &str) -> (&str, bool) {
 impl Runtime {
     /// Whether `model` is a name sidechat knows: in the context window table, in the price
     /// book (built-in or configured), or the session's account's configured model.
-    fn knows_model(&self, session: &SessionRow, model: &str) -> bool {
+    pub(super) fn knows_model(&self, session: &SessionRow, model: &str) -> bool {
         let in_windows =
             crate::context::model_window(model, None).source == crate::context::WindowSource::Table;
         let configured = self

@@ -354,6 +354,11 @@ const MIGRATIONS: &[&str] = &[
         created_at  INTEGER NOT NULL
     );
     "#,
+    // 24: the model a custom command's front matter gave its run; NULL: the session's model,
+    // read at each step.
+    r#"
+    ALTER TABLE runs ADD COLUMN command_model TEXT;
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.
