@@ -239,7 +239,7 @@ impl RunContext {
                     return Ok(RunEnd::BudgetSpent(limit));
                 };
                 figures.abort();
-                let texts: Vec<String> = leased.iter().map(|r| r.text.clone()).collect();
+                let texts = super::projection::leased_texts(&leased);
                 prepared = match self.fit_counted(&session, &texts).await? {
                     Ok(prepared) => prepared,
                     Err(end) => return Ok(end),
@@ -549,16 +549,13 @@ impl RunContext {
     }
 
     /// The request carrying these interjections was sent: they join the transcript, in the
-    /// user's own words, in the same transaction that marks them delivered.
+    /// user's own words with the files their mentions attached, in the same transaction that
+    /// marks them delivered.
     fn deliver(&self, rows: Vec<PendingRow>) -> RuntimeResult<()> {
         let pending_ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
         let blocks = rows
             .into_iter()
-            .map(|r| Block::Interjection {
-                pending_id: r.id,
-                text: r.text,
-                promoted: false,
-            })
+            .flat_map(|r| r.into_blocks(false))
             .collect();
         let mut message = NewMessage::new(&self.session_id, Some(&self.run_id), Role::User, blocks);
         message.settles = Some(Settle {

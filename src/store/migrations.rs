@@ -359,6 +359,11 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE runs ADD COLUMN command_model TEXT;
     "#,
+    // 25: the `@`-mention attachments of queued input (a JSON array of `attachment` blocks),
+    // delivered or promoted with its text; NULL: none.
+    r#"
+    ALTER TABLE pending_input ADD COLUMN attachments TEXT;
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.
