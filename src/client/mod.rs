@@ -5,6 +5,7 @@
 //! can keep typing while a run works, and Ctrl-C stops the run. With `-p` or text piped on
 //! stdin it runs one turn and exits (`oneshot`).
 
+mod complete;
 mod connection;
 mod daemon;
 mod export;
