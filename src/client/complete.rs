@@ -111,7 +111,7 @@ fn target(line: &str, pos: usize) -> Option<Target<'_>> {
     }
 }
 
-/// The `@`-mention of `path`: quoted when it holds whitespace or a quote would end it.
+/// The `@`-mention of `path`: quoted when it holds whitespace.
 fn mention(path: &str) -> String {
     match path.contains(char::is_whitespace) {
         true => format!("@\"{path}\""),
