@@ -18,10 +18,13 @@ use std::sync::mpsc as std_mpsc;
 
 use rustyline::config::Configurer;
 use rustyline::error::ReadlineError;
-use rustyline::{Cmd, Config, DefaultEditor, EventHandler, ExternalPrinter, KeyCode, KeyEvent};
+use rustyline::{
+    Cmd, CompletionType, Config, Editor, EventHandler, ExternalPrinter, KeyCode, KeyEvent,
+};
 use rustyline::{Modifiers, history::DefaultHistory};
 use tokio::sync::mpsc;
 
+use super::complete::Completion;
 use super::render::Sink;
 
 /// What the user did at the prompt.
@@ -58,16 +61,21 @@ fn history_file() -> Option<PathBuf> {
 }
 
 impl Prompt {
-    /// Starts the editor; the sink that prints above its prompt. It reads the first line at
-    /// once.
-    pub fn start() -> anyhow::Result<(Self, Box<dyn Sink>)> {
+    /// Starts the editor, completing with `completion`; the sink that prints above its
+    /// prompt. It reads the first line at once.
+    ///
+    /// Tab completes as a shell does: the first press inserts what the candidates share, the
+    /// second lists them (a command with its description).
+    pub fn start(completion: Completion) -> anyhow::Result<(Self, Box<dyn Sink>)> {
         let config = Config::builder()
             .max_history_size(2000)?
             .history_ignore_dups(true)?
             .auto_add_history(false)
             .bracketed_paste(true)
+            .completion_type(CompletionType::List)
             .build();
-        let mut editor: rustyline::Editor<(), DefaultHistory> = DefaultEditor::with_config(config)?;
+        let mut editor: Editor<Completion, DefaultHistory> = Editor::with_config(config)?;
+        editor.set_helper(Some(completion));
         // Terminals that defer drawing inside a synchronised update (tmux among them) would
         // leave a quickly typed line undrawn until the next key.
         editor.enable_synchronized_output(false);

@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use super::complete::{Completion, Question};
 use super::daemon::{Daemon, Notes, check_account, check_model};
 use super::input::{Input, Prompt};
 use super::open::{self, Ask};
@@ -12,8 +13,8 @@ use super::view::SessionView;
 use super::{ChatArgs, plural};
 use crate::protocol::{
     ApprovalDecision, ApprovalRespond, ApprovalRespondParams, ChatResume, ChatSend, ChatSendParams,
-    ChatStop, Event, ImageInput, InitializeResult, Session, SessionEventParams, SessionIdParams,
-    SessionState, SessionUpdate, SessionUpdateParams,
+    ChatStop, Event, ImageInput, InitializeResult, Session, SessionCommands, SessionEventParams,
+    SessionIdParams, SessionState, SessionUpdate, SessionUpdateParams, WorkspaceFiles,
 };
 
 /// How many of the folder's chats `/sessions` numbers: the newest, a screenful.
@@ -54,9 +55,11 @@ pub async fn run(args: ChatArgs) -> anyhow::Result<i32> {
     if existed {
         chat.reattach().await?;
     }
-    let (prompt, sink) = Prompt::start()?;
+    let (asks_tx, asks) = tokio::sync::mpsc::unbounded_channel();
+    let completion = Completion::new(asks_tx, chat.screen.style.color);
+    let (prompt, sink) = Prompt::start(completion)?;
     chat.screen.set_sink(sink);
-    let outcome = chat.run(prompt, notes).await;
+    let outcome = chat.run(prompt, notes, asks).await;
     let Chat {
         daemon, session, ..
     } = chat;
@@ -121,7 +124,12 @@ struct Chat {
 }
 
 impl Chat {
-    async fn run(&mut self, prompt: Prompt, mut notes: Notes) -> anyhow::Result<()> {
+    async fn run(
+        &mut self,
+        prompt: Prompt,
+        mut notes: Notes,
+        mut asks: tokio::sync::mpsc::UnboundedReceiver<Question>,
+    ) -> anyhow::Result<()> {
         let Prompt { mut inputs, next } = prompt;
         let mut ctrl_c = CtrlC::listen()?;
         loop {
@@ -153,11 +161,40 @@ impl Chat {
                     }
                     let _ = next.send(());
                 }
+                Some(ask) = asks.recv() => self.answer(ask).await,
                 _ = ctrl_c.pressed() => {
                     if !self.interrupt().await? {
                         return Ok(());
                     }
                 }
+            }
+        }
+    }
+
+    /// Answers the prompt's completion question about the chat's session; a failure answers
+    /// nothing to complete (the prompt beeps) and is logged.
+    async fn answer(&self, ask: Question) {
+        match ask {
+            Question::Commands(answer) => {
+                let commands = match self.daemon.call::<SessionCommands>(self.session_id()).await {
+                    Ok(result) => result.commands,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot list the commands to complete");
+                        Vec::new()
+                    }
+                };
+                let _ = answer.send(commands);
+            }
+            Question::Files { query, answer } => {
+                let params = Question::files_params(&self.session.id, &query);
+                let files = match self.daemon.call::<WorkspaceFiles>(params).await {
+                    Ok(result) => result.files,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot list the files to complete");
+                        Vec::new()
+                    }
+                };
+                let _ = answer.send(files);
             }
         }
     }

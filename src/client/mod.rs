@@ -7,6 +7,7 @@
 //! stdin it runs one turn and exits (`oneshot`).
 
 mod bridge;
+mod complete;
 mod connection;
 mod daemon;
 mod export;

@@ -15,8 +15,8 @@ use super::markdown::Markdown;
 use super::plural;
 use super::style::{Paint, Style};
 use crate::protocol::{
-    ApprovalDecision, Block, CompactionMethod, Event, FinishReason, NoticeLevel, PendingApproval,
-    Plan, PlanStepStatus, Pressure, Role, ToolCallStatus, TranscriptEntry,
+    ApprovalDecision, Block, CompactionMethod, Event, FinishReason, LineRange, NoticeLevel,
+    PendingApproval, Plan, PlanStepStatus, Pressure, Role, ToolCallStatus, TranscriptEntry,
 };
 
 /// Where drawn lines go: stdout, or above a line editor's prompt.
@@ -173,6 +173,14 @@ impl Screen {
             // reply's whole lines: the line being streamed is kept and goes on after it.
             Event::MessageCompleted { entry } if entry.role == Role::Note => {
                 let lines = self.entry(entry);
+                self.out(lines);
+            }
+            // The user's own words are on the screen as typed; what its mentions attached is
+            // shown under them.
+            Event::MessageCompleted { entry } if entry.role == Role::User => {
+                self.settle();
+                self.text = None;
+                let lines = self.chip_lines(&entry.blocks);
                 self.out(lines);
             }
             Event::MessageCompleted { .. } => {
@@ -461,10 +469,37 @@ impl Screen {
         lines
     }
 
+    /// One chip line per run of attachments in `blocks` (a message's, or each interjection's).
+    fn chip_lines(&self, blocks: &[Block]) -> Vec<String> {
+        let mut lines = Vec::new();
+        for i in 0..blocks.len() {
+            if starts_chips(blocks, i) {
+                lines.push(self.chip_line(&blocks[i..]));
+            }
+        }
+        lines
+    }
+
+    /// The attachments at the start of `blocks` as one compact line of chips:
+    /// `  ⧉ [src/lib.rs:12-40 · 1.2 KiB] [docs/ · 120 B]`.
+    fn chip_line(&self, blocks: &[Block]) -> String {
+        let chips: Vec<String> = blocks
+            .iter()
+            .map_while(|b| match b {
+                Block::Attachment {
+                    name, range, size, ..
+                } => Some(chip(name, *range, *size)),
+                _ => None,
+            })
+            .collect();
+        self.style
+            .paint(&[Paint::Dim], &format!("  ⧉ {}", chips.join(" ")))
+    }
+
     /// A stored entry as the live events drew it.
     pub fn entry(&self, entry: &TranscriptEntry) -> Vec<String> {
         let mut lines = Vec::new();
-        for block in &entry.blocks {
+        for (i, block) in entry.blocks.iter().enumerate() {
             match (entry.role, block) {
                 (Role::User, Block::Text { text }) => {
                     lines.push(String::new());
@@ -499,10 +534,12 @@ impl Screen {
                     self.style
                         .paint(&[Paint::Dim], &format!("  (custom command /{name})")),
                 ),
-                (_, Block::Attachment { name, .. }) => lines.push(
-                    self.style
-                        .paint(&[Paint::Dim], &format!("  (attached {name})")),
-                ),
+                // A run of attachments is one chip line, drawn at its first.
+                (_, Block::Attachment { .. }) => {
+                    if starts_chips(&entry.blocks, i) {
+                        lines.push(self.chip_line(&entry.blocks[i..]));
+                    }
+                }
                 (
                     _,
                     Block::Image {
@@ -527,6 +564,40 @@ impl Screen {
             }
         }
         lines
+    }
+}
+
+/// Whether `blocks[i]` is an attachment that follows none: the first of a chip line.
+fn starts_chips(blocks: &[Block], i: usize) -> bool {
+    matches!(blocks.get(i), Some(Block::Attachment { .. }))
+        && !matches!(
+            i.checked_sub(1).and_then(|p| blocks.get(p)),
+            Some(Block::Attachment { .. })
+        )
+}
+
+/// One attachment's chip: its name, the lines attached, and the size of what was read.
+fn chip(name: &str, range: Option<LineRange>, size: Option<u64>) -> String {
+    let mut chip = format!("[{name}");
+    match range {
+        Some(LineRange { start, end }) if start == end => chip.push_str(&format!(":{start}")),
+        Some(LineRange { start, end }) => chip.push_str(&format!(":{start}-{end}")),
+        None => {}
+    }
+    if let Some(size) = size {
+        chip.push_str(&format!(" · {}", byte_size(size)));
+    }
+    chip.push(']');
+    chip
+}
+
+/// A size in bytes as people read it: `120 B`, `1.2 KiB`, `3.4 MiB`.
+fn byte_size(bytes: u64) -> String {
+    const KIB: u64 = 1024;
+    match bytes {
+        b if b < KIB => format!("{b} B"),
+        b if b < KIB * KIB => format!("{:.1} KiB", b as f64 / KIB as f64),
+        b => format!("{:.1} MiB", b as f64 / (KIB * KIB) as f64),
     }
 }
 
@@ -581,6 +652,65 @@ mod tests {
         fn lines(&mut self, lines: Vec<String>) {
             self.0.lock().unwrap().extend(lines);
         }
+    }
+
+    fn attachment(name: &str, range: Option<(u64, u64)>, size: Option<u64>) -> Block {
+        Block::Attachment {
+            name: name.into(),
+            text: String::new(),
+            range: range.map(|(start, end)| LineRange { start, end }),
+            size,
+            hash: None,
+        }
+    }
+
+    fn user(blocks: Vec<Block>) -> TranscriptEntry {
+        TranscriptEntry {
+            id: "u".into(),
+            seq: 1,
+            role: Role::User,
+            blocks,
+            status: crate::protocol::MessageStatus::Complete,
+            run_id: None,
+            created_at: "2026-01-01T00:00:00Z".into(),
+            rewound: false,
+        }
+    }
+
+    #[test]
+    fn attachments_are_one_chip_line_under_their_message_live_and_replayed() {
+        let entry = user(vec![
+            Block::Text {
+                text: "compare @src/lib.rs:2-3 @docs/ @a.md:4".into(),
+            },
+            attachment("src/lib.rs", Some((2, 3)), Some(2048)),
+            attachment("docs/", None, Some(120)),
+            attachment("a.md", Some((4, 4)), Some(3 * 1024 * 1024)),
+            Block::Interjection {
+                pending_id: "inj_1".into(),
+                text: "and this".into(),
+                promoted: true,
+            },
+            attachment("picked.txt", None, None),
+        ]);
+        let chips = [
+            "  ⧉ [src/lib.rs:2-3 · 2.0 KiB] [docs/ · 120 B] [a.md:4 · 3.0 MiB]",
+            "  ⧉ [picked.txt]",
+        ];
+        let recorded = Recorded::default();
+        let mut screen = Screen::new(Box::new(recorded.clone()), Style::plain(80), false);
+        assert_eq!(
+            screen.entry(&entry),
+            [
+                "",
+                "> compare @src/lib.rs:2-3 @docs/ @a.md:4",
+                chips[0],
+                "  ↳ you added: and this",
+                chips[1],
+            ]
+        );
+        screen.event(&Event::MessageCompleted { entry });
+        assert_eq!(*recorded.0.lock().unwrap(), chips);
     }
 
     #[test]

@@ -38,7 +38,8 @@ pub struct Stored {
 pub struct Request<'a> {
     /// The run the request belongs to; its tool results stay whole while they fit.
     pub current_run: Option<&'a str>,
-    /// Interjections leased into this request, in the user's words.
+    /// Input leased into this request, as the model reads it ([`leased_texts`]): each
+    /// interjection in the user's words, followed by what its mentions attached.
     pub interjections: &'a [String],
     pub counter: TokenCounter,
     /// Room for the messages: the usable window less system prompt, tools and reply priming.
@@ -191,11 +192,7 @@ pub fn project(entries: &[Stored], request: Request<'_>) -> Projection {
         })
         .collect();
 
-    let interjections: Vec<String> = request
-        .interjections
-        .iter()
-        .map(|t| interjection_text(t))
-        .collect();
+    let interjections: Vec<String> = request.interjections.to_vec();
     let leased = interjections
         .iter()
         .map(|t| counter.count_message("user", &[Part::Text(t)]))
@@ -318,7 +315,8 @@ fn push(messages: &mut Vec<ModelMessage>, role: ModelRole, content: Vec<ModelCon
     }
 }
 
-/// Whether a user message opens a turn (rather than carrying interjections into a run).
+/// Whether a user message opens a turn (rather than carrying interjections, with the files
+/// their mentions attached, into a run).
 fn opens_turn(entry: &TranscriptEntry) -> bool {
     entry.role == Role::User
         && entry.blocks.iter().any(|b| {
@@ -327,7 +325,7 @@ fn opens_turn(entry: &TranscriptEntry) -> bool {
                 Block::Interjection {
                     promoted: false,
                     ..
-                }
+                } | Block::Attachment { .. }
             )
         })
 }
@@ -463,6 +461,20 @@ pub fn model_blocks(blocks: &[Block]) -> impl Iterator<Item = &Block> {
     blocks
         .iter()
         .filter(move |b| !(command && matches!(b, Block::Text { .. })))
+}
+
+/// How the model reads input leased into a request: the texts its blocks (each interjection,
+/// then its attachments) give once delivered into the transcript, so the request that carries
+/// them and every later one read the same.
+pub fn leased_texts(blocks: &[Block]) -> Vec<String> {
+    blocks
+        .iter()
+        .filter_map(content)
+        .filter_map(|c| match c {
+            ModelContent::Text { text } => Some(text),
+            _ => None,
+        })
+        .collect()
 }
 
 fn content(block: &Block) -> Option<ModelContent> {
@@ -657,7 +669,7 @@ mod tests {
     #[test]
     fn old_tool_results_become_one_line_and_the_current_run_stays_whole() {
         let t = long_session();
-        let leased = vec!["also the docs".to_string()];
+        let leased = vec![interjection_text("also the docs")];
         let projection = project(&t.entries, request(Some("r3"), &leased));
         insta::assert_json_snapshot!("projection_long_session", projection.messages);
         // r1's results and r2's are older than the newest two tool turns; r3's stay whole.
@@ -681,7 +693,7 @@ mod tests {
     #[test]
     fn counts_add_up_to_a_count_of_what_is_sent() {
         let t = long_session();
-        let leased = vec!["also the docs".to_string()];
+        let leased = vec![interjection_text("also the docs")];
         let projection = project(&t.entries, request(Some("r3"), &leased));
         // Every projected message counted on its own, as the entries and leased input are.
         let counter = TokenCounter::for_model(MODEL);

@@ -35,6 +35,13 @@ fn check_size(params: &ChatSendParams) -> RuntimeResult<()> {
     Ok(())
 }
 
+/// A custom command's turn: the block stored with the typed text, and the model its front
+/// matter names for the turn, if any.
+struct CommandTurn {
+    block: Block,
+    model: Option<String>,
+}
+
 /// How often a send decides again because the session's lease changed hands meanwhile.
 const MAX_LEASE_RACES: usize = 4;
 
@@ -71,7 +78,6 @@ impl Runtime {
         if params.text.trim().is_empty() {
             return Err(RuntimeError::InvalidParams("the message is empty".into()));
         }
-        let images = super::images::check_send(&session.model, &params.images)?;
         let mut custom = None;
         if let Some(command) = super::commands::parse(&params.text) {
             match self.custom_command(&session, &command) {
@@ -82,14 +88,16 @@ impl Runtime {
                             file.name
                         )));
                     }
-                    custom = Some(Block::Command {
-                        prompt: super::custom_commands::expand(&file.body, command.argument),
-                        name: file.name,
-                    });
+                    custom = Some(self.command_turn(&session, file, command.argument)?);
                 }
                 None => return self.command(&session, command, &params.text).await,
             }
         }
+        let turn_model = custom
+            .as_ref()
+            .and_then(|c| c.model.as_deref())
+            .unwrap_or(&session.model);
+        let images = super::images::check_send(turn_model, &params.images)?;
         if !may_keep {
             let turn = self.inner.runs.send_turn(&session.id);
             let _turn = turn.lock().await;
@@ -126,6 +134,33 @@ impl Runtime {
         }
     }
 
+    /// The turn a custom command file makes of what was typed after it. A `model` its front
+    /// matter names must be one the session's account knows: else the send is refused, naming
+    /// the model and the file, before anything is stored.
+    fn command_turn(
+        &self,
+        session: &crate::store::SessionRow,
+        file: super::custom_commands::CustomCommand,
+        argument: &str,
+    ) -> RuntimeResult<CommandTurn> {
+        if let Some(model) = &file.model
+            && !self.knows_model(session, model)
+        {
+            return Err(RuntimeError::InvalidParams(format!(
+                "model: the command file {} names the model {model:?}, which the account {} does not know (it is in neither the context window table, the price table nor the account's configuration); correct the file's front matter",
+                file.path.display(),
+                session.account
+            )));
+        }
+        Ok(CommandTurn {
+            block: Block::Command {
+                prompt: super::custom_commands::expand(&file.body, argument),
+                name: file.name,
+            },
+            model: file.model,
+        })
+    }
+
     /// Tells the session's clients that input they were told is kept could not be sent after
     /// all (for a reason other than the lock), with a notice.
     fn tell_not_sent(&self, session_id: &str, error: &RuntimeError) {
@@ -146,7 +181,7 @@ impl Runtime {
         &self,
         session: crate::store::SessionRow,
         mut params: ChatSendParams,
-        custom: Option<Block>,
+        custom: Option<CommandTurn>,
         images: Vec<crate::images::CheckedImage>,
     ) -> RuntimeResult<ChatSendResult> {
         if params.text.trim_start().starts_with("//") {
@@ -156,8 +191,19 @@ impl Runtime {
         if let Some(earlier) = self.earlier_answer(&session.id, client_id)? {
             return Ok(earlier);
         }
-        let (run_id, signals) = match self.claim_or_queue(&session, &params)? {
-            Claimed::Queued(queued) => return Ok(queued),
+        // Mentions are read whichever way the text goes: a new turn, or an interjection that
+        // carries its attachments into the run (or into the turn it is promoted to).
+        let mentioned = self.mentioned(&session, &params.text).await;
+        let mentions: Vec<Block> = mentioned
+            .attachments
+            .into_iter()
+            .map(crate::mentions::Attached::into_block)
+            .collect();
+        let (run_id, signals) = match self.claim_or_queue(&session, &params, &mentions)? {
+            Claimed::Queued(queued) => {
+                self.tell_mention_notices(&session.id, None, mentioned.notices);
+                return Ok(queued);
+            }
             Claimed::Run { run_id, signals } => (run_id, signals),
         };
         // A context idle past the session's rollover time starts afresh before this turn.
@@ -165,15 +211,10 @@ impl Runtime {
             self.inner.give_back(&session.id, &run_id);
             return Err(e);
         }
-        let mentioned = self.mentioned(&session, &params.text).await;
         let mut blocks = vec![Block::Text { text: params.text }];
-        blocks.extend(custom);
-        blocks.extend(
-            mentioned
-                .attachments
-                .into_iter()
-                .map(crate::mentions::Attached::into_block),
-        );
+        let command_model = custom.as_ref().and_then(|c| c.model.clone());
+        blocks.extend(custom.map(|c| c.block));
+        blocks.extend(mentions);
         blocks.extend(params.attachments.into_iter().map(|a| Block::Attachment {
             name: a.name,
             text: a.text,
@@ -197,22 +238,19 @@ impl Runtime {
                 return Err(e);
             }
         };
-        for why in mentioned.notices {
-            if let Err(e) = self
-                .inner
-                .notice(&session.id, Some(&run_id), NoticeLevel::Warning, why)
-            {
-                tracing::error!(session_id = %session.id, error = %e, "cannot store a mention's notice");
-            }
-        }
-        spawn_run(
-            self.inner.clone(),
-            RunStart::New {
+        self.tell_mention_notices(&session.id, Some(&run_id), mentioned.notices);
+        let start = match command_model {
+            Some(model) => RunStart::Command {
+                session,
+                run_id: run_id.clone(),
+                model,
+            },
+            None => RunStart::New {
                 session,
                 run_id: run_id.clone(),
             },
-            signals,
-        )?;
+        };
+        spawn_run(self.inner.clone(), start, signals)?;
         Ok(ChatSendResult {
             run_id: Some(run_id),
             message_id: Some(message.id),
@@ -220,6 +258,18 @@ impl Runtime {
             pending_id: None,
             kept: false,
         })
+    }
+
+    /// Tells why mentions were left as typed, one warning each.
+    fn tell_mention_notices(&self, session_id: &str, run_id: Option<&str>, notices: Vec<String>) {
+        for why in notices {
+            if let Err(e) = self
+                .inner
+                .notice(session_id, run_id, NoticeLevel::Warning, why)
+            {
+                tracing::error!(session_id, error = %e, "cannot store a mention's notice");
+            }
+        }
     }
 
     /// The files, ranges and folders the text's `@`-mentions name, read below the session's
@@ -262,6 +312,7 @@ impl Runtime {
         &self,
         session: &crate::store::SessionRow,
         params: &ChatSendParams,
+        mentions: &[Block],
     ) -> RuntimeResult<Claimed> {
         // A lease that ends while this send decides (its run just finished elsewhere) means the
         // session is free: decide again.
@@ -269,7 +320,7 @@ impl Runtime {
             let decided = self
                 .inner
                 .runs
-                .deciding(&session.id, || self.decide_send(session, params))?;
+                .deciding(&session.id, || self.decide_send(session, params, mentions))?;
             if let Some(claimed) = decided {
                 return Ok(claimed);
             }
@@ -282,11 +333,13 @@ impl Runtime {
 
     /// One decision of [`Runtime::claim_or_queue`]; `None` when the lease changed hands
     /// meanwhile. A run ending promotes the queue under the same session lock, so a row is
-    /// either queued before that promotion or finds no run and starts one.
+    /// either queued before that promotion or finds no run and starts one. A queued row keeps
+    /// the attachments its `mentions` made.
     fn decide_send(
         &self,
         session: &crate::store::SessionRow,
         params: &ChatSendParams,
+        mentions: &[Block],
     ) -> RuntimeResult<Option<Claimed>> {
         let client_id = params.client_message_id.as_deref();
         let store = &self.inner.store;
@@ -295,7 +348,7 @@ impl Runtime {
             && let Some(lease) = store.foreign_lease(&session.id)?
         {
             return Ok(self
-                .queue_elsewhere(&session.id, &lease, params)?
+                .queue_elsewhere(&session.id, &lease, params, mentions)?
                 .map(Claimed::Queued));
         }
         let working = match active {
@@ -320,7 +373,7 @@ impl Runtime {
                 return Err(RuntimeError::InvalidParams(ATTACHMENTS_WAIT.into()));
             }
             let row = match self.inner.queue_announced(&session.id, || {
-                store.insert_pending(&session.id, &working, client_id, &params.text)
+                store.insert_pending_with(&session.id, &working, client_id, &params.text, mentions)
             }) {
                 Ok(row) => row,
                 Err(e) => {
@@ -360,7 +413,7 @@ impl Runtime {
             Ok(Err(lease)) => {
                 self.inner.runs.release(&session.id, &run_id);
                 Ok(self
-                    .queue_elsewhere(&session.id, &lease, params)?
+                    .queue_elsewhere(&session.id, &lease, params, mentions)?
                     .map(Claimed::Queued))
             }
             Err(e) => {
@@ -378,6 +431,7 @@ impl Runtime {
         session_id: &str,
         lease: &crate::store::LeaseRow,
         params: &ChatSendParams,
+        mentions: &[Block],
     ) -> RuntimeResult<Option<ChatSendResult>> {
         if !params.attachments.is_empty() || !params.images.is_empty() {
             return Err(RuntimeError::elsewhere(lease));
@@ -388,6 +442,7 @@ impl Runtime {
             &lease.run_id,
             client_id,
             &params.text,
+            mentions,
         ) {
             Ok(Some(row)) => row,
             Ok(None) => return Ok(None),

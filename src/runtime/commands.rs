@@ -67,7 +67,7 @@ fn model_argument(argument: &str) -> (&str, bool) {
 impl Runtime {
     /// Whether `model` is a name sidechat knows: in the context window table, in the price
     /// book (built-in or configured), or the session's account's configured model.
-    fn knows_model(&self, session: &SessionRow, model: &str) -> bool {
+    pub(super) fn knows_model(&self, session: &SessionRow, model: &str) -> bool {
         let in_windows =
             crate::context::model_window(model, None).source == crate::context::WindowSource::Table;
         let configured = self
@@ -250,12 +250,16 @@ impl Runtime {
             effort: Some(effort),
             ..SessionUpdateParams::default()
         })?;
-        Ok(match updated.effort {
-            Some(level) => format!(
+        // The session's effort in force: its own, or after `default` the account's.
+        Ok(match (effort, updated.effort) {
+            (Some(level), _) => format!(
                 "Reasoning effort set to {}; it applies from the next request on. {style}",
                 level.name()
             ),
-            None => "Reasoning effort back to the provider's default.".to_string(),
+            (None, Some(level)) => {
+                format!("Effort is back to the account's default, {}.", level.name())
+            }
+            (None, None) => "Effort is back to the account's default; the account has no default: the model decides.".to_string(),
         })
     }
 }

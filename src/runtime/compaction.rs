@@ -57,7 +57,7 @@ impl RunContext {
         session: &SessionRow,
         leased: &[PendingRow],
     ) -> RuntimeResult<Result<(Prepared, Option<ExactFigures>), RunEnd>> {
-        let texts: Vec<String> = leased.iter().map(|r| r.text.clone()).collect();
+        let texts = super::projection::leased_texts(leased);
         let run = Some(self.run_id.as_str());
         let (counted, upper) = upper_bounds(|| -> RuntimeResult<_> {
             let entries = self.inner.stored_entries(session)?;

@@ -13,7 +13,17 @@ use crate::context::instructions::Assembled;
 use crate::context::projection::{self, Projection, Request, Stored};
 use crate::context::{BudgetInput, Counted, TokenCounter, model_window, tracking_bounds};
 use crate::protocol::{BudgetSnapshot, TranscriptEntry};
-use crate::store::SessionRow;
+use crate::store::{PendingRow, SessionRow};
+
+/// The leased rows as the model reads them in the request that carries them.
+pub(super) fn leased_texts(leased: &[PendingRow]) -> Vec<String> {
+    let blocks: Vec<_> = leased
+        .iter()
+        .cloned()
+        .flat_map(|row| row.into_blocks(false))
+        .collect();
+    projection::leased_texts(&blocks)
+}
 
 /// A request's messages and their budget.
 #[derive(Debug, Clone)]

@@ -40,6 +40,13 @@ const CUT_CALL: &str = "This tool call was cut off by the output limit before it
 pub enum RunStart {
     /// A fresh run answering the transcript's last user turn.
     New { session: SessionRow, run_id: String },
+    /// A fresh run answering a custom command whose front matter names `model`: every step
+    /// of it runs on that model of the session's account; the session's own is unchanged.
+    Command {
+        session: SessionRow,
+        run_id: String,
+        model: String,
+    },
     /// A stored run that was suspended on an approval.
     Resume { session: SessionRow, run: RunRow },
 }
@@ -65,6 +72,8 @@ pub(super) struct RunContext {
     pub warned_unpriced: bool,
     pub session_id: String,
     pub run_id: String,
+    /// The model a custom command gave this run, in place of the session's.
+    pub command_model: Option<String>,
     pub signals: RunSignals,
     pub steps: u32,
     /// Answers the database refused for now (locked by another program, or a full disk),
@@ -75,16 +84,38 @@ pub(super) struct RunContext {
 /// Starts the run's task. The claim in the registry is already held by `signals`, and the
 /// session's lease by this daemon.
 pub fn spawn_run(inner: Arc<Inner>, start: RunStart, signals: RunSignals) -> RuntimeResult<()> {
-    let (session, run_id, steps, turn_started_ms) = match start {
+    let (session, run_id, steps, turn_started_ms, command_model) = match start {
         RunStart::New { session, run_id } => {
             let started = crate::util::now_ms();
             if let Err(e) = inner.store.insert_run(&run_id, &session.id, &session.model) {
                 inner.give_back(&session.id, &run_id);
                 return Err(e.into());
             }
-            (session, run_id, 0, started)
+            (session, run_id, 0, started, None)
         }
-        RunStart::Resume { session, run } => (session, run.id, run.steps, run.started_at),
+        RunStart::Command {
+            session,
+            run_id,
+            model,
+        } => {
+            let started = crate::util::now_ms();
+            let stored =
+                inner
+                    .store
+                    .insert_command_run(&run_id, &session.id, &session.model, Some(&model));
+            if let Err(e) = stored {
+                inner.give_back(&session.id, &run_id);
+                return Err(e.into());
+            }
+            (session, run_id, 0, started, Some(model))
+        }
+        RunStart::Resume { session, run } => (
+            session,
+            run.id,
+            run.steps,
+            run.started_at,
+            run.command_model,
+        ),
     };
     // A run is a need for the session's MCP servers: start those not running.
     inner.need_mcp(&session.id);
@@ -93,7 +124,9 @@ pub fn spawn_run(inner: Arc<Inner>, start: RunStart, signals: RunSignals) -> Run
         &session.id,
         Some(&run_id),
         Event::RunStarted {
-            model: session.model.clone(),
+            model: command_model
+                .clone()
+                .unwrap_or_else(|| session.model.clone()),
         },
     );
     let mut context = RunContext {
@@ -102,6 +135,7 @@ pub fn spawn_run(inner: Arc<Inner>, start: RunStart, signals: RunSignals) -> Run
         warned_unpriced: false,
         session_id: session.id,
         run_id,
+        command_model,
         signals,
         steps,
         unsaved: Vec::new(),
@@ -120,6 +154,20 @@ impl RunContext {
     /// Whole seconds since the turn began, suspensions and restarts included.
     pub fn turn_seconds(&self) -> u64 {
         (crate::util::now_ms() - self.turn_started_ms).max(0) as u64 / 1000
+    }
+
+    /// The session as this run sees it, read afresh (a `/model` typed meanwhile applies from
+    /// the next step on), with the model a custom command gave the run in place of its own.
+    pub fn session(&self) -> RuntimeResult<SessionRow> {
+        let mut session = self
+            .inner
+            .store
+            .session(&self.session_id)?
+            .ok_or_else(|| RuntimeError::SessionNotFound(self.session_id.clone()))?;
+        if let Some(model) = &self.command_model {
+            session.model = model.clone();
+        }
+        Ok(session)
     }
 
     pub fn stopped(&self) -> bool {
@@ -174,11 +222,7 @@ impl RunContext {
             if self.stopped() {
                 return Ok(RunEnd::Stopped);
             }
-            let session = self
-                .inner
-                .store
-                .session(&self.session_id)?
-                .ok_or_else(|| RuntimeError::SessionNotFound(self.session_id.clone()))?;
+            let session = self.session()?;
             if self.steps >= session.max_steps {
                 return Ok(RunEnd::MaxIterations);
             }
@@ -195,7 +239,7 @@ impl RunContext {
                     return Ok(RunEnd::BudgetSpent(limit));
                 };
                 figures.abort();
-                let texts: Vec<String> = leased.iter().map(|r| r.text.clone()).collect();
+                let texts = super::projection::leased_texts(&leased);
                 prepared = match self.fit_counted(&session, &texts).await? {
                     Ok(prepared) => prepared,
                     Err(end) => return Ok(end),
@@ -505,16 +549,13 @@ impl RunContext {
     }
 
     /// The request carrying these interjections was sent: they join the transcript, in the
-    /// user's own words, in the same transaction that marks them delivered.
+    /// user's own words with the files their mentions attached, in the same transaction that
+    /// marks them delivered.
     fn deliver(&self, rows: Vec<PendingRow>) -> RuntimeResult<()> {
         let pending_ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
         let blocks = rows
             .into_iter()
-            .map(|r| Block::Interjection {
-                pending_id: r.id,
-                text: r.text,
-                promoted: false,
-            })
+            .flat_map(|r| r.into_blocks(false))
             .collect();
         let mut message = NewMessage::new(&self.session_id, Some(&self.run_id), Role::User, blocks);
         message.settles = Some(Settle {

@@ -62,7 +62,13 @@ impl RunContext {
     ) -> RuntimeResult<()> {
         let store = &self.inner.store;
         let calls = store.tool_calls_of_message(&assistant.id)?;
-        let session = store.session(&self.session_id)?;
+        // The run's model (a custom command's, if it gave one) decides whether images go.
+        let session = store.session(&self.session_id)?.map(|mut session| {
+            if let Some(model) = &self.command_model {
+                session.model = model.clone();
+            }
+            session
+        });
         let workspace = session
             .as_ref()
             .and_then(|s| s.workspace_root.as_deref())

@@ -354,6 +354,16 @@ const MIGRATIONS: &[&str] = &[
         created_at  INTEGER NOT NULL
     );
     "#,
+    // 24: the model a custom command's front matter gave its run; NULL: the session's model,
+    // read at each step.
+    r#"
+    ALTER TABLE runs ADD COLUMN command_model TEXT;
+    "#,
+    // 25: the `@`-mention attachments of queued input (a JSON array of `attachment` blocks),
+    // delivered or promoted with its text; NULL: none.
+    r#"
+    ALTER TABLE pending_input ADD COLUMN attachments TEXT;
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

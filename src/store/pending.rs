@@ -8,8 +8,8 @@
 
 use rusqlite::{OptionalExtension, Row, params};
 
-use super::{Store, StoreResult};
-use crate::protocol::InterjectionStatus;
+use super::{Store, StoreError, StoreResult};
+use crate::protocol::{Block, InterjectionStatus};
 use crate::util::{new_id, now_ms, rfc3339};
 
 /// What becomes of the interjections a message carries.
@@ -43,8 +43,25 @@ pub struct PendingRow {
     pub id: String,
     pub session_id: String,
     pub text: String,
+    /// The files its `@`-mentions attached when it was typed (`attachment` blocks), which go
+    /// with its text when it is delivered or promoted.
+    pub attachments: Vec<Block>,
     pub status: InterjectionStatus,
     pub created_at: String,
+}
+
+impl PendingRow {
+    /// The row as the transcript keeps it: an `interjection` block (`promoted` when it became
+    /// a user turn of its own), then its attachments.
+    pub fn into_blocks(self, promoted: bool) -> Vec<Block> {
+        let mut blocks = vec![Block::Interjection {
+            pending_id: self.id,
+            text: self.text,
+            promoted,
+        }];
+        blocks.extend(self.attachments);
+        blocks
+    }
 }
 
 /// What `interjection/cancel` found.
@@ -56,16 +73,33 @@ pub enum CancelOutcome {
     NotFound,
 }
 
-const COLUMNS: &str = "id, session_id, text, status, created_at";
+const COLUMNS: &str = "id, session_id, text, status, created_at, attachments";
 
 fn from_row(row: &Row<'_>) -> rusqlite::Result<PendingRow> {
+    let attachments = match row.get::<_, Option<String>>(5)? {
+        Some(json) => serde_json::from_str(&json).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(5, rusqlite::types::Type::Text, Box::new(e))
+        })?,
+        None => Vec::new(),
+    };
     Ok(PendingRow {
         id: row.get(0)?,
         session_id: row.get(1)?,
         text: row.get(2)?,
+        attachments,
         status: row.get(3)?,
         created_at: rfc3339(row.get(4)?),
     })
+}
+
+/// The stored form of queued input's attachments: a JSON array, or NULL for none.
+fn attachments_json(attachments: &[Block]) -> StoreResult<Option<String>> {
+    if attachments.is_empty() {
+        return Ok(None);
+    }
+    serde_json::to_string(attachments)
+        .map(Some)
+        .map_err(|e| StoreError::Corrupt(format!("unserialisable attachments: {e}")))
 }
 
 /// Marks the rows a committed message carries (inside that message's transaction).
@@ -94,12 +128,25 @@ impl Store {
         client_message_id: Option<&str>,
         text: &str,
     ) -> StoreResult<PendingRow> {
+        self.insert_pending_with(session_id, run_id, client_message_id, text, &[])
+    }
+
+    /// [`Store::insert_pending`] with the `attachment` blocks the text's `@`-mentions made.
+    pub fn insert_pending_with(
+        &self,
+        session_id: &str,
+        run_id: &str,
+        client_message_id: Option<&str>,
+        text: &str,
+        attachments: &[Block],
+    ) -> StoreResult<PendingRow> {
+        let stored = attachments_json(attachments)?;
         self.write(|conn| {
         let id = new_id("inj");
         let now = now_ms();
         conn.execute(
-            "INSERT INTO pending_input (id, session_id, run_id, client_message_id, text, status, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)",
+            "INSERT INTO pending_input (id, session_id, run_id, client_message_id, text, status, created_at, updated_at, attachments)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8)",
             params![
                 id,
                 session_id,
@@ -107,13 +154,15 @@ impl Store {
                 client_message_id,
                 text,
                 InterjectionStatus::Pending,
-                now
+                now,
+                stored
             ],
         )?;
         Ok(PendingRow {
             id,
             session_id: session_id.to_string(),
             text: text.to_string(),
+            attachments: attachments.to_vec(),
             status: InterjectionStatus::Pending,
             created_at: rfc3339(now),
         })
@@ -130,13 +179,15 @@ impl Store {
         run_id: &str,
         client_message_id: Option<&str>,
         text: &str,
+        attachments: &[Block],
     ) -> StoreResult<Option<PendingRow>> {
+        let stored = attachments_json(attachments)?;
         self.write(|conn| {
             let id = new_id("inj");
             let now = now_ms();
             let inserted = conn.execute(
-                "INSERT INTO pending_input (id, session_id, run_id, client_message_id, text, status, created_at, updated_at)
-                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7
+                "INSERT INTO pending_input (id, session_id, run_id, client_message_id, text, status, created_at, updated_at, attachments)
+                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8
                  WHERE EXISTS (SELECT 1 FROM run_leases
                                WHERE session_id = ?2 AND run_id = ?3 AND expires_at > ?7)",
                 params![
@@ -146,13 +197,15 @@ impl Store {
                     client_message_id,
                     text,
                     InterjectionStatus::Pending,
-                    now
+                    now,
+                    stored
                 ],
             )?;
             Ok((inserted > 0).then(|| PendingRow {
                 id,
                 session_id: session_id.to_string(),
                 text: text.to_string(),
+                attachments: attachments.to_vec(),
                 status: InterjectionStatus::Pending,
                 created_at: rfc3339(now),
             }))

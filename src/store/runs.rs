@@ -25,14 +25,29 @@ pub struct RunRow {
     /// When the run began (milliseconds since the epoch): the start of the turn it answers,
     /// which its time limit counts from, across suspensions and restarts.
     pub started_at: i64,
+    /// The model a custom command gave this run, which every step of it uses; `None`: the
+    /// session's model, read at each step (so `/model` applies from the next request on).
+    pub command_model: Option<String>,
 }
 
 impl Store {
     pub fn insert_run(&self, id: &str, session_id: &str, model: &str) -> StoreResult<()> {
+        self.insert_command_run(id, session_id, model, None)
+    }
+
+    /// [`Store::insert_run`] for a run whose model a custom command chose (`command_model`),
+    /// kept with the run so that a run resumed after a restart still uses it.
+    pub fn insert_command_run(
+        &self,
+        id: &str,
+        session_id: &str,
+        model: &str,
+        command_model: Option<&str>,
+    ) -> StoreResult<()> {
         self.write(|conn| {
             conn.execute(
-                "INSERT INTO runs (id, session_id, model, status, started_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![id, session_id, model, RunStatus::Running, now_ms()],
+                "INSERT INTO runs (id, session_id, model, status, started_at, command_model) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![id, session_id, command_model.unwrap_or(model), RunStatus::Running, now_ms(), command_model],
             )?;
             Ok(())
         })
@@ -42,7 +57,7 @@ impl Store {
         self.read(|conn| {
             Ok(conn
                 .query_row(
-                    "SELECT id, session_id, model, status, steps, started_at FROM runs WHERE id = ?1",
+                    "SELECT id, session_id, model, status, steps, started_at, command_model FROM runs WHERE id = ?1",
                     [id],
                     |r| {
                         Ok(RunRow {
@@ -52,6 +67,7 @@ impl Store {
                             finished: r.get::<_, RunStatus>(3)? == RunStatus::Finished,
                             steps: r.get(4)?,
                             started_at: r.get(5)?,
+                            command_model: r.get(6)?,
                         })
                     },
                 )
@@ -63,7 +79,7 @@ impl Store {
     pub fn open_runs(&self) -> StoreResult<Vec<RunRow>> {
         self.read(|conn| {
             let mut stmt = conn.prepare(
-                "SELECT id, session_id, model, status, steps, started_at FROM runs WHERE status <> 'finished' ORDER BY started_at",
+                "SELECT id, session_id, model, status, steps, started_at, command_model FROM runs WHERE status <> 'finished' ORDER BY started_at",
             )?;
             let rows = stmt
                 .query_map([], |r| {
@@ -74,6 +90,7 @@ impl Store {
                         finished: false,
                         steps: r.get(4)?,
                         started_at: r.get(5)?,
+                        command_model: r.get(6)?,
                     })
                 })?
                 .collect::<Result<Vec<_>, _>>()?;

@@ -53,3 +53,64 @@ async fn custom_commands_are_offered_and_offered_again_when_a_file_changes() {
     std::fs::write(commands.join("fix.md"), "Fix the tests.").unwrap();
     assert_eq!(agent.next_commands().await, with(&["fix", "review"]));
 }
+
+#[tokio::test]
+async fn a_prompt_running_a_command_with_a_model_runs_on_that_model() {
+    let upstream = crate::upstream::start(vec![
+        crate::upstream::Reply::sse(&crate::upstream::openai::text(&["Quick."], 40, 2)),
+        crate::upstream::Reply::sse(&crate::upstream::openai::text(&["Slow."], 60, 2)),
+    ]);
+    let scratch = Scratch::new();
+    let commands = scratch.workspace().join(".sidechat/commands");
+    std::fs::create_dir_all(&commands).unwrap();
+    std::fs::write(
+        commands.join("quick.md"),
+        "---\nmodel: gpt-4o-mini\n---\nAnswer quickly.",
+    )
+    .unwrap();
+    let db = scratch.db();
+    let mut child = clean_command(&home_for(&db))
+        .arg("acp")
+        .arg("--db")
+        .arg(&db)
+        .env("OPENAI_BASE_URL", format!("{}/v1", upstream.url))
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("SIDECHAT_OPENAI_MODEL", "gpt-4")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn sidechat acp");
+    let mut agent = Agent {
+        stdin: child.stdin.take().unwrap(),
+        lines: BufReader::new(child.stdout.take().unwrap()).lines(),
+        next_id: 0,
+    };
+    agent
+        .request(AGENT_METHOD_NAMES.initialize, json!({"protocolVersion": 1}))
+        .await;
+    let created = agent
+        .request(
+            AGENT_METHOD_NAMES.session_new,
+            json!({"cwd": scratch.workspace(), "mcpServers": []}),
+        )
+        .await;
+    let session = created["sessionId"].clone();
+    for text in ["/quick", "and slowly?"] {
+        let answered = agent
+            .request(
+                AGENT_METHOD_NAMES.session_prompt,
+                json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]}),
+            )
+            .await;
+        assert_eq!(answered["stopReason"], "end_turn", "{answered}");
+    }
+    let models: Vec<Value> = upstream
+        .bodies()
+        .iter()
+        .map(|b| b["model"].clone())
+        .collect();
+    assert_eq!(models, vec![json!("gpt-4o-mini"), json!("gpt-4")]);
+    drop(agent);
+    let _ = child.kill().await;
+}

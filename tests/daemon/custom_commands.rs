@@ -6,9 +6,13 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::protocol::{
     ChatSend, CommandInfo, CommandSource, Event, SessionCommands, SessionCommandsResult,
+    SessionCost, SessionCreateParams, SessionGet,
 };
 
-use crate::harness::{Daemon, Scratch, daemon_answering_done, last_message_texts, say, sid};
+use crate::harness::{
+    Daemon, Options, Scratch, daemon_answering_done, last_message_texts, say, sid,
+};
+use crate::upstream::{Reply, openai, start};
 
 /// A project command `review` and `fix`, a user command `review` (beaten by the project's)
 /// and `hello`, and a project `help.md` that the built-in shadows.
@@ -188,5 +192,156 @@ async fn session_commands_lists_built_in_and_custom_commands() {
         .await
         .unwrap_err();
     assert_eq!(missing.code, -32001, "{missing:?}");
+    daemon.close().await;
+}
+
+/// The fake OpenAI upstream's settings: the session's model is `gpt-4` (an 8192-token window).
+fn openai_env(url: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("OPENAI_BASE_URL", format!("{url}/v1")),
+        ("OPENAI_API_KEY", "sk-test".into()),
+        ("SIDECHAT_OPENAI_MODEL", "gpt-4".into()),
+        ("SIDECHAT_MAX_RETRIES", "0".into()),
+    ]
+}
+
+/// A `list_directory` call, its answer, then a text answer per later turn.
+fn tool_turn_then_texts(texts: usize) -> Vec<Reply> {
+    let call = openai::chunk(
+        json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+            "function": {"name": "list_directory", "arguments": "{\"path\":\".\"}"}}]}),
+        None,
+    );
+    let mut replies = vec![Reply::sse(&[
+        call,
+        openai::chunk(json!({}), Some("tool_calls")),
+        openai::usage(50, 0, 5),
+    ])];
+    replies.extend((0..texts).map(|_| Reply::sse(&openai::text(&["Done."], 60, 2))));
+    replies
+}
+
+/// `.sidechat/commands/quick.md`, whose turn runs on `gpt-4o-mini`, and `odd.md`, naming a
+/// model the account does not know.
+fn model_commands(scratch: &Scratch) {
+    let project = scratch.workspace().join(".sidechat/commands");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(
+        project.join("quick.md"),
+        "---\ndescription: Look quickly\nmodel: gpt-4o-mini\n---\nList the files.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.join("odd.md"),
+        "---\nmodel: no-such-model\n---\nAnything.\n",
+    )
+    .unwrap();
+}
+
+/// What a run told of its models: `runStarted`'s, each `usage` line's, each `budget`'s window.
+fn models_told(events: &[sidechat::protocol::SessionEventParams]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::RunStarted { model } => Some(format!("run {model}")),
+            Event::Usage { model, .. } => Some(format!("usage {model}")),
+            Event::Budget {
+                snapshot,
+                actual: None,
+            } => Some(format!("window {}", snapshot.context_window)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_commands_model_runs_its_whole_turn_and_the_next_turn_is_the_sessions_again() {
+    let upstream = start(tool_turn_then_texts(2));
+    let scratch = Scratch::new();
+    model_commands(&scratch);
+    let mut daemon =
+        Daemon::start(&scratch.db(), Options::with_env(openai_env(&upstream.url))).await;
+    let session = daemon
+        .create_session(SessionCreateParams {
+            workspace_root: Some(scratch.workspace().display().to_string()),
+            ..SessionCreateParams::default()
+        })
+        .await;
+    daemon.call::<ChatSend>(say(&session, "/quick")).await;
+    let command_turn = daemon.until_finished().await;
+    assert_eq!(
+        models_told(&command_turn),
+        vec![
+            "run gpt-4o-mini",
+            "window 128000",
+            "usage gpt-4o-mini",
+            "window 128000",
+            "usage gpt-4o-mini"
+        ]
+    );
+    let got = daemon.call::<SessionGet>(sid(&session)).await;
+    assert_eq!(got.model, "gpt-4");
+
+    daemon.call::<ChatSend>(say(&session, "and now?")).await;
+    let next_turn = daemon.until_finished().await;
+    assert_eq!(
+        models_told(&next_turn),
+        vec!["run gpt-4", "window 8192", "usage gpt-4"]
+    );
+    let requested: Vec<Value> = upstream
+        .bodies()
+        .iter()
+        .map(|b| b["model"].clone())
+        .collect();
+    assert_eq!(
+        requested,
+        vec![json!("gpt-4o-mini"), json!("gpt-4o-mini"), json!("gpt-4")]
+    );
+    // Priced as the model that answered.
+    let cost = daemon.call::<SessionCost>(sid(&session)).await;
+    let mut priced: Vec<(String, u64)> = cost
+        .cost
+        .by_model
+        .iter()
+        .map(|m| (m.model.clone(), m.lines))
+        .collect();
+    priced.sort();
+    assert_eq!(
+        priced,
+        vec![("gpt-4".to_string(), 1), ("gpt-4o-mini".to_string(), 2)]
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn a_command_naming_a_model_the_account_does_not_know_is_refused_before_anything_is_stored() {
+    let upstream = start(Vec::new());
+    let scratch = Scratch::new();
+    model_commands(&scratch);
+    let daemon = Daemon::start(&scratch.db(), Options::with_env(openai_env(&upstream.url))).await;
+    let session = daemon
+        .create_session(SessionCreateParams {
+            workspace_root: Some(scratch.workspace().display().to_string()),
+            ..SessionCreateParams::default()
+        })
+        .await;
+    let refused = daemon
+        .try_call::<ChatSend>(say(&session, "/odd now"))
+        .await
+        .unwrap_err();
+    let file = scratch.workspace().join(".sidechat/commands/odd.md");
+    assert_eq!(
+        (refused.code, refused.message),
+        (
+            -32602,
+            format!(
+                "invalid params: model: the command file {} names the model \"no-such-model\", which the account openai does not know (it is in neither the context window table, the price table nor the account's configuration); correct the file's front matter",
+                file.display()
+            )
+        )
+    );
+    let transcript = daemon.transcript(&session).await;
+    assert_eq!(transcript["entries"], json!([]));
+    assert_eq!(upstream.bodies(), Vec::<Value>::new());
     daemon.close().await;
 }

@@ -302,8 +302,42 @@ async fn the_effort_command_sets_and_says_the_effort() {
         vec![
             "Reasoning effort set to high; it applies from the next request on. demo takes no reasoning effort; the setting is ignored for it.".to_string(),
             "The reasoning effort is high. demo takes no reasoning effort; the setting is ignored for it. Type /effort minimal|low|medium|high, or /effort default.".to_string(),
-            "Reasoning effort back to the provider's default.".to_string(),
+            "Effort is back to the account's default; the account has no default: the model decides.".to_string(),
         ]
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn effort_default_names_the_accounts_default() {
+    let scratch = Scratch::new();
+    scratch.write_config(
+        r#"
+default_account = "thinker"
+[accounts.thinker]
+kind = "anthropic"
+base_url = "http://127.0.0.1:9"
+default_model = "claude-opus-4-1"
+effort = "medium"
+"#,
+    );
+    let daemon = Daemon::start(&scratch.db(), Options::default()).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
+    daemon.send(&session, "/effort high").await;
+    daemon.send(&session, "/effort default").await;
+    let got = daemon.call::<SessionGet>(sid(&session)).await;
+    assert_eq!(got.effort, Some(Effort::Medium));
+    let transcript = daemon.transcript(&session).await;
+    let last_note = transcript["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|e| e["role"] == "note")
+        .map(|e| e["blocks"][0]["text"].clone());
+    assert_eq!(
+        last_note,
+        Some(json!("Effort is back to the account's default, medium."))
     );
     daemon.close().await;
 }

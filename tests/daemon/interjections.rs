@@ -492,3 +492,115 @@ async fn killed_at_random_moments_no_acknowledged_interjection_is_lost_or_double
     );
     daemon.close().await;
 }
+
+/// The last `n` text blocks the request sent to the model.
+fn last_texts(request: &Value, n: usize) -> Vec<String> {
+    let all = texts(request);
+    all[all.len().saturating_sub(n)..].to_vec()
+}
+
+/// The attachment block `@notes.md` makes of the workspace's `notes.md` ("alpha\n").
+fn notes_attachment(scratch: &Scratch) -> Value {
+    std::fs::write(scratch.workspace().join("notes.md"), "alpha\n").unwrap();
+    json!({"type": "attachment", "name": "notes.md", "text": "     1\talpha",
+           "size": 6, "hash": sidechat::store::content_hash(b"alpha\n")})
+}
+
+/// The blocks of the transcript's user message holding the interjection `pending_id`.
+async fn carrying(daemon: &Daemon, session: &str, pending_id: &Value) -> Value {
+    let transcript = daemon.transcript(session).await;
+    transcript["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| {
+            e["role"] == "user"
+                && e["blocks"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|b| &b["pendingId"] == pending_id)
+        })
+        .map(|e| e["blocks"].clone())
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test]
+async fn an_interjections_mentions_are_delivered_with_it_and_read_again_later() {
+    let scratch = Scratch::new();
+    let attachment = notes_attachment(&scratch);
+    let (mut daemon, session) = mid_step(
+        &scratch,
+        json!({"turns": [slow_tool_step(), {"text": "Noted."}, {"text": "Still noted."}]}),
+        None,
+        "look around",
+    )
+    .await;
+    let queued = json_of(daemon.send(&session, "also read @notes.md").await);
+    assert_eq!(queued["queued"], json!(true));
+    daemon.until_finished().await;
+    let attached = "Attached notes.md:\n     1\talpha";
+    let requests = scratch.requests();
+    assert_eq!(
+        last_texts(&requests[1], 2),
+        ["The user adds: also read @notes.md", attached]
+    );
+    assert_eq!(
+        carrying(&daemon, &session, &queued["pendingId"]).await,
+        json!([
+            {"type": "interjection", "pendingId": queued["pendingId"],
+             "text": "also read @notes.md"},
+            attachment
+        ])
+    );
+
+    // The next turn's request reads the delivered interjection as the run's request did.
+    daemon.send(&session, "thanks").await;
+    daemon.until_finished().await;
+    let requests = scratch.requests();
+    assert_eq!(
+        last_texts(&requests[2], 4),
+        [
+            "The user adds: also read @notes.md",
+            attached,
+            "Noted.",
+            "thanks"
+        ]
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn an_interjections_mentions_stay_with_it_when_it_is_promoted() {
+    let scratch = Scratch::new();
+    let attachment = notes_attachment(&scratch);
+    let (mut daemon, session) = mid_step(
+        &scratch,
+        json!({"turns": [slow_tool_step(), {"text": "Summarised."}]}),
+        Some(1),
+        "look",
+    )
+    .await;
+    let queued = json_of(daemon.send(&session, "then summarise @notes.md").await);
+    assert_eq!(queued["queued"], json!(true));
+    daemon.until_finished().await;
+    daemon.until_finished().await;
+    let requests = scratch.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        last_texts(&requests[1], 2),
+        [
+            "then summarise @notes.md",
+            "Attached notes.md:\n     1\talpha"
+        ]
+    );
+    assert_eq!(
+        carrying(&daemon, &session, &queued["pendingId"]).await,
+        json!([
+            {"type": "interjection", "pendingId": queued["pendingId"],
+             "text": "then summarise @notes.md", "promoted": true},
+            attachment
+        ])
+    );
+    daemon.close().await;
+}

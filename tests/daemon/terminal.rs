@@ -1098,3 +1098,72 @@ fn an_image_attached_with_slash_image_goes_with_the_next_message() {
                "data": base64::engine::general_purpose::STANDARD.encode(&bytes)})
     );
 }
+
+/// Tab completes `/` commands (listing them with their descriptions, a unique one hinted as
+/// it is typed) and `@` paths (quoted when they hold a space); the mention's attachment is
+/// drawn as a chip under the message, live and again when the transcript is shown.
+#[test]
+fn tab_completes_commands_and_paths_and_attachments_show_as_chips() {
+    let scratch = Scratch::new();
+    let workspace = scratch.workspace();
+    std::fs::create_dir_all(workspace.join(".sidechat/commands")).unwrap();
+    std::fs::write(
+        workspace.join(".sidechat/commands/review.md"),
+        "---\ndescription: Review a file\nargument-hint: <path>\n---\nReview $ARGUMENTS.",
+    )
+    .unwrap();
+    std::fs::create_dir_all(workspace.join("docs")).unwrap();
+    std::fs::write(workspace.join("docs/my notes.md"), "first\nsecond\n").unwrap();
+    let terminal = Tmux::start(&scratch, "complete", &chat_line(&scratch, "--new"));
+    terminal.wait_for("› ");
+
+    // `/` and Tab twice: every command, with its description.
+    terminal.keys("/");
+    terminal.wait_for("› /");
+    terminal.keys("Tab");
+    terminal.keys("Tab");
+    let listed = terminal.wait_for("Review a file");
+    for row in [
+        format!("{:<24} Review a file", "/review <path>"),
+        format!("{:<24} summarise the earlier turns now", "/compact [focus]"),
+        format!("{:<24} leaves", "/quit"),
+    ] {
+        assert!(listed.contains(&row), "{row:?} missing:\n{listed}");
+    }
+
+    // A command typed in part is hinted; Tab completes it.
+    terminal.keys("rev");
+    terminal.wait_for("› /review <path>  Review a file");
+    terminal.keys("Tab");
+    terminal.keys("@docs/my");
+    terminal.wait_for("› /review @docs/my");
+    terminal.keys("Tab");
+    terminal.wait_for("› /review @\"docs/my notes.md\"");
+    terminal.keys("closely");
+    terminal.keys("Enter");
+    let chip = "  ⧉ [docs/my notes.md · 13 B]";
+    let live = terminal.wait_for(chip);
+    assert!(
+        live.contains("› /review @\"docs/my notes.md\" closely"),
+        "{live}"
+    );
+    terminal.wait_for("[demo model, offline]");
+    let id = resumed_id(&terminal.quit());
+
+    let (status, shown, _) = sidechat(&scratch, &["sessions", "show", &id], None);
+    assert_eq!(status, 0);
+    let under: Vec<&str> = shown
+        .lines()
+        .skip_while(|l| !l.starts_with("> /review"))
+        .take(3)
+        .collect();
+    assert_eq!(
+        under,
+        [
+            "> /review @\"docs/my notes.md\" closely",
+            "  (custom command /review)",
+            chip
+        ],
+        "{shown}"
+    );
+}
