@@ -3,7 +3,7 @@
 
 use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use pretty_assertions::assert_eq;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::acp_client::Agent;
 use crate::harness::Scratch;
@@ -68,24 +68,12 @@ async fn a_prompt_running_a_command_with_a_model_runs_on_that_model() {
         "---\nmodel: gpt-4o-mini\n---\nAnswer quickly.",
     )
     .unwrap();
-    let db = scratch.db();
-    let mut child = clean_command(&home_for(&db))
-        .arg("acp")
-        .arg("--db")
-        .arg(&db)
-        .env("OPENAI_BASE_URL", format!("{}/v1", upstream.url))
-        .env("OPENAI_API_KEY", "sk-test")
-        .env("SIDECHAT_OPENAI_MODEL", "gpt-4")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn sidechat acp");
-    let mut agent = Agent {
-        stdin: child.stdin.take().unwrap(),
-        lines: BufReader::new(child.stdout.take().unwrap()).lines(),
-        next_id: 0,
-    };
+    let env = [
+        ("OPENAI_BASE_URL", format!("{}/v1", upstream.url)),
+        ("OPENAI_API_KEY", "sk-test".to_string()),
+        ("SIDECHAT_OPENAI_MODEL", "gpt-4".to_string()),
+    ];
+    let mut agent = Agent::spawn(&scratch.db(), &env);
     agent
         .request(AGENT_METHOD_NAMES.initialize, json!({"protocolVersion": 1}))
         .await;
@@ -111,6 +99,4 @@ async fn a_prompt_running_a_command_with_a_model_runs_on_that_model() {
         .map(|b| b["model"].clone())
         .collect();
     assert_eq!(models, vec![json!("gpt-4o-mini"), json!("gpt-4")]);
-    drop(agent);
-    let _ = child.kill().await;
 }
