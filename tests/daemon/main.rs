@@ -59,6 +59,7 @@ mod transcripts;
 mod two_daemons;
 #[path = "../support/upstream.rs"]
 mod upstream;
+mod web_fetch;
 mod workload;
 mod workspace_answers;
 mod workspace_files;
