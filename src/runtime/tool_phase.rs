@@ -100,11 +100,9 @@ impl RunContext {
                         let block = self.inner.store.put_image(&image)?;
                         // Recorded before the result, so a result that says "attached" always
                         // has its image, also in a tool message recovery rebuilds.
-                        self.inner.store.set_tool_call_image(
-                            &self.session_id,
-                            &call.id,
-                            &block,
-                        )?;
+                        self.inner
+                            .store
+                            .set_tool_call_image(&self.session_id, &call.id, &block)?;
                         "It is attached to this result.".to_string()
                     }
                     false => {
