@@ -201,8 +201,8 @@ pub fn live_update(event: &Event) -> Option<acp::SessionUpdate> {
         } => Some(notice(message_id, *level, message)),
         Event::Plan { plan, .. } => Some(acp::SessionUpdate::Plan(plan_update(plan))),
         // A slash command's answer is a note: the client shows it as the agent's message.
-        // The daemon titled the session after its first answer.
-        Event::SessionUpdated { title } => Some(acp::SessionUpdate::SessionInfoUpdate(
+        // The daemon titled the session after its first answer, or a setting changed.
+        Event::SessionUpdated { title, .. } => Some(acp::SessionUpdate::SessionInfoUpdate(
             acp::SessionInfoUpdate::new().title(title.clone()),
         )),
         Event::MessageCompleted { entry } if entry.role == Role::Note => {

@@ -201,10 +201,14 @@ impl Chat {
 
     fn event(&mut self, params: &SessionEventParams) {
         self.view.apply(params);
-        if let Event::SessionUpdated { title } = &params.event {
-            self.session.title = title.clone();
-            self.screen
-                .styled(&[Paint::Dim], &format!("This chat is now “{title}”."));
+        if let Event::SessionUpdated { title, session } = &params.event {
+            // Also sent for a change of model or effort: the line says only a new title.
+            let renamed = *title != self.session.title;
+            self.session = session.as_ref().clone();
+            if renamed {
+                self.screen
+                    .styled(&[Paint::Dim], &format!("This chat is now “{title}”."));
+            }
         }
         if matches!(params.event, Event::RunFinished { .. }) {
             self.interrupts = 0;

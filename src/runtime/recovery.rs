@@ -134,12 +134,10 @@ pub fn close_run(store: &Store, run: &RunRow) -> RuntimeResult<()> {
             }
         }
         let calls = store.tool_calls_of_message(&last.id)?;
-        let message = NewMessage::new(
-            &run.session_id,
-            Some(&run.id),
-            Role::Tool,
-            result_blocks(&calls),
-        );
+        let mut blocks = result_blocks(&calls);
+        // An image a finished call read (`read_file`) stays the model's to see.
+        blocks.extend(store.tool_call_images(&last.id)?);
+        let message = NewMessage::new(&run.session_id, Some(&run.id), Role::Tool, blocks);
         append_quietly(store, message)?;
     }
     let notice = NewMessage::new(

@@ -307,7 +307,29 @@ impl Runtime {
         if let Some(specs) = mcp_servers {
             self.replace_mcp_servers(&row.id, specs)?;
         }
-        self.session_view(row)
+        let session = self.session_view(row)?;
+        self.emit_session_updated(&session);
+        Ok(session)
+    }
+
+    /// Tells every client of the session what it is now (`sessionUpdated`), after a change
+    /// they did not ask for themselves (a title the daemon gave it).
+    pub(super) fn announce_session(&self, session_id: &str) -> RuntimeResult<()> {
+        let session = self.session_view(self.session_row(session_id)?)?;
+        self.emit_session_updated(&session);
+        Ok(())
+    }
+
+    fn emit_session_updated(&self, session: &Session) {
+        self.inner.events.emit(
+            &self.inner.store,
+            &session.id,
+            None,
+            Event::SessionUpdated {
+                title: session.title.clone(),
+                session: Box::new(session.clone()),
+            },
+        );
     }
 
     pub async fn delete_session(&self, id: &str) -> RuntimeResult<SessionDeleteResult> {

@@ -51,7 +51,7 @@ impl Inner {
 
     /// Writes the title (unless a client set one meanwhile) and tells the clients, or gives
     /// the placeholder back after a failure.
-    fn finish_title(&self, session_id: &str, titled: Result<String, String>) {
+    fn finish_title(self: &Arc<Self>, session_id: &str, titled: Result<String, String>) {
         let title = match titled {
             Ok(title) => title,
             Err(why) => {
@@ -65,12 +65,12 @@ impl Inner {
         match self.store.finish_titling(session_id, Some(&title)) {
             Ok(true) => {
                 tracing::info!(session_id, title, "titled the session");
-                self.events.emit(
-                    &self.store,
-                    session_id,
-                    None,
-                    Event::SessionUpdated { title },
-                );
+                let runtime = Runtime {
+                    inner: Arc::clone(self),
+                };
+                if let Err(e) = runtime.announce_session(session_id) {
+                    tracing::warn!(session_id, error = %e, "cannot tell the clients the title");
+                }
             }
             Ok(false) => tracing::info!(session_id, "kept the title a client set meanwhile"),
             Err(e) => tracing::warn!(session_id, error = %e, "cannot store the session's title"),

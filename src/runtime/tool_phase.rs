@@ -92,7 +92,6 @@ impl RunContext {
             .as_ref()
             .map(|s| s.model.clone())
             .unwrap_or_default();
-        let mut images = Vec::new();
         for call in calls.iter().filter(|c| c.output.is_none()) {
             // Read for each call: a workspace answer to one call applies to the next.
             let rules = self.rules(root.as_deref())?;
@@ -104,7 +103,12 @@ impl RunContext {
             if let Some(image) = outcome.image.take() {
                 let told = match crate::images::accepts_images(&model) {
                     true => {
-                        images.push(self.inner.store.put_image(&image)?);
+                        let block = self.inner.store.put_image(&image)?;
+                        // Recorded before the result, so a result that says "attached" always
+                        // has its image, also in a tool message recovery rebuilds.
+                        self.inner
+                            .store
+                            .set_tool_call_image(&self.session_id, &call.id, &block)?;
                         "It is attached to this result.".to_string()
                     }
                     false => {
@@ -145,7 +149,7 @@ impl RunContext {
         let resolved = self.inner.store.tool_calls_of_message(&assistant.id)?;
         let mut blocks = result_blocks(&resolved);
         // The images the calls read go after all the results, as the providers want them.
-        blocks.extend(images);
+        blocks.extend(self.inner.store.tool_call_images(&assistant.id)?);
         self.commit(None, Role::Tool, blocks, MessageStatus::Complete)?;
         Ok(())
     }

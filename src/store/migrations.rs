@@ -364,6 +364,11 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE pending_input ADD COLUMN attachments TEXT;
     "#,
+    // 26: the image a tool call read (`read_file` of an image), as its `image` block (JSON),
+    // recorded with its result: a tool message rebuilt after a stop still carries it.
+    r#"
+    ALTER TABLE tool_calls ADD COLUMN image TEXT;
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

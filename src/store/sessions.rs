@@ -276,13 +276,16 @@ impl Store {
     }
 
     /// Deletes a session and, by cascade, everything that belongs to it; then the kept file
-    /// contents no remaining checkpoint needs.
+    /// contents no remaining checkpoint needs, and the images no remaining message or tool
+    /// call refers to.
     pub fn delete_session(&self, id: &str) -> StoreResult<bool> {
         self.write(|conn| {
             let tx = conn.transaction()?;
+            let images = super::images::images_of_session(&tx, id)?;
             let deleted = tx.execute("DELETE FROM sessions WHERE id = ?1", [id])? > 0;
             if deleted {
                 super::checkpoints::collect_blobs(&tx)?;
+                super::images::collect_images(&tx, &images)?;
             }
             tx.commit()?;
             Ok(deleted)

@@ -550,6 +550,23 @@ async fn a_childs_approval_is_answered_at_the_root_and_both_runs_finish() {
     let own = daemon.transcript(&child).await;
     assert_eq!(own["pendingApprovals"][0]["approvalId"], json!(approval));
 
+    // Delegated with "all", the child is offered every tool but `delegate`, `web_fetch`
+    // among them (it asks as the parent's calls do); a read-only child is not (see the first
+    // test above).
+    assert_eq!(
+        tool_names(&upstream.bodies()[1]),
+        [
+            "read_file",
+            "list_directory",
+            "search_text",
+            "write_file",
+            "edit_file",
+            "run_command",
+            "update_plan",
+            "web_fetch"
+        ]
+    );
+
     allow_and_finish(&mut daemon, &scratch, &parent, &approval).await;
     // Answering again, from either side, changes nothing: it was one decision.
     answered_again_changes_nothing(&daemon, &approval, ApprovalDecision::Deny).await;

@@ -7,11 +7,12 @@ use base64::engine::general_purpose::STANDARD;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::protocol::{
-    ChatSend, ChatSendParams, ImageInput, SessionBudget, SessionCreateParams, SessionImage,
-    SessionImageParams, SessionImageResult,
+    ApprovalDecision, ChatResume, ChatSend, ChatSendParams, Event, ImageInput, SessionBudget,
+    SessionCreateParams, SessionDelete, SessionDeleteResult, SessionFork, SessionForkParams,
+    SessionImage, SessionImageParams, SessionImageResult, ToolCallStatus,
 };
 
-use crate::harness::{Daemon, Options, Scratch, say, sid};
+use crate::harness::{Daemon, Options, Scratch, answer, say, sid};
 use crate::upstream::{Reply, anthropic, openai, start};
 
 /// A PNG of `width` × `height`: its signature and header chunk, all a header reader reads.
@@ -392,5 +393,141 @@ async fn read_file_of_a_png_tells_a_text_only_model_in_words() {
                "content": "shot.png is an image (image/png, 320×200, 33 bytes). The model gpt-3.5-turbo does not read images, so it is not attached."})]
     );
     assert!(!second.to_string().contains("image_url"), "{second}");
+    daemon.close().await;
+}
+
+/// The ids of the stored images, sorted.
+fn stored_images(scratch: &Scratch) -> Vec<String> {
+    let conn = rusqlite::Connection::open(scratch.db()).unwrap();
+    let mut stmt = conn.prepare("SELECT id FROM images ORDER BY id").unwrap();
+    stmt.query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+fn sorted(mut ids: Vec<String>) -> Vec<String> {
+    ids.sort();
+    ids
+}
+
+#[tokio::test]
+async fn deleting_a_session_deletes_the_images_only_it_referred_to() {
+    let scratch = Scratch::new();
+    let script = json!({"turns": [{"text": "One."}, {"text": "Two."}, {"text": "Three."}]});
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
+    let (shared, forked, own) = (png(10, 10), png(20, 20), png(30, 30));
+    let ids = [sha256(&shared), sha256(&forked), sha256(&own)];
+    let gone = daemon.create_session(scratch.replay_session()).await;
+    let other = daemon.create_session(scratch.replay_session()).await;
+    let sends = [
+        (&gone, vec![&shared, &forked]),
+        (&other, vec![&shared]),
+        (&gone, vec![&own]),
+    ];
+    let mut fork = String::new();
+    for (turn, (session, images)) in sends.into_iter().enumerate() {
+        let images = images.into_iter().map(|b| image("image/png", b)).collect();
+        daemon
+            .call::<ChatSend>(with_images(session, "look", images))
+            .await;
+        daemon.until_finished().await;
+        if turn == 0 {
+            // The fork holds the first turn: `shared` and `forked`, not `own`.
+            fork = daemon
+                .call::<SessionFork>(SessionForkParams {
+                    session_id: gone.clone(),
+                    message_id: None,
+                })
+                .await
+                .id;
+        }
+    }
+    assert_eq!(stored_images(&scratch), sorted(ids.to_vec()));
+
+    let deleted = daemon.call::<SessionDelete>(sid(&gone)).await;
+    assert_eq!(deleted, SessionDeleteResult { deleted: true });
+    assert_eq!(
+        stored_images(&scratch),
+        sorted(vec![ids[0].clone(), ids[1].clone()]),
+        "the other session's and the fork's images stay"
+    );
+    let read = daemon
+        .call::<SessionImage>(SessionImageParams {
+            session_id: fork.clone(),
+            image_id: ids[1].clone(),
+        })
+        .await;
+    assert_eq!(read.data, STANDARD.encode(&forked));
+
+    daemon.call::<SessionDelete>(sid(&fork)).await;
+    assert_eq!(stored_images(&scratch), vec![ids[0].clone()]);
+    daemon.call::<SessionDelete>(sid(&other)).await;
+    assert_eq!(stored_images(&scratch), Vec::<String>::new());
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn a_read_file_image_is_still_sent_after_a_kill_before_the_next_request() {
+    let scratch = Scratch::new();
+    let bytes = png(320, 200);
+    std::fs::write(scratch.workspace().join("shot.png"), &bytes).unwrap();
+    // The image is read; the command beside it is still running when the daemon is killed,
+    // so the tool message was not written yet.
+    let script = json!({"turns": [
+        {"toolCalls": [
+            {"name": "read_file", "input": {"path": "shot.png"}},
+            {"name": "run_command", "input": {"command": "sleep 30", "sandbox": false}},
+        ]},
+        {"text": "A small picture."},
+    ]});
+    let mut daemon = Daemon::start(
+        &scratch.db(),
+        Options::with_env(scratch.replay(script.clone())),
+    )
+    .await;
+    let session = daemon.create_session(scratch.replay_session()).await;
+    daemon.send(&session, "look at shot.png").await;
+    let (_, approval) = daemon.until_approval().await;
+    daemon
+        .call::<sidechat::protocol::ApprovalRespond>(answer(&approval, ApprovalDecision::Allow))
+        .await;
+    daemon
+        .events_until(|e| {
+            matches!(
+                e,
+                Event::ToolCallUpdated {
+                    status: ToolCallStatus::Running,
+                    ..
+                }
+            )
+        })
+        .await;
+    daemon.process().kill().await.unwrap();
+
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(scratch.replay(script))).await;
+    daemon.call::<ChatResume>(sid(&session)).await;
+    daemon.until_finished().await;
+    let requests = scratch.requests();
+    let tool = requests[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["content"][0]["type"] == "toolResult")
+        .unwrap_or_else(|| panic!("no tool results in {}", requests[1]))
+        .clone();
+    let read_id = tool["content"][0]["callId"].clone();
+    let command_id = tool["content"][1]["callId"].clone();
+    assert_eq!(
+        tool["content"],
+        json!([
+            {"type": "toolResult", "callId": read_id, "isError": false,
+             "output": "shot.png is an image (image/png, 320×200, 33 bytes). It is attached to this result."},
+            {"type": "toolResult", "callId": command_id, "isError": true,
+             "output": "Interrupted: sidechat stopped before this tool call finished, so its outcome is unknown."},
+            {"type": "image", "imageId": sha256(&bytes), "mediaType": "image/png",
+             "width": 320, "height": 200, "data": STANDARD.encode(&bytes)},
+        ])
+    );
     daemon.close().await;
 }

@@ -63,6 +63,7 @@ mod two_daemons;
 #[path = "../support/upstream.rs"]
 mod upstream;
 mod web;
+mod web_fetch;
 mod workload;
 mod workspace_answers;
 mod workspace_files;

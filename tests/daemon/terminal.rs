@@ -1005,6 +1005,13 @@ fn the_daemon_titles_a_terminal_chat_and_a_one_shot_is_named_by_its_message() {
     terminal.wait_for("› ");
     terminal.type_line("please explain how lifetimes work in rust");
     terminal.wait_for("This chat is now “please explain how lifetimes work in”.");
+    // A change of model is a `sessionUpdated` too, sent before the next run's events; the
+    // title stayed, so no second line says it.
+    terminal.type_line("/model demo");
+    terminal.wait_for("Now using account demo with model demo.");
+    terminal.type_line("and again");
+    let screen = terminal.wait_for("You said: \"and again\"");
+    assert_eq!(screen.matches("This chat is now").count(), 1, "{screen}");
     terminal.quit();
 
     let (status, _, err) = sidechat(&scratch, &["chat", "-p", "  count the words here"], None);

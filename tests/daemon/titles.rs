@@ -30,7 +30,7 @@ async fn next_title(daemon: &mut Daemon, session: &str) -> String {
         .await;
     let last = events.last().unwrap();
     assert_eq!(last.session_id, session);
-    let Event::SessionUpdated { title } = &last.event else {
+    let Event::SessionUpdated { title, .. } = &last.event else {
         unreachable!()
     };
     title.clone()
@@ -297,6 +297,67 @@ async fn help_is_not_hard_wrapped() {
         text.lines()
             .any(|l| l.starts_with("  /model") && l.ends_with("/model --force <id>")),
         "{text}"
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn session_update_tells_the_clients_with_the_whole_session() {
+    let upstream = crate::upstream::start(Vec::new());
+    let scratch = Scratch::new();
+    let env = vec![
+        ("OPENAI_BASE_URL", format!("{}/v1", upstream.url)),
+        ("OPENAI_API_KEY", "sk-test".into()),
+        ("SIDECHAT_OPENAI_MODEL", "gpt-5".into()),
+    ];
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env)).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
+    let base = SessionUpdateParams {
+        session_id: session.clone(),
+        ..SessionUpdateParams::default()
+    };
+    let changes = [
+        SessionUpdateParams {
+            title: Some("Renamed".into()),
+            ..base.clone()
+        },
+        SessionUpdateParams {
+            model: Some("o3".into()),
+            ..base.clone()
+        },
+        SessionUpdateParams {
+            effort: Some(Some(sidechat::protocol::Effort::High)),
+            ..base.clone()
+        },
+        SessionUpdateParams {
+            auto_compact: Some(false),
+            ..base.clone()
+        },
+    ];
+    for change in changes {
+        let updated = daemon.call::<SessionUpdate>(change).await;
+        let events = daemon
+            .events_until(|e| matches!(e, Event::SessionUpdated { .. }))
+            .await;
+        let told = events.last().unwrap();
+        assert_eq!(told.session_id, session);
+        assert_eq!(
+            told.event,
+            Event::SessionUpdated {
+                title: updated.title.clone(),
+                session: Box::new(updated),
+            }
+        );
+    }
+    let now = view(&daemon, &session).await;
+    assert_eq!(
+        (
+            now["title"].clone(),
+            now["model"].clone(),
+            now["effort"].clone(),
+            now["autoCompact"].clone()
+        ),
+        (json!("Renamed"), json!("o3"), json!("high"), json!(false))
     );
     daemon.close().await;
 }

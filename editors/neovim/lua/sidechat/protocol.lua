@@ -90,8 +90,11 @@ M.event = {
   --- the child published it (`childSeq` is its number in the child's own sequence, so a gap
   --- there is filled from the child's `session/transcript`).
   delegation = "delegation",
-  --- The session's title changed: the daemon titled it after its first answer (a title
-  --- the user set is never replaced). Clients redraw the session's name from it.
+  --- The session changed: the daemon titled it after its first answer (a title the user set
+  --- is never replaced), or `session/update` (also a slash command or ACP) changed its
+  --- title, model, effort, auto-compaction or other settings. It carries the whole session,
+  --- as `session/get` gives it, so every client showing the session follows, not only the
+  --- one that asked. Clients redraw the session's name from `title`.
   sessionUpdated = "sessionUpdated",
   --- The model gave its plan (`update_plan`): the whole plan, which replaces the one before.
   plan = "plan",

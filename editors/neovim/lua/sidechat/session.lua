@@ -254,8 +254,9 @@ function Session:apply(params)
   elseif kind == protocol.event.delegation then
     self:delegated_event(ev)
   elseif kind == protocol.event.sessionUpdated then
-    -- The daemon titled the session after its first answer.
-    self.info = vim.tbl_extend("force", self.info or {}, { title = ev.title }) --[[@as sidechat.SessionInfo]]
+    -- The daemon titled the session, or a client changed its settings: the event carries
+    -- the whole session.
+    self.info = ev.session or vim.tbl_extend("force", self.info or {}, { title = ev.title }) --[[@as sidechat.SessionInfo]]
   elseif kind == protocol.event.plan then
     self.plan = ev.plan
   elseif kind == protocol.event.rewound then

@@ -323,6 +323,7 @@ export type Event =
   | {
       kind: 'sessionUpdated';
       title: string;
+      session: Session;
     }
   | {
       kind: 'plan';
@@ -360,6 +361,28 @@ export type MessageStatus = 'complete' | 'stopped' | 'failed';
 export type FinishReason =
   ('end_turn' | 'stopped' | 'max_iterations' | 'budget_spent' | 'cut_off' | 'error') | 'refusal';
 /**
+ * What a client should draw for a session it attaches to.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "SessionState".
+ */
+export type SessionState = 'idle' | 'running' | 'awaitingApproval' | 'unanswered';
+/**
+ * Where one of a session's MCP servers stands.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "McpServerState".
+ */
+export type McpServerState = ('starting' | 'ready') | 'idle' | 'failed' | 'disabled';
+/**
+ * Which kind of client started a session, so a client can tell its own conversations from
+ * runs a script made.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "SessionOrigin".
+ */
+export type SessionOrigin = 'interactive' | 'oneshot';
+/**
  * Where one step of a [`Plan`] stands.
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -388,13 +411,6 @@ export type ExitParams = null;
  */
 export type InterjectionStatus = 'pending' | 'leased' | 'delivered' | 'promoted' | 'cancelled';
 /**
- * Where one of a session's MCP servers stands.
- *
- * This interface was referenced by `WireTypes`'s JSON-Schema
- * via the `definition` "McpServerState".
- */
-export type McpServerState = ('starting' | 'ready') | 'idle' | 'failed' | 'disabled';
-/**
  * The list a rule is in.
  *
  * This interface was referenced by `WireTypes`'s JSON-Schema
@@ -408,21 +424,6 @@ export type RuleList = 'allow' | 'ask' | 'deny';
  * via the `definition` "RuleSource".
  */
 export type RuleSource = 'user' | 'project' | 'workspace';
-/**
- * What a client should draw for a session it attaches to.
- *
- * This interface was referenced by `WireTypes`'s JSON-Schema
- * via the `definition` "SessionState".
- */
-export type SessionState = 'idle' | 'running' | 'awaitingApproval' | 'unanswered';
-/**
- * Which kind of client started a session, so a client can tell its own conversations from
- * runs a script made.
- *
- * This interface was referenced by `WireTypes`'s JSON-Schema
- * via the `definition` "SessionOrigin".
- */
-export type SessionOrigin = 'interactive' | 'oneshot';
 /**
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "ShutdownParams".
@@ -1086,6 +1087,128 @@ export interface Reconciliation {
   learned: boolean;
 }
 /**
+ * What a session's model requests used and cost so far.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "Session".
+ */
+export interface Session {
+  id: string;
+  title: string;
+  account: string;
+  model: string;
+  systemPrompt?: string | null;
+  workspaceRoot?: string | null;
+  maxSteps: number;
+  capUsd?: number | null;
+  maxSeconds?: number | null;
+  /**
+   * The idle time after which a new turn starts a new context (e.g. `3h`); absent when off.
+   */
+  rollover?: string | null;
+  state: SessionState;
+  /**
+   * RFC 3339 timestamps.
+   */
+  createdAt: string;
+  updatedAt: string;
+  /**
+   * The highest `seq` committed for this session.
+   */
+  lastSeq: number;
+  /**
+   * Prompt and output tokens of every model request.
+   */
+  tokens: number;
+  /**
+   * USD of the priced requests; absent when none has a price.
+   */
+  costUsd?: number | null;
+  /**
+   * Requests whose model has no price (not in `costUsd`).
+   */
+  unpricedRequests: number;
+  changedFiles: ChangedFile[];
+  /**
+   * The session's MCP servers (configured and its own) and where each stands; absent when
+   * it has none.
+   */
+  mcpServers?: McpServerStatus[];
+  /**
+   * Whether the model is offered the `delegate` tool (never for a child session).
+   */
+  delegation: boolean;
+  /**
+   * For a child session: the session whose `delegate` call started it.
+   */
+  parentId?: string | null;
+  /**
+   * For a child session: the parent's `delegate` tool call it answers.
+   */
+  parentCallId?: string | null;
+  /**
+   * The child sessions this session's `delegate` calls started, oldest first.
+   */
+  children?: string[];
+  /**
+   * Which kind of client started the session, when it said.
+   */
+  origin?: SessionOrigin | null;
+  /**
+   * Whether older turns are folded automatically (see `session/update`'s `autoCompact`).
+   */
+  autoCompact: boolean;
+  tokensByKind: TokenUsage;
+  /**
+   * Whether the session's commands run in the sandbox (unless the model asks to run one
+   * outside it, which the user approves first).
+   */
+  commandsSandboxed?: boolean;
+  /**
+   * The latest plan the model gave with `update_plan`; absent until it gives one.
+   */
+  plan?: Plan | null;
+  /**
+   * The instruction files (AGENTS.md, CLAUDE.md) its requests carry, outermost first;
+   * absent when there are none.
+   */
+  instructions?: InstructionFile[];
+  /**
+   * For a fork (`session/fork`): the session it was forked from.
+   */
+  forkedFrom?: string | null;
+  /**
+   * How hard the model thinks: the session's own setting, else the account's default;
+   * absent when neither sets one (the provider's default applies).
+   */
+  effort?: Effort | null;
+  /**
+   * True when `effort` is the account's default rather than the session's own setting
+   * (a picker shows "default" then).
+   */
+  effortInherited?: boolean;
+  /**
+   * The levels the session's model takes through its account, lowest first (what an effort
+   * picker offers); absent when it takes none.
+   */
+  effortLevels?: Effort[];
+}
+/**
+ * One of a session's MCP servers in `session/get`.
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "McpServerStatus".
+ */
+export interface McpServerStatus {
+  name: string;
+  state: McpServerState;
+  /**
+   * How many of its tools are offered (while it is ready).
+   */
+  tools: number;
+  lastError?: string | null;
+}
+/**
  * The plan the model keeps for a multi-step task (its `update_plan` tool): the whole list
  * each time, at most one step in progress.
  *
@@ -1108,6 +1231,22 @@ export interface Plan {
 export interface PlanStep {
   step: string;
   status: PlanStepStatus;
+}
+/**
+ * One instruction file in force for a session (see `Session::instructions`).
+ *
+ * This interface was referenced by `WireTypes`'s JSON-Schema
+ * via the `definition` "InstructionFile".
+ */
+export interface InstructionFile {
+  /**
+   * Absolute path of the file.
+   */
+  path: string;
+  /**
+   * How many of its bytes are sent (fewer than the file's size when the cap cut it).
+   */
+  bytes: number;
 }
 /**
  * A file a rewind put back.
@@ -1234,22 +1373,6 @@ export interface SandboxInfo {
  */
 export interface InitializedParams {}
 /**
- * One instruction file in force for a session (see `Session::instructions`).
- *
- * This interface was referenced by `WireTypes`'s JSON-Schema
- * via the `definition` "InstructionFile".
- */
-export interface InstructionFile {
-  /**
-   * Absolute path of the file.
-   */
-  path: string;
-  /**
-   * How many of its bytes are sent (fewer than the file's size when the cap cut it).
-   */
-  bytes: number;
-}
-/**
  * This interface was referenced by `WireTypes`'s JSON-Schema
  * via the `definition` "InterjectionCancelParams".
  */
@@ -1328,21 +1451,6 @@ export interface McpServerParams {
    * Tools the server marks `readOnlyHint` run without asking. Default false.
    */
   trust?: boolean | null;
-}
-/**
- * One of a session's MCP servers in `session/get`.
- *
- * This interface was referenced by `WireTypes`'s JSON-Schema
- * via the `definition` "McpServerStatus".
- */
-export interface McpServerStatus {
-  name: string;
-  state: McpServerState;
-  /**
-   * How many of its tools are offered (while it is ready).
-   */
-  tools: number;
-  lastError?: string | null;
 }
 /**
  * Params of `note/delete`: a carry-over note (a `summary` entry of method `carryOver`).
@@ -1456,113 +1564,6 @@ export interface PermissionsRemoveParams {
  */
 export interface PermissionsRemoveResult {
   removed: WorkspaceRule;
-}
-/**
- * What a session's model requests used and cost so far.
- *
- * This interface was referenced by `WireTypes`'s JSON-Schema
- * via the `definition` "Session".
- */
-export interface Session {
-  id: string;
-  title: string;
-  account: string;
-  model: string;
-  systemPrompt?: string | null;
-  workspaceRoot?: string | null;
-  maxSteps: number;
-  capUsd?: number | null;
-  maxSeconds?: number | null;
-  /**
-   * The idle time after which a new turn starts a new context (e.g. `3h`); absent when off.
-   */
-  rollover?: string | null;
-  state: SessionState;
-  /**
-   * RFC 3339 timestamps.
-   */
-  createdAt: string;
-  updatedAt: string;
-  /**
-   * The highest `seq` committed for this session.
-   */
-  lastSeq: number;
-  /**
-   * Prompt and output tokens of every model request.
-   */
-  tokens: number;
-  /**
-   * USD of the priced requests; absent when none has a price.
-   */
-  costUsd?: number | null;
-  /**
-   * Requests whose model has no price (not in `costUsd`).
-   */
-  unpricedRequests: number;
-  changedFiles: ChangedFile[];
-  /**
-   * The session's MCP servers (configured and its own) and where each stands; absent when
-   * it has none.
-   */
-  mcpServers?: McpServerStatus[];
-  /**
-   * Whether the model is offered the `delegate` tool (never for a child session).
-   */
-  delegation: boolean;
-  /**
-   * For a child session: the session whose `delegate` call started it.
-   */
-  parentId?: string | null;
-  /**
-   * For a child session: the parent's `delegate` tool call it answers.
-   */
-  parentCallId?: string | null;
-  /**
-   * The child sessions this session's `delegate` calls started, oldest first.
-   */
-  children?: string[];
-  /**
-   * Which kind of client started the session, when it said.
-   */
-  origin?: SessionOrigin | null;
-  /**
-   * Whether older turns are folded automatically (see `session/update`'s `autoCompact`).
-   */
-  autoCompact: boolean;
-  tokensByKind: TokenUsage;
-  /**
-   * Whether the session's commands run in the sandbox (unless the model asks to run one
-   * outside it, which the user approves first).
-   */
-  commandsSandboxed?: boolean;
-  /**
-   * The latest plan the model gave with `update_plan`; absent until it gives one.
-   */
-  plan?: Plan | null;
-  /**
-   * The instruction files (AGENTS.md, CLAUDE.md) its requests carry, outermost first;
-   * absent when there are none.
-   */
-  instructions?: InstructionFile[];
-  /**
-   * For a fork (`session/fork`): the session it was forked from.
-   */
-  forkedFrom?: string | null;
-  /**
-   * How hard the model thinks: the session's own setting, else the account's default;
-   * absent when neither sets one (the provider's default applies).
-   */
-  effort?: Effort | null;
-  /**
-   * True when `effort` is the account's default rather than the session's own setting
-   * (a picker shows "default" then).
-   */
-  effortInherited?: boolean;
-  /**
-   * The levels the session's model takes through its account, lowest first (what an effort
-   * picker offers); absent when it takes none.
-   */
-  effortLevels?: Effort[];
 }
 /**
  * `session/budget`: how full the model's context is before the next request.
