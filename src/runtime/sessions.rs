@@ -409,11 +409,14 @@ impl Runtime {
     }
 
     /// The tokens of every model request of the session, by kind.
+    /// Every usage line's tokens, the session's own and its delegated tasks': the same sums
+    /// as [`Self::cost`]'s lines, summed by the store instead of priced line by line, so that
+    /// `session/get` of a long session does not read its whole usage.
     fn tokens_by_kind(&self, session_id: &str) -> RuntimeResult<TokenUsage> {
-        let cost = self.inner.cost_summary(session_id)?;
-        let mut tokens = cost.unpriced.tokens;
-        for model in &cost.by_model {
-            tokens += model.tokens;
+        let store = &self.inner.store;
+        let mut tokens = store.usage_tokens(session_id)?;
+        for child in store.delegations_of_parent(session_id)? {
+            tokens += store.usage_tokens(&child.child_id)?;
         }
         Ok(tokens)
     }

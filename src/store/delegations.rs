@@ -129,11 +129,10 @@ impl Store {
     pub fn delegation_of_child(&self, child_id: &str) -> StoreResult<Option<DelegationRow>> {
         self.read(|conn| {
             Ok(conn
-                .query_row(
-                    &format!("SELECT {COLUMNS} FROM delegations WHERE child_id = ?1"),
-                    [child_id],
-                    from_row,
-                )
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM delegations WHERE child_id = ?1"
+                ))?
+                .query_row([child_id], from_row)
                 .optional()?)
         })
     }

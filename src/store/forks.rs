@@ -82,11 +82,8 @@ impl Store {
     pub fn forked_from(&self, id: &str) -> StoreResult<Option<String>> {
         self.read(|conn| {
             Ok(conn
-                .query_row(
-                    "SELECT forked_from FROM sessions WHERE id = ?1",
-                    [id],
-                    |r| r.get::<_, Option<String>>(0),
-                )
+                .prepare_cached("SELECT forked_from FROM sessions WHERE id = ?1")?
+                .query_row([id], |r| r.get::<_, Option<String>>(0))
                 .optional()?
                 .flatten())
         })

@@ -123,11 +123,10 @@ pub(super) fn lease_of(
     conn: &rusqlite::Connection,
     session_id: &str,
 ) -> rusqlite::Result<Option<LeaseRow>> {
-    conn.query_row(
-        &format!("SELECT {COLUMNS} FROM run_leases WHERE session_id = ?1"),
-        [session_id],
-        from_row,
-    )
+    conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM run_leases WHERE session_id = ?1"
+    ))?
+    .query_row([session_id], from_row)
     .optional()
 }
 

@@ -157,6 +157,13 @@ impl RawMessage {
     }
 }
 
+/// [`Store::last_model_message`]'s query, run for each listed session (its plan is checked in
+/// the store's tests).
+pub(super) const LAST_MODEL_MESSAGE: &str =
+    "SELECT id, seq, run_id, role, blocks, status, created_at, rewound FROM messages
+     WHERE session_id = ?1 AND role NOT IN ('note', 'notice', 'summary') AND rewound = 0
+     ORDER BY seq DESC LIMIT 1";
+
 impl Store {
     /// Appends a message and raises the session's `last_seq` to it, in one transaction.
     pub fn append_message(&self, new: &NewMessage) -> StoreResult<TranscriptEntry> {
@@ -281,14 +288,9 @@ impl Store {
     pub fn last_model_message(&self, session_id: &str) -> StoreResult<Option<TranscriptEntry>> {
         self.read(|conn| {
             let row = conn
-            .query_row(
-                "SELECT id, seq, run_id, role, blocks, status, created_at, rewound FROM messages
-                 WHERE session_id = ?1 AND role NOT IN ('note', 'notice', 'summary') AND rewound = 0
-                 ORDER BY seq DESC LIMIT 1",
-                [session_id],
-                raw,
-            )
-            .optional()?;
+                .prepare_cached(LAST_MODEL_MESSAGE)?
+                .query_row([session_id], raw)
+                .optional()?;
             row.map(RawMessage::into_entry).transpose()
         })
     }

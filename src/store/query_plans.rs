@@ -5,7 +5,7 @@
 use pretty_assertions::assert_eq;
 use rusqlite::Connection;
 
-use super::{Store, messages, sessions, usage};
+use super::{Store, messages, sessions, tool_calls, usage};
 
 /// The `detail` column of `EXPLAIN QUERY PLAN sql`, one line per step, in order.
 fn plan(conn: &Connection, sql: &str) -> Vec<String> {
@@ -75,6 +75,32 @@ fn a_sessions_usage_is_read_through_its_index() {
     assert_eq!(
         plan_of(usage::USAGE_OF_SESSION_AFTER),
         ["SEARCH usage_lines USING INDEX usage_by_session_line (session_id=? AND id>?)"]
+    );
+}
+
+/// `session/get`'s tokens of each kind read only the session's own usage lines.
+#[test]
+fn a_sessions_tokens_are_summed_through_its_index() {
+    assert_eq!(
+        plan_of(usage::USAGE_TOKENS_OF_SESSION),
+        ["SEARCH usage_lines USING INDEX usage_by_session_line (session_id=?)"]
+    );
+}
+
+/// Listing a page of sessions reads, for each, its fork, its parent, its lease, its last
+/// message and that message's run, each by key: a year of other sessions adds nothing.
+#[test]
+fn a_listed_sessions_facts_are_read_by_key() {
+    assert_eq!(
+        plan_of(messages::LAST_MODEL_MESSAGE),
+        ["SEARCH messages USING INDEX messages_by_seq (session_id=?)"]
+    );
+    assert_eq!(
+        plan_of(tool_calls::PENDING_APPROVALS),
+        [
+            "SEARCH approvals USING INDEX approvals_by_session (session_id=?)",
+            "USE TEMP B-TREE FOR ORDER BY"
+        ]
     );
 }
 

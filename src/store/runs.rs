@@ -114,9 +114,8 @@ impl Store {
     pub fn run_reason(&self, id: &str) -> StoreResult<Option<FinishReason>> {
         self.read(|conn| {
             Ok(conn
-                .query_row("SELECT reason FROM runs WHERE id = ?1", [id], |r| {
-                    r.get::<_, Option<FinishReason>>(0)
-                })
+                .prepare_cached("SELECT reason FROM runs WHERE id = ?1")?
+                .query_row([id], |r| r.get::<_, Option<FinishReason>>(0))
                 .optional()?
                 .flatten())
         })

@@ -181,6 +181,12 @@ fn rows_with_input<T>(
     rows.map(|row| row?).collect()
 }
 
+/// [`Store::pending_approvals`]'s query, run for each listed session (its plan is checked in
+/// the store's tests).
+pub(super) const PENDING_APPROVALS: &str =
+    "SELECT id, run_id, call_id, tool, input, summary, created_at, proposed_rule, why_asked
+     FROM approvals WHERE session_id = ?1 AND status = 'pending' ORDER BY created_at";
+
 impl Store {
     /// The tool calls of one assistant message, in the order the model made them.
     pub fn tool_calls_of_message(&self, message_id: &str) -> StoreResult<Vec<ToolCallRow>> {
@@ -320,8 +326,7 @@ impl Store {
         self.read(|conn| {
             rows_with_input(
                 conn,
-                "SELECT id, run_id, call_id, tool, input, summary, created_at, proposed_rule, why_asked FROM approvals
-                 WHERE session_id = ?1 AND status = 'pending' ORDER BY created_at",
+                PENDING_APPROVALS,
                 session_id,
                 "approval",
                 |r, input| {

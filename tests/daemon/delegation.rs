@@ -965,6 +965,23 @@ async fn a_childs_spend_joins_its_parents_cost_and_cap() {
             ("gpt-4o-mini".to_string(), Some(child.clone()), 1),
         ]
     );
+    // `session/get` sums the same lines' tokens of each kind, the child's included.
+    let kinds = ["input", "output", "cacheRead", "cacheWrite", "reasoning"];
+    let summed: serde_json::Map<String, Value> = kinds
+        .iter()
+        .map(|kind| {
+            let sum: u64 = cost["cost"]["byModel"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["tokens"][kind].as_u64().unwrap())
+                .sum();
+            (kind.to_string(), json!(sum))
+        })
+        .collect();
+    assert!(summed["input"].as_u64().unwrap() >= 200_000, "{cost}");
+    let parent_view = json_of(daemon.call::<SessionGet>(sid(&parent)).await);
+    assert_eq!(parent_view["tokensByKind"], Value::Object(summed));
     let own = json_of(daemon.call::<SessionCost>(sid(&child)).await);
     let child_usd = own["cost"]["totalUsd"].as_f64().unwrap();
     let parent_usd = cost["cost"]["totalUsd"].as_f64().unwrap();
