@@ -21,8 +21,8 @@ mod render;
 mod sessions;
 mod style;
 mod view;
-mod websocket;
 mod web;
+mod websocket;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
