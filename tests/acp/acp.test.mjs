@@ -315,6 +315,21 @@ test('session/new opens a session in the workspace with the model and the comman
     type: 'select',
     currentValue: upstream.model,
     options: [{ value: upstream.model, name: upstream.model }],
+  }, {
+    // gpt-5-mini takes a reasoning effort: the thought-level selector, at the account's default.
+    id: 'effort',
+    name: 'Effort',
+    description: 'How hard the model thinks, from the next request on',
+    category: 'thought_level',
+    type: 'select',
+    currentValue: 'default',
+    options: [
+      { value: 'default', name: "Default (the model's)" },
+      { value: 'minimal', name: 'Minimal' },
+      { value: 'low', name: 'Low' },
+      { value: 'medium', name: 'Medium' },
+      { value: 'high', name: 'High' },
+    ],
   }]);
   const commands = await agent.update((u) => u.sessionId === sessionId && u.update.sessionUpdate === 'available_commands_update', from);
   assert.deepEqual(commands.update.availableCommands.map((c) => c.name), ['cost', 'model', 'system', 'clear', 'compact', 'new-context', 'instructions', 'undo', 'rewind', 'fork', 'help']);
