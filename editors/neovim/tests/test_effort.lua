@@ -88,8 +88,10 @@ H.run({
       wait_bar("New chat · gpt-5.1 · medium effort · idle · ")
       local asked = answer_select("high")
       vim.cmd("SidechatEffort")
-      H.wait("the effort set", function()
-        return (sidechat.current().info or {}).effort == "high"
+      -- Told once the daemon answers (a sessionUpdated event may set the effort before).
+      H.wait("the effort set and told", function()
+        local told = H.notes[#H.notes]
+        return (sidechat.current().info or {}).effort == "high" and told and told.msg == "sidechat: effort: high"
       end)
       H.eq({
         {
