@@ -23,6 +23,8 @@
 //! The daemon gets an empty environment apart from `PATH`, a temporary `HOME` and XDG folders
 //! (so no config file of the machine is read), the provider variables and `SIDECHAT_LOG=warn`.
 
+#[path = "support/long_session.rs"]
+mod long_session;
 // Only the daemon's command is used here; requests go through the client's `Connection`.
 #[path = "support/stdio.rs"]
 mod stdio;
@@ -40,8 +42,9 @@ use sidechat::protocol::{
     SessionCreate,
 };
 use sidechat::rpc::framing::Framing;
-use sidechat::runtime::count_blocks;
-use sidechat::store::{NewMessage, NewSession, Store};
+use sidechat::store::Store;
+
+use long_session::{LongSession, sentence};
 
 /// Stored messages of the long session, besides its summary.
 const MESSAGES: u64 = 10_000;
@@ -53,93 +56,15 @@ const SMOKE_ROUNDS: usize = 3;
 const GOAL_RATIO: f64 = 2.0;
 const MODEL: &str = "gpt-4o";
 
-/// A sentence of about 40 words that differs from message to message.
-fn sentence(seed: u64) -> String {
-    const WORDS: &[&str] = &[
-        "the",
-        "parser",
-        "returns",
-        "an",
-        "error",
-        "when",
-        "input",
-        "ends",
-        "early",
-        "so",
-        "we",
-        "retry",
-        "with",
-        "a",
-        "larger",
-        "buffer",
-        "and",
-        "log",
-        "which",
-        "file",
-        "changed",
-        "tests",
-        "pass",
-        "now",
-        "but",
-        "the",
-        "benchmark",
-        "regressed",
-        "by",
-        "ten",
-        "percent",
-    ];
-    let mut state = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    (0..40)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            WORDS[(state >> 33) as usize % WORDS.len()]
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 /// Writes the long session into the database at `db`; its id.
 fn write_long_session(db: &Path) -> String {
     let store = Store::open(db).expect("cannot open the database");
-    let session = store
-        .insert_session(&NewSession {
-            title: "long".into(),
-            account: "openai".into(),
-            model: MODEL.into(),
-            system_prompt: None,
-            workspace_root: None,
-            max_steps: 25,
-            cap_usd: None,
-            max_seconds: None,
-            rollover_secs: None,
-        })
-        .expect("cannot create the session");
-    let append = |seq: u64, role: Role, blocks: Vec<Block>| {
-        let mut message = NewMessage::new(&session.id, None, role, blocks);
-        message.seq = seq;
-        message.tokens = Some(count_blocks(MODEL, role, &message.blocks));
-        store.append_message(&message).expect("cannot append");
-    };
-    for seq in 1..=MESSAGES {
-        let role = if seq % 2 == 1 {
-            Role::User
-        } else {
-            Role::Assistant
-        };
-        append(
-            seq,
-            role,
-            vec![Block::Text {
-                text: sentence(seq),
-            }],
-        );
-    }
+    let long =
+        LongSession::create(&store, "openai", MODEL, None).expect("cannot create the session");
+    long.append_turns(MESSAGES, |seq, _| sentence(seq))
+        .expect("cannot append");
     let folded_to = MESSAGES - KEPT;
-    append(
+    long.append(
         MESSAGES + 1,
         Role::Summary,
         vec![Block::Summary {
@@ -149,8 +74,9 @@ fn write_long_session(db: &Path) -> String {
             to_seq: Some(folded_to),
             messages: folded_to,
         }],
-    );
-    session.id
+    )
+    .expect("cannot append");
+    long.session.id
 }
 
 /// The fake provider: `replies` short answers, each noting first when its request arrived.
