@@ -1,4 +1,4 @@
-// Benchmark of the chat page (npm run bench), two figures:
+// Benchmark of the chat page (npm run bench), three figures:
 //
 // 1. Streaming: the real daemon replays a 20,000-word reply (one text delta per word) to a
 //    plain client (the extension's JSON-RPC client layer alone, timing send → runFinished) and,
@@ -15,15 +15,28 @@
 //    reported as the median with its interquartile range beside the ratio of the medians.
 // 2. A 2,000-entry transcript posted to the page: time from the message to the end of the frame
 //    that rendered it, layout included. Goal: one frame budget (16.7 ms) per 100 entries.
+// 3. A stored session of 10,000 messages (written through the library's store by
+//    `cargo run --example long_session_db`, in the daemon's profile) opened in fresh pages
+//    through the host controller and the real daemon: the page's work, from the `reset`
+//    message to the end of the frame that drew the newest page (layout included), and the whole
+//    open, from the host's `switchSession` to that frame; then scrolling to the top once, from
+//    the scroll to the end of the frame that drew the older page. Goal: the open's page work
+//    under 300 ms.
 //
 // SIDECHAT_BIN picks the binary (default: target/release/sidechat when built, else debug).
-// BENCH_RUNS and BENCH_WARMUP change the number of measured pairs and warm-up pairs.
+// BENCH_RUNS and BENCH_WARMUP change the number of measured pairs and warm-up pairs,
+// BENCH_OPEN_RUNS the number of fresh pages of the third figure; BENCH_ONLY=streaming,
+// transcript or open runs one figure.
 
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join, sep } from 'node:path';
 
-import { launchChromium, openChat, REPO_ROOT, Scratch, servePage } from '../test/harness';
-import type { SessionTranscriptResult, TranscriptEntry } from '../src/model/wire';
+import type { Page } from 'playwright-core';
+
+import type { DaemonLike } from '../src/host/controller';
+import { launchChromium, openChat, REPO_ROOT, Scratch, servePage, until } from '../test/harness';
+import type { Requests, SessionTranscriptResult, TranscriptEntry } from '../src/model/wire';
 
 const WORDS = 20_000;
 /** Measured pairs (a plain run and a page run each). */
@@ -33,6 +46,12 @@ const WARMUP = Number(process.env.BENCH_WARMUP ?? 3);
 /** Fresh pages for the transcript figure. */
 const TRANSCRIPT_RUNS = 9;
 const ENTRIES = 2_000;
+/** Stored messages of the long session, and the fresh pages it is opened in. */
+const LONG_MESSAGES = 10_000;
+const OPEN_RUNS = Number(process.env.BENCH_OPEN_RUNS ?? 9);
+/** The host controller's `session/transcript` page (its default). */
+const PAGE_SIZE = 500;
+const OPEN_GOAL_MS = 300;
 
 function binary(): string {
   if (process.env.SIDECHAT_BIN) return process.env.SIDECHAT_BIN;
@@ -276,5 +295,204 @@ async function bigTranscript(): Promise<void> {
   console.log(`  message → rendered and laid out: median ${median(times).toFixed(0)} ms (${times.map((t) => t.toFixed(0)).join(', ')}); budget ${budget.toFixed(0)} ms`);
 }
 
-await streaming();
-await bigTranscript();
+/**
+ * Writes a session of `count` messages into the database at `db`, rooted in `workspace`, with
+ * the library's store (`examples/long_session_db.rs`); its id. The writer is built in the
+ * daemon's profile when it is missing or older than its sources or the daemon (whose library
+ * it links), as the Rust tests build their MCP fixture.
+ */
+function writeLongSession(db: string, workspace: string, count: number): string {
+  const release = binary().includes(`${sep}release${sep}`);
+  const writer = join(REPO_ROOT, 'target', release ? 'release' : 'debug', 'examples', 'long_session_db');
+  const modified = (path: string) => (existsSync(path) ? statSync(path).mtimeMs : -Infinity);
+  const newer = [join(REPO_ROOT, 'examples', 'long_session_db.rs'), join(REPO_ROOT, 'benches', 'support', 'long_session.rs'), binary()];
+  if (newer.some((path) => modified(writer) < modified(path))) {
+    execFileSync('cargo', ['build', '--quiet', '--example', 'long_session_db', ...(release ? ['--release'] : [])], { cwd: REPO_ROOT, stdio: 'inherit' });
+  }
+  return execFileSync(writer, [db, workspace, String(count)], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }).trim();
+}
+
+/** `daemon`, timing each `session/transcript` request the controller makes. */
+function timingTranscripts(daemon: DaemonLike, times: number[]): DaemonLike {
+  return {
+    get status() {
+      return daemon.status;
+    },
+    request: async <M extends keyof Requests>(method: M, params: Requests[M]['params']) => {
+      const start = performance.now();
+      const result = await daemon.request(method, params);
+      if (method === 'session/transcript') times.push(performance.now() - start);
+      return result;
+    },
+    onEvent: (listener) => daemon.onEvent(listener),
+    onStatus: (listener) => daemon.onStatus(listener),
+    restart: () => daemon.restart(),
+    follow: (sessionIds) => daemon.follow?.(sessionIds),
+  };
+}
+
+/** When the page drew a message: its work (message → end of the frame) and the frame's end. */
+interface Drawn {
+  pageMs: number;
+  /** The end of the frame, on the page's clock. */
+  end: number;
+}
+
+/**
+ * Arms the page to note the next `type` message of `sessionId`: the time it arrives, and the end
+ * of the frame that applied it, layout included. The listener is added after the view's, so its
+ * frame callback runs after the view's own (queued first); `drawn` then answers.
+ */
+async function armDrawn(page: Page, type: string, sessionId: string): Promise<{ drawn: () => Promise<Drawn> }> {
+  await page.evaluate(
+    ([type, sessionId]) => {
+      const w = window as unknown as { __drawn?: Promise<Drawn> };
+      w.__drawn = new Promise<Drawn>((resolve) => {
+        const onMessage = (event: MessageEvent) => {
+          const data = event.data as { type?: string; sessionId?: string };
+          if (data.type !== type || data.sessionId !== sessionId) return;
+          window.removeEventListener('message', onMessage);
+          const start = performance.now();
+          requestAnimationFrame(() => {
+            void document.body.offsetHeight;
+            const end = performance.now();
+            resolve({ pageMs: end - start, end });
+          });
+        };
+        window.addEventListener('message', onMessage);
+      });
+    },
+    [type, sessionId],
+  );
+  return { drawn: () => page.evaluate(() => (window as unknown as { __drawn: Promise<Drawn> }).__drawn) };
+}
+
+/** Resolves after the page's next two frames: what a message queued is drawn by then. */
+function frames(page: Page): Promise<void> {
+  return page.evaluate(() => new Promise<void>((resolve) => requestAnimationFrame(() => requestAnimationFrame(() => resolve()))));
+}
+
+/** The page's main thread so far, in ms: running script, recalculating style, laying out. */
+interface MainThread {
+  script: number;
+  style: number;
+  layout: number;
+}
+
+/** Chromium's own account of the page's main thread (`Performance.getMetrics`). */
+async function mainThreadOf(page: Page): Promise<() => Promise<MainThread>> {
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Performance.enable');
+  return async () => {
+    const { metrics } = await cdp.send('Performance.getMetrics');
+    const ms = (name: string) => (metrics.find((m) => m.name === name)?.value ?? 0) * 1000;
+    return { script: ms('ScriptDuration'), style: ms('RecalcStyleDuration'), layout: ms('LayoutDuration') };
+  };
+}
+
+function entriesShown(page: Page): Promise<number> {
+  return page.evaluate(() => document.querySelectorAll('.transcript .entry').length);
+}
+
+async function longSessionOpen(): Promise<void> {
+  const scratch = new Scratch();
+  const written = performance.now();
+  const longId = writeLongSession(join(scratch.dir, 'sidechat.db'), scratch.workspace, LONG_MESSAGES);
+  const writeSeconds = (performance.now() - written) / 1000;
+  const daemon = scratch.daemon({}, binary());
+  await daemon.start();
+  // The session a fresh page opens on, so that the long one is opened by the measured switch.
+  const other = await daemon.request('session/create', { workspaceRoot: scratch.workspace });
+  const browser = await launchChromium();
+  const served = await servePage();
+  const openPage: number[] = [];
+  const openWhole: number[] = [];
+  const olderPage: number[] = [];
+  const olderWhole: number[] = [];
+  const openDaemon: number[] = [];
+  const olderDaemon: number[] = [];
+  const transcriptMs: number[] = [];
+  const openScript: number[] = [];
+  const openStyle: number[] = [];
+  const openLayout: number[] = [];
+  try {
+    for (let run = 0; run < OPEN_RUNS; run++) {
+      const chat = await openChat(browser, served.url, timingTranscripts(daemon, transcriptMs), scratch.workspace);
+      try {
+        // The fresh page shows the short session first. Asked after the page's own first load
+        // (queued before it, as every page message is), this returns once both are done and
+        // the host is idle: the daemon's first `session/budget` (loading its tokenizer) is
+        // not timed as part of the open.
+        await until(() => chat.controller.activeSessionId, 'the page\'s first session');
+        await chat.controller.handle({ type: 'switchSession', sessionId: other.id });
+        await chat.settled();
+        await frames(chat.page);
+        transcriptMs.length = 0;
+        const mainThread = await mainThreadOf(chat.page);
+        const before = await mainThread();
+
+        // Open: the host's request → the frame that drew the newest page.
+        const open = await armDrawn(chat.page, 'reset', longId);
+        const start = performance.now();
+        const switched = chat.controller.handle({ type: 'switchSession', sessionId: longId });
+        const opened = await open.drawn();
+        const openedAt = performance.now();
+        const after = await mainThread();
+        openScript.push(after.script - before.script);
+        openStyle.push(after.style - before.style);
+        openLayout.push(after.layout - before.layout);
+        await switched;
+        await chat.settled();
+        openPage.push(opened.pageMs);
+        openWhole.push(openedAt - start);
+        openDaemon.push(transcriptMs[0]);
+        const shown = await entriesShown(chat.page);
+        if (shown !== PAGE_SIZE) throw new Error(`the open showed ${shown} entries, expected ${PAGE_SIZE}`);
+        // The details, the list and the entries formatted as they come into view are drawn.
+        await frames(chat.page);
+
+        // Scrolling to the top once: the scroll → the frame that drew the older page.
+        const older = await armDrawn(chat.page, 'older', longId);
+        const scrolled = await chat.page.evaluate(() => {
+          const scroller = document.querySelector('.transcript-scroller');
+          if (!scroller) throw new Error('no transcript scroller');
+          const at = performance.now();
+          scroller.scrollTop = 0;
+          return at;
+        });
+        const drewOlder = await older.drawn();
+        await chat.settled();
+        olderPage.push(drewOlder.pageMs);
+        olderWhole.push(drewOlder.end - scrolled);
+        olderDaemon.push(transcriptMs[1]);
+        const more = await entriesShown(chat.page);
+        if (more !== 2 * PAGE_SIZE) throw new Error(`the older page left ${more} entries, expected ${2 * PAGE_SIZE}`);
+        if (chat.pageErrors.length > 0) throw new Error(`the page failed: ${chat.pageErrors.join('; ')}`);
+      } finally {
+        chat.controller.dispose();
+        await chat.page.close();
+      }
+    }
+  } finally {
+    await browser.close();
+    served.server.close();
+    await daemon.stop();
+    scratch.dispose();
+  }
+  const list = (values: number[]) => `median ${median(values).toFixed(0)} ms (${values.map((t) => t.toFixed(0)).join(', ')})`;
+  const load = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+  console.log(`a stored session of ${LONG_MESSAGES} messages (written in ${writeSeconds.toFixed(1)} s), opened in ${OPEN_RUNS} fresh pages, newest ${PAGE_SIZE} first, binary ${binary()}`);
+  console.log(`  open, reset message → newest page rendered and laid out (page work): ${list(openPage)}; goal < ${OPEN_GOAL_MS} ms: ${median(openPage) < OPEN_GOAL_MS ? 'met' : 'not met'}`);
+  console.log(`  open, host switchSession → newest page rendered (whole):           ${list(openWhole)}`);
+  console.log(`    of which session/transcript, request → result in the host:       ${list(openDaemon)}`);
+  console.log(`    the page's main thread meanwhile: script ${median(openScript).toFixed(0)} ms, style ${median(openStyle).toFixed(0)} ms, layout ${median(openLayout).toFixed(0)} ms (medians)`);
+  console.log(`  scroll to the top, older message → older page rendered (page work): ${list(olderPage)}`);
+  console.log(`  scroll to the top, scroll → older page rendered (whole):           ${list(olderWhole)}`);
+  console.log(`    of which session/transcript, request → result in the host:       ${list(olderDaemon)}`);
+  console.log(`  load average after: ${load}`);
+}
+
+const only = process.env.BENCH_ONLY;
+if (!only || only === 'streaming') await streaming();
+if (!only || only === 'transcript') await bigTranscript();
+if (!only || only === 'open') await longSessionOpen();
