@@ -15,8 +15,8 @@
 //    reported as the median with its interquartile range beside the ratio of the medians.
 // 2. A 2,000-entry transcript posted to the page: time from the message to the end of the frame
 //    that rendered it, layout included. Goal: one frame budget (16.7 ms) per 100 entries.
-// 3. A stored session of 10,000 messages (written through the library's store by
-//    `cargo run --example long_session_db`, in the daemon's profile) opened in fresh pages
+// 3. A stored session of 10,000 messages (written through the library's store by the
+//    `long_session_db` example, built in the daemon's profile when stale) opened in fresh pages
 //    through the host controller and the real daemon: the page's work, from the `reset`
 //    message to the end of the frame that drew the newest page (layout included), and the whole
 //    open, from the host's `switchSession` to that frame; then scrolling to the top once, from
