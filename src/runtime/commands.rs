@@ -133,6 +133,8 @@ impl Runtime {
                     ..SessionUpdate::default()
                 };
                 self.inner.store.update_session(&session.id, &update)?;
+                // Other views of the session (another window, the header) show the prompt.
+                self.announce_session(&session.id)?;
                 match argument.is_empty() {
                     true => "System prompt removed.".to_string(),
                     false => format!("System prompt set: {argument}"),

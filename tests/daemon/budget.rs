@@ -644,6 +644,14 @@ async fn slash_commands_run_locally_and_notes_never_reach_the_model() {
             unreachable!()
         };
         assert_eq!(entry.role, sidechat::protocol::Role::Note);
+        if command.starts_with("/system") {
+            // Other views of the session learn the new prompt from the event.
+            let announced = events.iter().find_map(|e| match &e.event {
+                Event::SessionUpdated { session, .. } => Some(session.system_prompt.clone()),
+                _ => None,
+            });
+            assert_eq!(announced, Some(Some("Answer in French.".to_string())));
+        }
         let text = serde_json::to_value(&entry.blocks).unwrap()[0]["text"]
             .as_str()
             .unwrap()
