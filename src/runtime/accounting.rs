@@ -43,6 +43,21 @@ struct Totalled {
     kept: bool,
 }
 
+impl From<crate::store::KeptSpend> for Totalled {
+    fn from(kept: crate::store::KeptSpend) -> Self {
+        Self {
+            through: kept.through,
+            tally: SpendTally {
+                tokens: kept.tokens,
+                costs: kept.cost_pico,
+                priced_lines: kept.priced_lines,
+                unpriced_lines: kept.unpriced_lines,
+            },
+            kept: true,
+        }
+    }
+}
+
 impl Accounting {
     pub fn new(prices: PriceBook) -> Self {
         Self {
@@ -245,59 +260,88 @@ impl Inner {
     /// brought up to date with only the lines written since the last read, so that listing
     /// sessions costs the same with a year of usage behind them as with none.
     pub(super) fn spend(&self, session_id: &str) -> RuntimeResult<SessionSpend> {
-        let mut tally = self.own_spend(session_id)?;
-        for child in self.store.delegations_of_parent(session_id)? {
-            tally += self.own_spend(&child.child_id)?;
-        }
-        Ok(tally.spend())
+        Ok(self.spend_tally(session_id)?.spend())
     }
 
-    /// One session's own lines totalled: from this daemon's total, or else the one kept in
-    /// the database, topped up with the lines written since. Lines another daemon on the same
-    /// file wrote are found too: the store is asked for every line past the last one totalled.
-    fn own_spend(&self, session_id: &str) -> RuntimeResult<SpendTally> {
-        let known = lock(&self.accounting.spends).get(session_id).copied();
-        let start = match known {
-            Some(known) => known,
-            None => self.kept_spend(session_id)?,
-        };
-        let newer = self.store.usage_lines_after(session_id, start.through)?;
-        let mut now = start;
-        if let Some(&(last, _)) = newer.last() {
-            for (_, row) in newer {
-                now.tally
-                    .add(&usage_line(row, None), &self.accounting.prices);
+    /// [`Self::spend`]'s totals, with the tokens of each kind (`session/get`'s
+    /// `tokensByKind`): the session's own lines and its delegated tasks'.
+    pub(super) fn spend_tally(&self, session_id: &str) -> RuntimeResult<SpendTally> {
+        let children = self.store.delegations_of_parent(session_id)?;
+        let mut owners = vec![session_id];
+        owners.extend(children.iter().map(|c| c.child_id.as_str()));
+        Ok(self
+            .own_spends(&owners)?
+            .into_values()
+            .fold(SpendTally::default(), |mut all, one| {
+                all += one;
+                all
+            }))
+    }
+
+    /// Each session's own lines totalled, for a page of sessions at once: from this daemon's
+    /// total, or else the one kept in the database, topped up with the lines written since.
+    /// Lines another daemon on the same file wrote are found too: the store is asked for every
+    /// line past the last one totalled. A few statements for the whole page, whatever its
+    /// size.
+    pub(super) fn own_spends(
+        &self,
+        session_ids: &[&str],
+    ) -> RuntimeResult<HashMap<String, SpendTally>> {
+        let mut ids = session_ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        // Each session's starting total, and whether this daemon held it already.
+        let mut start: HashMap<&str, (Totalled, bool)> = HashMap::with_capacity(ids.len());
+        {
+            let spends = lock(&self.accounting.spends);
+            for id in &ids {
+                if let Some(known) = spends.get(*id) {
+                    start.insert(id, (*known, true));
+                }
             }
-            now = Totalled {
-                through: last,
-                tally: now.tally,
-                kept: false,
-            };
+        }
+        let unknown: Vec<&str> = ids
+            .iter()
+            .copied()
+            .filter(|id| !start.contains_key(id))
+            .collect();
+        if !unknown.is_empty() {
+            let kept: HashMap<String, Totalled> = self
+                .store
+                .kept_spends(&unknown)?
+                .into_iter()
+                .filter(|(_, kept)| kept.prices == self.accounting.prices_fingerprint)
+                .map(|(id, kept)| (id, Totalled::from(kept)))
+                .collect();
+            for id in unknown {
+                start.insert(id, (kept.get(id).copied().unwrap_or_default(), false));
+            }
+        }
+        let marks: Vec<(&str, i64)> = ids.iter().map(|id| (*id, start[id].0.through)).collect();
+        let mut now: HashMap<&str, Totalled> =
+            start.iter().map(|(id, (total, _))| (*id, *total)).collect();
+        for (id, line, row) in self.store.usage_lines_after_each(&marks)? {
+            if let Some(total) = now.get_mut(id.as_str()) {
+                total
+                    .tally
+                    .add(&usage_line(row, None), &self.accounting.prices);
+                total.through = total.through.max(line);
+                total.kept = false;
+            }
         }
         let mut spends = lock(&self.accounting.spends);
-        let held = spends.entry(session_id.to_owned()).or_default();
-        // A concurrent read may have totalled further already; keep the furthest.
-        if held.through < now.through || known.is_none() {
-            *held = now;
+        for (id, total) in &now {
+            let known = start.get(id).is_some_and(|(_, known)| *known);
+            let held = spends.entry((*id).to_owned()).or_default();
+            // A concurrent read may have totalled further already; keep the furthest.
+            if held.through < total.through || !known {
+                *held = *total;
+            }
         }
-        Ok(now.tally)
-    }
-
-    /// The total the database keeps for the session, if it was priced with this price book.
-    fn kept_spend(&self, session_id: &str) -> RuntimeResult<Totalled> {
-        Ok(match self.store.kept_spend(session_id)? {
-            Some(kept) if kept.prices == self.accounting.prices_fingerprint => Totalled {
-                through: kept.through,
-                tally: SpendTally {
-                    tokens: kept.tokens,
-                    costs: kept.cost_pico,
-                    priced_lines: kept.priced_lines,
-                    unpriced_lines: kept.unpriced_lines,
-                },
-                kept: true,
-            },
-            _ => Totalled::default(),
-        })
+        Ok(now
+            .into_iter()
+            .map(|(id, total)| (id.to_owned(), total.tally))
+            .collect())
     }
 
     /// Writes the totals the database does not hold yet, in one transaction; called off the
