@@ -16,8 +16,7 @@ use crate::context::{
 };
 use crate::cost::{PriceBook, SpendTally, UsageLine, cost_summary};
 use crate::protocol::{
-    Block, BudgetSnapshot, CostSummary, NoticeLevel, Reconciliation, Role, SessionSpend,
-    TranscriptEntry,
+    Block, BudgetSnapshot, CostSummary, NoticeLevel, Reconciliation, Role, TranscriptEntry,
 };
 use crate::store::{NewMessage, UsageRow};
 use crate::util::lock;
@@ -256,15 +255,10 @@ impl Inner {
         Ok(cost_summary(&lines, &self.accounting.prices))
     }
 
-    /// The session's spend line: the totals of [`Self::cost_summary`], kept per session and
-    /// brought up to date with only the lines written since the last read, so that listing
-    /// sessions costs the same with a year of usage behind them as with none.
-    pub(super) fn spend(&self, session_id: &str) -> RuntimeResult<SessionSpend> {
-        Ok(self.spend_tally(session_id)?.spend())
-    }
-
-    /// [`Self::spend`]'s totals, with the tokens of each kind (`session/get`'s
-    /// `tokensByKind`): the session's own lines and its delegated tasks'.
+    /// The session's spend line (`.spend()`: the totals of [`Self::cost_summary`]) and its
+    /// tokens of each kind (`session/get`'s `tokensByKind`), its delegated tasks' included:
+    /// kept per session and brought up to date with only the lines written since the last
+    /// read, so that neither grows with the session's length or the database's.
     pub(super) fn spend_tally(&self, session_id: &str) -> RuntimeResult<SpendTally> {
         let children = self.store.delegations_of_parent(session_id)?;
         let mut owners = vec![session_id];
@@ -418,6 +412,7 @@ fn usage_line(row: UsageRow, delegated_to: Option<&str>) -> UsageLine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::SessionSpend;
     use pretty_assertions::assert_eq;
     use serde_json::json;
 
@@ -553,12 +548,24 @@ mod tests {
                 unpriced_requests: cost.unpriced.lines,
             }
         };
+        // The tokens of each kind, as `session/cost` sums them.
+        let kinds_afresh = |session_id: &str| {
+            let cost = inner.cost_summary(session_id).unwrap();
+            let mut kinds = cost.unpriced.tokens;
+            for model in &cost.by_model {
+                kinds += model.tokens;
+            }
+            kinds
+        };
         let id = session(&inner.store);
         let other = session(&inner.store);
-        assert_eq!(inner.spend(&id).unwrap(), SessionSpend::default());
+        assert_eq!(
+            inner.spend_tally(&id).unwrap().spend(),
+            SessionSpend::default()
+        );
 
         line(&inner.store, &id, "no-such-model", 1_000);
-        let unpriced = inner.spend(&id).unwrap();
+        let unpriced = inner.spend_tally(&id).unwrap().spend();
         assert_eq!(
             unpriced.cost_usd, None,
             "nothing priced is unpriced, not $0"
@@ -567,17 +574,22 @@ mod tests {
 
         line(&inner.store, &id, "gpt-4o", 120_000);
         line(&inner.store, &other, "gpt-4o", 7);
-        assert_eq!(inner.spend(&id).unwrap(), afresh(&id));
+        assert_eq!(inner.spend_tally(&id).unwrap().spend(), afresh(&id));
         // Lines written through another connection to the file, as another daemon would.
         let elsewhere = Store::open(&path).unwrap();
         line(&elsewhere, &id, "gpt-4o", 3_000);
         line(&elsewhere, &id, "no-such-model", 9);
-        let topped_up = inner.spend(&id).unwrap();
+        let topped_up = inner.spend_tally(&id).unwrap().spend();
         assert_eq!(topped_up, afresh(&id));
         assert_eq!(topped_up.unpriced_requests, 2);
-        assert_eq!(inner.spend(&other).unwrap(), afresh(&other));
+        assert_eq!(
+            inner.spend_tally(&id).unwrap().tokens,
+            kinds_afresh(&id),
+            "tokens of each kind, topped up as the spend is"
+        );
+        assert_eq!(inner.spend_tally(&other).unwrap().spend(), afresh(&other));
         // Read again with nothing new: the same line.
-        assert_eq!(inner.spend(&id).unwrap(), topped_up);
+        assert_eq!(inner.spend_tally(&id).unwrap().spend(), topped_up);
 
         // Kept in the database, a total is where a new daemon starts from: marked here by a
         // figure no line holds, which the new daemon reports with the line written since.
@@ -587,7 +599,7 @@ mod tests {
             elsewhere.hold_writer().execute(sql, [&id]).unwrap();
         };
         set(&format!(
-            "UPDATE session_spend SET tokens = tokens + {marked} WHERE session_id = ?1"
+            "UPDATE session_spend SET input = input + {marked} WHERE session_id = ?1"
         ));
         line(&elsewhere, &id, "gpt-4o", 50);
         let fresh = |path: &std::path::Path| {
@@ -601,7 +613,7 @@ mod tests {
         let next = fresh(&path);
         let expected = afresh(&id);
         assert_eq!(
-            next.inner.spend(&id).unwrap(),
+            next.inner.spend_tally(&id).unwrap().spend(),
             SessionSpend {
                 tokens: expected.tokens + marked,
                 ..expected.clone()
@@ -609,6 +621,9 @@ mod tests {
         );
         // A total priced with another price book is not used.
         set("UPDATE session_spend SET prices = 'another book' WHERE session_id = ?1");
-        assert_eq!(fresh(&path).inner.spend(&id).unwrap(), expected);
+        assert_eq!(
+            fresh(&path).inner.spend_tally(&id).unwrap().spend(),
+            expected
+        );
     }
 }

@@ -155,6 +155,48 @@ fn a_pages_new_usage_lines_are_read_through_their_index() {
     );
 }
 
+/// A cached statement is compiled once per connection: binding new values to it (a page's
+/// `LIMIT`, another session) does not make SQLite plan it again, on the writer or a reader.
+#[test]
+fn statements_are_not_planned_again_for_new_values() {
+    let dir = tempfile::tempdir().expect("a folder");
+    let store = Store::open(&dir.path().join("db")).expect("a store");
+    // Each statement with its first value for two sessions, `a` and `b`.
+    let run_three_times = |conn: &Connection, sql: &str, [a, b]: [&str; 2]| -> i32 {
+        let mut stmt = conn.prepare_cached(sql).expect("a statement");
+        for (key, limit) in [(a, 51i64), (b, 41), (a, 51)] {
+            let mut values: Vec<rusqlite::types::Value> = vec![key.to_string().into()];
+            values.resize(stmt.parameter_count(), limit.into());
+            let mut rows = stmt
+                .query(rusqlite::params_from_iter(values))
+                .expect("rows");
+            while rows.next().expect("a row").is_some() {}
+        }
+        stmt.get_status(rusqlite::StatementStatus::RePrepare)
+    };
+    let statements = [
+        (sessions::list_query(true), ["/a", "/b"]),
+        (messages::MESSAGES_BEFORE.to_string(), ["a", "b"]),
+        (messages::MESSAGES_AFTER.to_string(), ["a", "b"]),
+        (listing::LISTED_FACTS.to_string(), [r#"["a"]"#, r#"["b"]"#]),
+        (
+            listing::USAGE_AFTER_EACH.to_string(),
+            [r#"[["a", 1]]"#, r#"[["b", 2]]"#],
+        ),
+    ];
+    for (sql, keys) in &statements {
+        assert_eq!(
+            run_three_times(&store.hold_writer(), sql, *keys),
+            0,
+            "writer: {sql}"
+        );
+        let on_reader = store
+            .read(|conn| Ok(run_three_times(conn, sql, *keys)))
+            .expect("a read");
+        assert_eq!(on_reader, 0, "reader: {sql}");
+    }
+}
+
 /// Deleting a session deletes its rows in every table that refers to it (`ON DELETE
 /// CASCADE`); each of those finds them through an index, or a prune of old sessions would
 /// read every table once per session.
