@@ -30,10 +30,6 @@ pub(super) const KEPT_SPENDS: &str =
      FROM session_spend WHERE session_id IN (SELECT value FROM json_each(?1))";
 
 impl Store {
-    pub fn kept_spend(&self, session_id: &str) -> StoreResult<Option<KeptSpend>> {
-        Ok(self.kept_spends(&[session_id])?.pop().map(|(_, kept)| kept))
-    }
-
     /// The kept totals of the sessions named, in one query: `(session id, total)` of each that
     /// has one, in no particular order.
     pub fn kept_spends(&self, session_ids: &[&str]) -> StoreResult<Vec<(String, KeptSpend)>> {
