@@ -13,8 +13,8 @@
 //! one transaction into a file under the target folder and kept there for later runs (its name
 //! holds the schema version and the scale). `SIDECHAT_HISTORY_SCALE=0.1` makes a tenth of
 //! the sessions (the big ones keep their length) for quick runs; `SIDECHAT_HISTORY_ROUNDS`
-//! sets the number of rounds. The near-empty database has
-//! three short sessions in one folder.
+//! sets the number of rounds. The near-empty database holds the same page shapes in about
+//! 0.5 MB: two folders of 40 one-turn sessions, the largest session 104 messages long.
 //!
 //! Measured against each, interleaved, medians of [`ROUNDS`]:
 //! - spawn `sidechat serve` → its `initialize` reply;
@@ -83,13 +83,17 @@ impl Shape {
         }
     }
 
+    /// The year's page shapes in a tiny file (about 0.5 MB): two folders of 40 sessions, so
+    /// that listing one folder answers 40 as in the year and listing all a full page of 50,
+    /// the others of one turn each, and a largest session of 104 messages, so that its
+    /// transcript page holds 100 entries as the year's does.
     fn near_empty() -> Self {
         Self {
-            sessions: 3,
-            workspaces: 1,
+            sessions: 80,
+            workspaces: 2,
             big: 1,
-            big_messages: 16,
-            mean_messages: 8,
+            big_messages: 104,
+            mean_messages: 4,
         }
     }
 

@@ -18,6 +18,9 @@ use crate::rpc::listen::discovery::{self, ServeFile};
 /// How many of the client's daemon log files are kept (one per process, newest kept).
 const KEPT_LOGS: usize = 10;
 
+/// The largest page `session/list` answers.
+const FULL_PAGE: u32 = 200;
+
 /// A started and initialised daemon.
 pub struct Daemon {
     pub connection: Connection,
@@ -105,7 +108,10 @@ impl Daemon {
         workspace: Option<&str>,
         at_most: usize,
     ) -> anyhow::Result<(Vec<SessionSummary>, bool)> {
-        self.sessions_until(workspace, |read| read.len() >= at_most)
+        // Pages no larger than asked for: the daemon prices and reads the state of every
+        // session it lists, so a page of 200 to show 50 costs four times the answer.
+        let page = at_most.clamp(1, FULL_PAGE as usize) as u32;
+        self.sessions_in_pages(workspace, page, |read| read.len() >= at_most)
             .await
             .map(|(mut read, more)| {
                 let more = more || read.len() > at_most;
@@ -119,6 +125,16 @@ impl Daemon {
     pub async fn sessions_until(
         &self,
         workspace: Option<&str>,
+        enough: impl FnMut(&[SessionSummary]) -> bool,
+    ) -> anyhow::Result<(Vec<SessionSummary>, bool)> {
+        self.sessions_in_pages(workspace, FULL_PAGE, enough).await
+    }
+
+    /// [`Self::sessions_until`] in pages of `page` sessions.
+    async fn sessions_in_pages(
+        &self,
+        workspace: Option<&str>,
+        page: u32,
         mut enough: impl FnMut(&[SessionSummary]) -> bool,
     ) -> anyhow::Result<(Vec<SessionSummary>, bool)> {
         let mut read = Vec::new();
@@ -126,7 +142,7 @@ impl Daemon {
         loop {
             let page = self
                 .call::<SessionList>(SessionListParams {
-                    limit: Some(200),
+                    limit: Some(page),
                     cursor: cursor.take(),
                     workspace_root: workspace.map(str::to_string),
                     ..SessionListParams::default()

@@ -169,7 +169,8 @@ pub fn cost_summary<'a>(
 /// the rates in force at its time, in exact picodollars until read out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SpendTally {
-    pub tokens: u64,
+    /// The lines' tokens of each kind (what `session/get` answers as `tokensByKind`).
+    pub tokens: TokenUsage,
     /// Picodollars of the priced lines.
     pub costs: u128,
     pub priced_lines: u64,
@@ -178,7 +179,7 @@ pub struct SpendTally {
 
 impl SpendTally {
     pub fn add(&mut self, line: &UsageLine, book: &PriceBook) {
-        self.tokens += line.tokens.total();
+        self.tokens += line.tokens;
         match book.lookup_at(&line.model, line.at) {
             Some(found) => {
                 self.costs += price_line(&line.tokens, &found).total();
@@ -190,7 +191,7 @@ impl SpendTally {
 
     pub fn spend(&self) -> SessionSpend {
         SessionSpend {
-            tokens: self.tokens,
+            tokens: self.tokens.total(),
             // Nothing priced is unpriced, not $0.
             cost_usd: (self.priced_lines > 0).then(|| usd(self.costs)),
             unpriced_requests: self.unpriced_lines,

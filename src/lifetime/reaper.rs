@@ -26,6 +26,10 @@ static SPAWNED: Mutex<Vec<(i32, Option<u64>)>> = Mutex::new(Vec::new());
 /// of this process, and its leftovers are looked for among them only.
 static SUBREAPER: AtomicBool = AtomicBool::new(false);
 
+/// Whether [`spawn`] ever started a process: until it has, this process has no descendants
+/// (every process it starts goes through [`spawn`]), so none need looking for as it exits.
+static EVER_SPAWNED: AtomicBool = AtomicBool::new(false);
+
 /// How often zombies are looked for even without a `SIGCHLD` (signals of several children may
 /// arrive as one).
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
@@ -57,10 +61,16 @@ pub fn spawn(command: &mut tokio::process::Command) -> std::io::Result<tokio::pr
         reason = "the one place children are spawned"
     )]
     let child = command.spawn()?;
+    EVER_SPAWNED.store(true, Ordering::SeqCst);
     if let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) {
         spawned.push((pid, proc::stat(pid).map(|s| s.start)));
     }
     Ok(child)
+}
+
+/// Whether this process has started any process (through [`spawn`]).
+pub fn has_spawned() -> bool {
+    EVER_SPAWNED.load(Ordering::SeqCst)
 }
 
 /// Whether `child` is one [`spawn`] recorded.

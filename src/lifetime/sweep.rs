@@ -107,8 +107,13 @@ pub fn end_left(command: &Tracked) {
 }
 
 /// Kills every descendant of this process, as the daemon exits: as a subreaper it is the
-/// ancestor of everything its commands and servers started, whatever they did to leave.
+/// ancestor of everything its commands and servers started, whatever they did to leave. A
+/// daemon that started no process has none, and does not read every process's `/proc` entry
+/// to find that out (a `sidechat sessions list` ends this way).
 pub fn end_descendants() {
+    if !super::reaper::has_spawned() {
+        return;
+    }
     let me = std::process::id() as i32;
     kill_until_none(|all| all.iter().filter(|s| s.ppid == me).map(|s| s.pid).collect());
 }

@@ -16,8 +16,7 @@ use crate::context::{
 };
 use crate::cost::{PriceBook, SpendTally, UsageLine, cost_summary};
 use crate::protocol::{
-    Block, BudgetSnapshot, CostSummary, NoticeLevel, Reconciliation, Role, SessionSpend,
-    TranscriptEntry,
+    Block, BudgetSnapshot, CostSummary, NoticeLevel, Reconciliation, Role, TranscriptEntry,
 };
 use crate::store::{NewMessage, UsageRow};
 use crate::util::lock;
@@ -41,6 +40,21 @@ struct Totalled {
     tally: SpendTally,
     /// Whether the database holds it too.
     kept: bool,
+}
+
+impl From<crate::store::KeptSpend> for Totalled {
+    fn from(kept: crate::store::KeptSpend) -> Self {
+        Self {
+            through: kept.through,
+            tally: SpendTally {
+                tokens: kept.tokens,
+                costs: kept.cost_pico,
+                priced_lines: kept.priced_lines,
+                unpriced_lines: kept.unpriced_lines,
+            },
+            kept: true,
+        }
+    }
 }
 
 impl Accounting {
@@ -241,63 +255,87 @@ impl Inner {
         Ok(cost_summary(&lines, &self.accounting.prices))
     }
 
-    /// The session's spend line: the totals of [`Self::cost_summary`], kept per session and
-    /// brought up to date with only the lines written since the last read, so that listing
-    /// sessions costs the same with a year of usage behind them as with none.
-    pub(super) fn spend(&self, session_id: &str) -> RuntimeResult<SessionSpend> {
-        let mut tally = self.own_spend(session_id)?;
-        for child in self.store.delegations_of_parent(session_id)? {
-            tally += self.own_spend(&child.child_id)?;
-        }
-        Ok(tally.spend())
+    /// The session's spend line (`.spend()`: the totals of [`Self::cost_summary`]) and its
+    /// tokens of each kind (`session/get`'s `tokensByKind`), its delegated tasks' included:
+    /// kept per session and brought up to date with only the lines written since the last
+    /// read, so that neither grows with the session's length or the database's.
+    pub(super) fn spend_tally(&self, session_id: &str) -> RuntimeResult<SpendTally> {
+        let children = self.store.delegations_of_parent(session_id)?;
+        let mut owners = vec![session_id];
+        owners.extend(children.iter().map(|c| c.child_id.as_str()));
+        Ok(self
+            .own_spends(&owners)?
+            .into_values()
+            .fold(SpendTally::default(), |mut all, one| {
+                all += one;
+                all
+            }))
     }
 
-    /// One session's own lines totalled: from this daemon's total, or else the one kept in
-    /// the database, topped up with the lines written since. Lines another daemon on the same
-    /// file wrote are found too: the store is asked for every line past the last one totalled.
-    fn own_spend(&self, session_id: &str) -> RuntimeResult<SpendTally> {
-        let known = lock(&self.accounting.spends).get(session_id).copied();
-        let start = match known {
-            Some(known) => known,
-            None => self.kept_spend(session_id)?,
-        };
-        let newer = self.store.usage_lines_after(session_id, start.through)?;
-        let mut now = start;
-        if let Some(&(last, _)) = newer.last() {
-            for (_, row) in newer {
-                now.tally
-                    .add(&usage_line(row, None), &self.accounting.prices);
+    /// Each session's own lines totalled, for a page of sessions at once: from this daemon's
+    /// total, or else the one kept in the database, topped up with the lines written since.
+    /// Lines another daemon on the same file wrote are found too: the store is asked for every
+    /// line past the last one totalled. A few statements for the whole page, whatever its
+    /// size.
+    pub(super) fn own_spends(
+        &self,
+        session_ids: &[&str],
+    ) -> RuntimeResult<HashMap<String, SpendTally>> {
+        let mut ids = session_ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        // Each session's starting total, and whether this daemon held it already.
+        let mut start: HashMap<&str, (Totalled, bool)> = HashMap::with_capacity(ids.len());
+        {
+            let spends = lock(&self.accounting.spends);
+            for id in &ids {
+                if let Some(known) = spends.get(*id) {
+                    start.insert(id, (*known, true));
+                }
             }
-            now = Totalled {
-                through: last,
-                tally: now.tally,
-                kept: false,
-            };
+        }
+        let unknown: Vec<&str> = ids
+            .iter()
+            .copied()
+            .filter(|id| !start.contains_key(id))
+            .collect();
+        if !unknown.is_empty() {
+            let kept: HashMap<String, Totalled> = self
+                .store
+                .kept_spends(&unknown)?
+                .into_iter()
+                .filter(|(_, kept)| kept.prices == self.accounting.prices_fingerprint)
+                .map(|(id, kept)| (id, Totalled::from(kept)))
+                .collect();
+            for id in unknown {
+                start.insert(id, (kept.get(id).copied().unwrap_or_default(), false));
+            }
+        }
+        let marks: Vec<(&str, i64)> = ids.iter().map(|id| (*id, start[id].0.through)).collect();
+        let mut now: HashMap<&str, Totalled> =
+            start.iter().map(|(id, (total, _))| (*id, *total)).collect();
+        for (id, line, row) in self.store.usage_lines_after_each(&marks)? {
+            if let Some(total) = now.get_mut(id.as_str()) {
+                total
+                    .tally
+                    .add(&usage_line(row, None), &self.accounting.prices);
+                total.through = total.through.max(line);
+                total.kept = false;
+            }
         }
         let mut spends = lock(&self.accounting.spends);
-        let held = spends.entry(session_id.to_owned()).or_default();
-        // A concurrent read may have totalled further already; keep the furthest.
-        if held.through < now.through || known.is_none() {
-            *held = now;
+        for (id, total) in &now {
+            let known = start.get(id).is_some_and(|(_, known)| *known);
+            let held = spends.entry((*id).to_owned()).or_default();
+            // A concurrent read may have totalled further already; keep the furthest.
+            if held.through < total.through || !known {
+                *held = *total;
+            }
         }
-        Ok(now.tally)
-    }
-
-    /// The total the database keeps for the session, if it was priced with this price book.
-    fn kept_spend(&self, session_id: &str) -> RuntimeResult<Totalled> {
-        Ok(match self.store.kept_spend(session_id)? {
-            Some(kept) if kept.prices == self.accounting.prices_fingerprint => Totalled {
-                through: kept.through,
-                tally: SpendTally {
-                    tokens: kept.tokens,
-                    costs: kept.cost_pico,
-                    priced_lines: kept.priced_lines,
-                    unpriced_lines: kept.unpriced_lines,
-                },
-                kept: true,
-            },
-            _ => Totalled::default(),
-        })
+        Ok(now
+            .into_iter()
+            .map(|(id, total)| (id.to_owned(), total.tally))
+            .collect())
     }
 
     /// Writes the totals the database does not hold yet, in one transaction; called off the
@@ -374,6 +412,7 @@ fn usage_line(row: UsageRow, delegated_to: Option<&str>) -> UsageLine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::SessionSpend;
     use pretty_assertions::assert_eq;
     use serde_json::json;
 
@@ -509,12 +548,24 @@ mod tests {
                 unpriced_requests: cost.unpriced.lines,
             }
         };
+        // The tokens of each kind, as `session/cost` sums them.
+        let kinds_afresh = |session_id: &str| {
+            let cost = inner.cost_summary(session_id).unwrap();
+            let mut kinds = cost.unpriced.tokens;
+            for model in &cost.by_model {
+                kinds += model.tokens;
+            }
+            kinds
+        };
         let id = session(&inner.store);
         let other = session(&inner.store);
-        assert_eq!(inner.spend(&id).unwrap(), SessionSpend::default());
+        assert_eq!(
+            inner.spend_tally(&id).unwrap().spend(),
+            SessionSpend::default()
+        );
 
         line(&inner.store, &id, "no-such-model", 1_000);
-        let unpriced = inner.spend(&id).unwrap();
+        let unpriced = inner.spend_tally(&id).unwrap().spend();
         assert_eq!(
             unpriced.cost_usd, None,
             "nothing priced is unpriced, not $0"
@@ -523,17 +574,22 @@ mod tests {
 
         line(&inner.store, &id, "gpt-4o", 120_000);
         line(&inner.store, &other, "gpt-4o", 7);
-        assert_eq!(inner.spend(&id).unwrap(), afresh(&id));
+        assert_eq!(inner.spend_tally(&id).unwrap().spend(), afresh(&id));
         // Lines written through another connection to the file, as another daemon would.
         let elsewhere = Store::open(&path).unwrap();
         line(&elsewhere, &id, "gpt-4o", 3_000);
         line(&elsewhere, &id, "no-such-model", 9);
-        let topped_up = inner.spend(&id).unwrap();
+        let topped_up = inner.spend_tally(&id).unwrap().spend();
         assert_eq!(topped_up, afresh(&id));
         assert_eq!(topped_up.unpriced_requests, 2);
-        assert_eq!(inner.spend(&other).unwrap(), afresh(&other));
+        assert_eq!(
+            inner.spend_tally(&id).unwrap().tokens,
+            kinds_afresh(&id),
+            "tokens of each kind, topped up as the spend is"
+        );
+        assert_eq!(inner.spend_tally(&other).unwrap().spend(), afresh(&other));
         // Read again with nothing new: the same line.
-        assert_eq!(inner.spend(&id).unwrap(), topped_up);
+        assert_eq!(inner.spend_tally(&id).unwrap().spend(), topped_up);
 
         // Kept in the database, a total is where a new daemon starts from: marked here by a
         // figure no line holds, which the new daemon reports with the line written since.
@@ -543,7 +599,7 @@ mod tests {
             elsewhere.hold_writer().execute(sql, [&id]).unwrap();
         };
         set(&format!(
-            "UPDATE session_spend SET tokens = tokens + {marked} WHERE session_id = ?1"
+            "UPDATE session_spend SET input = input + {marked} WHERE session_id = ?1"
         ));
         line(&elsewhere, &id, "gpt-4o", 50);
         let fresh = |path: &std::path::Path| {
@@ -557,7 +613,7 @@ mod tests {
         let next = fresh(&path);
         let expected = afresh(&id);
         assert_eq!(
-            next.inner.spend(&id).unwrap(),
+            next.inner.spend_tally(&id).unwrap().spend(),
             SessionSpend {
                 tokens: expected.tokens + marked,
                 ..expected.clone()
@@ -565,6 +621,9 @@ mod tests {
         );
         // A total priced with another price book is not used.
         set("UPDATE session_spend SET prices = 'another book' WHERE session_id = ?1");
-        assert_eq!(fresh(&path).inner.spend(&id).unwrap(), expected);
+        assert_eq!(
+            fresh(&path).inner.spend_tally(&id).unwrap().spend(),
+            expected
+        );
     }
 }

@@ -3,7 +3,7 @@
 use super::{Runtime, RuntimeError, RuntimeResult};
 use crate::context::carry_over::{format_rollover, parse_rollover};
 use crate::protocol::*;
-use crate::store::{NewSession, SessionRow, SessionUpdate};
+use crate::store::{ListedFacts, NewSession, SessionRow, SessionUpdate};
 use crate::util::rfc3339;
 
 const DEFAULT_PAGE: u32 = 50;
@@ -174,31 +174,42 @@ impl Runtime {
             params.workspace_root.as_deref(),
             &lineage,
         )?;
+        // The page's facts and spends in a few statements for the whole page, not a dozen
+        // per session.
+        let ids: Vec<&str> = page.sessions.iter().map(|row| row.id.as_str()).collect();
+        let mut facts = self.inner.store.listed_facts(&ids)?;
+        let mut owners = ids.clone();
+        owners.extend(
+            facts
+                .values()
+                .flat_map(|f| f.children.iter().map(String::as_str)),
+        );
+        let tallies = self.inner.own_spends(&owners)?;
         let sessions = page
             .sessions
             .into_iter()
             .map(|row| {
-                let spend = self.spend(&row.id)?;
-                let parent_id = self
-                    .inner
-                    .store
-                    .delegation_of_child(&row.id)?
-                    .map(|d| d.parent_id);
-                Ok(SessionSummary {
-                    forked_from: self.inner.store.forked_from(&row.id)?,
-                    parent_id,
+                // A session deleted since the page was read has no facts: nothing is owed.
+                let facts = facts.remove(&row.id).unwrap_or_default();
+                let mut tally = tallies.get(&row.id).copied().unwrap_or_default();
+                for child in &facts.children {
+                    tally += tallies.get(child).copied().unwrap_or_default();
+                }
+                SessionSummary {
+                    state: self.state_of(&row, &facts),
+                    forked_from: facts.forked_from,
+                    parent_id: facts.parent_id,
                     origin: parse_origin(row.origin.as_deref()),
-                    state: self.state(&row)?,
                     id: row.id,
                     title: row.title,
                     account: row.account,
                     model: row.model,
                     workspace_root: row.workspace_root,
                     updated_at: rfc3339(row.updated_at),
-                    spend,
-                })
+                    spend: tally.spend(),
+                }
             })
-            .collect::<RuntimeResult<Vec<_>>>()?;
+            .collect();
         Ok(SessionListResult {
             sessions,
             next_cursor: page.next.map(|(at, id)| encode_cursor(at, &id)),
@@ -408,23 +419,6 @@ impl Runtime {
         })
     }
 
-    /// The tokens of every model request of the session, by kind.
-    /// Every usage line's tokens, the session's own and its delegated tasks': the same sums
-    /// as [`Self::cost`]'s lines, summed by the store instead of priced line by line, so that
-    /// `session/get` of a long session does not read its whole usage.
-    fn tokens_by_kind(&self, session_id: &str) -> RuntimeResult<TokenUsage> {
-        let store = &self.inner.store;
-        let mut tokens = store.usage_tokens(session_id)?;
-        for child in store.delegations_of_parent(session_id)? {
-            tokens += store.usage_tokens(&child.child_id)?;
-        }
-        Ok(tokens)
-    }
-
-    fn spend(&self, session_id: &str) -> RuntimeResult<SessionSpend> {
-        self.inner.spend(session_id)
-    }
-
     pub fn budget(&self, session_id: &str) -> RuntimeResult<SessionBudgetResult> {
         let row = self.session_row(session_id)?;
         Ok(SessionBudgetResult {
@@ -468,36 +462,47 @@ impl Runtime {
     /// after one. A run the user stopped, that used up its steps, or that the model declined
     /// to answer, ended on purpose: the session is idle and waits for the user's next message.
     pub(super) fn state(&self, session: &SessionRow) -> RuntimeResult<SessionState> {
+        let facts = self
+            .inner
+            .store
+            .listed_facts(&[&session.id])?
+            .remove(&session.id)
+            .unwrap_or_default();
+        Ok(self.state_of(session, &facts))
+    }
+
+    /// [`Self::state`] from the session's facts as read for a page of sessions.
+    fn state_of(&self, session: &SessionRow, facts: &ListedFacts) -> SessionState {
         let store = &self.inner.store;
         let live = self.inner.runs.active_run(&session.id).is_some()
-            || store.foreign_lease(&session.id)?.is_some();
-        if !store.pending_approvals(&session.id)?.is_empty()
-            || !self.inner.delegated_approvals(&session.id)?.is_empty()
-        {
-            return Ok(SessionState::AwaitingApproval);
+            || facts
+                .lease
+                .as_ref()
+                .is_some_and(|l| l.owner != store.owner() && l.is_live());
+        if facts.pending_approval || facts.delegated_approval {
+            return SessionState::AwaitingApproval;
         }
         if live {
-            return Ok(SessionState::Running);
+            return SessionState::Running;
         }
-        let Some(last) = store
-            .last_model_message(&session.id)?
+        let Some(last) = facts
+            .last_model_message
+            .as_ref()
             // Before a `/clear`, nothing is owed an answer.
             .filter(|m| m.seq > session.context_start_seq)
             .filter(|m| matches!(m.role, Role::User | Role::Tool))
         else {
-            return Ok(SessionState::Idle);
+            return SessionState::Idle;
         };
-        let ended_on_purpose = match &last.run_id {
-            Some(run_id) => matches!(
-                store.run_reason(run_id)?,
+        let ended_on_purpose = last.in_run
+            && matches!(
+                last.run_reason,
                 Some(FinishReason::Stopped | FinishReason::MaxIterations | FinishReason::Refusal)
-            ),
-            None => false,
-        };
-        Ok(match ended_on_purpose {
+            );
+        match ended_on_purpose {
             true => SessionState::Idle,
             false => SessionState::Unanswered,
-        })
+        }
     }
 
     /// The session's latest plan; one that no longer reads (a newer build's) is left out.
@@ -513,6 +518,7 @@ impl Runtime {
     fn session_view(&self, row: SessionRow) -> RuntimeResult<Session> {
         let lineage = self.inner.lineage(&row.id)?;
         let (effort, effort_inherited) = self.inner.effort_with_source(&row)?;
+        let tally = self.inner.spend_tally(&row.id)?;
         Ok(Session {
             forked_from: self.inner.store.forked_from(&row.id)?,
             origin: parse_origin(row.origin.as_deref()),
@@ -525,8 +531,8 @@ impl Runtime {
             plan: self.plan(&row.id)?,
             mcp_servers: self.inner.mcp.statuses(&row.id),
             instructions: self.inner.instructions(&row).files,
-            spend: self.spend(&row.id)?,
-            tokens_by_kind: self.tokens_by_kind(&row.id)?,
+            spend: tally.spend(),
+            tokens_by_kind: tally.tokens,
             auto_compact: self.inner.auto_compact(&row.id)?,
             effort,
             effort_inherited,

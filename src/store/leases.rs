@@ -77,10 +77,11 @@ pub enum LeaseClaim {
     Held(LeaseRow),
 }
 
-const COLUMNS: &str =
+pub(super) const COLUMNS: &str =
     "session_id, run_id, owner, pid, acquired_at, heartbeat_at, expires_at, stop_requested, host";
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<LeaseRow> {
+/// A row of [`COLUMNS`].
+pub(super) fn lease_row(row: &Row<'_>) -> rusqlite::Result<LeaseRow> {
     Ok(LeaseRow {
         session_id: row.get(0)?,
         run_id: row.get(1)?,
@@ -126,7 +127,7 @@ pub(super) fn lease_of(
     conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM run_leases WHERE session_id = ?1"
     ))?
-    .query_row([session_id], from_row)
+    .query_row([session_id], lease_row)
     .optional()
 }
 
@@ -276,7 +277,10 @@ impl Store {
                  RETURNING {COLUMNS}"
             ))?;
             let rows = stmt
-                .query_map(params![self.owner(), now, self.lease_expiry(now)], from_row)?
+                .query_map(
+                    params![self.owner(), now, self.lease_expiry(now)],
+                    lease_row,
+                )?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(rows)
         })
@@ -301,7 +305,7 @@ impl Store {
                 "SELECT {COLUMNS} FROM run_leases ORDER BY acquired_at, session_id"
             ))?;
             let rows = stmt
-                .query_map([], from_row)?
+                .query_map([], lease_row)?
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(rows)
         })

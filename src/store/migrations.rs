@@ -369,6 +369,17 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE tool_calls ADD COLUMN image TEXT;
     "#,
+    // 27: each kept spend total's tokens by kind, so that `session/get`'s `tokensByKind` is
+    // topped up with the lines written since, as the spend is, instead of summed over every
+    // line. Totals kept before have no kinds: they are dropped (a cache, priced again once).
+    r#"
+    DELETE FROM session_spend;
+    ALTER TABLE session_spend ADD COLUMN input INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE session_spend ADD COLUMN output INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE session_spend ADD COLUMN cache_read INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE session_spend ADD COLUMN cache_write INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE session_spend ADD COLUMN reasoning INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.

@@ -22,6 +22,7 @@ mod file_changes;
 mod forks;
 mod images;
 mod leases;
+mod listing;
 mod mcp;
 mod messages;
 mod migrations;
@@ -57,6 +58,7 @@ pub use command_processes::CommandRow;
 pub use delegations::{DelegationRow, EXPIRED, FailedCall, Lineage, ToolSet};
 pub use file_changes::{FileChange, FileDiffRow, SNAPSHOT_CAP};
 pub use leases::{DEFAULT_LEASE, LEASE_MS_VAR, LeaseClaim, LeaseRow, host_identity};
+pub use listing::{LastModelMessage, ListedFacts};
 pub use messages::{NewMessage, NoteDeletion, SeqClaim};
 pub use migrations::SCHEMA_VERSION;
 pub use pending::{CancelOutcome, EarlierSend, PendingRow, Settle, Settled};
@@ -377,6 +379,7 @@ impl Store {
     /// building its schema), each step is tried again, for up to `lock_wait`.
     fn prepare(mut conn: Connection, lock_wait: Duration) -> StoreResult<Connection> {
         conn.busy_timeout(LOCK_ATTEMPT)?;
+        stable_plans(&conn)?;
         // A transaction takes the write lock when it begins: one that read first and then
         // found another daemon had written meanwhile could only fail, not wait.
         conn.set_transaction_behavior(rusqlite::TransactionBehavior::Immediate);
@@ -536,7 +539,20 @@ fn open_reader(path: &Path) -> StoreResult<Connection> {
             | OpenFlags::SQLITE_OPEN_URI,
     )?;
     conn.busy_timeout(Duration::from_secs(5))?;
+    stable_plans(&conn)?;
     Ok(conn)
+}
+
+/// Turns on SQLite's query planner stability guarantee: a statement's plan never depends on
+/// the values bound to it. Without it, a statement with a bound `LIMIT ?` (a `session/list`
+/// page, a transcript page) is marked to be planned again whenever that value is bound, which
+/// is every time it runs, so a cached statement was compiled anew on each use.
+fn stable_plans(conn: &Connection) -> StoreResult<()> {
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
+    Ok(())
 }
 
 /// What the crate's tests of the store, and of what is built on it, share.

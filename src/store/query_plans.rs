@@ -5,7 +5,7 @@
 use pretty_assertions::assert_eq;
 use rusqlite::Connection;
 
-use super::{Store, messages, sessions, tool_calls, usage};
+use super::{Store, listing, messages, sessions, spend, tool_calls, usage};
 
 /// The `detail` column of `EXPLAIN QUERY PLAN sql`, one line per step, in order.
 fn plan(conn: &Connection, sql: &str) -> Vec<String> {
@@ -78,15 +78,6 @@ fn a_sessions_usage_is_read_through_its_index() {
     );
 }
 
-/// `session/get`'s tokens of each kind read only the session's own usage lines.
-#[test]
-fn a_sessions_tokens_are_summed_through_its_index() {
-    assert_eq!(
-        plan_of(usage::USAGE_TOKENS_OF_SESSION),
-        ["SEARCH usage_lines USING INDEX usage_by_session_line (session_id=?)"]
-    );
-}
-
 /// Listing a page of sessions reads, for each, its fork, its parent, its lease, its last
 /// message and that message's run, each by key: a year of other sessions adds nothing.
 #[test]
@@ -102,6 +93,108 @@ fn a_listed_sessions_facts_are_read_by_key() {
             "USE TEMP B-TREE FOR ORDER BY"
         ]
     );
+}
+
+/// A page of listed sessions is read with its ids as one JSON array: each fact of each
+/// session is still found by key, so the page costs its own size, not the database's.
+#[test]
+fn a_pages_facts_are_read_by_key_for_the_whole_page() {
+    assert_eq!(
+        plan_of(listing::LISTED_FACTS),
+        [
+            "SCAN j VIRTUAL TABLE INDEX 1:",
+            "SEARCH s USING INDEX sqlite_autoindex_sessions_1 (id=?)",
+            "SEARCH d USING INDEX sqlite_autoindex_delegations_1 (child_id=?) LEFT-JOIN",
+            "SEARCH m USING INTEGER PRIMARY KEY (rowid=?) LEFT-JOIN",
+            "CORRELATED SCALAR SUBQUERY 3",
+            "SEARCH messages USING INDEX messages_by_seq (session_id=?)",
+            "SEARCH r USING INDEX sqlite_autoindex_runs_1 (id=?) LEFT-JOIN",
+            "CORRELATED SCALAR SUBQUERY 1",
+            "SEARCH a USING COVERING INDEX approvals_pending (session_id=?)",
+            "CORRELATED SCALAR SUBQUERY 2",
+            "SEARCH c USING INDEX delegations_by_call (parent_id=?)",
+            "SEARCH a USING COVERING INDEX approvals_pending (session_id=?)",
+        ]
+    );
+    assert_eq!(
+        plan_of(listing::CHILDREN_OF),
+        [
+            "SEARCH delegations USING INDEX delegations_by_call (parent_id=?)",
+            "LIST SUBQUERY 1",
+            "SCAN json_each VIRTUAL TABLE INDEX 1:",
+        ]
+    );
+    assert_eq!(
+        plan_of(&listing::leases_of()),
+        [
+            "SEARCH run_leases USING INDEX sqlite_autoindex_run_leases_1 (session_id=?)",
+            "LIST SUBQUERY 1",
+            "SCAN json_each VIRTUAL TABLE INDEX 1:",
+        ]
+    );
+    assert_eq!(
+        plan_of(spend::KEPT_SPENDS),
+        [
+            "SEARCH session_spend USING INDEX sqlite_autoindex_session_spend_1 (session_id=?)",
+            "LIST SUBQUERY 1",
+            "SCAN json_each VIRTUAL TABLE INDEX 1:",
+        ]
+    );
+}
+
+/// The usage lines written since each listed session's kept total, through
+/// `usage_by_session_line`, for the whole page at once.
+#[test]
+fn a_pages_new_usage_lines_are_read_through_their_index() {
+    assert_eq!(
+        plan_of(listing::USAGE_AFTER_EACH),
+        [
+            "SCAN j VIRTUAL TABLE INDEX 1:",
+            "SEARCH u USING INDEX usage_by_session_line (session_id=? AND id>?)",
+        ]
+    );
+}
+
+/// A cached statement is compiled once per connection: binding new values to it (a page's
+/// `LIMIT`, another session) does not make SQLite plan it again, on the writer or a reader.
+#[test]
+fn statements_are_not_planned_again_for_new_values() {
+    let dir = tempfile::tempdir().expect("a folder");
+    let store = Store::open(&dir.path().join("db")).expect("a store");
+    // Each statement with its first value for two sessions, `a` and `b`.
+    let run_three_times = |conn: &Connection, sql: &str, [a, b]: [&str; 2]| -> i32 {
+        let mut stmt = conn.prepare_cached(sql).expect("a statement");
+        for (key, limit) in [(a, 51i64), (b, 41), (a, 51)] {
+            let mut values: Vec<rusqlite::types::Value> = vec![key.to_string().into()];
+            values.resize(stmt.parameter_count(), limit.into());
+            let mut rows = stmt
+                .query(rusqlite::params_from_iter(values))
+                .expect("rows");
+            while rows.next().expect("a row").is_some() {}
+        }
+        stmt.get_status(rusqlite::StatementStatus::RePrepare)
+    };
+    let statements = [
+        (sessions::list_query(true), ["/a", "/b"]),
+        (messages::MESSAGES_BEFORE.to_string(), ["a", "b"]),
+        (messages::MESSAGES_AFTER.to_string(), ["a", "b"]),
+        (listing::LISTED_FACTS.to_string(), [r#"["a"]"#, r#"["b"]"#]),
+        (
+            listing::USAGE_AFTER_EACH.to_string(),
+            [r#"[["a", 1]]"#, r#"[["b", 2]]"#],
+        ),
+    ];
+    for (sql, keys) in &statements {
+        assert_eq!(
+            run_three_times(&store.hold_writer(), sql, *keys),
+            0,
+            "writer: {sql}"
+        );
+        let on_reader = store
+            .read(|conn| Ok(run_three_times(conn, sql, *keys)))
+            .expect("a read");
+        assert_eq!(on_reader, 0, "reader: {sql}");
+    }
 }
 
 /// Deleting a session deletes its rows in every table that refers to it (`ON DELETE

@@ -111,16 +111,6 @@ impl Store {
     }
 
     /// How a finished run ended; `None` while it is open (or for an unknown id).
-    pub fn run_reason(&self, id: &str) -> StoreResult<Option<FinishReason>> {
-        self.read(|conn| {
-            Ok(conn
-                .prepare_cached("SELECT reason FROM runs WHERE id = ?1")?
-                .query_row([id], |r| r.get::<_, Option<FinishReason>>(0))
-                .optional()?
-                .flatten())
-        })
-    }
-
     pub fn set_run_steps(&self, id: &str, steps: u32) -> StoreResult<()> {
         self.write(|conn| {
             conn.execute(

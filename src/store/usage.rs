@@ -29,40 +29,7 @@ pub(super) const USAGE_OF_SESSION_AFTER: &str =
             duration_ms, kind, id
      FROM usage_lines WHERE session_id = ?1 AND id > ?2 ORDER BY id";
 
-/// [`Store::usage_tokens`]'s query: a session's tokens of each kind, summed by SQLite, so
-/// that a session's tokens cost no row decoded or priced here however long it ran.
-pub(super) const USAGE_TOKENS_OF_SESSION: &str =
-    "SELECT COALESCE(SUM(input), 0), COALESCE(SUM(output), 0), COALESCE(SUM(cache_read), 0),
-            COALESCE(SUM(cache_write), 0), COALESCE(SUM(reasoning), 0)
-     FROM usage_lines WHERE session_id = ?1";
-
 impl Store {
-    /// The session's own tokens of each kind, over all its usage lines: what pricing every
-    /// line would sum, without reading the lines out.
-    pub fn usage_tokens(&self, session_id: &str) -> StoreResult<TokenUsage> {
-        self.read(|conn| {
-            let sums =
-                conn.prepare_cached(USAGE_TOKENS_OF_SESSION)?
-                    .query_row([session_id], |r| {
-                        Ok([
-                            r.get::<_, i64>(0)?,
-                            r.get(1)?,
-                            r.get(2)?,
-                            r.get(3)?,
-                            r.get(4)?,
-                        ])
-                    })?;
-            let [input, output, cache_read, cache_write, reasoning] = sums.map(|n| n.max(0) as u64);
-            Ok(TokenUsage {
-                input,
-                output,
-                cache_read,
-                cache_write,
-                reasoning,
-            })
-        })
-    }
-
     pub fn insert_usage(&self, session_id: &str, row: &UsageRow) -> StoreResult<()> {
         let t = &row.tokens;
         self.write(|conn| {
@@ -124,7 +91,7 @@ impl Store {
 
 /// A row of [`USAGE_OF_SESSION`] or [`USAGE_OF_SESSION_AFTER`], whose first eleven columns
 /// are the same.
-fn usage_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<UsageRow> {
+pub(super) fn usage_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<UsageRow> {
     Ok(UsageRow {
         run_id: r.get(0)?,
         provider: r.get(1)?,

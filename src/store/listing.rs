@@ -1,0 +1,268 @@
+//! What `session/list` shows of each session on a page, read for the whole page at once.
+//!
+//! A page of 50 read one session at a time cost about a dozen statements per session; these
+//! queries take the page's ids as one JSON array (`json_each`) and answer every session's
+//! facts in one pass, each fact still found by key through an index, so a page costs a few
+//! statements whatever its size and however much history lies behind it.
+
+use std::collections::HashMap;
+
+use rusqlite::params;
+
+use super::leases::{LeaseRow, lease_row};
+use super::{Store, StoreError, StoreResult, UsageRow};
+use crate::protocol::{FinishReason, Role};
+
+/// The newest message of a session that a model would answer next (neither a note nor a
+/// summary), and how its run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LastModelMessage {
+    pub seq: u64,
+    pub role: Role,
+    /// Whether the message belongs to a run.
+    pub in_run: bool,
+    /// How that run ended, when it has.
+    pub run_reason: Option<FinishReason>,
+}
+
+/// One listed session's facts beside its row.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListedFacts {
+    pub forked_from: Option<String>,
+    /// The session it is a delegated task of.
+    pub parent_id: Option<String>,
+    /// Its delegated tasks.
+    pub children: Vec<String>,
+    /// Whether one of its tool calls waits for an answer.
+    pub pending_approval: bool,
+    /// Whether a tool call of one of its delegated tasks waits for an answer.
+    pub delegated_approval: bool,
+    /// The lease on its run, live or not.
+    pub lease: Option<LeaseRow>,
+    pub last_model_message: Option<LastModelMessage>,
+}
+
+/// The ids as the JSON array the page queries read with `json_each`.
+pub(super) fn id_list(ids: &[&str]) -> StoreResult<String> {
+    serde_json::to_string(ids).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// [`Store::listed_facts`]' query of each session's own facts: its row, its link to a parent,
+/// its and its children's pending approvals, and its last message to the model with that
+/// message's run (the message found backwards from the session's end, as
+/// [`super::messages::LAST_MODEL_MESSAGE`] finds it).
+pub(super) const LISTED_FACTS: &str = "SELECT j.value, s.forked_from, d.parent_id,
+        EXISTS (SELECT 1 FROM approvals AS a
+                WHERE a.session_id = j.value AND a.status = 'pending'),
+        EXISTS (SELECT 1 FROM delegations AS c JOIN approvals AS a ON a.session_id = c.child_id
+                WHERE c.parent_id = j.value AND a.status = 'pending'),
+        m.seq, m.role, m.run_id, r.reason
+     FROM json_each(?1) AS j
+     JOIN sessions AS s ON s.id = j.value
+     LEFT JOIN delegations AS d ON d.child_id = j.value
+     LEFT JOIN messages AS m ON m.rowid = (
+         SELECT rowid FROM messages
+         WHERE session_id = j.value AND role NOT IN ('note', 'notice', 'summary') AND rewound = 0
+         ORDER BY seq DESC LIMIT 1)
+     LEFT JOIN runs AS r ON r.id = m.run_id";
+
+/// [`Store::listed_facts`]' query of the sessions' delegated tasks (in no particular order:
+/// they are summed).
+pub(super) const CHILDREN_OF: &str = "SELECT parent_id, child_id FROM delegations
+     WHERE parent_id IN (SELECT value FROM json_each(?1))";
+
+/// [`Store::listed_facts`]' query of the sessions' run leases.
+pub(super) fn leases_of() -> String {
+    format!(
+        "SELECT {} FROM run_leases WHERE session_id IN (SELECT value FROM json_each(?1))",
+        super::leases::COLUMNS
+    )
+}
+
+/// [`Store::usage_lines_after_each`]'s query: each session's lines past the one given for it
+/// (`[[id, line], …]`), through `usage_by_session_line`. Its first eleven columns are
+/// [`super::usage::USAGE_OF_SESSION_AFTER`]'s.
+pub(super) const USAGE_AFTER_EACH: &str =
+    "SELECT u.run_id, u.provider, u.model, u.input, u.output, u.cache_read, u.cache_write,
+            u.reasoning, u.at, u.duration_ms, u.kind, u.id, u.session_id
+     FROM json_each(?1) AS j
+     JOIN usage_lines AS u ON u.session_id = j.value ->> 0 AND u.id > j.value ->> 1";
+
+impl Store {
+    /// The facts `session/list` shows of each of `ids`, in three statements for the whole
+    /// page. A session that does not exist (deleted meanwhile) is left out.
+    pub fn listed_facts(&self, ids: &[&str]) -> StoreResult<HashMap<String, ListedFacts>> {
+        let list = id_list(ids)?;
+        self.read(|conn| {
+            let mut facts = HashMap::with_capacity(ids.len());
+            let mut stmt = conn.prepare_cached(LISTED_FACTS)?;
+            let mut rows = stmt.query(params![list])?;
+            while let Some(r) = rows.next()? {
+                let seq: Option<i64> = r.get(5)?;
+                let last_model_message = match seq {
+                    Some(seq) => Some(LastModelMessage {
+                        seq: seq as u64,
+                        role: r.get(6)?,
+                        in_run: r.get::<_, Option<String>>(7)?.is_some(),
+                        run_reason: r.get(8)?,
+                    }),
+                    None => None,
+                };
+                facts.insert(
+                    r.get::<_, String>(0)?,
+                    ListedFacts {
+                        forked_from: r.get(1)?,
+                        parent_id: r.get(2)?,
+                        pending_approval: r.get(3)?,
+                        delegated_approval: r.get(4)?,
+                        last_model_message,
+                        ..ListedFacts::default()
+                    },
+                );
+            }
+            let mut stmt = conn.prepare_cached(CHILDREN_OF)?;
+            let mut rows = stmt.query(params![list])?;
+            while let Some(r) = rows.next()? {
+                let parent: String = r.get(0)?;
+                if let Some(facts) = facts.get_mut(&parent) {
+                    facts.children.push(r.get(1)?);
+                }
+            }
+            let mut stmt = conn.prepare_cached(&leases_of())?;
+            let mut rows = stmt.query(params![list])?;
+            while let Some(r) = rows.next()? {
+                let lease = lease_row(r)?;
+                if let Some(facts) = facts.get_mut(&lease.session_id) {
+                    facts.lease = Some(lease);
+                }
+            }
+            Ok(facts)
+        })
+    }
+
+    /// Each session's usage lines written after the line given for it (0: all of them), with
+    /// the line's id and its session's, in one query: [`Store::usage_lines_after`] for a
+    /// page of sessions.
+    pub fn usage_lines_after_each(
+        &self,
+        after: &[(&str, i64)],
+    ) -> StoreResult<Vec<(String, i64, UsageRow)>> {
+        let pairs = serde_json::to_string(after).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(USAGE_AFTER_EACH)?;
+            let rows = stmt
+                .query_map(params![pairs], |r| {
+                    Ok((
+                        r.get::<_, String>(12)?,
+                        r.get::<_, i64>(11)?,
+                        super::usage::usage_row(r)?,
+                    ))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Block, TokenUsage, UsageKind};
+    use crate::store::NewMessage;
+    use crate::store::test_support::new_session;
+    use pretty_assertions::assert_eq;
+
+    fn line(run_id: &str, input: u64) -> UsageRow {
+        UsageRow {
+            run_id: run_id.into(),
+            provider: "openai".into(),
+            model: "gpt-4o".into(),
+            tokens: TokenUsage {
+                input,
+                output: 1,
+                ..TokenUsage::default()
+            },
+            at: 1,
+            duration_ms: 2,
+            kind: UsageKind::Turn,
+        }
+    }
+
+    #[test]
+    fn a_pages_facts_are_each_sessions_own() {
+        let store = Store::open_in_memory().unwrap();
+        let plain = new_session(&store);
+        let talked = new_session(&store);
+        store
+            .append_message(&NewMessage {
+                seq: 1,
+                ..NewMessage::new(
+                    &talked,
+                    None,
+                    Role::User,
+                    vec![Block::Text { text: "hi".into() }],
+                )
+            })
+            .unwrap();
+        store
+            .append_message(&NewMessage {
+                seq: 2,
+                ..NewMessage::new(
+                    &talked,
+                    None,
+                    Role::Notice,
+                    vec![Block::Text {
+                        text: "a notice is not answered".into(),
+                    }],
+                )
+            })
+            .unwrap();
+        let facts = store
+            .listed_facts(&[&plain, &talked, "ses_missing"])
+            .unwrap();
+        assert_eq!(
+            facts,
+            HashMap::from([
+                (plain.clone(), ListedFacts::default()),
+                (
+                    talked.clone(),
+                    ListedFacts {
+                        last_model_message: Some(LastModelMessage {
+                            seq: 1,
+                            role: Role::User,
+                            in_run: false,
+                            run_reason: None,
+                        }),
+                        ..ListedFacts::default()
+                    }
+                ),
+            ])
+        );
+    }
+
+    #[test]
+    fn each_sessions_lines_after_its_own_mark() {
+        let store = Store::open_in_memory().unwrap();
+        let a = new_session(&store);
+        let b = new_session(&store);
+        for (session, input) in [(&a, 10), (&b, 20), (&a, 30), (&b, 40)] {
+            store.insert_usage(session, &line("run_1", input)).unwrap();
+        }
+        let all_of_b = store.usage_lines_after(&b, 0).unwrap();
+        let mut read = store
+            .usage_lines_after_each(&[(&a, 1), (&b, 0)])
+            .unwrap()
+            .into_iter()
+            .map(|(session, id, row)| (session, id, row.tokens.input))
+            .collect::<Vec<_>>();
+        read.sort();
+        assert_eq!(
+            read,
+            vec![
+                (a.clone(), 3, 30),
+                (b.clone(), all_of_b[0].0, 20),
+                (b.clone(), all_of_b[1].0, 40),
+            ]
+        );
+    }
+}
