@@ -32,6 +32,8 @@
 mod stdio;
 #[path = "../tests/support/upstream.rs"]
 mod upstream;
+#[path = "support/words.rs"]
+mod words;
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, channel};
@@ -124,49 +126,11 @@ fn mix(seed: u64) -> u64 {
 
 /// About `bytes` of words, different for each `seed`.
 fn words(seed: u64, bytes: usize) -> String {
-    const WORDS: &[&str] = &[
-        "the",
-        "parser",
-        "returns",
-        "an",
-        "error",
-        "when",
-        "input",
-        "ends",
-        "early",
-        "so",
-        "we",
-        "retry",
-        "with",
-        "a",
-        "larger",
-        "buffer",
-        "and",
-        "log",
-        "which",
-        "file",
-        "changed",
-        "tests",
-        "pass",
-        "now",
-        "but",
-        "benchmark",
-        "regressed",
-        "by",
-        "ten",
-        "percent",
-        "session",
-        "workspace",
-        "index",
-        "query",
-        "plan",
-        "page",
-    ];
     let mut out = String::with_capacity(bytes + 16);
     let mut state = seed;
     while out.len() < bytes {
         state = mix(state);
-        out.push_str(WORDS[(state % WORDS.len() as u64) as usize]);
+        out.push_str(words::WORDS[(state % words::WORDS.len() as u64) as usize]);
         out.push(' ');
     }
     out

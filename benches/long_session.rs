@@ -25,6 +25,8 @@
 
 #[path = "support/long_session.rs"]
 mod long_session;
+#[path = "support/words.rs"]
+mod words;
 // Only the daemon's command is used here; requests go through the client's `Connection`.
 #[path = "support/stdio.rs"]
 mod stdio;

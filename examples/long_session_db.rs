@@ -9,6 +9,8 @@
 
 #[path = "../benches/support/long_session.rs"]
 mod long_session;
+#[path = "../benches/support/words.rs"]
+mod words;
 
 use std::path::PathBuf;
 

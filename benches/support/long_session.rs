@@ -7,41 +7,10 @@ use sidechat::protocol::{Block, Role};
 use sidechat::runtime::count_blocks;
 use sidechat::store::{NewMessage, NewSession, SessionRow, Store, StoreResult};
 
+use super::words::WORDS;
+
 /// A sentence of about 40 words that differs from message to message.
 pub fn sentence(seed: u64) -> String {
-    const WORDS: &[&str] = &[
-        "the",
-        "parser",
-        "returns",
-        "an",
-        "error",
-        "when",
-        "input",
-        "ends",
-        "early",
-        "so",
-        "we",
-        "retry",
-        "with",
-        "a",
-        "larger",
-        "buffer",
-        "and",
-        "log",
-        "which",
-        "file",
-        "changed",
-        "tests",
-        "pass",
-        "now",
-        "but",
-        "the",
-        "benchmark",
-        "regressed",
-        "by",
-        "ten",
-        "percent",
-    ];
     let mut state = seed
         .wrapping_mul(6364136223846793005)
         .wrapping_add(1442695040888963407);
