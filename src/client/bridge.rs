@@ -266,29 +266,41 @@ mod tests {
 
     #[test]
     fn messages_are_told_apart_as_the_bridge_needs() {
+        let exit = <Exit as Notification>::METHOD;
+        let shutdown = <crate::protocol::Shutdown as crate::protocol::Request>::METHOD;
+        let event = <crate::protocol::SessionEvent as Notification>::METHOD;
         let cases = [
-            (r#"{"jsonrpc":"2.0","method":"exit"}"#, Kind::Exit),
             (
-                r#"{"jsonrpc":"2.0","method":"exit","params":null}"#,
+                format!(r#"{{"jsonrpc":"2.0","method":"{exit}"}}"#),
                 Kind::Exit,
             ),
-            (r#"{"jsonrpc":"2.0","id":1,"method":"exit"}"#, Kind::Request),
             (
-                r#"{"jsonrpc":"2.0","id":"a","method":"shutdown"}"#,
+                format!(r#"{{"jsonrpc":"2.0","method":"{exit}","params":null}}"#),
+                Kind::Exit,
+            ),
+            (
+                format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{exit}"}}"#),
                 Kind::Request,
             ),
-            (r#"{"jsonrpc":"2.0","id":1,"result":null}"#, Kind::Answer),
             (
-                r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700}}"#,
+                format!(r#"{{"jsonrpc":"2.0","id":"a","method":"{shutdown}"}}"#),
+                Kind::Request,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"result":null}"#.to_string(),
+                Kind::Answer,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700}}"#.to_string(),
                 Kind::Other,
             ),
             (
-                r#"{"jsonrpc":"2.0","method":"session/event","params":{}}"#,
+                format!(r#"{{"jsonrpc":"2.0","method":"{event}","params":{{}}}}"#),
                 Kind::Other,
             ),
-            ("not json", Kind::Other),
+            ("not json".to_string(), Kind::Other),
         ];
-        let got: Vec<(&str, Kind)> = cases.iter().map(|(m, _)| (*m, kind_of(m))).collect();
+        let got: Vec<(String, Kind)> = cases.iter().map(|(m, _)| (m.clone(), kind_of(m))).collect();
         assert_eq!(got, cases.to_vec());
     }
 }
