@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sidechat::protocol::{
-    ChatSend, Exit, Initialize, Initialized, Notification, Request, SessionCreate, Shutdown,
+    ChatSend, Exit, Initialize, Initialized, Notification, Request, SessionCreate, SessionEvent,
+    Shutdown,
 };
 
 #[path = "support/stdio.rs"]
@@ -189,10 +190,11 @@ fn stream(
     let (mut next_delta, mut last_seq) = (0usize, None::<u64>);
     let (mut paused_rss_kib, mut upstream_share_at_resume) = (None, None);
     let mut pause = pause;
+    let event_marker = format!("\"method\":\"{}\"", SessionEvent::METHOD);
     loop {
         daemon.read_line(&mut line);
         let text = std::str::from_utf8(&line).expect("UTF-8 from the daemon");
-        if !text.contains("\"method\":\"session/event\"") {
+        if !text.contains(&event_marker) {
             continue;
         }
         let seq = number_after(text, "\"seq\":").expect("an event has a seq");
