@@ -252,6 +252,11 @@ impl Runtime {
             });
         }
         self.refuse_if_suspended(&session.id)?;
+        // A dry run changes nothing, so it holds no claim: an editor asks one per turn at
+        // once (a rewind picker), and claiming made all but one of them busy.
+        if params.dry_run {
+            return self.plan_and_rewind(&session.id, params);
+        }
         let claim = crate::util::new_id("rwd");
         if let Err(run_id) = self.inner.runs.claim(&session.id, &claim) {
             return Err(RuntimeError::Busy {
@@ -259,12 +264,12 @@ impl Runtime {
                 run_id,
             });
         }
-        let done = self.rewind_claimed(&session.id, params);
+        let done = self.plan_and_rewind(&session.id, params);
         self.inner.runs.release(&session.id, &claim);
         done
     }
 
-    fn rewind_claimed(
+    fn plan_and_rewind(
         &self,
         session_id: &str,
         params: SessionRewindParams,

@@ -273,3 +273,64 @@ async fn a_sub_agents_writes_are_rewound_with_the_parents_turn() {
     );
     daemon.close().await;
 }
+
+/// An editor's rewind picker asks a dry run for every turn at once: none of them may find the
+/// session busy with another (a dry run changes nothing, so it holds no claim on the session).
+#[tokio::test]
+async fn dry_runs_asked_at_once_all_answer() {
+    let scratch = Scratch::new();
+    scratch.write_config(CONFIG);
+    let upstream = start(vec![
+        call(
+            "call_a",
+            "write_file",
+            json!({"path": "a.md", "content": "one\n"}),
+        ),
+        says("Wrote a."),
+        call(
+            "call_b",
+            "write_file",
+            json!({"path": "b.md", "content": "two\n"}),
+        ),
+        says("Wrote b."),
+    ]);
+    let mut daemon = Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url))).await;
+    let session = session(&daemon, &scratch).await;
+    let first = turn(&mut daemon, &session, "create a.md").await;
+    let second = turn(&mut daemon, &session, "create b.md").await;
+
+    let asked: Vec<&String> = [&first, &second].repeat(8);
+    let answers = futures::future::join_all(
+        asked
+            .iter()
+            .map(|message| daemon.try_call::<SessionRewind>(rewind(&session, message, true))),
+    )
+    .await;
+    let to_first = SessionRewindResult {
+        restored: vec![restored("a.md", true), restored("b.md", true)],
+        skipped: vec![],
+        rewound_messages: 8,
+    };
+    let to_second = SessionRewindResult {
+        restored: vec![restored("b.md", true)],
+        skipped: vec![],
+        rewound_messages: 4,
+    };
+    let expected: Vec<_> = asked
+        .iter()
+        .map(|m| {
+            Ok(if **m == first {
+                to_first.clone()
+            } else {
+                to_second.clone()
+            })
+        })
+        .collect();
+    assert_eq!(answers, expected);
+    assert_eq!(
+        (read(&scratch, "a.md"), read(&scratch, "b.md")),
+        (Some("one\n".into()), Some("two\n".into())),
+        "a dry run changes nothing"
+    );
+    daemon.close().await;
+}
