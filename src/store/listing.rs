@@ -49,22 +49,17 @@ pub(super) fn id_list(ids: &[&str]) -> StoreResult<String> {
 
 /// [`Store::listed_facts`]' query of each session's own facts: its row, its link to a parent,
 /// its and its children's pending approvals, and its last message to the model with that
-/// message's run (the message found backwards from the session's end, as
-/// [`super::messages::LAST_MODEL_MESSAGE`] finds it).
+/// message's run, as the session's row keeps them (migration 28's triggers keep them as
+/// [`super::messages::LAST_MODEL_MESSAGE`] would find them), so a page reads no message or run.
 pub(super) const LISTED_FACTS: &str = "SELECT j.value, s.forked_from, d.parent_id,
         EXISTS (SELECT 1 FROM approvals AS a
                 WHERE a.session_id = j.value AND a.status = 'pending'),
         EXISTS (SELECT 1 FROM delegations AS c JOIN approvals AS a ON a.session_id = c.child_id
                 WHERE c.parent_id = j.value AND a.status = 'pending'),
-        m.seq, m.role, m.run_id, r.reason
+        s.last_model_seq, s.last_model_role, s.last_model_run_id, s.last_model_run_reason
      FROM json_each(?1) AS j
      JOIN sessions AS s ON s.id = j.value
-     LEFT JOIN delegations AS d ON d.child_id = j.value
-     LEFT JOIN messages AS m ON m.rowid = (
-         SELECT rowid FROM messages
-         WHERE session_id = j.value AND role NOT IN ('note', 'notice', 'summary') AND rewound = 0
-         ORDER BY seq DESC LIMIT 1)
-     LEFT JOIN runs AS r ON r.id = m.run_id";
+     LEFT JOIN delegations AS d ON d.child_id = j.value";
 
 /// [`Store::listed_facts`]' query of the sessions' delegated tasks (in no particular order:
 /// they are summed).
@@ -80,13 +75,15 @@ pub(super) fn leases_of() -> String {
 }
 
 /// [`Store::usage_lines_after_each`]'s query: each session's lines past the one given for it
-/// (`[[id, line], …]`), through `usage_by_session_line`. Its first eleven columns are
-/// [`super::usage::USAGE_OF_SESSION_AFTER`]'s.
+/// (`[[id, line], …]`), through `usage_by_session_line`, searched only for a session whose row
+/// says it has a newer line (most listed sessions have none since their kept total). Its first
+/// eleven columns are [`super::usage::USAGE_OF_SESSION_AFTER`]'s.
 pub(super) const USAGE_AFTER_EACH: &str =
     "SELECT u.run_id, u.provider, u.model, u.input, u.output, u.cache_read, u.cache_write,
             u.reasoning, u.at, u.duration_ms, u.kind, u.id, u.session_id
      FROM json_each(?1) AS j
-     JOIN usage_lines AS u ON u.session_id = j.value ->> 0 AND u.id > j.value ->> 1";
+     JOIN sessions AS s ON s.id = j.value ->> 0 AND s.last_usage_line > j.value ->> 1
+     JOIN usage_lines AS u ON u.session_id = s.id AND u.id > j.value ->> 1";
 
 impl Store {
     /// The facts `session/list` shows of each of `ids`, in three statements for the whole
@@ -168,9 +165,10 @@ impl Store {
 mod tests {
     use super::*;
     use crate::protocol::{Block, TokenUsage, UsageKind};
-    use crate::store::NewMessage;
     use crate::store::test_support::new_session;
+    use crate::store::{NewMessage, RewindJournal, RewindScope, SeqClaim};
     use pretty_assertions::assert_eq;
+    use rusqlite::OptionalExtension;
 
     fn line(run_id: &str, input: u64) -> UsageRow {
         UsageRow {
@@ -238,6 +236,138 @@ mod tests {
                 ),
             ])
         );
+    }
+
+    /// The last message to the model as the messages and runs themselves say, found the
+    /// way the list found it before the session's row kept it.
+    fn recomputed(store: &Store, session: &str) -> Option<LastModelMessage> {
+        store
+            .read(|conn| {
+                Ok(conn
+                    .query_row(
+                        "SELECT m.seq, m.role, m.run_id, r.reason
+                         FROM messages AS m LEFT JOIN runs AS r ON r.id = m.run_id
+                         WHERE m.session_id = ?1 AND m.role NOT IN ('note', 'notice', 'summary')
+                           AND m.rewound = 0
+                         ORDER BY m.seq DESC LIMIT 1",
+                        [session],
+                        |r| {
+                            Ok(LastModelMessage {
+                                seq: r.get::<_, i64>(0)? as u64,
+                                role: r.get(1)?,
+                                in_run: r.get::<_, Option<String>>(2)?.is_some(),
+                                run_reason: r.get(3)?,
+                            })
+                        },
+                    )
+                    .optional()?)
+            })
+            .unwrap()
+    }
+
+    fn kept(store: &Store, session: &str) -> Option<LastModelMessage> {
+        store
+            .listed_facts(&[session])
+            .unwrap()
+            .remove(session)
+            .unwrap()
+            .last_model_message
+    }
+
+    fn say(store: &Store, session: &str, seq: u64, run: Option<&str>, role: Role) {
+        store
+            .append_message(&NewMessage {
+                seq,
+                ..NewMessage::new(
+                    session,
+                    run,
+                    role,
+                    vec![Block::Text {
+                        text: format!("message {seq}"),
+                    }],
+                )
+            })
+            .unwrap();
+    }
+
+    fn rewind_from(store: &Store, session: &str, target_seq: u64) {
+        let id = store
+            .open_rewind(session, "msg_x", target_seq, RewindScope::Conversation, &[])
+            .unwrap();
+        store
+            .close_rewind(&RewindJournal {
+                id,
+                session_id: session.into(),
+                message_id: "msg_x".into(),
+                target_seq,
+                scope: RewindScope::Conversation,
+                plan: vec![],
+            })
+            .unwrap();
+    }
+
+    /// What the session's row keeps of its last message to the model is, after every kind
+    /// of write, what the messages and runs say: a message in and out of a run, a run's
+    /// end, a notice, a message written out of order, a fork, rewinds.
+    #[test]
+    fn the_kept_last_model_message_follows_every_write() {
+        let store = Store::open_in_memory().unwrap();
+        let a = new_session(&store);
+        let check = |session: &str, expected: Option<(u64, Role, bool, Option<FinishReason>)>| {
+            let expected = expected.map(|(seq, role, in_run, run_reason)| LastModelMessage {
+                seq,
+                role,
+                in_run,
+                run_reason,
+            });
+            assert_eq!(recomputed(&store, session), expected, "the messages say");
+            assert_eq!(kept(&store, session), expected, "the session's row keeps");
+        };
+        check(&a, None);
+        say(&store, &a, 1, None, Role::User);
+        check(&a, Some((1, Role::User, false, None)));
+        store.insert_run("run_1", &a, "demo").unwrap();
+        say(&store, &a, 2, Some("run_1"), Role::Assistant);
+        say(&store, &a, 3, Some("run_1"), Role::Tool);
+        check(&a, Some((3, Role::Tool, true, None)));
+        store
+            .finish_run("run_1", FinishReason::Stopped, None)
+            .unwrap();
+        check(&a, Some((3, Role::Tool, true, Some(FinishReason::Stopped))));
+        say(&store, &a, 4, None, Role::Notice);
+        check(&a, Some((3, Role::Tool, true, Some(FinishReason::Stopped))));
+        let source = store.session(&a).unwrap().unwrap();
+        let fork = store.fork_session(&source, 3, "fork").unwrap();
+        check(
+            &fork,
+            Some((3, Role::Tool, true, Some(FinishReason::Stopped))),
+        );
+        // A message published before it could be stored takes its place behind a later one.
+        store.insert_run("run_2", &a, "demo").unwrap();
+        say(&store, &a, 6, Some("run_2"), Role::User);
+        store
+            .append_message(&NewMessage {
+                seq: 5,
+                seq_claim: SeqClaim::Published,
+                ..NewMessage::new(&a, Some("run_2"), Role::Assistant, vec![])
+            })
+            .unwrap();
+        check(&a, Some((6, Role::User, true, None)));
+        store
+            .finish_run("run_2", FinishReason::Error, None)
+            .unwrap();
+        check(&a, Some((6, Role::User, true, Some(FinishReason::Error))));
+        rewind_from(&store, &a, 5);
+        check(&a, Some((3, Role::Tool, true, Some(FinishReason::Stopped))));
+        // A rewind of the source leaves its fork as it was.
+        check(
+            &fork,
+            Some((3, Role::Tool, true, Some(FinishReason::Stopped))),
+        );
+        rewind_from(&store, &a, 1);
+        check(&a, None);
+        say(&store, &a, 7, None, Role::User);
+        check(&a, Some((7, Role::User, false, None)));
     }
 
     #[test]

@@ -380,6 +380,59 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE session_spend ADD COLUMN cache_write INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE session_spend ADD COLUMN reasoning INTEGER NOT NULL DEFAULT 0;
     "#,
+    // 28: what `session/list` shows of a session's last message to the model (its seq, role and
+    // run, and how that run ended), kept on the session's row by triggers as messages are
+    // written, rewound and their runs end, so that a page of sessions reads its own rows
+    // instead of searching each session's messages and runs on a 1 GB file; and its newest
+    // usage line's id, so that a page's spend looks for new lines only where there are some.
+    // Messages and usage lines are deleted only with their session, so no delete needs a
+    // trigger.
+    r#"
+    ALTER TABLE sessions ADD COLUMN last_usage_line INTEGER;
+    UPDATE sessions SET last_usage_line =
+        (SELECT MAX(id) FROM usage_lines WHERE session_id = sessions.id);
+    CREATE TRIGGER last_usage_line_on_insert AFTER INSERT ON usage_lines
+    BEGIN
+        UPDATE sessions SET last_usage_line = NEW.id WHERE id = NEW.session_id;
+    END;
+    ALTER TABLE sessions ADD COLUMN last_model_seq INTEGER;
+    ALTER TABLE sessions ADD COLUMN last_model_role TEXT;
+    ALTER TABLE sessions ADD COLUMN last_model_run_id TEXT;
+    ALTER TABLE sessions ADD COLUMN last_model_run_reason TEXT;
+    CREATE INDEX sessions_by_last_model_run ON sessions (last_model_run_id)
+        WHERE last_model_run_id IS NOT NULL;
+    UPDATE sessions SET (last_model_seq, last_model_role, last_model_run_id, last_model_run_reason) =
+        (SELECT m.seq, m.role, m.run_id, r.reason
+         FROM messages AS m LEFT JOIN runs AS r ON r.id = m.run_id
+         WHERE m.session_id = sessions.id AND m.role NOT IN ('note', 'notice', 'summary')
+           AND m.rewound = 0
+         ORDER BY m.seq DESC LIMIT 1);
+    CREATE TRIGGER last_model_on_insert AFTER INSERT ON messages
+    WHEN NEW.role NOT IN ('note', 'notice', 'summary') AND NEW.rewound = 0
+    BEGIN
+        UPDATE sessions SET last_model_seq = NEW.seq, last_model_role = NEW.role,
+                            last_model_run_id = NEW.run_id,
+                            last_model_run_reason = (SELECT reason FROM runs WHERE id = NEW.run_id)
+        WHERE id = NEW.session_id AND (last_model_seq IS NULL OR last_model_seq < NEW.seq);
+    END;
+    CREATE TRIGGER last_model_on_rewound AFTER UPDATE OF rewound ON messages
+    WHEN NEW.rewound = 1 AND OLD.rewound = 0
+        AND NEW.seq = (SELECT last_model_seq FROM sessions WHERE id = NEW.session_id)
+    BEGIN
+        UPDATE sessions
+        SET (last_model_seq, last_model_role, last_model_run_id, last_model_run_reason) =
+            (SELECT m.seq, m.role, m.run_id, r.reason
+             FROM messages AS m LEFT JOIN runs AS r ON r.id = m.run_id
+             WHERE m.session_id = NEW.session_id AND m.role NOT IN ('note', 'notice', 'summary')
+               AND m.rewound = 0
+             ORDER BY m.seq DESC LIMIT 1)
+        WHERE id = NEW.session_id;
+    END;
+    CREATE TRIGGER last_model_on_run_end AFTER UPDATE OF reason ON runs
+    BEGIN
+        UPDATE sessions SET last_model_run_reason = NEW.reason WHERE last_model_run_id = NEW.id;
+    END;
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.
@@ -434,6 +487,66 @@ mod tests {
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .unwrap();
         assert_eq!(version, MIGRATIONS.len() as i64);
+    }
+
+    /// A database written before the session rows kept their last message to the model and
+    /// their newest usage line gets them from its messages, runs and usage lines when it is
+    /// brought up to date.
+    #[test]
+    fn the_last_model_message_is_filled_in_for_existing_sessions() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for migration in &MIGRATIONS[..27] {
+            conn.execute_batch(migration).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 27).unwrap();
+        conn.execute_batch(
+            "INSERT INTO sessions (id, title, account, model, max_steps, created_at, updated_at)
+             VALUES ('ses_a', 't', 'demo', 'demo', 25, 1, 1),
+                    ('ses_quiet', 't', 'demo', 'demo', 25, 1, 1);
+             INSERT INTO runs (id, session_id, model, status, reason, started_at)
+             VALUES ('run_1', 'ses_a', 'demo', 'finished', 'stopped', 1);
+             INSERT INTO usage_lines (id, session_id, run_id, provider, model, input, output,
+                                      cache_read, cache_write, reasoning, at, duration_ms, kind)
+             VALUES (7, 'ses_a', 'run_1', 'demo', 'demo', 1, 1, 0, 0, 0, 1, 1, 'turn'),
+                    (9, 'ses_a', 'run_1', 'demo', 'demo', 1, 1, 0, 0, 0, 1, 1, 'turn');
+             INSERT INTO messages (id, session_id, seq, run_id, role, blocks, status, created_at,
+                                   rewound)
+             VALUES ('m1', 'ses_a', 1, NULL, 'user', '[]', 'complete', 1, 0),
+                    ('m2', 'ses_a', 2, 'run_1', 'assistant', '[]', 'complete', 1, 0),
+                    ('m3', 'ses_a', 3, NULL, 'notice', '[]', 'complete', 1, 0),
+                    ('m4', 'ses_a', 4, NULL, 'user', '[]', 'complete', 1, 1);",
+        )
+        .unwrap();
+        apply(&mut conn).unwrap();
+        let kept = |id: &str| {
+            conn.query_row(
+                "SELECT last_model_seq, last_model_role, last_model_run_id, last_model_run_reason,
+                        last_usage_line
+                 FROM sessions WHERE id = ?1",
+                [id],
+                |r| {
+                    Ok((
+                        r.get::<_, Option<i64>>(0)?,
+                        r.get::<_, Option<String>>(1)?,
+                        r.get::<_, Option<String>>(2)?,
+                        r.get::<_, Option<String>>(3)?,
+                        r.get::<_, Option<i64>>(4)?,
+                    ))
+                },
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            kept("ses_a"),
+            (
+                Some(2),
+                Some("assistant".into()),
+                Some("run_1".into()),
+                Some("stopped".into()),
+                Some(9)
+            )
+        );
+        assert_eq!(kept("ses_quiet"), (None, None, None, None, None));
     }
 
     #[test]

@@ -105,10 +105,6 @@ fn a_pages_facts_are_read_by_key_for_the_whole_page() {
             "SCAN j VIRTUAL TABLE INDEX 1:",
             "SEARCH s USING INDEX sqlite_autoindex_sessions_1 (id=?)",
             "SEARCH d USING INDEX sqlite_autoindex_delegations_1 (child_id=?) LEFT-JOIN",
-            "SEARCH m USING INTEGER PRIMARY KEY (rowid=?) LEFT-JOIN",
-            "CORRELATED SCALAR SUBQUERY 3",
-            "SEARCH messages USING INDEX messages_by_seq (session_id=?)",
-            "SEARCH r USING INDEX sqlite_autoindex_runs_1 (id=?) LEFT-JOIN",
             "CORRELATED SCALAR SUBQUERY 1",
             "SEARCH a USING COVERING INDEX approvals_pending (session_id=?)",
             "CORRELATED SCALAR SUBQUERY 2",
@@ -142,14 +138,40 @@ fn a_pages_facts_are_read_by_key_for_the_whole_page() {
     );
 }
 
+/// The session-row facts a list shows are kept by triggers (migration 28) that find their
+/// rows by key too: a finished run's sessions through `sessions_by_last_model_run`, a
+/// rewound last message's predecessor by searching `messages_by_seq` backwards.
+#[test]
+fn the_kept_list_facts_are_written_by_key() {
+    assert_eq!(
+        plan_of("UPDATE sessions SET last_model_run_reason = ?2 WHERE last_model_run_id = ?1"),
+        ["SEARCH sessions USING INDEX sessions_by_last_model_run (last_model_run_id=?)"]
+    );
+    assert_eq!(
+        plan_of(
+            "SELECT m.seq, m.role, m.run_id, r.reason
+             FROM messages AS m LEFT JOIN runs AS r ON r.id = m.run_id
+             WHERE m.session_id = ?1 AND m.role NOT IN ('note', 'notice', 'summary')
+               AND m.rewound = 0
+             ORDER BY m.seq DESC LIMIT 1"
+        ),
+        [
+            "SEARCH m USING INDEX messages_by_seq (session_id=?)",
+            "SEARCH r USING INDEX sqlite_autoindex_runs_1 (id=?) LEFT-JOIN",
+        ]
+    );
+}
+
 /// The usage lines written since each listed session's kept total, through
-/// `usage_by_session_line`, for the whole page at once.
+/// `usage_by_session_line`, for the whole page at once, and only for a session whose row has
+/// a newer line.
 #[test]
 fn a_pages_new_usage_lines_are_read_through_their_index() {
     assert_eq!(
         plan_of(listing::USAGE_AFTER_EACH),
         [
             "SCAN j VIRTUAL TABLE INDEX 1:",
+            "SEARCH s USING INDEX sqlite_autoindex_sessions_1 (id=?)",
             "SEARCH u USING INDEX usage_by_session_line (session_id=? AND id>?)",
         ]
     );
