@@ -7,6 +7,7 @@
 #![deny(unsafe_code)]
 
 pub mod acp;
+pub mod background;
 pub mod client;
 pub mod clock;
 pub mod config;
