@@ -56,8 +56,13 @@ const BIG_MESSAGES: u64 = 10_000;
 const MEAN_MESSAGES: u64 = 500;
 /// Turns between carry-over notes: a new context a day or so.
 const TURNS_PER_CONTEXT: u64 = 50;
-const ROUNDS: usize = 11;
+/// Medians of this many rounds: a new daemon's first answers move by a few milliseconds from
+/// round to round on a shared 2-core machine (the store opening, the tokenizer warming up).
+const ROUNDS: usize = 21;
 const SMOKE_ROUNDS: usize = 1;
+/// Part of the cached year's name with the schema version: raised whenever [`build`] writes
+/// something different, so that no run measures a year an older builder left.
+const BUILDER_VERSION: u32 = 2;
 const GOAL_RATIO: f64 = 1.5;
 const MODEL: &str = "gpt-4o";
 const SCALE_VAR: &str = "SIDECHAT_HISTORY_SCALE";
@@ -162,7 +167,6 @@ fn build(path: &Path, root: &Path, shape: Shape) -> String {
         .expect("synchronous");
     conn.pragma_update(None, "journal_mode", "OFF")
         .expect("journal mode");
-    // A session's row is written after its messages, when its last seq is known.
     conn.pragma_update(None, "foreign_keys", "OFF")
         .expect("foreign keys");
     let tx = conn.transaction().expect("a transaction");
@@ -178,11 +182,18 @@ fn build(path: &Path, root: &Path, shape: Shape) -> String {
     let (finished, end_turn) = (name(RunStatus::Finished), name(FinishReason::EndTurn));
     let done = name(sidechat::protocol::ToolCallStatus::Done);
     {
+        // Each row is written before what refers to it, as the daemon writes them, so that
+        // the store's triggers keep on the session's row what a list shows of it.
         let mut session_row = tx
             .prepare(
                 "INSERT INTO sessions (id, title, account, model, workspace_root, max_steps,
-                   created_at, updated_at, last_seq, context_start_seq, seq_reserved)
-                 VALUES (?1, ?2, 'openai', ?3, ?4, 25, ?5, ?6, ?7, ?8, ?7)",
+                   created_at, updated_at) VALUES (?1, ?2, 'openai', ?3, ?4, 25, ?5, ?5)",
+            )
+            .expect("prepare");
+        let mut session_end = tx
+            .prepare(
+                "UPDATE sessions SET updated_at = ?2, last_seq = ?3, seq_reserved = ?3,
+                   context_start_seq = ?4 WHERE id = ?1",
             )
             .expect("prepare");
         let mut message = tx
@@ -222,6 +233,15 @@ fn build(path: &Path, root: &Path, shape: Shape) -> String {
             let messages = shape.messages(index);
             // Sessions spread over the year; each message a minute after the one before.
             let opened = started + (year_ms / shape.sessions as i64) * index as i64;
+            session_row
+                .execute(params![
+                    session,
+                    format!("Session {index}"),
+                    MODEL,
+                    folder.display().to_string(),
+                    opened
+                ])
+                .expect("insert a session");
             let mut seq = 0u64;
             let mut context_start = 0u64;
             let mut at = opened;
@@ -268,6 +288,16 @@ fn build(path: &Path, root: &Path, shape: Shape) -> String {
                 let call_id = id("call");
                 let input = json!({"path": format!("src/module_{}.rs", seed % 97)});
                 let output = words(seed ^ 3, 500);
+                run.execute(params![
+                    run_id,
+                    session,
+                    MODEL,
+                    finished,
+                    end_turn,
+                    at,
+                    at + 6_000
+                ])
+                .expect("insert a run");
                 seq += 1;
                 add(
                     &user,
@@ -328,16 +358,6 @@ fn build(path: &Path, root: &Path, shape: Shape) -> String {
                     at + 6_000,
                     seq,
                 );
-                run.execute(params![
-                    run_id,
-                    session,
-                    MODEL,
-                    finished,
-                    end_turn,
-                    at,
-                    at + 6_000
-                ])
-                .expect("insert a run");
                 for (step, at) in [(0, at + 2_000), (1, at + 6_000)] {
                     usage
                         .execute(params![
@@ -354,18 +374,9 @@ fn build(path: &Path, root: &Path, shape: Shape) -> String {
                 }
                 at += 60_000 * 4;
             }
-            session_row
-                .execute(params![
-                    session,
-                    format!("Session {index}"),
-                    MODEL,
-                    folder.display().to_string(),
-                    opened,
-                    at,
-                    seq as i64,
-                    context_start as i64
-                ])
-                .expect("insert a session");
+            session_end
+                .execute(params![session, at, seq as i64, context_start as i64])
+                .expect("end a session");
         }
     }
     tx.commit().expect("commit");
@@ -392,6 +403,24 @@ fn database(dir: &Path, label: &str, shape: Shape) -> (PathBuf, String) {
     );
     assert_eq!(built, largest);
     (path, largest)
+}
+
+/// A copy of the cached `db` in `dir` for this run's daemons to write to, so that no run
+/// measures what the runs before it wrote (the largest session's context would grow by their
+/// turns, and with it the request `chat/send` builds).
+fn fresh_copy(db: &Path, dir: &Path) -> PathBuf {
+    let conn = Connection::open(db).expect("open the cached database");
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .expect("checkpoint the cached database");
+    drop(conn);
+    let copy = dir.join("year.db");
+    std::fs::copy(db, &copy).expect("copy the cached database");
+    // Written out before the rounds, so that the kernel's writeback of a gigabyte does not
+    // run beside them.
+    std::fs::File::open(&copy)
+        .and_then(|file| file.sync_all())
+        .expect("write the copy out");
+    copy
 }
 
 /// The fake provider: `replies` short answers, each noting first when its request arrived.
@@ -627,9 +656,10 @@ async fn main() {
     let year_shape = Shape::year(scale);
     let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("history");
     std::fs::create_dir_all(&cache).expect("the cache folder");
-    let label = format!("year-v{SCHEMA_VERSION}-x{scale}");
-    let (year_db, year_largest) = database(&cache, &label, year_shape);
+    let label = format!("year-v{SCHEMA_VERSION}-b{BUILDER_VERSION}-x{scale}");
+    let (cached_year, year_largest) = database(&cache, &label, year_shape);
     let dir = tempfile::tempdir().expect("a temporary folder");
+    let year_db = fresh_copy(&cached_year, dir.path());
     let (empty_db, empty_largest) = database(dir.path(), "near-empty", Shape::near_empty());
 
     let conn = Connection::open(&year_db).expect("open");
