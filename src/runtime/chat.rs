@@ -222,7 +222,7 @@ impl Runtime {
             size: None,
             hash: None,
         }));
-        match self.store_images(&images) {
+        match self.store_images(&session.id, &images) {
             Ok(images) => blocks.extend(images),
             Err(e) => {
                 self.inner.give_back(&session.id, &run_id);

@@ -34,11 +34,16 @@ pub(super) fn refuse_unless_accepted(model: &str) -> RuntimeResult<()> {
 }
 
 impl Runtime {
-    /// Stores each image (once per content) and returns the blocks that refer to them.
-    pub(super) fn store_images(&self, images: &[CheckedImage]) -> RuntimeResult<Vec<Block>> {
+    /// Stores each image (once per content) for `session_id` and returns the blocks that
+    /// refer to them.
+    pub(super) fn store_images(
+        &self,
+        session_id: &str,
+        images: &[CheckedImage],
+    ) -> RuntimeResult<Vec<Block>> {
         images
             .iter()
-            .map(|image| Ok(self.inner.store.put_image(image)?))
+            .map(|image| Ok(self.inner.store.put_image(session_id, image)?))
             .collect()
     }
 

@@ -103,7 +103,7 @@ impl RunContext {
             if let Some(image) = outcome.image.take() {
                 let told = match crate::images::accepts_images(&model) {
                     true => {
-                        let block = self.inner.store.put_image(&image)?;
+                        let block = self.inner.store.put_image(&self.session_id, &image)?;
                         // Recorded before the result, so a result that says "attached" always
                         // has its image, also in a tool message recovery rebuilds.
                         self.inner

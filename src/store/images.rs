@@ -7,44 +7,34 @@ use super::{Store, StoreError, StoreResult};
 use crate::images::CheckedImage;
 use crate::protocol::Block;
 
-/// How a stored `image` block names its image, as `instr` finds it in the block's JSON.
-fn reference(image_id: &str) -> String {
-    format!("\"imageId\":\"{image_id}\"")
-}
-
-/// The ids of the images `session_id`'s messages and tool calls refer to.
+/// The ids of the images `session_id` refers to (migration 29's `session_images`).
 pub(super) fn images_of_session(
     tx: &Transaction<'_>,
     session_id: &str,
 ) -> StoreResult<Vec<String>> {
-    let mut stmt = tx.prepare(
-        "SELECT json_extract(b.value, '$.imageId')
-           FROM messages AS m, json_each(m.blocks) AS b
-          WHERE m.session_id = ?1 AND instr(m.blocks, '\"imageId\"') > 0
-            AND json_extract(b.value, '$.type') = 'image'
-         UNION
-         SELECT json_extract(image, '$.imageId') FROM tool_calls
-          WHERE session_id = ?1 AND image IS NOT NULL",
-    )?;
+    let mut stmt = tx.prepare("SELECT image_id FROM session_images WHERE session_id = ?1")?;
     let ids = stmt
-        .query_map([session_id], |row| row.get::<_, Option<String>>(0))?
-        .filter_map(Result::transpose)
+        .query_map([session_id], |row| row.get::<_, String>(0))?
         .collect::<Result<Vec<_>, _>>()?;
     Ok(ids)
 }
 
-/// Deletes those of `candidates` no message or tool call of any session refers to any more
-/// (images are shared: a fork, or another session sent the same bytes); how many went.
+/// [`collect_images`]' statement for one image (its plan is checked in the store's tests).
+pub(super) const COLLECT_IMAGE: &str = "DELETE FROM images WHERE id = ?1
+    AND NOT EXISTS (SELECT 1 FROM session_images WHERE image_id = ?1)";
+
+/// [`Store::session_image`]'s check that the session refers to the image.
+pub(super) const SESSION_REFERS_TO_IMAGE: &str =
+    "SELECT 1 FROM session_images WHERE session_id = ?1 AND image_id = ?2";
+
+/// Deletes those of `candidates` no session refers to any more (images are shared: a fork,
+/// or another session sent the same bytes); how many went. Called once the deleted session's
+/// references are gone with it.
 pub(super) fn collect_images(tx: &Transaction<'_>, candidates: &[String]) -> StoreResult<usize> {
-    let mut stmt = tx.prepare(
-        "DELETE FROM images WHERE id = ?1
-            AND NOT EXISTS (SELECT 1 FROM messages WHERE instr(blocks, ?2) > 0)
-            AND NOT EXISTS (SELECT 1 FROM tool_calls
-                             WHERE image IS NOT NULL AND instr(image, ?2) > 0)",
-    )?;
+    let mut stmt = tx.prepare(COLLECT_IMAGE)?;
     let mut deleted = 0;
     for id in candidates {
-        deleted += stmt.execute(params![id, reference(id)])?;
+        deleted += stmt.execute([id])?;
     }
     Ok(deleted)
 }
@@ -57,13 +47,15 @@ pub struct StoredImage {
 }
 
 impl Store {
-    /// Stores `image` unless the same bytes are there already, and returns the block that
-    /// refers to it.
-    pub fn put_image(&self, image: &CheckedImage) -> StoreResult<Block> {
+    /// Stores `image` for `session_id` unless the same bytes are there already, and returns
+    /// the block that refers to it. The session refers to it from now on, before the message
+    /// that shows it is written: another session's delete meanwhile does not collect it.
+    pub fn put_image(&self, session_id: &str, image: &CheckedImage) -> StoreResult<Block> {
         let id = super::checkpoints::content_hash(&image.data);
         let now = crate::util::now_ms();
         self.write(|conn| {
-            conn.execute(
+            let tx = conn.transaction()?;
+            tx.execute(
                 "INSERT OR IGNORE INTO images (id, media_type, width, height, data, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 params![
@@ -75,6 +67,11 @@ impl Store {
                     now
                 ],
             )?;
+            tx.execute(
+                "INSERT OR IGNORE INTO session_images (session_id, image_id) VALUES (?1, ?2)",
+                params![session_id, id],
+            )?;
+            tx.commit()?;
             Ok(())
         })?;
         Ok(Block::Image {
@@ -104,8 +101,8 @@ impl Store {
         })
     }
 
-    /// The image `image_id` if a message of `session_id` refers to it: a session's images are
-    /// read through the session, as its messages are.
+    /// The image `image_id` if `session_id` refers to it: a session's images are read through
+    /// the session, as its messages are.
     pub fn session_image(
         &self,
         session_id: &str,
@@ -118,9 +115,8 @@ impl Store {
         let referenced = self.read(|conn| {
             Ok(conn
                 .query_row(
-                    "SELECT 1 FROM messages WHERE session_id = ?1 AND instr(blocks, ?2) > 0
-                     LIMIT 1",
-                    params![session_id, reference(image_id)],
+                    SESSION_REFERS_TO_IMAGE,
+                    params![session_id, image_id],
                     |_| Ok(()),
                 )
                 .optional()?
@@ -171,5 +167,98 @@ impl Store {
                     .map_err(|e| StoreError::Corrupt(format!("a tool call's image: {e}")))
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Role;
+    use crate::store::NewMessage;
+    use crate::store::test_support::new_session;
+    use pretty_assertions::assert_eq;
+
+    fn picture(byte: u8) -> CheckedImage {
+        CheckedImage {
+            media_type: "image/png",
+            width: 1,
+            height: 1,
+            data: vec![byte; 16],
+        }
+    }
+
+    fn show(store: &Store, session: &str, seq: u64, image: Block) {
+        store
+            .append_message(&NewMessage {
+                seq,
+                ..NewMessage::new(session, None, Role::User, vec![image])
+            })
+            .unwrap();
+    }
+
+    fn stored(store: &Store, image: &Block) -> bool {
+        let Block::Image { image_id, .. } = image else {
+            panic!("not an image block: {image:?}");
+        };
+        store.image(image_id).unwrap().is_some()
+    }
+
+    /// An image stored for a message not written yet is the session's already: deleting
+    /// another session that showed the same bytes keeps it, and it is read through its
+    /// session once shown.
+    #[test]
+    fn an_image_stored_before_its_message_outlives_another_sessions_delete() {
+        let store = Store::open_in_memory().unwrap();
+        let (gone, sending) = (new_session(&store), new_session(&store));
+        let shown = store.put_image(&gone, &picture(1)).unwrap();
+        show(&store, &gone, 1, shown.clone());
+        let again = store.put_image(&sending, &picture(1)).unwrap();
+        assert_eq!(again, shown, "the same bytes are one image");
+        assert!(store.delete_session(&gone).unwrap());
+        assert!(stored(&store, &again), "the sending session refers to it");
+        show(&store, &sending, 1, again.clone());
+        let Block::Image { image_id, .. } = &again else {
+            unreachable!()
+        };
+        assert!(store.session_image(&sending, image_id).unwrap().is_some());
+        assert_eq!(store.session_image(&gone, image_id).unwrap(), None);
+        assert!(store.delete_session(&sending).unwrap());
+        assert!(!stored(&store, &again), "no session refers to it any more");
+    }
+
+    /// A fork's copy of a message, and a tool call's image, refer to their images as the
+    /// session's own messages do.
+    #[test]
+    fn forks_and_tool_calls_refer_to_their_images() {
+        let store = Store::open_in_memory().unwrap();
+        let source = new_session(&store);
+        let image = store.put_image(&source, &picture(2)).unwrap();
+        show(&store, &source, 1, image.clone());
+        let row = store.session(&source).unwrap().unwrap();
+        let fork = store.fork_session(&row, 1, "fork").unwrap();
+        assert!(store.delete_session(&source).unwrap());
+        assert!(stored(&store, &image), "the fork refers to it");
+        assert!(store.delete_session(&fork).unwrap());
+        assert!(!stored(&store, &image));
+
+        let reader = new_session(&store);
+        store.insert_run("run_1", &reader, "demo").unwrap();
+        store
+            .write(|conn| {
+                conn.execute(
+                    "INSERT INTO tool_calls (id, session_id, run_id, message_id, position, name,
+                                             input, status)
+                     VALUES ('call_1', ?1, 'run_1', 'msg_1', 0, 'read_file', '{}', 'done')",
+                    [&reader],
+                )?;
+                Ok(())
+            })
+            .unwrap();
+        let read = store.put_image(&new_session(&store), &picture(3)).unwrap();
+        store.set_tool_call_image(&reader, "call_1", &read).unwrap();
+        let Block::Image { image_id, .. } = &read else {
+            unreachable!()
+        };
+        assert!(store.session_image(&reader, image_id).unwrap().is_some());
     }
 }

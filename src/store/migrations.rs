@@ -433,6 +433,48 @@ const MIGRATIONS: &[&str] = &[
         UPDATE sessions SET last_model_run_reason = NEW.reason WHERE last_model_run_id = NEW.id;
     END;
     "#,
+    // 29: which sessions refer to each stored image, recorded as the image is stored (before
+    // the message that shows it is written) and kept by triggers as messages and tool calls
+    // name images (a fork's copies too). Deleting a session collects the images no other
+    // session refers to by this index, instead of searching every message's text of the file
+    // for each, and an image stored for a message not yet written is not collected meanwhile
+    // by another session's delete.
+    r#"
+    CREATE TABLE session_images (
+        session_id  TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        image_id    TEXT NOT NULL,
+        PRIMARY KEY (session_id, image_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX session_images_by_image ON session_images (image_id);
+    INSERT OR IGNORE INTO session_images (session_id, image_id)
+        SELECT m.session_id, b.value ->> '$.imageId'
+        FROM messages AS m, json_each(m.blocks) AS b
+        WHERE instr(m.blocks, '"imageId"') > 0 AND b.value ->> '$.type' = 'image'
+          AND b.value ->> '$.imageId' IS NOT NULL;
+    INSERT OR IGNORE INTO session_images (session_id, image_id)
+        SELECT session_id, image ->> '$.imageId' FROM tool_calls
+        WHERE image IS NOT NULL AND image ->> '$.imageId' IS NOT NULL;
+    CREATE TRIGGER session_images_on_message AFTER INSERT ON messages
+    WHEN instr(NEW.blocks, '"imageId"') > 0
+    BEGIN
+        INSERT OR IGNORE INTO session_images (session_id, image_id)
+            SELECT NEW.session_id, b.value ->> '$.imageId' FROM json_each(NEW.blocks) AS b
+            WHERE b.value ->> '$.type' = 'image' AND b.value ->> '$.imageId' IS NOT NULL;
+    END;
+    CREATE TRIGGER session_images_on_blocks AFTER UPDATE OF blocks ON messages
+    WHEN instr(NEW.blocks, '"imageId"') > 0
+    BEGIN
+        INSERT OR IGNORE INTO session_images (session_id, image_id)
+            SELECT NEW.session_id, b.value ->> '$.imageId' FROM json_each(NEW.blocks) AS b
+            WHERE b.value ->> '$.type' = 'image' AND b.value ->> '$.imageId' IS NOT NULL;
+    END;
+    CREATE TRIGGER session_images_on_tool_call AFTER UPDATE OF image ON tool_calls
+    WHEN NEW.image ->> '$.imageId' IS NOT NULL
+    BEGIN
+        INSERT OR IGNORE INTO session_images (session_id, image_id)
+            VALUES (NEW.session_id, NEW.image ->> '$.imageId');
+    END;
+    "#,
 ];
 
 /// The schema version this build writes: the number of migrations.
@@ -489,16 +531,61 @@ mod tests {
         assert_eq!(version, MIGRATIONS.len() as i64);
     }
 
+    /// A database as the migrations before `version` left it.
+    fn at_version(version: usize) -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        for migration in &MIGRATIONS[..version] {
+            conn.execute_batch(migration).unwrap();
+        }
+        conn.pragma_update(None, "user_version", version as i64)
+            .unwrap();
+        conn
+    }
+
+    /// A database written before the sessions' images were recorded gets them from its
+    /// messages' image blocks and its tool calls' images.
+    #[test]
+    fn the_images_sessions_refer_to_are_recorded_for_existing_sessions() {
+        let mut conn = at_version(28);
+        conn.execute_batch(
+            r#"INSERT INTO sessions (id, title, account, model, max_steps, created_at, updated_at)
+               VALUES ('ses_a', 't', 'demo', 'demo', 25, 1, 1), ('ses_b', 't', 'demo', 'demo', 25, 1, 1);
+               INSERT INTO messages (id, session_id, seq, run_id, role, blocks, status, created_at)
+               VALUES ('m1', 'ses_a', 1, NULL, 'user',
+                       '[{"type":"text","text":"look"},{"type":"image","imageId":"aa"},{"type":"image","imageId":"bb"}]',
+                       'complete', 1),
+                      ('m2', 'ses_b', 1, NULL, 'user', '[{"type":"text","text":"imageId"}]', 'complete', 1);
+               INSERT INTO tool_calls (id, session_id, run_id, message_id, position, name, input,
+                                       status, image)
+               VALUES ('call_1', 'ses_b', 'run_1', 'm2', 0, 'read_file', '{}', 'done',
+                       '{"type":"image","imageId":"cc"}');"#,
+        )
+        .unwrap();
+        apply(&mut conn).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT session_id, image_id FROM session_images ORDER BY 1, 2")
+            .unwrap();
+        let recorded = stmt
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        assert_eq!(
+            recorded,
+            [
+                ("ses_a".to_string(), "aa".to_string()),
+                ("ses_a".into(), "bb".into()),
+                ("ses_b".into(), "cc".into()),
+            ]
+        );
+    }
+
     /// A database written before the session rows kept their last message to the model and
     /// their newest usage line gets them from its messages, runs and usage lines when it is
     /// brought up to date.
     #[test]
     fn the_last_model_message_is_filled_in_for_existing_sessions() {
-        let mut conn = Connection::open_in_memory().unwrap();
-        for migration in &MIGRATIONS[..27] {
-            conn.execute_batch(migration).unwrap();
-        }
-        conn.pragma_update(None, "user_version", 27).unwrap();
+        let mut conn = at_version(27);
         conn.execute_batch(
             "INSERT INTO sessions (id, title, account, model, max_steps, created_at, updated_at)
              VALUES ('ses_a', 't', 'demo', 'demo', 25, 1, 1),

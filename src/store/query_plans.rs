@@ -5,7 +5,7 @@
 use pretty_assertions::assert_eq;
 use rusqlite::Connection;
 
-use super::{Store, listing, messages, sessions, spend, tool_calls, usage};
+use super::{Store, images, listing, messages, sessions, spend, tool_calls, usage};
 
 /// The `detail` column of `EXPLAIN QUERY PLAN sql`, one line per step, in order.
 fn plan(conn: &Connection, sql: &str) -> Vec<String> {
@@ -162,6 +162,24 @@ fn the_kept_list_facts_are_written_by_key() {
     );
 }
 
+/// Deleting a session collects its images through `session_images`' index on the image,
+/// and reads an image of a session by its key: neither reads any message.
+#[test]
+fn a_sessions_images_are_found_by_key() {
+    assert_eq!(
+        plan_of(images::COLLECT_IMAGE),
+        [
+            "SEARCH images USING INDEX sqlite_autoindex_images_1 (id=?)",
+            "SCALAR SUBQUERY 1",
+            "SEARCH session_images USING COVERING INDEX session_images_by_image (image_id=?)",
+        ]
+    );
+    assert_eq!(
+        plan_of(images::SESSION_REFERS_TO_IMAGE),
+        ["SEARCH session_images USING PRIMARY KEY (session_id=? AND image_id=?)"]
+    );
+}
+
 /// The usage lines written since each listed session's kept total, through
 /// `usage_by_session_line`, for the whole page at once, and only for a session whose row has
 /// a newer line.
@@ -302,6 +320,10 @@ fn every_table_that_refers_to_sessions_finds_a_sessions_rows_through_an_index() 
             expected(
                 "sends.session_id",
                 "SEARCH sends USING COVERING INDEX sqlite_autoindex_sends_1 (session_id=?)"
+            ),
+            expected(
+                "session_images.session_id",
+                "SEARCH session_images USING PRIMARY KEY (session_id=?)"
             ),
             expected(
                 "session_mcp_servers.session_id",
