@@ -239,17 +239,7 @@ impl Runtime {
             }
         };
         self.tell_mention_notices(&session.id, Some(&run_id), mentioned.notices);
-        let start = match command_model {
-            Some(model) => RunStart::Command {
-                session,
-                run_id: run_id.clone(),
-                model,
-            },
-            None => RunStart::New {
-                session,
-                run_id: run_id.clone(),
-            },
-        };
+        let start = RunStart::answering(session, run_id.clone(), command_model);
         spawn_run(self.inner.clone(), start, signals)?;
         Ok(ChatSendResult {
             run_id: Some(run_id),
@@ -626,16 +616,19 @@ impl Runtime {
                 "session {session_id} has no unanswered turn to resume"
             )));
         }
+        // A custom command's turn runs on the model its front matter named, as its first run
+        // did.
+        let command_model = match self.inner.store.last_model_message(session_id)? {
+            Some(turn) => match turn.run_id {
+                Some(run) => self.inner.store.run(&run)?.and_then(|r| r.command_model),
+                None => None,
+            },
+            None => None,
+        };
         let run_id = new_id("run");
         let signals = self.inner.claim_run(session_id, &run_id)?;
-        spawn_run(
-            self.inner.clone(),
-            RunStart::New {
-                session,
-                run_id: run_id.clone(),
-            },
-            signals,
-        )?;
+        let start = RunStart::answering(session, run_id.clone(), command_model);
+        spawn_run(self.inner.clone(), start, signals)?;
         Ok(ChatResumeResult { run_id })
     }
 

@@ -51,6 +51,21 @@ pub enum RunStart {
     Resume { session: SessionRow, run: RunRow },
 }
 
+impl RunStart {
+    /// A fresh run answering the last user turn: on the model a custom command named for it,
+    /// if one did, else on the session's.
+    pub fn answering(session: SessionRow, run_id: String, command_model: Option<String>) -> Self {
+        match command_model {
+            Some(model) => Self::Command {
+                session,
+                run_id,
+                model,
+            },
+            None => Self::New { session, run_id },
+        }
+    }
+}
+
 /// One streamed answer, before it is committed.
 struct Streamed {
     message_id: String,

@@ -5,14 +5,14 @@
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use sidechat::protocol::{
-    ChatSend, CommandInfo, CommandSource, Event, SessionCommands, SessionCommandsResult,
-    SessionCost, SessionCreateParams, SessionGet,
+    ChatResume, ChatSend, CommandInfo, CommandSource, Event, SessionCommands,
+    SessionCommandsResult, SessionCost, SessionCreateParams, SessionGet, SessionState,
 };
 
 use crate::harness::{
     Daemon, Options, Scratch, daemon_answering_done, last_message_texts, say, sid,
 };
-use crate::upstream::{Reply, openai, start};
+use crate::upstream::{Part, Reply, openai, start};
 
 /// A project command `review` and `fix`, a user command `review` (beaten by the project's)
 /// and `hello`, and a project `help.md` that the built-in shadows.
@@ -310,6 +310,50 @@ async fn a_commands_model_runs_its_whole_turn_and_the_next_turn_is_the_sessions_
         priced,
         vec![("gpt-4".to_string(), 1), ("gpt-4o-mini".to_string(), 2)]
     );
+    daemon.close().await;
+}
+
+/// A command turn a killed daemon left unanswered is answered by `chat/resume` on the
+/// command's model, as its first run was, not on the session's.
+#[tokio::test]
+async fn a_resumed_command_turn_runs_on_the_commands_model() {
+    let upstream = start(vec![
+        Reply::parts(vec![Part::Stall]),
+        Reply::sse(&openai::text(&["Listed."], 60, 2)),
+    ]);
+    let scratch = Scratch::new();
+    model_commands(&scratch);
+    let options = || Options::with_env(openai_env(&upstream.url));
+    let mut daemon = Daemon::start(&scratch.db(), options()).await;
+    let session = daemon
+        .create_session(SessionCreateParams {
+            workspace_root: Some(scratch.workspace().display().to_string()),
+            ..SessionCreateParams::default()
+        })
+        .await;
+    daemon.call::<ChatSend>(say(&session, "/quick")).await;
+    while upstream.seen().is_empty() {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    daemon.process().kill().await.unwrap();
+
+    let mut daemon = Daemon::start(&scratch.db(), options()).await;
+    assert_eq!(
+        daemon.call::<SessionGet>(sid(&session)).await.state,
+        SessionState::Unanswered
+    );
+    daemon.call::<ChatResume>(sid(&session)).await;
+    let resumed = daemon.until_finished().await;
+    assert_eq!(
+        models_told(&resumed),
+        vec!["run gpt-4o-mini", "window 128000", "usage gpt-4o-mini"]
+    );
+    let requested: Vec<Value> = upstream
+        .bodies()
+        .iter()
+        .map(|b| b["model"].clone())
+        .collect();
+    assert_eq!(requested, vec![json!("gpt-4o-mini"), json!("gpt-4o-mini")]);
     daemon.close().await;
 }
 
