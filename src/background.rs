@@ -1,9 +1,9 @@
 //! Background threads of the daemon yield to the threads answering clients.
 //!
-//! On a machine with few cores a thread working at full priority for milliseconds at a time
-//! (building the tokenizer's tables, compiling the redaction patterns, counting streamed text)
-//! delays the answers and deltas being written beside it; a new daemon's first `session/list`
-//! waited for the tokenizer's build that way.
+//! On a machine with few cores a thread counting streamed text at full priority for
+//! milliseconds at a time delays the deltas being written beside it. The tokenizer's warm-up
+//! thread keeps full priority: a `session/budget` waits for its tables, and at a lower
+//! priority a loaded machine starved it for seconds.
 
 /// How much a background thread yields to the rest of the process (a nice value; 19 yields
 /// most).

@@ -308,10 +308,7 @@ fn open_runtime(
     }
     let redaction = std::thread::Builder::new()
         .name("redaction-warm-up".to_owned())
-        .spawn(|| {
-            sidechat::background::yield_to_the_process();
-            sidechat::context::redact::warm();
-        });
+        .spawn(sidechat::context::redact::warm);
     if let Err(e) = redaction {
         tracing::warn!(error = %e, "cannot compile the redaction patterns ahead; the first redaction will");
     }

@@ -234,7 +234,6 @@ impl Tokenizers {
         let handle = std::thread::Builder::new()
             .name("tokenizer-warm-up".to_owned())
             .spawn(|| {
-                crate::background::yield_to_the_process();
                 Self::counter(Encoding::O200kBase);
             })?;
         Ok(handle)
