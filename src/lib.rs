@@ -7,7 +7,6 @@
 #![deny(unsafe_code)]
 
 pub mod acp;
-pub mod background;
 pub mod client;
 pub mod clock;
 pub mod config;

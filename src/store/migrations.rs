@@ -435,7 +435,8 @@ const MIGRATIONS: &[&str] = &[
     "#,
     // 29: which sessions refer to each stored image, recorded as the image is stored (before
     // the message that shows it is written) and kept by triggers as messages and tool calls
-    // name images (a fork's copies too). Deleting a session collects the images no other
+    // name images (a fork's copies too; a message's blocks are rewritten only to empty a
+    // deleted note, which adds no image). Deleting a session collects the images no other
     // session refers to by this index, instead of searching every message's text of the file
     // for each, and an image stored for a message not yet written is not collected meanwhile
     // by another session's delete.
@@ -455,13 +456,6 @@ const MIGRATIONS: &[&str] = &[
         SELECT session_id, image ->> '$.imageId' FROM tool_calls
         WHERE image IS NOT NULL AND image ->> '$.imageId' IS NOT NULL;
     CREATE TRIGGER session_images_on_message AFTER INSERT ON messages
-    WHEN instr(NEW.blocks, '"imageId"') > 0
-    BEGIN
-        INSERT OR IGNORE INTO session_images (session_id, image_id)
-            SELECT NEW.session_id, b.value ->> '$.imageId' FROM json_each(NEW.blocks) AS b
-            WHERE b.value ->> '$.type' = 'image' AND b.value ->> '$.imageId' IS NOT NULL;
-    END;
-    CREATE TRIGGER session_images_on_blocks AFTER UPDATE OF blocks ON messages
     WHEN instr(NEW.blocks, '"imageId"') > 0
     BEGIN
         INSERT OR IGNORE INTO session_images (session_id, image_id)
