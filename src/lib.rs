@@ -18,6 +18,7 @@ pub mod images;
 mod json_text;
 pub mod lifetime;
 pub mod logging;
+pub mod low_priority;
 pub mod mcp;
 pub mod mentions;
 pub mod permissions;

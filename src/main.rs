@@ -306,10 +306,7 @@ fn open_runtime(
     if let Err(e) = sidechat::context::Tokenizers::warm_in_background() {
         tracing::warn!(error = %e, "cannot warm the tokenizer; counts will load it on first use");
     }
-    let redaction = std::thread::Builder::new()
-        .name("redaction-warm-up".to_owned())
-        .spawn(sidechat::context::redact::warm);
-    if let Err(e) = redaction {
+    if let Err(e) = sidechat::context::redact::warm_in_background() {
         tracing::warn!(error = %e, "cannot compile the redaction patterns ahead; the first redaction will");
     }
     Ok(runtime)

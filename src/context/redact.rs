@@ -6,9 +6,9 @@
 //! tokens, `password=` values, credentials in URLs, private key blocks); each is anchored on a
 //! prefix or a label so that hashes, UUIDs, base64 data and prose stay untouched.
 
-use std::sync::OnceLock;
-
 use regex::Regex;
+
+use crate::low_priority::Ahead;
 
 /// What stands where a credential was.
 pub const REDACTED: &str = "[redacted]";
@@ -126,11 +126,12 @@ struct Patterns {
     values: Vec<Regex>,
 }
 
-/// Compiles the patterns now, as the first redaction would (a fraction of a second): call it
-/// on a thread of its own at start, so that no first message waits for it (`sidechat acp`
-/// titles a session from its first prompt, redacted).
-pub fn warm() {
-    patterns();
+/// Starts a lowered thread compiling the patterns now, as the first redaction would (a
+/// fraction of a second), so that no first message waits for it (`sidechat acp` titles a
+/// session from its first prompt, redacted). A redaction before it is done compiles them
+/// itself rather than wait for it (see [`crate::low_priority`]).
+pub fn warm_in_background() -> std::io::Result<std::thread::JoinHandle<()>> {
+    PATTERNS.spawn_ahead("redaction-warm-up", compile)
 }
 
 /// Test-only: `gate:<path>` keeps the patterns uncompiled until the file `path` exists, so a
@@ -151,25 +152,28 @@ fn wait_for_gate() {
     }
 }
 
+static PATTERNS: Ahead<Patterns> = Ahead::new();
+
 fn patterns() -> &'static Patterns {
-    static PATTERNS: OnceLock<Patterns> = OnceLock::new();
-    PATTERNS.get_or_init(|| {
-        wait_for_gate();
-        let compile = |list: &mut dyn Iterator<Item = String>| -> Vec<Regex> {
-            list.filter_map(|p| Regex::new(&p).ok()).collect()
-        };
-        let cut_off = CUT_OFF
-            .iter()
-            .map(|body| match body.contains("(?P<value>") {
-                true => format!("{body}{AT_CUT}"),
-                false => format!("(?P<value>{body}){AT_CUT}"),
-            });
-        Patterns {
-            whole: compile(&mut WHOLE.iter().map(|p| p.to_string())),
-            unterminated: Regex::new(UNTERMINATED).expect("a valid pattern"),
-            values: compile(&mut VALUES.iter().map(|p| p.to_string()).chain(cut_off)),
-        }
-    })
+    PATTERNS.get_or_build(compile)
+}
+
+fn compile() -> Patterns {
+    wait_for_gate();
+    let compile = |list: &mut dyn Iterator<Item = String>| -> Vec<Regex> {
+        list.filter_map(|p| Regex::new(&p).ok()).collect()
+    };
+    let cut_off = CUT_OFF
+        .iter()
+        .map(|body| match body.contains("(?P<value>") {
+            true => format!("{body}{AT_CUT}"),
+            false => format!("(?P<value>{body}){AT_CUT}"),
+        });
+    Patterns {
+        whole: compile(&mut WHOLE.iter().map(|p| p.to_string())),
+        unterminated: Regex::new(UNTERMINATED).expect("a valid pattern"),
+        values: compile(&mut VALUES.iter().map(|p| p.to_string()).chain(cut_off)),
+    }
 }
 
 /// `text` with every credential-shaped span replaced by [`REDACTED`].

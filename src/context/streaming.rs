@@ -74,11 +74,6 @@ struct Queue {
     failed: bool,
 }
 
-/// How much the counting thread yields to the rest of the process (a nice value; 19 yields
-/// most). Counting is background work: on a machine with few cores a thread counting at full
-/// priority for milliseconds at a time delays the deltas being streamed beside it.
-const COUNTING_NICENESS: i32 = 10;
-
 impl StreamingCount {
     pub fn new(counter: TokenCounter) -> Self {
         Self {
@@ -172,7 +167,9 @@ fn spawn_worker(counter: TokenCounter) -> std::io::Result<Worker> {
     std::thread::Builder::new()
         .name("sidechat-count".into())
         .spawn(move || {
-            yield_to_the_process();
+            // Counting is background work: on a machine with few cores a thread counting at
+            // full priority for milliseconds at a time delays the deltas streamed beside it.
+            crate::low_priority::lower_this_thread();
             count_pieces(&theirs, counter);
         })?;
     Ok(Worker { shared })
@@ -227,25 +224,6 @@ fn count_one<'a>(
     shared.changed.notify_all();
     queue
 }
-
-/// Lowers the calling thread's priority to [`COUNTING_NICENESS`].
-///
-/// The crate's one `unsafe` call: the standard library has no safe way to set a thread's nice
-/// value, and `libc::setpriority` is a plain system call.
-#[cfg(target_os = "linux")]
-#[allow(unsafe_code)]
-fn yield_to_the_process() {
-    // SAFETY: `setpriority` takes plain integers and touches no memory of ours. On Linux the
-    // nice value belongs to a thread, and `PRIO_PROCESS` with id 0 names the calling one.
-    let failed = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, COUNTING_NICENESS) } != 0;
-    if failed {
-        tracing::debug!(error = %std::io::Error::last_os_error(), "cannot lower the counting thread's priority");
-    }
-}
-
-/// Elsewhere the nice value is the whole process's, so it is left alone.
-#[cfg(not(target_os = "linux"))]
-fn yield_to_the_process() {}
 
 /// The last cut in `text` at or after `from`, if any.
 fn last_cut(text: &[u8], from: usize) -> Option<usize> {

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use tiktoken_rs::CoreBPE;
 
 use super::pieces::{Pattern, PieceCounter};
+use crate::low_priority::Ahead;
 use crate::util::lock;
 
 /// Framing tokens OpenAI's chat format spends on every message (`<|start|>{role}<|message|>` …
@@ -213,17 +214,19 @@ fn byte_bound(encoding: Encoding, text: &str) -> Option<u64> {
     Some(text.len() as u64)
 }
 
-static O200K: OnceLock<Option<CoreBPE>> = OnceLock::new();
-static CL100K: OnceLock<Option<CoreBPE>> = OnceLock::new();
-static O200K_PIECES: OnceLock<Option<PieceCounter>> = OnceLock::new();
-static CL100K_PIECES: OnceLock<Option<PieceCounter>> = OnceLock::new();
+static O200K: Ahead<Option<CoreBPE>> = Ahead::new();
+static CL100K: Ahead<Option<CoreBPE>> = Ahead::new();
+static O200K_PIECES: Ahead<Option<PieceCounter>> = Ahead::new();
+static CL100K_PIECES: Ahead<Option<PieceCounter>> = Ahead::new();
 
 /// The process-wide BPEs, built on first use.
 ///
 /// Building one parses a 200K-entry vocabulary and takes a noticeable fraction of a second,
 /// which should not land on the first keystroke's budget update: call
-/// [`Tokenizers::warm_in_background`] at startup. A count that arrives before the warm-up is
-/// done waits for it (`OnceLock` blocks concurrent initialisers) instead of building twice.
+/// [`Tokenizers::warm_in_background`] at startup. That thread runs at lowered priority, so a
+/// count that arrives before it is done does not wait for it but builds the tables itself
+/// (see [`crate::low_priority`]); work that can as well be done later waits for it
+/// ([`Tokenizers::wait_for_warm_up`]).
 pub struct Tokenizers;
 
 impl Tokenizers {
@@ -231,12 +234,7 @@ impl Tokenizers {
     /// estimates for all others. cl100k (gpt-4, gpt-3.5) is built on first use instead: each
     /// BPE holds tens of MiB, and most sessions never need the older one. Joining is optional.
     pub fn warm_in_background() -> Result<JoinHandle<()>, TokenizerError> {
-        let handle = std::thread::Builder::new()
-            .name("tokenizer-warm-up".to_owned())
-            .spawn(|| {
-                Self::counter(Encoding::O200kBase);
-            })?;
-        Ok(handle)
+        Ok(O200K_PIECES.spawn_ahead("tokenizer-warm-up", || build_counter(Encoding::O200kBase))?)
     }
 
     /// Whether o200k is built, so counting for current models will not wait.
@@ -246,10 +244,13 @@ impl Tokenizers {
 
     /// Whether counting with `encoding` will not wait for its tables.
     pub fn is_built(encoding: Encoding) -> bool {
-        match encoding {
-            Encoding::O200kBase => O200K_PIECES.get().is_some(),
-            Encoding::Cl100kBase => CL100K_PIECES.get().is_some(),
-        }
+        pieces_cell(encoding).get().is_some()
+    }
+
+    /// Blocks while the warm-up thread is building the tables for `encoding`: for counting
+    /// that is as good later (it then does not build them a second time beside that thread).
+    pub fn wait_for_warm_up(encoding: Encoding) {
+        pieces_cell(encoding).wait_for_lowered();
     }
 
     /// The BPE for `encoding`, building it if needed; `None` only if it could not be built.
@@ -258,31 +259,38 @@ impl Tokenizers {
             Encoding::O200kBase => &O200K,
             Encoding::Cl100kBase => &CL100K,
         };
-        cell.get_or_init(|| build_bpe(encoding)).as_ref()
+        cell.get_or_build(|| build_bpe(encoding)).as_ref()
     }
 
     /// The fast counter over the BPE for `encoding` (see [`super::pieces`]), building both if
     /// needed; `None` only if either could not be built.
     fn counter(encoding: Encoding) -> Option<&'static PieceCounter> {
-        let (cell, pattern) = match encoding {
-            Encoding::O200kBase => (&O200K_PIECES, Pattern::O200k),
-            Encoding::Cl100kBase => (&CL100K_PIECES, Pattern::Cl100k),
-        };
+        let cell = pieces_cell(encoding);
         if let Some(built) = cell.get() {
             return built.as_ref();
         }
-        // Building (or waiting for the warm-up thread to finish building) takes a fraction
-        // of a second: not on an async worker, whose other sessions would stall meanwhile.
-        crate::util::off_worker(|| {
-            cell.get_or_init(|| {
-                let bpe = Self::bpe(encoding)?;
-                PieceCounter::new(bpe, pattern)
-                    .map_err(|e| tracing::error!(?encoding, "{e}; counting with tiktoken-rs alone"))
-                    .ok()
-            })
-        })
-        .as_ref()
+        // Building takes a fraction of a second: not on an async worker, whose other sessions
+        // would stall meanwhile.
+        crate::util::off_worker(|| cell.get_or_build(|| build_counter(encoding))).as_ref()
     }
+}
+
+fn pieces_cell(encoding: Encoding) -> &'static Ahead<Option<PieceCounter>> {
+    match encoding {
+        Encoding::O200kBase => &O200K_PIECES,
+        Encoding::Cl100kBase => &CL100K_PIECES,
+    }
+}
+
+fn build_counter(encoding: Encoding) -> Option<PieceCounter> {
+    let pattern = match encoding {
+        Encoding::O200kBase => Pattern::O200k,
+        Encoding::Cl100kBase => Pattern::Cl100k,
+    };
+    let bpe = Tokenizers::bpe(encoding)?;
+    PieceCounter::new(bpe, pattern)
+        .map_err(|e| tracing::error!(?encoding, "{e}; counting with tiktoken-rs alone"))
+        .ok()
 }
 
 fn build_bpe(encoding: Encoding) -> Option<CoreBPE> {

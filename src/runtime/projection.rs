@@ -159,9 +159,10 @@ impl Inner {
         ids: Vec<String>,
     ) -> ExactFigures {
         let inner = self.clone();
+        let encoding = TokenCounter::for_model(&session.model).encoding();
         let session = session.clone();
         let run_id = run_id.to_string();
-        tokio::spawn(async move {
+        ExactFigures::spawn(encoding, move || {
             let counted = (|| -> RuntimeResult<BudgetSnapshot> {
                 let entries: Vec<Stored> = inner
                     .stored_entries(&session)?

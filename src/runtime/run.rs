@@ -250,10 +250,9 @@ impl RunContext {
             };
             if let Some(limit) = self.over_budget(&session, &prepared.snapshot)? {
                 // Upper bounds passing the spend cap: only the exact count decides.
-                let Some(figures) = exact.take() else {
+                if exact.take().is_none() {
                     return Ok(RunEnd::BudgetSpent(limit));
-                };
-                figures.abort();
+                }
                 let texts = super::projection::leased_texts(&leased);
                 prepared = match self.fit_counted(&session, &texts).await? {
                     Ok(prepared) => prepared,
@@ -468,9 +467,9 @@ impl RunContext {
         } = streamed;
         let (snapshot, exact) = match budget {
             (snapshot, None) => (snapshot, false),
-            (bounds, Some(figures)) => match figures.await {
-                Ok(Some(counted)) => (counted, true),
-                _ => (bounds, false),
+            (bounds, Some(figures)) => match figures.counted().await {
+                Some(counted) => (counted, true),
+                None => (bounds, false),
             },
         };
         if exact && reply.usage.is_none() {
