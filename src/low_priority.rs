@@ -9,7 +9,7 @@
 //! offers its value only if none is there by then (the later one is dropped).
 
 use std::cell::Cell;
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use crate::util::{lock, wait};
 
@@ -149,6 +149,49 @@ impl<T> Ahead<T> {
     }
 }
 
+/// Work beside a request that needs what a lowered thread is building (a first request's exact
+/// figures, a first prompt's redacted title): it starts once that thread is done, or when its
+/// result is asked for ([`Deferred::result`]), whichever comes first. Starting sooner would
+/// build the value a second time beside that thread, at full priority; waiting for the thread
+/// alone could wait for seconds on a loaded machine, and the request's end with it.
+pub struct Deferred<R> {
+    task: tokio::task::JoinHandle<Option<R>>,
+    needed: Arc<tokio::sync::Notify>,
+}
+
+impl<R: Send + 'static> Deferred<R> {
+    /// Runs `work` on a blocking thread once `warm_up` (which blocks while the lowered thread
+    /// builds: [`Ahead::wait_for_lowered`]) returns or the result is asked for.
+    pub fn spawn(
+        warm_up: impl FnOnce() + Send + 'static,
+        work: impl FnOnce() -> R + Send + 'static,
+    ) -> Self {
+        let needed = Arc::new(tokio::sync::Notify::new());
+        let asked = needed.clone();
+        let task = tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::task::spawn_blocking(warm_up) => {}
+                _ = asked.notified() => {}
+            }
+            tokio::task::spawn_blocking(work).await.ok()
+        });
+        Self { task, needed }
+    }
+
+    /// The work's result, starting it now if it has not started; `None` if it panicked.
+    pub async fn result(mut self) -> Option<R> {
+        self.needed.notify_one();
+        (&mut self.task).await.ok().flatten()
+    }
+}
+
+impl<R> Drop for Deferred<R> {
+    /// Work whose result no one will ask for is not started.
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// Counts a lowered thread's build in [`Ahead::building`] while it lasts, a panic included, so
 /// that no waiter waits for a build that ended.
 struct Building<'a, T>(&'a Ahead<T>);
@@ -269,6 +312,38 @@ mod tests {
         assert_eq!(ahead.get(), Some(&5));
         thread.join().unwrap();
         assert_eq!(*lock(&ahead.building), 0);
+    }
+
+    #[tokio::test]
+    async fn deferred_work_starts_when_asked_for_though_the_warm_up_is_not_done() {
+        let (release, released) = mpsc::channel::<()>();
+        let deferred = Deferred::spawn(
+            move || {
+                let _ = released.recv();
+            },
+            || 4,
+        );
+        assert_eq!(deferred.result().await, Some(4));
+        drop(release);
+    }
+
+    #[tokio::test]
+    async fn deferred_work_starts_once_the_warm_up_is_done_unasked() {
+        let (done, was_done) = tokio::sync::oneshot::channel();
+        let (release, released) = mpsc::channel::<()>();
+        let deferred = Deferred::spawn(
+            move || {
+                let _ = released.recv();
+            },
+            move || {
+                let _ = done.send(());
+            },
+        );
+        release.send(()).unwrap();
+        was_done
+            .await
+            .expect("the work ran before its result was asked for");
+        assert_eq!(deferred.result().await, Some(()));
     }
 
     #[test]

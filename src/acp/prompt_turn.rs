@@ -10,12 +10,12 @@ use std::sync::Arc;
 use agent_client_protocol_schema::v1 as acp;
 use serde_json::json;
 use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use super::agent::{Agent, send_update};
 use super::dispatch::SteeringParams;
 use super::error::{AcpError, Answer, error_message, runtime_error, to_value};
 use super::translate;
+use crate::low_priority::Deferred;
 use crate::protocol::{ChatSendParams, FinishReason};
 use crate::rpc::error::{INTERNAL_ERROR, INVALID_PARAMS};
 use crate::runtime::Runtime;
@@ -24,7 +24,7 @@ use crate::runtime::Runtime;
 /// (its first prompt names a new session), which the prompt's answer follows.
 pub struct Taken {
     accepted: Accepted,
-    titling: Option<JoinHandle<()>>,
+    titling: Option<Deferred<()>>,
 }
 
 /// How the turn that took a prompt ended.
@@ -183,7 +183,7 @@ impl Agent {
     /// provisional title it gave its session has been told).
     pub(super) async fn finish_prompt(&self, taken: Taken) -> Answer {
         if let Some(titling) = taken.titling {
-            let _ = titling.await;
+            titling.result().await;
         }
         match taken.accepted {
             Accepted::Command => {
@@ -197,11 +197,12 @@ impl Agent {
 
     /// Names a new session after its first prompt, and tells the client, beside the prompt's
     /// turn: the title is redacted, and a fresh process may still be compiling the redaction
-    /// patterns, which the prompt's request to the model must not wait for.
-    fn retitle(&self, runtime: &Runtime, session_id: &str, text: &str) -> JoinHandle<()> {
+    /// patterns, which the prompt's request to the model must not wait for. It is titled once
+    /// they are compiled, or at the turn's end, whichever comes first.
+    fn retitle(&self, runtime: &Runtime, session_id: &str, text: &str) -> Deferred<()> {
         let (runtime, peer) = (runtime.clone(), self.peer.clone());
         let (session_id, text) = (session_id.to_string(), text.to_string());
-        tokio::task::spawn_blocking(move || {
+        Deferred::spawn(crate::context::redact::wait_for_warm_up, move || {
             let title = translate::title_from(&text);
             if title.is_empty() {
                 return;

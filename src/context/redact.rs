@@ -152,6 +152,12 @@ fn wait_for_gate() {
     }
 }
 
+/// Blocks while the warm-up thread compiles the patterns: for a redaction that is as good later
+/// (it then does not compile them a second time beside that thread).
+pub fn wait_for_warm_up() {
+    PATTERNS.wait_for_lowered();
+}
+
 static PATTERNS: Ahead<Patterns> = Ahead::new();
 
 fn patterns() -> &'static Patterns {

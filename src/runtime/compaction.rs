@@ -7,8 +7,6 @@
 //! turns only, so a tool call never loses its result. A latest message too large for the
 //! window on its own is refused before any request.
 
-use std::sync::Arc;
-
 use futures::StreamExt;
 
 use super::projection::Prepared;
@@ -41,51 +39,10 @@ pub struct Compacted {
     pub fallback: Option<String>,
 }
 
-/// The exact figures of a request sent with upper bounds, being counted beside its reply.
-///
-/// The count starts once the tokenizer's warm-up thread has built the tables, or when the
-/// figures are asked for ([`ExactFigures::counted`]), whichever comes first: the warm-up runs
-/// at lowered priority and may starve on a loaded machine, and the reply's end must not wait
-/// for it; counting before either would build the tables a second time beside it.
-pub(super) struct ExactFigures {
-    task: tokio::task::JoinHandle<Option<BudgetSnapshot>>,
-    needed: Arc<tokio::sync::Notify>,
-}
-
-impl ExactFigures {
-    /// Counts `count` in a task of its own once the tables are there or the figures needed.
-    pub(super) fn spawn(
-        encoding: crate::context::Encoding,
-        count: impl FnOnce() -> Option<BudgetSnapshot> + Send + 'static,
-    ) -> Self {
-        let needed = Arc::new(tokio::sync::Notify::new());
-        let asked = needed.clone();
-        let task = tokio::spawn(async move {
-            let warmed = tokio::task::spawn_blocking(move || {
-                crate::context::Tokenizers::wait_for_warm_up(encoding)
-            });
-            tokio::select! {
-                _ = warmed => {}
-                _ = asked.notified() => {}
-            }
-            count()
-        });
-        Self { task, needed }
-    }
-
-    /// The exact figures; `None` if they could not be made (the store failed: logged).
-    pub(super) async fn counted(mut self) -> Option<BudgetSnapshot> {
-        self.needed.notify_one();
-        (&mut self.task).await.ok().flatten()
-    }
-}
-
-impl Drop for ExactFigures {
-    /// Figures no one will ask for are not counted.
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
+/// The exact figures of a request sent with upper bounds, counted beside its reply once the
+/// tokenizer's warm-up is done or the reply's end asks for them; `None` if they could not be
+/// made (the store failed: logged).
+pub(super) type ExactFigures = crate::low_priority::Deferred<Option<BudgetSnapshot>>;
 
 impl RunContext {
     /// The next request, made to fit: compacted when its history passes its share or the

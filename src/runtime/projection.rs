@@ -162,7 +162,8 @@ impl Inner {
         let encoding = TokenCounter::for_model(&session.model).encoding();
         let session = session.clone();
         let run_id = run_id.to_string();
-        ExactFigures::spawn(encoding, move || {
+        let warm_up = move || crate::context::Tokenizers::wait_for_warm_up(encoding);
+        ExactFigures::spawn(warm_up, move || {
             let counted = (|| -> RuntimeResult<BudgetSnapshot> {
                 let entries: Vec<Stored> = inner
                     .stored_entries(&session)?

@@ -467,7 +467,7 @@ impl RunContext {
         } = streamed;
         let (snapshot, exact) = match budget {
             (snapshot, None) => (snapshot, false),
-            (bounds, Some(figures)) => match figures.counted().await {
+            (bounds, Some(figures)) => match figures.result().await.flatten() {
                 Some(counted) => (counted, true),
                 None => (bounds, false),
             },
