@@ -941,8 +941,22 @@ test('the header: the title edited in place, the model picker from initialize, t
     await until(async () => (await daemon.request('session/get', { sessionId })).autoCompact === false, 'autoCompact off');
     await waitIn(page, () => (document.querySelector('.context-popover label.auto-compact input') as HTMLInputElement | null)?.checked === false);
 
+    // The switch keeps the keyboard's focus while the popover is drawn again (here by the
+    // session update its own change brings back).
+    const box = '.context-popover label.auto-compact input';
+    await page.focus(box);
+    await page.$eval(box, (input) => {
+      (input as HTMLElement).dataset.drawing = 'before';
+    });
+    await page.keyboard.press('Space');
+    await until(async () => (await daemon.request('session/get', { sessionId })).autoCompact === true, 'autoCompact on');
+    await waitIn(page, () => {
+      const input = document.querySelector('.context-popover label.auto-compact input') as HTMLInputElement | null;
+      return input !== null && input.dataset.drawing === undefined && input.checked;
+    });
+    assert.equal(await page.evaluate(() => document.activeElement?.matches('.context-popover label.auto-compact input')), true);
+
     // Escape closes the popover and gives the focus back to the meter.
-    await page.focus('.context-popover label.auto-compact input');
     await page.keyboard.press('Escape');
     await page.waitForSelector('.context-popover', { state: 'hidden', ...STEP });
     assert.equal(await page.evaluate(() => document.activeElement?.classList.contains('context')), true);

@@ -458,9 +458,16 @@ export class ChatView {
         e.preventDefault();
       }
     });
-    // Escape anywhere on the page (not taken by a field or the popover) stops the run.
+    // Escape anywhere on the page (not taken by a field) closes the open popover, or else stops
+    // the run.
     root.addEventListener('keydown', (e) => {
       if (e.key !== 'Escape' || e.defaultPrevented) return;
+      if (this.popoverOpen) {
+        e.preventDefault();
+        this.togglePopover();
+        this.context.focus();
+        return;
+      }
       const state = this.model?.state;
       if (state === 'running' || state === 'awaitingApproval') {
         e.preventDefault();
@@ -1343,6 +1350,11 @@ export class ChatView {
 
   /** The context meter's popover: the parts of the next request, estimate against actual, tokens by kind, cost. */
   private renderPopover(): void {
+    // The popover is drawn again as each budget, cost or session figure arrives: a control that
+    // had the keyboard's focus gets it back in its new drawing.
+    const focused = document.activeElement instanceof HTMLElement && this.popover.contains(document.activeElement)
+      ? document.activeElement.dataset.control
+      : undefined;
     this.context.setAttribute('aria-expanded', String(this.popoverOpen));
     this.popover.hidden = !this.popoverOpen;
     if (!this.popoverOpen) {
@@ -1396,12 +1408,14 @@ export class ChatView {
       const toggle = el('label', 'auto-compact');
       const box = el('input');
       box.type = 'checkbox';
+      box.dataset.control = 'autoCompact';
       box.checked = session.autoCompact;
       box.addEventListener('change', () => this.post({ type: 'updateSession', sessionId: session.id, change: { autoCompact: box.checked } }));
       toggle.append(box, document.createTextNode(' Fold older turns automatically when the window fills'));
       parts.push(toggle);
     }
     this.popover.replaceChildren(...parts);
+    if (focused) this.popover.querySelector<HTMLElement>(`[data-control="${focused}"]`)?.focus();
   }
 
   private renderAttachments(): void {
