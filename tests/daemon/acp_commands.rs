@@ -3,7 +3,7 @@
 
 use agent_client_protocol_schema::v1::AGENT_METHOD_NAMES;
 use pretty_assertions::assert_eq;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::acp_client::Agent;
 use crate::harness::Scratch;
@@ -93,10 +93,6 @@ async fn a_prompt_running_a_command_with_a_model_runs_on_that_model() {
             .await;
         assert_eq!(answered["stopReason"], "end_turn", "{answered}");
     }
-    let models: Vec<Value> = upstream
-        .bodies()
-        .iter()
-        .map(|b| b["model"].clone())
-        .collect();
+    let models = upstream.models();
     assert_eq!(models, vec![json!("gpt-4o-mini"), json!("gpt-4")]);
 }

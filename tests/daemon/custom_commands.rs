@@ -288,11 +288,7 @@ async fn a_commands_model_runs_its_whole_turn_and_the_next_turn_is_the_sessions_
         models_told(&next_turn),
         vec!["run gpt-4", "window 8192", "usage gpt-4"]
     );
-    let requested: Vec<Value> = upstream
-        .bodies()
-        .iter()
-        .map(|b| b["model"].clone())
-        .collect();
+    let requested = upstream.models();
     assert_eq!(
         requested,
         vec![json!("gpt-4o-mini"), json!("gpt-4o-mini"), json!("gpt-4")]
@@ -332,9 +328,14 @@ async fn a_resumed_command_turn_runs_on_the_commands_model() {
         })
         .await;
     daemon.call::<ChatSend>(say(&session, "/quick")).await;
-    while upstream.seen().is_empty() {
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    let asked = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while upstream.seen().is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    });
+    asked
+        .await
+        .expect("the command's request reached no upstream within the hang guard");
     daemon.process().kill().await.unwrap();
 
     let mut daemon = Daemon::start(&scratch.db(), options()).await;
@@ -348,11 +349,7 @@ async fn a_resumed_command_turn_runs_on_the_commands_model() {
         models_told(&resumed),
         vec!["run gpt-4o-mini", "window 128000", "usage gpt-4o-mini"]
     );
-    let requested: Vec<Value> = upstream
-        .bodies()
-        .iter()
-        .map(|b| b["model"].clone())
-        .collect();
+    let requested = upstream.models();
     assert_eq!(requested, vec![json!("gpt-4o-mini"), json!("gpt-4o-mini")]);
     daemon.close().await;
 }

@@ -153,6 +153,11 @@ impl Upstream {
     pub fn bodies(&self) -> Vec<Value> {
         self.requests.lock().expect("lock").clone()
     }
+
+    /// The `model` of each request body received so far, in order.
+    pub fn models(&self) -> Vec<Value> {
+        self.bodies().iter().map(|b| b["model"].clone()).collect()
+    }
 }
 
 /// Starts a fake upstream that answers requests with `replies`, in order.
