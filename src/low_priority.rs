@@ -55,6 +55,8 @@ fn set_niceness() {}
 /// A value built once per process, ahead of need on a lowered thread or by the first caller
 /// that cannot wait, whichever comes first.
 pub struct Ahead<T> {
+    /// What the value is, for the log.
+    name: &'static str,
     value: OnceLock<T>,
     /// How many lowered threads are building the value.
     building: Mutex<usize>,
@@ -62,15 +64,10 @@ pub struct Ahead<T> {
     built: Condvar,
 }
 
-impl<T> Default for Ahead<T> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl<T> Ahead<T> {
-    pub const fn new() -> Self {
+    pub const fn new(name: &'static str) -> Self {
         Self {
+            name,
             value: OnceLock::new(),
             building: Mutex::new(0),
             built: Condvar::new(),
@@ -96,7 +93,14 @@ impl<T> Ahead<T> {
             self.wait_for_lowered();
             return self.build_ahead(build);
         }
-        self.value.get_or_init(build)
+        self.value.get_or_init(|| {
+            // Logged so that a build the warm-up should have spared shows (tests look for it).
+            tracing::debug!(
+                value = self.name,
+                "building at full priority: needed before it was built ahead"
+            );
+            build()
+        })
     }
 
     /// Builds the value unless it is there, holding no one up while building: the value is
@@ -222,7 +226,7 @@ mod tests {
 
     #[test]
     fn a_caller_at_full_priority_builds_rather_than_wait_for_a_lowered_build() {
-        let ahead: Arc<Ahead<&str>> = Arc::new(Ahead::new());
+        let ahead: Arc<Ahead<&str>> = Arc::new(Ahead::new("test value"));
         let (started, was_started) = mpsc::channel();
         let (release, released) = mpsc::channel::<()>();
         let lowered = {
@@ -247,7 +251,7 @@ mod tests {
 
     #[test]
     fn a_lowered_caller_waits_for_a_lowered_build_instead_of_building_again() {
-        let ahead: Arc<Ahead<u32>> = Arc::new(Ahead::new());
+        let ahead: Arc<Ahead<u32>> = Arc::new(Ahead::new("test value"));
         let builds = Arc::new(AtomicUsize::new(0));
         let (started, was_started) = mpsc::channel();
         let (release, released) = mpsc::channel::<()>();
@@ -281,7 +285,7 @@ mod tests {
 
     #[test]
     fn a_failed_lowered_build_leaves_the_value_to_the_next_caller() {
-        let ahead: Arc<Ahead<u32>> = Arc::new(Ahead::new());
+        let ahead: Arc<Ahead<u32>> = Arc::new(Ahead::new("test value"));
         let panicked = {
             let ahead = ahead.clone();
             std::thread::spawn(move || {
@@ -297,7 +301,7 @@ mod tests {
 
     #[test]
     fn a_spawned_build_is_waited_for_from_the_start() {
-        let ahead: &'static Ahead<u32> = Box::leak(Box::new(Ahead::new()));
+        let ahead: &'static Ahead<u32> = Box::leak(Box::new(Ahead::new("test value")));
         let (release, released) = mpsc::channel::<()>();
         let thread = ahead
             .spawn_ahead("test-ahead", move || {

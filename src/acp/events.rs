@@ -9,10 +9,12 @@ use std::sync::Arc;
 use agent_client_protocol_schema::v1 as acp;
 use serde_json::Value;
 
-use super::agent::Agent;
+use super::agent::{Agent, send_update};
 use super::sink::{Item, Items};
 use super::translate;
-use crate::protocol::{Event, SessionEventParams, ToolCallStatus};
+use crate::context::{TokenCounter, Tokenizers};
+use crate::protocol::{BudgetEstimate, Event, Session, SessionEventParams, ToolCallStatus};
+use crate::runtime::Runtime;
 
 /// What the routing task remembers between events.
 #[derive(Default)]
@@ -138,6 +140,10 @@ impl Agent {
                 self.ask(session_id, root, approval).await;
             }
             Event::ApprovalResolved { approval_id, .. } => self.withdraw(&approval_id).await,
+            // A fresh daemon's first request goes out counted by upper bounds, and its counted
+            // figures follow in the step's next `budget` event. Counting the session for it now
+            // would build the tokenizer in the foreground, beside that request.
+            Event::Budget { snapshot, .. } if snapshot.estimate == BudgetEstimate::UpperBound => {}
             Event::Budget { .. } => {
                 if let Some(update) = self.usage_update(session_id).await {
                     self.update(session_id, update);
@@ -247,15 +253,45 @@ impl Agent {
     /// editor's meter moves with the conversation (never between the provider's count of the
     /// last request, which may leave out cached input, and the estimate of the next).
     pub(super) async fn usage_update(&self, session_id: &str) -> Option<acp::SessionUpdate> {
-        let runtime = self.runtime().await.ok()?;
-        let snapshot = runtime.budget(session_id).ok()?.snapshot;
-        let (window, used) = (snapshot.context_window, snapshot.input_tokens);
-        let cost = runtime.cost(session_id).ok()?.cost;
-        let priced = cost.total_usd.map(|usd| acp::Cost::new(usd, "USD"));
-        Some(acp::SessionUpdate::UsageUpdate(
-            acp::UsageUpdate::new(used, window).cost(priced),
-        ))
+        usage_of(self.runtime().await.ok()?, session_id)
     }
+
+    /// Sends a loaded session's `usage_update`: at once when its tokenizer is built, and
+    /// otherwise once the warm-up thread has built it (the update then follows the load's
+    /// answer). Counting the session now would build the tables in the foreground, and a
+    /// fresh agent would answer `session/load` only after them.
+    pub(super) async fn send_usage_when_counted(&self, session: &Session) {
+        let encoding = TokenCounter::for_model(&session.model).encoding();
+        if Tokenizers::is_built(encoding) {
+            if let Some(update) = self.usage_update(&session.id).await {
+                self.update(&session.id, update);
+            }
+            return;
+        }
+        let Ok(runtime) = self.runtime().await else {
+            return;
+        };
+        let (runtime, peer) = (runtime.clone(), self.peer.clone());
+        let session_id = session.id.clone();
+        tokio::spawn(async move {
+            let warm_up = move || Tokenizers::wait_for_warm_up(encoding);
+            let _ = tokio::task::spawn_blocking(warm_up).await;
+            if let Some(update) = usage_of(&runtime, &session_id) {
+                send_update(&peer, &session_id, update);
+            }
+        });
+    }
+}
+
+/// Context usage and the session's cost, as [`Agent::usage_update`] describes them.
+fn usage_of(runtime: &Runtime, session_id: &str) -> Option<acp::SessionUpdate> {
+    let snapshot = runtime.budget(session_id).ok()?.snapshot;
+    let (window, used) = (snapshot.context_window, snapshot.input_tokens);
+    let cost = runtime.cost(session_id).ok()?.cost;
+    let priced = cost.total_usd.map(|usd| acp::Cost::new(usd, "USD"));
+    Some(acp::SessionUpdate::UsageUpdate(
+        acp::UsageUpdate::new(used, window).cost(priced),
+    ))
 }
 
 #[cfg(test)]

@@ -182,17 +182,20 @@ impl Agent {
     /// The answer of an accepted prompt, once the turn that took it has ended (and the
     /// provisional title it gave its session has been told).
     pub(super) async fn finish_prompt(&self, taken: Taken) -> Answer {
-        if let Some(titling) = taken.titling {
-            titling.result().await;
-        }
-        match taken.accepted {
+        let answer = match taken.accepted {
             Accepted::Command => {
                 // After the note's update, which was published before `send` returned.
                 self.sink.barrier().await;
                 to_value(&acp::PromptResponse::new(acp::StopReason::EndTurn))
             }
             Accepted::Waiting(waiting) => answer(waiting.await.ok()),
+        };
+        // Asked for only now: asking starts the title at once, and on a fresh process it
+        // would compile the redaction patterns at full priority beside the turn's request.
+        if let Some(titling) = taken.titling {
+            titling.result().await;
         }
+        answer
     }
 
     /// Names a new session after its first prompt, and tells the client, beside the prompt's

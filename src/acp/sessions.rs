@@ -227,9 +227,7 @@ impl Agent {
                 ),
             );
         }
-        if let Some(update) = self.usage_update(&session.id).await {
-            self.update(&session.id, update);
-        }
+        self.send_usage_when_counted(session).await;
         Ok(())
     }
 

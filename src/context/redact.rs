@@ -158,7 +158,7 @@ pub fn wait_for_warm_up() {
     PATTERNS.wait_for_lowered();
 }
 
-static PATTERNS: Ahead<Patterns> = Ahead::new();
+static PATTERNS: Ahead<Patterns> = Ahead::new("the redaction patterns");
 
 fn patterns() -> &'static Patterns {
     PATTERNS.get_or_build(compile)

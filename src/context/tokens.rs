@@ -214,10 +214,10 @@ fn byte_bound(encoding: Encoding, text: &str) -> Option<u64> {
     Some(text.len() as u64)
 }
 
-static O200K: Ahead<Option<CoreBPE>> = Ahead::new();
-static CL100K: Ahead<Option<CoreBPE>> = Ahead::new();
-static O200K_PIECES: Ahead<Option<PieceCounter>> = Ahead::new();
-static CL100K_PIECES: Ahead<Option<PieceCounter>> = Ahead::new();
+static O200K: Ahead<Option<CoreBPE>> = Ahead::new("the o200k tables");
+static CL100K: Ahead<Option<CoreBPE>> = Ahead::new("the cl100k tables");
+static O200K_PIECES: Ahead<Option<PieceCounter>> = Ahead::new("the o200k piece counter");
+static CL100K_PIECES: Ahead<Option<PieceCounter>> = Ahead::new("the cl100k piece counter");
 
 /// The process-wide BPEs, built on first use.
 ///
