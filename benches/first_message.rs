@@ -1,7 +1,9 @@
 //! The first message after an editor starts the daemon: spawn → `initialize` →
 //! `session/create` → `chat/send` → the provider has the request, on a fresh daemon beside a new
 //! session's first message on a warm one (a daemon that has answered before), measured in one
-//! run, interleaved; and the same for `sidechat acp` (`session/new` → `session/prompt`).
+//! run, interleaved; and the same for `sidechat acp` (`session/new` → `session/prompt`). Then
+//! `sidechat acp`'s `session/load` of one of those sessions, on a fresh agent beside a warm one
+//! (its replay needs no tokenizer, so the answer should not wait for one).
 //!
 //! Run with `cargo bench --bench first_message` (a release build). Without `--bench`, as under
 //! `cargo test --benches`, it makes one quick run of each to check that they work.
@@ -144,6 +146,57 @@ fn fresh_once(front: Front, home: &Path) -> (Duration, Duration) {
     (whole, first)
 }
 
+/// `session/load` of `session` on `process`: written → answered (the replay comes before).
+fn load(process: &mut Process, home: &Path, session: &str) -> Duration {
+    let started = Instant::now();
+    process.call(
+        AGENT_METHOD_NAMES.session_load,
+        json!({"sessionId": session, "cwd": home.display().to_string(), "mcpServers": []}),
+    );
+    started.elapsed()
+}
+
+/// A fresh agent's `session/load` of `session`.
+fn fresh_load(home: &Path, session: &str) -> Duration {
+    let fake = upstream::start(Vec::new());
+    let mut process = Process::spawn(Front::Acp, home, &fake.url);
+    process.initialize(Front::Acp);
+    let took = load(&mut process, home, session);
+    process.close(Front::Acp);
+    took
+}
+
+/// `sidechat acp`'s `session/load` of a session of one exchange on a fresh agent, whose
+/// tokenizer is still being built, beside a warm agent's.
+fn loads(home: &Path, warm_up: usize, runs: usize) {
+    let fake = upstream::start(Vec::new());
+    let mut warm = Process::spawn(Front::Acp, home, &fake.url);
+    warm.initialize(Front::Acp);
+    let listed = warm.call(AGENT_METHOD_NAMES.session_list, json!({}));
+    let session = listed["sessions"][0]["sessionId"]
+        .as_str()
+        .expect("a session from the first messages")
+        .to_string();
+    for _ in 0..warm_up {
+        fresh_load(home, &session);
+        load(&mut warm, home, &session);
+    }
+    let (mut fresh, mut warmed) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        fresh.push(fresh_load(home, &session));
+        warmed.push(load(&mut warm, home, &session));
+    }
+    warm.close(Front::Acp);
+    let (fresh, warmed) = (median(fresh), median(warmed));
+    println!(
+        "  {:<22} → answered: fresh {}  warm {}  ratio {:.2}",
+        "acp: session/load",
+        ms(fresh),
+        ms(warmed),
+        fresh.as_secs_f64() / warmed.as_secs_f64()
+    );
+}
+
 fn median(mut values: Vec<Duration>) -> Duration {
     values.sort();
     values[values.len() / 2]
@@ -214,4 +267,5 @@ fn main() {
             );
         }
     }
+    loads(&dir.path().join("acp"), warm_up, runs);
 }
