@@ -309,6 +309,15 @@ H.run({
       H.wait("made.txt removed", function()
         return read("made.txt") == nil
       end)
+      -- The file goes before the rewind ends; the next test sends on this session once it has.
+      H.wait("the turn folded away", function()
+        for _, entry in ipairs(s.entries) do
+          if entry.rewound then
+            return true
+          end
+        end
+        return false
+      end)
       H.eq('Undo to before "run echo made > made.txt"? Restores made.txt; the messages from there on are folded away',
         asked[1].prompt, "the question names the command's file")
     end,
