@@ -199,25 +199,9 @@ impl Runtime {
     }
 
     /// `/new-context`: starts the model afresh now, with a carry-over note. What the note says
-    /// to the user.
+    /// to the user. The caller holds the session ([`Runtime::command`]).
     pub(super) async fn new_context_command(&self, session: &SessionRow) -> RuntimeResult<String> {
-        if let Some(run_id) = self.inner.runs.active_run(&session.id) {
-            return Err(RuntimeError::Busy {
-                session_id: session.id.clone(),
-                run_id,
-            });
-        }
-        self.refuse_if_suspended(&session.id)?;
-        let claim = crate::util::new_id("ctx");
-        if let Err(run_id) = self.inner.runs.claim(&session.id, &claim) {
-            return Err(RuntimeError::Busy {
-                session_id: session.id.clone(),
-                run_id,
-            });
-        }
-        let done = self.inner.carry_over(session, Why::Command).await;
-        self.inner.runs.release(&session.id, &claim);
-        match done? {
+        match self.inner.carry_over(session, Why::Command).await? {
             None => Err(RuntimeError::Conflict(
                 "nothing to carry over: the model's context is already empty".into(),
             )),

@@ -65,6 +65,24 @@ fn model_argument(argument: &str) -> (&str, bool) {
 }
 
 impl Runtime {
+    /// The hold a command that changes what the model sees keeps on the session, so that no
+    /// run starts meanwhile (`None` for the others); busy while a run or another such command
+    /// holds it, or while a run waits for an approval.
+    fn hold_for(
+        &self,
+        session: &SessionRow,
+        command: &Command<'_>,
+    ) -> RuntimeResult<Option<super::command_claim::CommandClaim>> {
+        let kind = match (command.name.as_str(), command.argument.is_empty()) {
+            ("compact", _) => "cmp",
+            ("new-context", _) => "ctx",
+            ("undo", _) | ("rewind", false) => "rwd",
+            _ => return Ok(None),
+        };
+        self.refuse_if_suspended(&session.id)?;
+        self.inner.claim_for_command(&session.id, kind).map(Some)
+    }
+
     /// Whether `model` is a name sidechat knows: in the context window table, in the price
     /// book (built-in or configured), or the session's account's configured model.
     pub(super) fn knows_model(&self, session: &SessionRow, model: &str) -> bool {
@@ -99,6 +117,9 @@ impl Runtime {
                 ),
             )?;
         }
+        // Held until the command's note is in: input sent meanwhile is queued, and follows
+        // the note as the next turn.
+        let _held = self.hold_for(session, &command)?;
         let note = match command.name.as_str() {
             "help" => help(&found),
             "instructions" => self.inner.describe_instructions(session),
@@ -140,28 +161,16 @@ impl Runtime {
                     false => format!("System prompt set: {argument}"),
                 }
             }
-            "compact" => {
-                self.refuse_if_suspended(&session.id)?;
-                let claim = crate::util::new_id("cmp");
-                if let Err(run_id) = self.inner.runs.claim(&session.id, &claim) {
-                    return Err(RuntimeError::Busy {
-                        session_id: session.id.clone(),
-                        run_id,
-                    });
-                }
-                let done = self.compact_command(session, argument).await;
-                self.inner.runs.release(&session.id, &claim);
-                done?
-            }
+            "compact" => self.compact_command(session, argument).await?,
             "new-context" => self.new_context_command(session).await?,
             "permissions" => self.describe_permissions(session)?,
-            "undo" => self.rewind_command(session, "1", argument).await?,
+            "undo" => self.rewind_command(session, "1", argument)?,
             "rewind" if argument.is_empty() => self.turns_note(session)?,
             "rewind" => {
                 let (count, rest) = argument
                     .split_once(char::is_whitespace)
                     .unwrap_or((argument, ""));
-                self.rewind_command(session, count, rest).await?
+                self.rewind_command(session, count, rest)?
             }
             "fork" => self.fork_command(session)?,
             "clear" => {

@@ -6,6 +6,7 @@
 mod accounting;
 mod carry_over;
 mod chat;
+mod command_claim;
 mod command_scan;
 mod command_snapshots;
 mod commands;

@@ -257,16 +257,8 @@ impl Runtime {
         if params.dry_run {
             return self.plan_and_rewind(&session.id, params);
         }
-        let claim = crate::util::new_id("rwd");
-        if let Err(run_id) = self.inner.runs.claim(&session.id, &claim) {
-            return Err(RuntimeError::Busy {
-                session_id: session.id.clone(),
-                run_id,
-            });
-        }
-        let done = self.plan_and_rewind(&session.id, params);
-        self.inner.runs.release(&session.id, &claim);
-        done
+        let _held = self.inner.claim_for_command(&session.id, "rwd")?;
+        self.plan_and_rewind(&session.id, params)
     }
 
     fn plan_and_rewind(
@@ -470,8 +462,8 @@ impl Runtime {
     }
 
     /// `/undo` and `/rewind <n>`: files and conversation back to before the `count`th-last
-    /// turn; `rest` may say `--force`.
-    pub(super) async fn rewind_command(
+    /// turn; `rest` may say `--force`. The caller holds the session ([`Runtime::command`]).
+    pub(super) fn rewind_command(
         &self,
         session: &crate::store::SessionRow,
         count: &str,
@@ -501,15 +493,16 @@ impl Runtime {
                 turns.len()
             )));
         };
-        let done = self
-            .rewind(SessionRewindParams {
+        let done = self.plan_and_rewind(
+            &session.id,
+            SessionRewindParams {
                 session_id: session.id.clone(),
                 message_id: turn.message_id.clone(),
                 restore: RewindRestore::Both,
                 force,
                 dry_run: false,
-            })
-            .await?;
+            },
+        )?;
         Ok(describe_rewind(back, &done))
     }
 

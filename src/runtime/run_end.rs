@@ -203,10 +203,12 @@ impl Inner {
         }
         for _ in 0..4 {
             let promoted = !ending.shutting_down
-                && self.promote_queue(ending).unwrap_or_else(|e| {
-                    tracing::error!(error = %e, "cannot promote queued input");
-                    false
-                });
+                && self
+                    .promote_queue(ending.session_id, Some(ending.run_id))
+                    .unwrap_or_else(|e| {
+                        tracing::error!(error = %e, "cannot promote queued input");
+                        false
+                    });
             if promoted {
                 let run_id = new_id("run");
                 let moved = store.transfer_lease(session_id, ended, &run_id);
@@ -235,10 +237,15 @@ impl Inner {
         None
     }
 
-    /// Turns everything still queued into one new user turn; the next run answers it.
-    fn promote_queue(&self, ending: &Ending<'_>) -> RuntimeResult<bool> {
-        let rows = self.store.open_pending(ending.session_id)?;
-        let Some(message) = promoted_turn(ending.session_id, rows) else {
+    /// Turns everything still queued into one new user turn; the next run answers it. The
+    /// event names the run that ended (`None` after a command's claim, which is no run).
+    pub(super) fn promote_queue(
+        &self,
+        session_id: &str,
+        ended: Option<&str>,
+    ) -> RuntimeResult<bool> {
+        let rows = self.store.open_pending(session_id)?;
+        let Some(message) = promoted_turn(session_id, rows) else {
             return Ok(false);
         };
         let pending_ids = message
@@ -249,8 +256,8 @@ impl Inner {
         let entry = self.commit(message)?;
         self.events.emit(
             &self.store,
-            ending.session_id,
-            Some(ending.run_id),
+            session_id,
+            ended,
             Event::InterjectionPromoted {
                 pending_ids,
                 message_id: entry.id,
@@ -260,7 +267,12 @@ impl Inner {
     }
 
     /// Starts the run that answers the promoted turn, or gives its claim back.
-    fn start_next(self: &Arc<Self>, session_id: &str, run_id: String, signals: RunSignals) {
+    pub(super) fn start_next(
+        self: &Arc<Self>,
+        session_id: &str,
+        run_id: String,
+        signals: RunSignals,
+    ) {
         let started = match self.store.session(session_id) {
             Ok(Some(session)) => spawn_run(
                 self.clone(),

@@ -16,6 +16,7 @@ mod bytes;
 mod carry_over;
 mod clock;
 mod command_changes;
+mod command_holds;
 mod commands;
 mod custom_commands;
 mod delegation;
