@@ -782,7 +782,7 @@ async function waitFor(condition: () => boolean): Promise<void> {
 }
 
 test('an approval card saves an edited rule for the workspace (a refused one kept to fix), a matching write then asks nobody, and Deny tells the model the reason typed', { timeout: 120_000 }, () =>
-  withChat('workspace-rule', { env: () => ({ SIDECHAT_DEMO_DELAY_MS: '5' }) }, async ({ scratch, daemon, page }) => {
+  withChat('workspace-rule', { env: () => ({ SIDECHAT_DEMO_DELAY_MS: '5' }) }, async ({ scratch, daemon, chat, page }) => {
     await send(page, 'create notes.md with hello');
     await page.waitForSelector('.approval', STEP);
     assert.equal(await page.isVisible('.approval .workspace-rule'), false);
@@ -811,14 +811,22 @@ test('an approval card saves an edited rule for the workspace (a refused one kep
     await untilIdle(page);
     assert.equal(await page.locator('.approval').count(), 0);
 
-    // Deny with a reason: the model is told it.
+    // Deny with a reason: the model is told it. A redraw while it is typed (here the budget
+    // figure, which follows a request) leaves the card, the text and the caret where they were.
     await send(page, 'create draft.txt with x');
     await page.waitForSelector('.approval', STEP);
-    await page.fill('.approval input.reason', 'name it notes.txt');
+    await page.click('.approval input.reason');
+    await page.keyboard.type('name it ');
+    const [session] = (await daemon.request('session/list', {})).sessions;
+    const { snapshot } = await daemon.request('session/budget', { sessionId: session.id });
+    chat.post({ type: 'budget', sessionId: session.id, snapshot: { ...snapshot, inputTokens: snapshot.inputTokens + 1 } });
+    await chat.settled();
+    await page.evaluate(() => new Promise<void>((resolve) => requestAnimationFrame(() => resolve())));
+    await page.keyboard.type('notes.txt');
+    assert.equal(await page.inputValue('.approval input.reason'), 'name it notes.txt');
     await page.click('.approval button.deny');
     await page.waitForSelector('.entry.tool[data-status="denied"]', STEP);
     await untilIdle(page);
-    const [session] = (await daemon.request('session/list', {})).sessions;
     const transcript = await daemon.request('session/transcript', { sessionId: session.id });
     const denied = transcript.entries.flatMap((e) => e.blocks).filter((b) => b.type === 'toolResult' && b.status === 'denied');
     assert.deepEqual(denied.map((b) => (b.type === 'toolResult' ? b.output : '')), [

@@ -656,6 +656,7 @@ export class ChatView {
         break;
       case 'error':
         this.errors.push(message.message);
+        this.answerRefused = true;
         break;
       case 'completions':
         this.completion.receive(message.requestId, message.kind, message.query, message.items);
@@ -1114,84 +1115,108 @@ export class ChatView {
   /** Text typed into an approval card (the rule to save, the deny's reason), by approval id. */
   private approvalDrafts = new Map<string, { rule?: string; reason?: string }>();
 
+  /**
+   * The cards drawn, by approval id, each with what it was drawn from. A card whose approval is
+   * unchanged is kept as it is, never drawn again: a redraw (a budget figure, the session list)
+   * would otherwise take the caret out of the reason the user is typing.
+   */
+  private approvalCards = new Map<string, { card: HTMLElement; drawnFrom: string }>();
+  /** An answer was refused (the host told an error): the cards' controls are enabled again. */
+  private answerRefused = false;
+
   private renderApprovals(): void {
     // The session's own, then those its sub-agents wait for, each saying who asks.
     const approvals: { approval: PendingApproval; task?: string }[] = [
       ...[...(this.model?.approvals.values() ?? [])].map((approval) => ({ approval })),
       ...[...(this.model?.delegatedApprovals.values() ?? [])].map((d) => ({ approval: d.approval, task: d.task })),
     ];
-    this.approvals.replaceChildren(
-      ...approvals.map(({ approval, task }) => {
-        const card = el('div', task === undefined ? 'approval' : 'approval delegated');
-        card.dataset.approvalId = approval.approvalId;
-        card.append(el('div', 'title', `Allow ${approval.tool}?`));
-        if (task !== undefined) card.append(el('div', 'asked-by', `Asked by the sub-agent working on: ${task}`));
-        card.append(el('div', 'summary', approval.summary));
-        const preview = approvalPreview(approval);
-        const pre = el('pre', `preview ${preview.kind}`);
-        for (const line of preview.lines) {
-          const kind = preview.kind === 'diff' ? (line.startsWith('+++') || line.startsWith('---') ? 'file' : line[0] === '+' ? 'add' : line[0] === '-' ? 'del' : '') : '';
-          pre.append(el('span', `line ${kind}`, `${line}\n`));
-        }
-        if (approval.whyAsked) card.append(el('div', 'why', approval.whyAsked));
-        const sandbox = sandboxNote(approval);
-        if (sandbox !== undefined) {
-          const note = el('div', 'sandbox', sandbox);
-          note.dataset.sandboxed = String(approval.sandboxed);
-          card.append(note);
-        }
-        const id = approval.approvalId;
-        // What the user typed survives a redraw (an error shown, a refused rule): kept by approval.
-        const draft = this.approvalDrafts.get(id) ?? {};
-        const keep = (change: { rule?: string; reason?: string }) => this.approvalDrafts.set(id, { ...this.approvalDrafts.get(id), ...change });
-        const actions = el('div', 'actions');
-        const answer = (decision: 'allow' | 'allowAlways' | 'allowWorkspace' | 'deny', extra: { rule?: string; reason?: string } = {}) => () => {
-          for (const b of card.querySelectorAll('button, input')) (b as HTMLButtonElement | HTMLInputElement).disabled = true;
-          this.post({ type: 'approve', approvalId: id, decision, ...extra });
-        };
-        const reason = el('input', 'reason');
-        reason.type = 'text';
-        reason.placeholder = 'Reason for the model (optional)';
-        reason.value = draft.reason ?? '';
-        reason.addEventListener('input', () => keep({ reason: reason.value }));
-        // "Always in this workspace" shows the rule it would save, editable, before saving it.
-        const workspace = el('div', 'workspace-rule');
-        const rule = el('input', 'rule');
-        rule.type = 'text';
-        rule.value = draft.rule ?? approval.proposedRule ?? '';
-        rule.placeholder = 'tool(pattern), e.g. run_command(cargo test *)';
-        rule.addEventListener('input', () => keep({ rule: rule.value }));
-        workspace.append(
-          el('label', 'label', 'Always allow in this workspace:'),
-          rule,
-          button('Save rule', 'save-rule', () => {
-            const text = rule.value.trim();
-            answer('allowWorkspace', text ? { rule: text } : {})();
-          }),
-          button('Cancel', 'cancel-rule', () => {
-            this.approvalDrafts.set(id, { reason: this.approvalDrafts.get(id)?.reason });
-            workspace.hidden = true;
-          }),
-        );
-        workspace.hidden = draft.rule === undefined;
-        actions.append(
-          button('Allow once', 'allow', answer('allow')),
-          button('Always', 'allow-always', answer('allowAlways'), `Allow ${approval.tool} for the rest of this chat`),
-          button('Always in this workspace', 'allow-workspace', () => {
-            keep({ rule: rule.value });
-            workspace.hidden = false;
-            rule.focus();
-          }, 'Save an allow rule for this folder (you can edit it first); later chats here use it too'),
-          button('Deny', 'deny', () => {
-            const text = reason.value.trim();
-            answer('deny', text ? { reason: text } : {})();
-          }),
-          reason,
-        );
-        card.append(pre, actions, workspace);
-        return card;
+    const drawn = new Map<string, { card: HTMLElement; drawnFrom: string }>();
+    for (const { approval, task } of approvals) {
+      const drawnFrom = JSON.stringify([approval, task]);
+      const known = this.approvalCards.get(approval.approvalId);
+      drawn.set(approval.approvalId, known?.drawnFrom === drawnFrom ? known : { card: this.approvalCard(approval, task), drawnFrom });
+    }
+    this.approvalCards = drawn;
+    const cards = [...drawn.values()].map((d) => d.card);
+    if (this.answerRefused) {
+      for (const card of cards) for (const control of card.querySelectorAll('button, input')) (control as HTMLButtonElement | HTMLInputElement).disabled = false;
+      this.answerRefused = false;
+    }
+    const children = [...this.approvals.children];
+    // Moving a card, even to where it is, would take the focus out of it.
+    if (children.length !== cards.length || children.some((child, i) => child !== cards[i])) this.approvals.replaceChildren(...cards);
+  }
+
+  /** One approval's card: what is asked, its preview, and the answers. */
+  private approvalCard(approval: PendingApproval, task: string | undefined): HTMLElement {
+    const card = el('div', task === undefined ? 'approval' : 'approval delegated');
+    card.dataset.approvalId = approval.approvalId;
+    card.append(el('div', 'title', `Allow ${approval.tool}?`));
+    if (task !== undefined) card.append(el('div', 'asked-by', `Asked by the sub-agent working on: ${task}`));
+    card.append(el('div', 'summary', approval.summary));
+    const preview = approvalPreview(approval);
+    const pre = el('pre', `preview ${preview.kind}`);
+    for (const line of preview.lines) {
+      const kind = preview.kind === 'diff' ? (line.startsWith('+++') || line.startsWith('---') ? 'file' : line[0] === '+' ? 'add' : line[0] === '-' ? 'del' : '') : '';
+      pre.append(el('span', `line ${kind}`, `${line}\n`));
+    }
+    if (approval.whyAsked) card.append(el('div', 'why', approval.whyAsked));
+    const sandbox = sandboxNote(approval);
+    if (sandbox !== undefined) {
+      const note = el('div', 'sandbox', sandbox);
+      note.dataset.sandboxed = String(approval.sandboxed);
+      card.append(note);
+    }
+    const id = approval.approvalId;
+    // What the user typed survives a redraw (an error shown, a refused rule): kept by approval.
+    const draft = this.approvalDrafts.get(id) ?? {};
+    const keep = (change: { rule?: string; reason?: string }) => this.approvalDrafts.set(id, { ...this.approvalDrafts.get(id), ...change });
+    const actions = el('div', 'actions');
+    const answer = (decision: 'allow' | 'allowAlways' | 'allowWorkspace' | 'deny', extra: { rule?: string; reason?: string } = {}) => () => {
+      for (const b of card.querySelectorAll('button, input')) (b as HTMLButtonElement | HTMLInputElement).disabled = true;
+      this.post({ type: 'approve', approvalId: id, decision, ...extra });
+    };
+    const reason = el('input', 'reason');
+    reason.type = 'text';
+    reason.placeholder = 'Reason for the model (optional)';
+    reason.value = draft.reason ?? '';
+    reason.addEventListener('input', () => keep({ reason: reason.value }));
+    // "Always in this workspace" shows the rule it would save, editable, before saving it.
+    const workspace = el('div', 'workspace-rule');
+    const rule = el('input', 'rule');
+    rule.type = 'text';
+    rule.value = draft.rule ?? approval.proposedRule ?? '';
+    rule.placeholder = 'tool(pattern), e.g. run_command(cargo test *)';
+    rule.addEventListener('input', () => keep({ rule: rule.value }));
+    workspace.append(
+      el('label', 'label', 'Always allow in this workspace:'),
+      rule,
+      button('Save rule', 'save-rule', () => {
+        const text = rule.value.trim();
+        answer('allowWorkspace', text ? { rule: text } : {})();
+      }),
+      button('Cancel', 'cancel-rule', () => {
+        this.approvalDrafts.set(id, { reason: this.approvalDrafts.get(id)?.reason });
+        workspace.hidden = true;
       }),
     );
+    workspace.hidden = draft.rule === undefined;
+    actions.append(
+      button('Allow once', 'allow', answer('allow')),
+      button('Always', 'allow-always', answer('allowAlways'), `Allow ${approval.tool} for the rest of this chat`),
+      button('Always in this workspace', 'allow-workspace', () => {
+        keep({ rule: rule.value });
+        workspace.hidden = false;
+        rule.focus();
+      }, 'Save an allow rule for this folder (you can edit it first); later chats here use it too'),
+      button('Deny', 'deny', () => {
+        const text = reason.value.trim();
+        answer('deny', text ? { reason: text } : {})();
+      }),
+      reason,
+    );
+    card.append(pre, actions, workspace);
+    return card;
   }
 
   /** The model's plan as a checklist, pinned above the composer while a run works. */
