@@ -72,7 +72,9 @@ async function withChat(
       chat.controller.dispose();
       await chat.page.close();
     }
-    await daemon.stop();
+    // As the extension deactivates: a request the controller still had on its way (a refresh
+    // after the last event) cannot start another daemon, which would keep this file running.
+    await daemon.dispose();
     scratch.dispose();
   }
 }

@@ -287,6 +287,8 @@ export function pageRig(): PageRig {
   after(async () => {
     await rig.browser?.close();
     server?.close();
+    // Keep-alive connections the browser left would keep the file's process running.
+    server?.closeAllConnections();
   });
   return rig;
 }
