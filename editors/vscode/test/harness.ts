@@ -275,6 +275,13 @@ export interface PageRig {
  * Starts headless Chromium and the page's server before the file's tests and closes both after
  * them; the returned object is filled in once they run.
  */
+/** What keeps the process running: its open resources, and any child process by its command. */
+function openHandles(): string[] {
+  const handles = (process as unknown as { _getActiveHandles(): { pid?: number; spawnargs?: string[] }[] })._getActiveHandles();
+  const children = handles.filter((h) => h.pid !== undefined).map((h) => `child ${h.pid} (${h.spawnargs?.join(' ')})`);
+  return [...process.getActiveResourcesInfo(), ...children];
+}
+
 export function pageRig(): PageRig {
   const rig = {} as PageRig;
   let server: Server | undefined;
@@ -289,6 +296,12 @@ export function pageRig(): PageRig {
     server?.close();
     // Keep-alive connections the browser left would keep the file's process running.
     server?.closeAllConnections();
+    // Anything else left open would keep it running silently after its last test: name it and
+    // fail instead. Unreferenced, so a process with nothing left open exits at once.
+    setTimeout(() => {
+      console.error(`still running 30 s after the last test; open handles: ${openHandles().join(', ')}`);
+      process.exit(1);
+    }, 30_000).unref();
   });
   return rig;
 }
