@@ -31,6 +31,9 @@ pub struct ReplayTurn {
     pub error: Option<String>,
     /// End the turn as the model declining to answer (a refusal), after the text.
     pub refusal: bool,
+    /// Refuse the turn's first requests, this many, before anything is answered, as an
+    /// overloaded provider does (HTTP 529): the turn is left unanswered until asked again.
+    pub failures: u32,
     pub usage: Option<TokenUsage>,
 }
 
@@ -72,6 +75,8 @@ pub struct ReplayDriver {
     script: ReplayScript,
     /// Every request received is appended here as one JSON line, when set.
     request_log: Option<PathBuf>,
+    /// How many requests each turn (by index) has refused of its `failures`.
+    refused: std::sync::Mutex<std::collections::HashMap<usize, u32>>,
 }
 
 impl ReplayDriver {
@@ -94,6 +99,7 @@ impl ReplayDriver {
         Ok(Self {
             script,
             request_log,
+            refused: Default::default(),
         })
     }
 
@@ -138,6 +144,18 @@ impl ModelDriver for ReplayDriver {
                     ..ReplayTurn::default()
                 }),
         };
+        if turn.failures > 0 && !titling {
+            let mut refused = crate::util::lock(&self.refused);
+            let count = refused.entry(index).or_insert(0);
+            if *count < turn.failures {
+                *count += 1;
+                let overloaded = ProviderError::Http {
+                    status: 529,
+                    message: "overloaded (replayed)".into(),
+                };
+                return futures::stream::iter([Err(overloaded)]).boxed();
+            }
+        }
         let delay = Duration::from_millis(turn.delay_ms);
         let mut events: Vec<Result<ModelEvent, ProviderError>> = Vec::new();
         if let Some(thinking) = &turn.thinking {
@@ -197,16 +215,19 @@ mod tests {
     use super::*;
     use crate::provider::{ModelContent, ModelMessage};
 
+    fn driver(script: serde_json::Value) -> ReplayDriver {
+        ReplayDriver {
+            script: serde_json::from_value(script).unwrap(),
+            request_log: None,
+            refused: Default::default(),
+        }
+    }
+
     fn script() -> ReplayDriver {
-        let script = serde_json::from_value(serde_json::json!({
+        driver(serde_json::json!({
             "turns": [{"text": "parent first"}, {"text": "parent second"}],
             "delegated": {"turns": [{"text": "child first"}, {"text": "child second"}]},
         }))
-        .unwrap();
-        ReplayDriver {
-            script,
-            request_log: None,
-        }
     }
 
     fn request(delegated: bool, assistant_messages: usize) -> ModelRequest {
@@ -230,14 +251,37 @@ mod tests {
     }
 
     async fn text_of(driver: &ReplayDriver, request: ModelRequest) -> String {
+        answer_of(driver, request).await.unwrap()
+    }
+
+    /// The answer's text, or the error that ended it.
+    async fn answer_of(driver: &ReplayDriver, request: ModelRequest) -> Result<String, String> {
         let mut text = String::new();
         let mut stream = driver.stream(request);
         while let Some(event) = stream.next().await {
-            if let ModelEvent::TextDelta(delta) = event.unwrap() {
+            if let ModelEvent::TextDelta(delta) = event.map_err(|e| e.to_string())? {
                 text.push_str(&delta);
             }
         }
-        text
+        Ok(text)
+    }
+
+    #[tokio::test]
+    async fn a_turn_with_failures_refuses_that_many_requests_before_it_answers() {
+        let driver = driver(serde_json::json!({"turns": [{"text": "at last", "failures": 2}]}));
+        let mut answers = Vec::new();
+        for _ in 0..3 {
+            answers.push(answer_of(&driver, request(false, 0)).await);
+        }
+        let overloaded = "the provider answered HTTP 529: overloaded (replayed)".to_string();
+        assert_eq!(
+            answers,
+            [
+                Err(overloaded.clone()),
+                Err(overloaded),
+                Ok("at last".into())
+            ]
+        );
     }
 
     #[tokio::test]

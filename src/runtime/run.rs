@@ -286,6 +286,10 @@ impl RunContext {
         let Some(assistant) = last.filter(|m| m.role == Role::Assistant) else {
             return Ok(None);
         };
+        // A run that failed before the model said anything answered nothing: asked again.
+        if assistant.status == MessageStatus::Failed && assistant.blocks.is_empty() {
+            return Ok(None);
+        }
         let has_calls = assistant
             .blocks
             .iter()

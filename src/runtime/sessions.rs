@@ -459,7 +459,8 @@ impl Runtime {
     ///
     /// A turn is unanswered when the model's context ends with the user's words or with tool
     /// results and no run will answer them: a crash cut the run off, or the input was promoted
-    /// after one. A run the user stopped, that used up its steps, or that the model declined
+    /// after one; or when the run failed before the model said anything (its answer is empty),
+    /// so `chat/resume` asks again. A run the user stopped, that used up its steps, or that the model declined
     /// to answer, ended on purpose: the session is idle and waits for the user's next message.
     pub(super) fn state(&self, session: &SessionRow) -> RuntimeResult<SessionState> {
         let facts = self
@@ -490,7 +491,7 @@ impl Runtime {
             .as_ref()
             // Before a `/clear`, nothing is owed an answer.
             .filter(|m| m.seq > session.context_start_seq)
-            .filter(|m| matches!(m.role, Role::User | Role::Tool))
+            .filter(|m| matches!(m.role, Role::User | Role::Tool) || m.empty_failure)
         else {
             return SessionState::Idle;
         };

@@ -23,6 +23,10 @@ pub struct LastModelMessage {
     pub in_run: bool,
     /// How that run ended, when it has.
     pub run_reason: Option<FinishReason>,
+    /// An answer with nothing in it, left by a run that failed before the model said anything
+    /// (the provider refused the request, or its stream broke at once): the turn it was to
+    /// answer still has no answer.
+    pub empty_failure: bool,
 }
 
 /// One listed session's facts beside its row.
@@ -56,7 +60,11 @@ pub(super) const LISTED_FACTS: &str = "SELECT j.value, s.forked_from, d.parent_i
                 WHERE a.session_id = j.value AND a.status = 'pending'),
         EXISTS (SELECT 1 FROM delegations AS c JOIN approvals AS a ON a.session_id = c.child_id
                 WHERE c.parent_id = j.value AND a.status = 'pending'),
-        s.last_model_seq, s.last_model_role, s.last_model_run_id, s.last_model_run_reason
+        s.last_model_seq, s.last_model_role, s.last_model_run_id, s.last_model_run_reason,
+        s.last_model_role = 'assistant' AND s.last_model_run_reason = 'error'
+            AND EXISTS (SELECT 1 FROM messages AS m
+                        WHERE m.session_id = j.value AND m.seq = s.last_model_seq
+                          AND m.blocks = '[]')
      FROM json_each(?1) AS j
      JOIN sessions AS s ON s.id = j.value
      LEFT JOIN delegations AS d ON d.child_id = j.value";
@@ -102,6 +110,7 @@ impl Store {
                         role: r.get(6)?,
                         in_run: r.get::<_, Option<String>>(7)?.is_some(),
                         run_reason: r.get(8)?,
+                        empty_failure: r.get::<_, Option<bool>>(9)?.unwrap_or(false),
                     }),
                     None => None,
                 };
@@ -230,6 +239,7 @@ mod tests {
                             role: Role::User,
                             in_run: false,
                             run_reason: None,
+                            empty_failure: false,
                         }),
                         ..ListedFacts::default()
                     }
@@ -245,7 +255,8 @@ mod tests {
             .read(|conn| {
                 Ok(conn
                     .query_row(
-                        "SELECT m.seq, m.role, m.run_id, r.reason
+                        "SELECT m.seq, m.role, m.run_id, r.reason,
+                                m.role = 'assistant' AND r.reason = 'error' AND m.blocks = '[]'
                          FROM messages AS m LEFT JOIN runs AS r ON r.id = m.run_id
                          WHERE m.session_id = ?1 AND m.role NOT IN ('note', 'notice', 'summary')
                            AND m.rewound = 0
@@ -257,6 +268,7 @@ mod tests {
                                 role: r.get(1)?,
                                 in_run: r.get::<_, Option<String>>(2)?.is_some(),
                                 run_reason: r.get(3)?,
+                                empty_failure: r.get::<_, Option<bool>>(4)?.unwrap_or(false),
                             })
                         },
                     )
@@ -319,6 +331,7 @@ mod tests {
                 role,
                 in_run,
                 run_reason,
+                empty_failure: false,
             });
             assert_eq!(recomputed(&store, session), expected, "the messages say");
             assert_eq!(kept(&store, session), expected, "the session's row keeps");
@@ -368,6 +381,30 @@ mod tests {
         check(&a, None);
         say(&store, &a, 7, None, Role::User);
         check(&a, Some((7, Role::User, false, None)));
+        // The empty answer of a run that failed leaves the turn without an answer; one with
+        // text in it, or an empty one of a run that ended otherwise, answers it.
+        let answer = |seq: u64, run: &str, blocks: Vec<Block>, reason: FinishReason| {
+            store.insert_run(run, &a, "demo").unwrap();
+            store
+                .append_message(&NewMessage {
+                    seq,
+                    ..NewMessage::new(&a, Some(run), Role::Assistant, blocks)
+                })
+                .unwrap();
+            store.finish_run(run, reason, None).unwrap();
+            let found = (recomputed(&store, &a), kept(&store, &a));
+            assert_eq!(found.0, found.1);
+            found.0.map(|m| m.empty_failure)
+        };
+        assert_eq!(answer(8, "run_3", vec![], FinishReason::Error), Some(true));
+        let text = vec![Block::Text {
+            text: "Half".into(),
+        }];
+        assert_eq!(answer(9, "run_4", text, FinishReason::Error), Some(false));
+        assert_eq!(
+            answer(10, "run_5", vec![], FinishReason::Stopped),
+            Some(false)
+        );
     }
 
     #[test]

@@ -110,6 +110,8 @@ fn a_pages_facts_are_read_by_key_for_the_whole_page() {
             "CORRELATED SCALAR SUBQUERY 2",
             "SEARCH c USING INDEX delegations_by_call (parent_id=?)",
             "SEARCH a USING COVERING INDEX approvals_pending (session_id=?)",
+            "CORRELATED SCALAR SUBQUERY 3",
+            "SEARCH m USING INDEX messages_by_seq (session_id=? AND seq=?)",
         ]
     );
     assert_eq!(

@@ -235,3 +235,70 @@ async fn input_promoted_after_a_crash_keeps_its_pending_id() {
     );
     daemon.close().await;
 }
+
+/// A provider that refuses the request (here overloaded, with no retries left) leaves the turn
+/// unanswered, not answered by the empty reply it stored: `chat/resume` asks again, and the
+/// model reads the user's words last. A run that failed after the model said something keeps
+/// that text as its answer.
+#[tokio::test]
+async fn a_turn_the_provider_failed_before_any_answer_is_unanswered_and_resumed() {
+    use crate::long_context::{WINDOW, env, text_reply};
+    use crate::upstream::{Reply, start};
+    let upstream = start(vec![
+        Reply::status(
+            529,
+            r#"{"error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        ),
+        text_reply("Here it is.", 100, 4),
+    ]);
+    let scratch = Scratch::new();
+    let mut daemon =
+        Daemon::start(&scratch.db(), Options::with_env(env(&upstream.url, WINDOW))).await;
+    let session = daemon.create_session(SessionCreateParams::default()).await;
+    daemon.send(&session, "go").await;
+    assert_eq!(
+        finish_of(&daemon.until_finished().await),
+        FinishReason::Error
+    );
+    assert_eq!(state(&daemon, &session).await, "unanswered");
+
+    daemon.call::<ChatResume>(sid(&session)).await;
+    assert_eq!(
+        finish_of(&daemon.until_finished().await),
+        FinishReason::EndTurn
+    );
+    assert_eq!(state(&daemon, &session).await, "idle");
+    let requests = upstream.bodies();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[1]["messages"], requests[0]["messages"]);
+    let answers: Vec<(Value, Value)> = entries_of(&daemon, &session, "assistant")
+        .await
+        .iter()
+        .map(|e| (e["status"].clone(), e["blocks"].clone()))
+        .collect();
+    assert_eq!(
+        answers,
+        vec![
+            (json!("failed"), json!([])),
+            (
+                json!("complete"),
+                json!([{"type": "text", "text": "Here it is."}])
+            ),
+        ]
+    );
+    daemon.close().await;
+}
+
+#[tokio::test]
+async fn a_run_that_failed_after_the_model_said_something_leaves_that_as_the_answer() {
+    let scratch = Scratch::new();
+    let script = json!({"turns": [{"text": "Starting", "error": "the connection dropped"}]});
+    let (mut daemon, session) = replay(&scratch, script, None).await;
+    daemon.send(&session, "go").await;
+    assert_eq!(
+        finish_of(&daemon.until_finished().await),
+        FinishReason::Error
+    );
+    assert_eq!(state(&daemon, &session).await, "idle");
+    daemon.close().await;
+}
