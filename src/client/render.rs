@@ -15,8 +15,9 @@ use super::markdown::Markdown;
 use super::plural;
 use super::style::{Paint, Style};
 use crate::protocol::{
-    ApprovalDecision, Block, CompactionMethod, Event, FinishReason, LineRange, NoticeLevel,
-    PendingApproval, Plan, PlanStepStatus, Pressure, Role, ToolCallStatus, TranscriptEntry,
+    ApprovalDecision, Block, CompactionMethod, Event, FinishReason, LineRange, MessageStatus,
+    NoticeLevel, PendingApproval, Plan, PlanStepStatus, Pressure, Role, ToolCallStatus,
+    TranscriptEntry,
 };
 
 /// Where drawn lines go: stdout, or above a line editor's prompt.
@@ -49,6 +50,8 @@ pub struct Screen {
     thinking: Thinking,
     /// The error last told in a notice, so the run's end does not repeat it.
     last_error: Option<String>,
+    /// The run's answer failed before the model said anything: its end says how to ask again.
+    unanswered: bool,
 }
 
 /// Streamed thinking: shown dimmed as it comes, or counted and folded to one line.
@@ -68,6 +71,7 @@ impl Screen {
             text: None,
             thinking: Thinking::None,
             last_error: None,
+            unanswered: false,
         }
     }
 
@@ -183,9 +187,12 @@ impl Screen {
                 let lines = self.chip_lines(&entry.blocks);
                 self.out(lines);
             }
-            Event::MessageCompleted { .. } => {
+            Event::MessageCompleted { entry } => {
                 self.settle();
                 self.text = None;
+                self.unanswered = entry.role == Role::Assistant
+                    && entry.status == MessageStatus::Failed
+                    && entry.blocks.is_empty();
             }
             Event::ToolCallStarted { tool, input, .. } => {
                 self.settle();
@@ -291,7 +298,13 @@ impl Screen {
                             .paint(&[Paint::Yellow], &format!("({})", finish_words(*reason))),
                     ),
                 };
-                self.out(line.into_iter().collect());
+                let retry = std::mem::take(&mut self.unanswered).then(|| {
+                    self.style.paint(
+                        &[Paint::Yellow],
+                        "! Your message has no answer: /resume asks again.",
+                    )
+                });
+                self.out(line.into_iter().chain(retry).collect());
             }
             _ => {}
         }

@@ -1174,3 +1174,35 @@ fn tab_completes_commands_and_paths_and_attachments_show_as_chips() {
         "{shown}"
     );
 }
+
+#[test]
+fn a_message_the_provider_failed_is_asked_again_with_resume() {
+    use crate::upstream::{Reply, start};
+    let upstream = start(vec![
+        Reply::status(
+            529,
+            r#"{"error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        ),
+        crate::long_context::text_reply("Answered at last.", 100, 4),
+    ]);
+    let scratch = Scratch::new();
+    let env: String = crate::long_context::env(&upstream.url, 128_000)
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v} "))
+        .collect();
+    let terminal = Tmux::start(
+        &scratch,
+        "retry",
+        &format!("export {env}; {}", chat_line(&scratch, "--new")),
+    );
+    terminal.wait_for("› ");
+    terminal.type_line("go");
+    terminal.wait_for("HTTP 529");
+    terminal.wait_for("! Your message has no answer: /resume asks again.");
+    terminal.type_line("/resume");
+    terminal.wait_for("Answered at last.");
+    terminal.quit();
+    // The same request again (a title request may follow it).
+    let requests = upstream.bodies();
+    assert_eq!(requests[1]["messages"], requests[0]["messages"]);
+}
