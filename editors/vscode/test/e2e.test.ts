@@ -459,6 +459,20 @@ test('a carry-over note: drawn as the boundary of a new context with the note fo
   }),
 );
 
+test('a message the provider failed before any answer: the page says it has none, and Ask again answers it', { timeout: 120_000 }, () =>
+  withChat('ask-again', { env: replayOf({ turns: [{ text: 'Answered at last.', failures: 1 }] }) }, async ({ page }) => {
+    await send(page, 'go');
+    await page.waitForSelector('.unanswered:not([hidden]) button.resume', STEP);
+    assert.equal(await page.textContent('.unanswered .text'), 'Your last message has no answer.');
+    await page.waitForSelector('.entry.notice[data-level="error"]:has-text("HTTP 529")', STEP);
+    await screenshot(page, '13-unanswered');
+    await page.click('.unanswered button.resume');
+    await page.waitForSelector('.entry.assistant:has-text("Answered at last.")', STEP);
+    await untilIdle(page);
+    assert.equal(await page.isHidden('.unanswered'), true);
+  }),
+);
+
 test('a refusal: the answer is labelled as refused, not as an ordinary end', { timeout: 120_000 }, () =>
   withChat('refusal', { env: replayOf({ turns: [{ text: 'I cannot help with that.', refusal: true }, { text: 'Happy to.' }] }) }, async ({ chat, page }) => {
     await send(page, 'something it will not do');

@@ -194,6 +194,9 @@ export class ChatController {
           ...(message.reason !== undefined ? { reason: message.reason } : {}),
         });
         return;
+      case 'resume':
+        if (this.active) await this.daemon.request('chat/resume', { sessionId: this.active.sessionId });
+        return;
       case 'withdraw':
         await this.daemon.request('interjection/cancel', { pendingId: message.pendingId });
         return;

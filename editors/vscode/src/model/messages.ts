@@ -103,6 +103,8 @@ export type PageToHost =
   /** The bytes of an `image` block of the open session, to draw it; answered by `image`. */
   | { type: 'image'; imageId: string }
   | { type: 'stop' }
+  /** Answers the open session's turn that has no answer (`chat/resume`): a failed request, a crash. */
+  | { type: 'resume' }
   /** `rule` goes with `allowWorkspace` (the rule to save), `reason` with `deny` (told to the model). */
   | { type: 'approve'; approvalId: string; decision: Exclude<ApprovalDecision, 'cancelled'>; rule?: string; reason?: string }
   | { type: 'withdraw'; pendingId: string }

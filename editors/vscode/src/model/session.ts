@@ -252,6 +252,16 @@ export class SessionModel {
     this.sessionId = sessionId;
   }
 
+  /**
+   * Whether the model's last say is an answer that failed before anything was in it (the
+   * provider refused the request): the turn has no answer, as the daemon's state says.
+   */
+  private lastAnswerIsEmptyFailure(): boolean {
+    const said = this.list().filter((e) => e.kind === 'user' || e.kind === 'assistant' || e.kind === 'tool');
+    const last = said[said.length - 1];
+    return last?.kind === 'assistant' && last.status === 'failed' && last.blocks.length === 0;
+  }
+
   /** Entries in display order. */
   list(): Entry[] {
     return this.order.map((key) => this.entries.get(key)).filter((e): e is Entry => e !== undefined);
@@ -438,7 +448,7 @@ export class SessionModel {
           this.delegatedApprovals.clear();
           this.chromeRev++;
         }
-        this.setState(this.approvals.size > 0 ? 'awaitingApproval' : 'idle');
+        this.setState(this.approvals.size > 0 ? 'awaitingApproval' : event.reason === 'error' && this.lastAnswerIsEmptyFailure() ? 'unanswered' : 'idle');
         applied.spendChanged = true;
         // What the next request would send now holds the run's messages.
         applied.budgetChanged = true;

@@ -359,6 +359,8 @@ export class ChatView {
   private readonly approvals = el('div', 'approvals');
   private readonly files = el('div', 'files');
   private readonly waiting = el('div', 'waiting');
+  /** Said when the last message has no answer (its request failed, or a crash cut the run off). */
+  private readonly unanswered = el('div', 'unanswered');
   private readonly errorBox = el('div', 'errors');
   private readonly context = el('div', 'context');
   private readonly attachmentBox = el('div', 'attachments');
@@ -497,7 +499,7 @@ export class ChatView {
     buttons.append(this.sendButton, this.stopButton);
     composer.append(this.input, buttons);
     const dock = el('div', 'dock');
-    dock.append(this.plan, this.approvals, this.files, this.waiting, this.errorBox, this.attachmentBox, this.images.el, this.completion.el, composer);
+    dock.append(this.plan, this.approvals, this.files, this.unanswered, this.waiting, this.errorBox, this.attachmentBox, this.images.el, this.completion.el, composer);
     this.transcript.addEventListener('click', (e) => {
       const link = (e.target as HTMLElement).closest('a');
       if (link) {
@@ -657,6 +659,7 @@ export class ChatView {
       case 'error':
         this.errors.push(message.message);
         this.answerRefused = true;
+        for (const again of this.unanswered.querySelectorAll('button')) again.disabled = false;
         break;
       case 'completions':
         this.completion.receive(message.requestId, message.kind, message.query, message.items);
@@ -722,6 +725,7 @@ export class ChatView {
     this.renderApprovals();
     this.renderFiles();
     this.renderWaiting();
+    this.renderUnanswered();
     this.renderErrors();
     this.renderContext();
     this.renderModelPicker();
@@ -1262,6 +1266,19 @@ export class ChatView {
       list.append(item);
     }
     this.files.append(list);
+  }
+
+  private renderUnanswered(): void {
+    const unanswered = this.model?.state === 'unanswered';
+    this.unanswered.hidden = !unanswered;
+    if (!unanswered) this.unanswered.replaceChildren();
+    if (!unanswered || this.unanswered.childElementCount > 0) return;
+    const again = button('Ask again', 'resume', () => {
+      // Until the run starts (or the host tells an error, which enables it again).
+      again.disabled = true;
+      this.post({ type: 'resume' });
+    }, 'Send the conversation to the model again (chat/resume)');
+    this.unanswered.append(el('span', 'text', 'Your last message has no answer.'), again);
   }
 
   private renderWaiting(): void {
