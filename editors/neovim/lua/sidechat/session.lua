@@ -245,7 +245,7 @@ function Session:apply(params)
   elseif kind == protocol.event.budget then
     self.budget = ev.snapshot
   elseif kind == protocol.event.runFinished then
-    self.state = "idle"
+    self.state = (ev.reason == "error" and self:answer_failed_empty()) and "unanswered" or "idle"
     self.live = {}
     self.approvals = {}
     -- The run's sub-agents ended with it.
@@ -377,6 +377,21 @@ function Session:delegated_event(ev)
   elseif kind == protocol.event.runFinished then
     d.state = inner.reason
   end
+end
+
+--- Whether the model's last say is an answer that failed before anything was in it (the
+--- provider refused the request): the turn has no answer, as the daemon's state says.
+---@return boolean
+function Session:answer_failed_empty()
+  for i = #self.entries, 1, -1 do
+    local e = self.entries[i]
+    if not e.rewound and (e.role == "user" or e.role == "tool") then
+      return false
+    elseif not e.rewound and e.role == "assistant" then
+      return e.status == "failed" and #(e.blocks or {}) == 0
+    end
+  end
+  return false
 end
 
 --- Fills a `delegate` call's sub-agent from the child session's own transcript (after an
