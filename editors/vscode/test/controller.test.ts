@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { ChatController, coalesceDeltas, type DaemonLike, type HostUi } from '../src/host/controller';
@@ -12,6 +12,20 @@ import type { HostToPage } from '../src/model/messages';
 import { SessionModel } from '../src/model/session';
 import type { Event, SessionEventParams } from '../src/model/wire';
 import { Scratch, until } from './harness';
+
+/** An editor that keeps what the controller posts to the page in `posted`, and does nothing else. */
+function recordingUi(posted: HostToPage[]): HostUi {
+  return {
+    post: (message) => void posted.push(message),
+    confirm: async () => true,
+    openDiff: async () => undefined,
+    openSettings: () => undefined,
+    copy: () => undefined,
+    insert: async () => undefined,
+    openLink: () => undefined,
+    log: () => undefined,
+  };
+}
 
 function numbered(events: Event[]): SessionEventParams[] {
   return events.map((event, i) => ({ sessionId: 's', seq: i + 1, runId: 'r', event }));
@@ -69,16 +83,7 @@ test('a gap in seq makes the host refetch, and the page ends as a fresh load wou
         listener(p);
       }),
   };
-  const ui: HostUi = {
-    post: (message) => void posted.push(message),
-    confirm: async () => true,
-    openDiff: async () => undefined,
-    openSettings: () => undefined,
-    copy: () => undefined,
-    insert: async () => undefined,
-    openLink: () => undefined,
-    log: () => undefined,
-  };
+  const ui = recordingUi(posted);
   const controller = new ChatController(lossy, ui, { workspaceRoot: scratch.workspace, batchMs: 5 });
   try {
     await daemon.start();
@@ -109,20 +114,36 @@ test('a gap in seq makes the host refetch, and the page ends as a fresh load wou
   }
 });
 
+test('a chat opens with its header and the session list while a new daemon still builds its tokenizer, and its context follows', { timeout: 120_000 }, async () => {
+  const scratch = new Scratch();
+  // The tokenizer's tables stay unbuilt, and session/budget unanswered, until the gate exists.
+  const gate = join(scratch.dir, 'tokenizer-gate');
+  const daemon = scratch.daemon({ SIDECHAT_TEST_TOKENIZER: `gate:${gate}` });
+  const posted: HostToPage[] = [];
+  const controller = new ChatController(daemon, recordingUi(posted), { workspaceRoot: scratch.workspace, batchMs: 5 });
+  try {
+    await daemon.start();
+    await daemon.request('session/create', { workspaceRoot: scratch.workspace });
+    const ready = controller.handle({ type: 'ready' });
+    await until(() => posted.some((m) => m.type === 'sessions'), 'the session list');
+    const shown = () => posted.map((m) => m.type).filter((t) => t === 'reset' || t === 'session' || t === 'sessions' || t === 'budget');
+    assert.deepEqual(shown(), ['reset', 'session', 'sessions']);
+    await ready;
+    writeFileSync(gate, '');
+    await until(() => posted.some((m) => m.type === 'budget'), 'the context once the tokenizer is built');
+    assert.deepEqual(shown(), ['reset', 'session', 'sessions', 'budget']);
+  } finally {
+    controller.dispose();
+    await daemon.dispose();
+    scratch.dispose();
+  }
+});
+
 test('a session opens at its newest page, and scrolling to the top loads the older ones until the page holds the whole transcript', { timeout: 120_000 }, async () => {
   const scratch = new Scratch();
   const daemon = scratch.daemon({ SIDECHAT_DEMO_DELAY_MS: '0' });
   const posted: HostToPage[] = [];
-  const ui: HostUi = {
-    post: (message) => void posted.push(message),
-    confirm: async () => true,
-    openDiff: async () => undefined,
-    openSettings: () => undefined,
-    copy: () => undefined,
-    insert: async () => undefined,
-    openLink: () => undefined,
-    log: () => undefined,
-  };
+  const ui = recordingUi(posted);
   const controller = new ChatController(daemon, ui, { workspaceRoot: scratch.workspace, batchMs: 5, pageSize: 4 });
   try {
     await daemon.start();

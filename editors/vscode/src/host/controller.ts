@@ -419,20 +419,26 @@ export class ChatController {
     return { ...result, entries, hasMore: false };
   }
 
+  /**
+   * The session's header, files and plan, then its sub-agents; its context and cost are posted
+   * as each comes, not waited for: a daemon just started answers `session/budget` only once its
+   * tokenizer is built, and the page (and every message after this one) must not wait for it.
+   */
   private async refreshDetails(model: SessionModel): Promise<void> {
     const sessionId = model.sessionId;
-    const [session, budget, cost] = await Promise.all([
-      this.daemon.request('session/get', { sessionId }),
-      this.daemon.request('session/budget', { sessionId }),
-      this.daemon.request('session/cost', { sessionId }),
-    ]);
+    const told = (what: string) => (error: unknown) => this.ui.log(`reading the session's ${what} failed: ${errorText(error)}`);
+    void this.daemon.request('session/budget', { sessionId }).then(({ snapshot }) => {
+      if (this.active === model) this.ui.post({ type: 'budget', sessionId, snapshot });
+    }, told('context'));
+    void this.daemon.request('session/cost', { sessionId }).then(({ cost }) => {
+      if (this.active === model) this.ui.post({ type: 'cost', sessionId, cost });
+    }, told('cost'));
+    const session = await this.daemon.request('session/get', { sessionId });
     if (this.active !== model) return;
     model.setChangedFiles(session.changedFiles);
     model.setPlan(session.plan ?? undefined);
     this.ui.post({ type: 'session', session });
-    this.ui.post({ type: 'budget', sessionId, snapshot: budget.snapshot });
-    this.ui.post({ type: 'cost', sessionId, cost: cost.cost });
-    await this.loadDelegations(model, session.children ?? []).catch((error) => this.ui.log(`loading sub-agents failed: ${errorText(error)}`));
+    await this.loadDelegations(model, session.children ?? []).catch(told('sub-agents'));
   }
 
   /**
