@@ -245,7 +245,7 @@ function Session:apply(params)
   elseif kind == protocol.event.budget then
     self.budget = ev.snapshot
   elseif kind == protocol.event.runFinished then
-    self.state = (ev.reason == "error" and self:answer_failed_empty()) and "unanswered" or "idle"
+    self.state = self:unanswered_after(ev.reason) and "unanswered" or "idle"
     self.live = {}
     self.approvals = {}
     -- The run's sub-agents ended with it.
@@ -379,10 +379,16 @@ function Session:delegated_event(ev)
   end
 end
 
---- Whether the model's last say is an answer that failed before anything was in it (the
---- provider refused the request): the turn has no answer, as the daemon's state says.
+--- Whether a run that ended for `reason` failed before the model said anything (the provider
+--- refused the request): its answer is empty and the turn has none, as the daemon's
+--- `unanswered` says. (A user message last is not enough: input promoted at a run's end is
+--- committed before that run's `runFinished`, and the next run answers it.)
+---@param reason string
 ---@return boolean
-function Session:answer_failed_empty()
+function Session:unanswered_after(reason)
+  if reason ~= "error" then
+    return false
+  end
   for i = #self.entries, 1, -1 do
     local e = self.entries[i]
     if not e.rewound and (e.role == "user" or e.role == "tool") then

@@ -253,11 +253,14 @@ export class SessionModel {
   }
 
   /**
-   * Whether the model's last say is an answer that failed before anything was in it (the
-   * provider refused the request): the turn has no answer, as the daemon's state says.
+   * Whether a run that ended for `reason` failed before the model said anything (the provider
+   * refused the request): its answer is empty and the turn has none, as the daemon's
+   * `unanswered` says. (A user message last is not enough: input promoted at a run's end is
+   * committed before that run's `runFinished`, and the next run answers it.)
    */
-  private lastAnswerIsEmptyFailure(): boolean {
-    const said = this.list().filter((e) => e.kind === 'user' || e.kind === 'assistant' || e.kind === 'tool');
+  private unansweredAfter(reason: FinishReason): boolean {
+    if (reason !== 'error') return false;
+    const said = this.list().filter((e) => !e.rewound && (e.kind === 'user' || e.kind === 'assistant' || e.kind === 'tool'));
     const last = said[said.length - 1];
     return last?.kind === 'assistant' && last.status === 'failed' && last.blocks.length === 0;
   }
@@ -448,7 +451,7 @@ export class SessionModel {
           this.delegatedApprovals.clear();
           this.chromeRev++;
         }
-        this.setState(this.approvals.size > 0 ? 'awaitingApproval' : event.reason === 'error' && this.lastAnswerIsEmptyFailure() ? 'unanswered' : 'idle');
+        this.setState(this.approvals.size > 0 ? 'awaitingApproval' : this.unansweredAfter(event.reason) ? 'unanswered' : 'idle');
         applied.spendChanged = true;
         // What the next request would send now holds the run's messages.
         applied.budgetChanged = true;
