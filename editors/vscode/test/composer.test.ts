@@ -11,10 +11,10 @@ import { join } from 'node:path';
 
 import type { Page } from 'playwright-core';
 
-import { ChatController, type HostUi } from '../src/host/controller';
+import { ChatController } from '../src/host/controller';
 import type { HostToPage, PageToHost } from '../src/model/messages';
 import type { Block } from '../src/model/wire';
-import { openChat, pageRig, Scratch, screenshot, STEP, until } from './harness';
+import { openChat, pageRig, recordingUi, Scratch, screenshot, STEP, until } from './harness';
 import type { Daemon } from '../src/host/daemon';
 
 /** The completion list's options once it shows the answer for what was typed last. */
@@ -144,16 +144,7 @@ test('the host answers completions from the daemon: files by workspace/files, co
   fillWorkspace(scratch);
   const daemon = scratch.daemon();
   const posted: HostToPage[] = [];
-  const ui: HostUi = {
-    post: (message) => void posted.push(message),
-    confirm: async () => true,
-    openDiff: async () => undefined,
-    openSettings: () => undefined,
-    copy: () => undefined,
-    insert: async () => undefined,
-    openLink: () => undefined,
-    log: () => undefined,
-  };
+  const ui = recordingUi(posted);
   const controller = new ChatController(daemon, ui, { workspaceRoot: scratch.workspace });
   const answer = async (message: Extract<PageToHost, { type: 'complete' }>) => {
     await controller.handle(message);

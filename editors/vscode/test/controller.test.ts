@@ -11,21 +11,7 @@ import { ChatController, coalesceDeltas, type DaemonLike, type HostUi } from '..
 import type { HostToPage } from '../src/model/messages';
 import { SessionModel } from '../src/model/session';
 import type { Event, SessionEventParams } from '../src/model/wire';
-import { Scratch, until } from './harness';
-
-/** An editor that keeps what the controller posts to the page in `posted`, and does nothing else. */
-function recordingUi(posted: HostToPage[]): HostUi {
-  return {
-    post: (message) => void posted.push(message),
-    confirm: async () => true,
-    openDiff: async () => undefined,
-    openSettings: () => undefined,
-    copy: () => undefined,
-    insert: async () => undefined,
-    openLink: () => undefined,
-    log: () => undefined,
-  };
-}
+import { recordingUi, Scratch, until } from './harness';
 
 function numbered(events: Event[]): SessionEventParams[] {
   return events.map((event, i) => ({ sessionId: 's', seq: i + 1, runId: 'r', event }));

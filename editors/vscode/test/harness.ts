@@ -305,3 +305,17 @@ export function pageRig(): PageRig {
   });
   return rig;
 }
+
+/** An editor that keeps what the controller posts to the page in `posted`, and does nothing else. */
+export function recordingUi(posted: HostToPage[]): HostUi {
+  return {
+    post: (message) => void posted.push(message),
+    confirm: async () => true,
+    openDiff: async () => undefined,
+    openSettings: () => undefined,
+    copy: () => undefined,
+    insert: async () => undefined,
+    openLink: () => undefined,
+    log: () => undefined,
+  };
+}
